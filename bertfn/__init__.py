@@ -1,0 +1,37 @@
+"""bertfn: BERT as stateless pure functions over a Hugging Face state_dict.
+
+Read it top to bottom: functional.py (linear, layer_norm, gelu) -> embeddings.py -> attention.py
+-> encoder.py (feed-forward, layer, the stack) -> heads.py -> pipelines.py (fill-mask).
+loading.py turns a hub id or a folder into a :class:`Model`; tokenizer.py turns text into ids.
+"""
+
+from .attention import attention, eager_attention, extended_mask, sdpa_attention
+from .config import BertConfig
+from .embeddings import embeddings
+from .encoder import Cache, EncoderOutput, encoder, feed_forward, layer
+from .errors import BertfnError, CheckpointError, ConfigError, InputError, ModelLoadError
+from .functional import gelu, layer_norm, linear
+from .heads import (
+    mlm_head,
+    multiple_choice,
+    nsp_head,
+    pooler,
+    question_answering,
+    sequence_classification,
+    token_classification,
+)
+from .loading import Model, load
+from .params import Params
+from .pipelines import fill_mask
+from .tokenizer import Tokenizer
+from .trace import Trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BertConfig", "BertfnError", "Cache", "CheckpointError", "ConfigError", "EncoderOutput", "InputError",
+    "Model", "ModelLoadError", "Params", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
+    "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "layer", "layer_norm", "linear", "load",
+    "mlm_head", "multiple_choice", "nsp_head", "pooler", "question_answering", "sdpa_attention",
+    "sequence_classification", "token_classification",
+]

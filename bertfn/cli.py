@@ -1,0 +1,59 @@
+"""The ``bertfn`` command (also ``python -m bertfn``).
+
+    bertfn fill-mask "When in Rome, do as the [MASK] do." [--model ID_OR_PATH] [--top-k N] [--json]
+
+Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import BertfnError
+
+
+def _table(text: str, result: list) -> str:
+    per_mask = result if result and isinstance(result[0], list) else [result]
+    lines = [text]
+    for m, answers in enumerate(per_mask):
+        if len(per_mask) > 1:
+            lines.append(f"[MASK] #{m + 1}")
+        lines.append(f"  {'rank':>4}  {'score':>8}  {'token':<16} sequence")
+        for r, a in enumerate(answers, 1):
+            lines.append(f"  {r:>4}  {a['score']:>8.4f}  {a['token_str']:<16} {a['sequence']}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertfn", description="BERT as pure functions over a Hugging Face checkpoint.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fm = sub.add_parser("fill-mask", help="predict the words behind [MASK]")
+    fm.add_argument("text", nargs="+", help="one or more texts, each with at least one [MASK]")
+    fm.add_argument("--model", default=None, help="hub id or local folder (default: google-bert/bert-base-uncased)")
+    fm.add_argument("--top-k", type=int, default=5, help="answers per mask (default 5)")
+    fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
+    fm.add_argument("--device", default=None, help="e.g. cpu or cuda")
+    fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        from .pipelines import fill_mask
+
+        results = fill_mask(list(args.text), args.model, top_k=args.top_k, targets=args.targets, device=args.device)
+    except BertfnError as e:
+        print(f"bertfn: error: {e}", file=sys.stderr)
+        return e.exit_code
+    if args.json:
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
+    else:
+        print("\n\n".join(_table(t, r) for t, r in zip(args.text, results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Token ids -> the first hidden states (``transformers.BertEmbeddings``).
+
+    e = LayerNorm(word[ids] + token_type[type_ids] + position[pos_ids])      (BERT paper, fig. 2)
+
+Keys read (under ``bert.embeddings.``): ``word_embeddings.weight`` (V, H),
+``position_embeddings.weight`` (P, H), ``token_type_embeddings.weight`` (T, H),
+``LayerNorm.weight`` / ``LayerNorm.bias`` (H,).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import InputError
+from .functional import dropout, layer_norm
+from .params import Params
+from .trace import NO_TRACE, Trace
+
+Tensor = torch.Tensor
+
+
+def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str) -> None:
+    """Raise :class:`InputError` unless every id is in ``[0, limit)`` (an embedding table's rows)."""
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+        raise InputError(
+            f"{name} must lie in [0, {limit}), got values from {int(ids.min())} to {int(ids.max())}; {what_to_do}"
+        )
+
+
+def default_position_ids(batch: int, seq: int, past: int, device: torch.device) -> Tensor:
+    """Positions ``past, past+1, ..., past+seq-1`` for every row -> (B, S) (HF's ``position_ids`` buffer)."""
+    return torch.arange(past, past + seq, device=device).expand(batch, seq)
+
+
+def embeddings(
+    p: Params,
+    input_ids: Tensor | None = None,
+    token_type_ids: Tensor | None = None,
+    position_ids: Tensor | None = None,
+    inputs_embeds: Tensor | None = None,
+    past_length: int = 0,
+    generator: torch.Generator | None = None,
+    trace: Trace = NO_TRACE,
+) -> Tensor:
+    """Word + token-type (+ absolute position) embeddings, then LayerNorm and dropout.
+
+    p: ``bert.embeddings.`` scope. input_ids: (B, S) int, or inputs_embeds: (B, S, H) instead.
+    token_type_ids: (B, S), default all zeros (segment A). position_ids: (B, S) or (S,), default
+    ``past_length .. past_length+S-1`` (``past_length`` is the KV cache's length when decoding).
+    With relative position embeddings no absolute positions are added (HF does the same).
+    Returns (B, S, H).
+    """
+    cfg = p.config
+    if (input_ids is None) == (inputs_embeds is None):
+        raise InputError("pass exactly one of input_ids (B, S) or inputs_embeds (B, S, H)")
+    if input_ids is not None:
+        if input_ids.dim() != 2:
+            raise InputError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
+        check_ids("input_ids", input_ids, cfg.vocab_size, "use the tokenizer that came with the model")
+        B, S = input_ids.shape
+        words = p["word_embeddings.weight"][input_ids]  # (B, S, H)
+    else:
+        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != cfg.hidden_size:
+            raise InputError(
+                f"inputs_embeds must have shape (batch, seq, {cfg.hidden_size}), got {tuple(inputs_embeds.shape)}"
+            )
+        B, S, _ = inputs_embeds.shape
+        words = inputs_embeds
+    device = words.device
+    trace["word"] = words
+
+    if token_type_ids is None:
+        token_type_ids = torch.zeros(B, S, dtype=torch.long, device=device)
+    check_ids("token_type_ids", token_type_ids, cfg.type_vocab_size,
+              f"this model has {cfg.type_vocab_size} segment types (0 = first text, 1 = second)")
+    token_types = p["token_type_embeddings.weight"][token_type_ids]  # (B, S, H)
+    trace["token_type"] = token_types
+    x = words + token_types
+
+    if cfg.position_embedding_type == "absolute":
+        if position_ids is None:
+            position_ids = default_position_ids(B, S, past_length, device)
+        check_ids("position_ids", position_ids, cfg.max_position_embeddings,
+                  f"this model has {cfg.max_position_embeddings} positions; shorten the input")
+        positions = p["position_embeddings.weight"][position_ids]  # (B, S, H)
+        trace["position"] = positions
+        x = x + positions
+    trace["sum"] = x
+
+    x = layer_norm(x, p["LayerNorm.weight"], p["LayerNorm.bias"], cfg.layer_norm_eps)  # (B, S, H)
+    x = dropout(x, cfg.hidden_dropout_prob, generator)
+    trace["output"] = x
+    return x

@@ -1,0 +1,220 @@
+"""The transformer stack: feed-forward block, one layer, and the whole encoder (``BertModel``).
+
+    h' = LayerNorm(a + W_2 act(W_1 a + b_1) + b_2),  a = attention block output   (BertIntermediate + BertOutput)
+
+Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (see attention.py),
+``crossattention.*`` in decoders with cross-attention, ``intermediate.dense.weight`` (I, H) and
+``.bias``, ``output.dense.weight`` (H, I) and ``.bias``, ``output.LayerNorm.weight|bias`` (H,).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch.utils.checkpoint import checkpoint as activation_checkpoint
+
+from .attention import KV, attention, causal_keep_mask, extended_mask
+from .embeddings import embeddings
+from .errors import InputError
+from .functional import ACTIVATIONS, dropout, layer_norm, linear
+from .heads import pooler
+from .params import Params
+from .trace import NO_TRACE, Trace
+
+Tensor = torch.Tensor
+
+
+def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
+    """Position-wise FFN with residual + LayerNorm (``BertIntermediate`` then ``BertOutput``).
+
+    p: one layer's scope (reads ``intermediate.dense.*`` and ``output.*``). x: (B, S, H) -> (B, S, H).
+    The hidden width I = ``config.intermediate_size`` (4H in BERT).
+    """
+    cfg = p.config
+    act = ACTIVATIONS[cfg.hidden_act]
+    h = act(linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"]))  # (B, S, I)
+    trace["intermediate"] = h
+    h = linear(h, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
+    h = dropout(h, cfg.hidden_dropout_prob, generator)
+    return layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
+
+
+def chunked_feed_forward(p: Params, x: Tensor, chunk_size: int, generator: torch.Generator | None = None,
+                         trace: Trace = NO_TRACE) -> Tensor:
+    """:func:`feed_forward` over slices of ``chunk_size`` positions (HF ``apply_chunking_to_forward``).
+
+    The FFN treats each position alone, so slicing the sequence gives the same result while only
+    one slice's (chunk, I) intermediate is alive at a time. ``chunk_size`` 0 means one slice.
+    x: (B, S, H) -> (B, S, H).
+    """
+    if chunk_size <= 0 or chunk_size >= x.shape[1]:
+        return feed_forward(p, x, generator, trace)
+    return torch.cat([feed_forward(p, part, generator) for part in x.split(chunk_size, dim=1)], dim=1)
+
+
+class LayerOutput(NamedTuple):
+    hidden: Tensor  # (B, S, H)
+    probs: Tensor | None  # self-attention probabilities (B, nh, S, S_k) or None
+    cross_probs: Tensor | None  # cross-attention probabilities (B, nh, S, S_e) or None
+    self_kv: KV  # keys/values of self-attention, cache included
+    cross_kv: KV | None  # keys/values of cross-attention
+
+
+def layer(
+    p: Params,
+    x: Tensor,
+    mask: Tensor | None = None,
+    *,
+    encoder_hidden: Tensor | None = None,
+    encoder_mask: Tensor | None = None,
+    past_self_kv: KV | None = None,
+    past_cross_kv: KV | None = None,
+    past_length: int = 0,
+    head_mask: Tensor | None = None,
+    impl: str = "eager",
+    need_probs: bool = False,
+    generator: torch.Generator | None = None,
+    trace: Trace = NO_TRACE,
+) -> LayerOutput:
+    """One transformer layer (``BertLayer``): self-attention, [cross-attention,] feed-forward.
+
+    p: ``bert.encoder.layer.{i}.`` scope. x: (B, S, H); mask, encoder_mask: additive masks.
+    encoder_hidden: (B, S_e, H), used when the layer has ``crossattention.*`` weights.
+    Returns the new hidden states (B, S, H) with probabilities and keys/values (see :class:`LayerOutput`).
+    """
+    common = dict(head_mask=head_mask, impl=impl, need_probs=need_probs, generator=generator)
+    a = attention(p.scope("attention"), x, mask, past_kv=past_self_kv, past_length=past_length,
+                  trace=trace.scope("attention"), **common)
+    h, cross_probs, cross_kv = a.hidden, None, None
+    if encoder_hidden is not None:
+        if "crossattention.self.query.weight" not in p:
+            raise InputError("encoder_hidden_states were given but this model has no cross-attention "
+                             "weights (config add_cross_attention=false)")
+        c = attention(p.scope("crossattention"), h, encoder_mask, encoder_hidden=encoder_hidden,
+                      past_kv=past_cross_kv, trace=trace.scope("crossattention"), **common)
+        h, cross_probs, cross_kv = c.hidden, c.probs, c.kv
+    h = chunked_feed_forward(p, h, p.config.chunk_size_feed_forward, generator, trace.scope("ffn"))
+    trace["output"] = h
+    return LayerOutput(h, a.probs, cross_probs, a.kv, cross_kv)
+
+
+class Cache(NamedTuple):
+    """Keys and values kept between decoding steps: one (k, v) pair per layer, each (B, nh, S, hd)."""
+
+    self_attention: tuple[KV, ...]
+    cross_attention: tuple[KV, ...] | None = None
+
+    @property
+    def length(self) -> int:
+        """How many positions the self-attention cache holds (the next token's position)."""
+        return self.self_attention[0][0].shape[2]
+
+
+@dataclass(frozen=True)
+class EncoderOutput:
+    """What :func:`encoder` returns (``BaseModelOutputWithPoolingAndCrossAttentions``, named fields)."""
+
+    last_hidden_state: Tensor  # (B, S, H)
+    pooler_output: Tensor | None  # (B, H) when the checkpoint has a pooler
+    hidden_states: tuple[Tensor, ...] | None  # L+1 of (B, S, H): embeddings, then every layer
+    attentions: tuple[Tensor, ...] | None  # L of (B, nh, S, S_k)
+    cross_attentions: tuple[Tensor, ...] | None  # L of (B, nh, S, S_e)
+    cache: Cache | None  # pass back as ``cache=`` for the next decoding step
+    attn_impl: str  # the attention path that ran: "eager" or "sdpa"
+
+
+def encoder(
+    params: Params,
+    input_ids: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    token_type_ids: Tensor | None = None,
+    position_ids: Tensor | None = None,
+    inputs_embeds: Tensor | None = None,
+    *,
+    head_mask: Tensor | None = None,
+    encoder_hidden_states: Tensor | None = None,
+    encoder_attention_mask: Tensor | None = None,
+    cache: Cache | None = None,
+    use_cache: bool = False,
+    output_hidden_states: bool = False,
+    output_attentions: bool = False,
+    impl: str = "sdpa",
+    generator: torch.Generator | None = None,
+    checkpoint: bool = False,
+    trace: Trace = NO_TRACE,
+) -> EncoderOutput:
+    """BERT's forward pass (``BertModel.forward``): embeddings, L layers, pooler.
+
+    params: the root view of a loaded model (reads ``bert.*``). input_ids: (B, S) or
+    inputs_embeds: (B, S, H). attention_mask: 0/1 (B, S_k) padding mask (S_k = cached + S), or a
+    full (B, S, S_k) / (B, 1|nh, S, S_k) 0/1 mask. Decoders (``config.is_decoder``) add the causal mask
+    to a 2D mask. head_mask: (nh,) for every layer or (L, nh), 1 keeps a head.
+    cache / use_cache: continue from / return the keys and values for token-by-token decoding.
+    impl: "sdpa" (fast) or "eager" (reference); eager runs anyway where probabilities are needed
+    (``output_attentions``, head_mask, dropout), and ``EncoderOutput.attn_impl`` says which ran.
+    generator: turns dropout on (training); checkpoint: recompute each layer in backward
+    (activation checkpointing) to save memory.
+    """
+    cfg = params.config
+    p = params.scope("bert")
+    past = cache.length if cache is not None else 0
+
+    x = embeddings(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds, past,
+                   generator, trace.scope("embeddings"))  # (B, S, H)
+    B, S, _ = x.shape
+
+    if attention_mask is None and cfg.is_decoder:
+        attention_mask = torch.ones(B, past + S, device=x.device)
+    if attention_mask is not None:
+        if attention_mask.dim() == 2 and attention_mask.shape != (B, past + S):
+            raise InputError(f"attention_mask must have shape ({B}, {past + S}) (batch, cached + new tokens), "
+                             f"got {tuple(attention_mask.shape)}")
+        if cfg.is_decoder and attention_mask.dim() == 2:
+            attention_mask = causal_keep_mask(attention_mask, S)  # (B, S, past + S)
+        mask = extended_mask(attention_mask, x.dtype)
+    else:
+        mask = None  # nothing to hide: the same as an all-zero additive mask
+    enc_mask = None
+    if encoder_hidden_states is not None and encoder_attention_mask is not None:
+        enc_mask = extended_mask(encoder_attention_mask, x.dtype)
+
+    L = cfg.num_hidden_layers
+    if head_mask is not None:
+        head_mask = head_mask.to(x.dtype)
+        head_mask = head_mask.expand(L, -1) if head_mask.dim() == 1 else head_mask  # (L, nh)
+        if head_mask.shape[0] != L:
+            raise InputError(f"head_mask must be (heads,) or ({L}, heads), got {tuple(head_mask.shape)}")
+    need_probs = output_attentions
+    ran = "eager" if impl == "eager" or need_probs or head_mask is not None or generator is not None else impl
+
+    hidden, attns, cross_attns, self_kvs, cross_kvs = [x], [], [], [], []
+    for i in range(L):
+        def run_layer(h: Tensor, i: int = i) -> LayerOutput:
+            return layer(
+                p.scope(f"encoder.layer.{i}"), h, mask,
+                encoder_hidden=encoder_hidden_states, encoder_mask=enc_mask,
+                past_self_kv=cache.self_attention[i] if cache is not None else None,
+                past_cross_kv=cache.cross_attention[i] if cache is not None and cache.cross_attention else None,
+                past_length=past, head_mask=head_mask[i] if head_mask is not None else None,
+                impl=impl, need_probs=need_probs, generator=generator, trace=trace.scope(f"layer.{i}"),
+            )
+        out = activation_checkpoint(run_layer, x, use_reentrant=False) if checkpoint else run_layer(x)
+        x = out.hidden
+        hidden.append(x)
+        attns.append(out.probs)
+        cross_attns.append(out.cross_probs)
+        self_kvs.append(out.self_kv)
+        cross_kvs.append(out.cross_kv)
+
+    has_cross = encoder_hidden_states is not None
+    return EncoderOutput(
+        last_hidden_state=x,
+        pooler_output=pooler(params, x, trace) if "pooler.dense.weight" in p else None,
+        hidden_states=tuple(hidden) if output_hidden_states else None,
+        attentions=tuple(attns) if output_attentions else None,
+        cross_attentions=tuple(cross_attns) if output_attentions and has_cross else None,
+        cache=Cache(tuple(self_kvs), tuple(cross_kvs) if has_cross else None) if use_cache else None,
+        attn_impl=ran,
+    )

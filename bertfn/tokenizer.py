@@ -1,0 +1,136 @@
+"""Text <-> ids: BERT's WordPiece tokenizer through the ``tokenizers`` library.
+
+Reads ``tokenizer.json`` when the checkpoint has one (the exact pipeline its authors saved), else
+builds the standard BERT pipeline from ``vocab.txt`` with the lowercasing that
+``tokenizer_config.json`` asks for (``BertTokenizerFast``'s conversion): clean text, split Chinese
+characters, lowercase and strip accents, split on whitespace and punctuation, WordPiece with ``##``
+continuations, then ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with token type ids 0 / 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from tokenizers import Tokenizer as _HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+
+from .errors import CheckpointError, InputError
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+class Encoding(NamedTuple):
+    """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span."""
+
+    input_ids: torch.Tensor
+    token_type_ids: torch.Tensor
+    attention_mask: torch.Tensor  # 1 for real tokens, 0 for padding
+    tokens: list[list[str]]
+    offsets: list[list[tuple[int, int]]]
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path} is not readable JSON ({e}); re-download or remove it") from e
+
+
+def _wordpiece_from_vocab(vocab: Path, options: dict) -> _HFTokenizer:
+    """The BERT tokenizer pipeline built from ``vocab.txt`` (what ``BertTokenizerFast`` converts to)."""
+    try:
+        wordpiece = models.WordPiece.from_file(str(vocab), unk_token="[UNK]", max_input_chars_per_word=100)
+    except Exception as e:  # the Rust side raises plain Exceptions
+        raise CheckpointError(f"{vocab} is not a WordPiece vocabulary ({e}); re-download it") from e
+    tok = _HFTokenizer(wordpiece)
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=options.get("tokenize_chinese_chars", True),
+        strip_accents=options.get("strip_accents"),
+        lowercase=options.get("do_lower_case", True),
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.add_special_tokens([t for t in SPECIAL_TOKENS if tok.token_to_id(t) is not None])
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    if cls is None or sep is None:
+        raise CheckpointError(f"{vocab} has no [CLS] or [SEP] token; it is not a BERT vocabulary")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return tok
+
+
+class Tokenizer:
+    """A BERT tokenizer: ``tok(["a text", ...])`` -> padded :class:`Encoding`; ``tok.decode(ids)``."""
+
+    def __init__(self, backend: _HFTokenizer, max_length: int | None = None):
+        self.backend = backend
+        self.max_length = max_length  # the model's max positions, if known
+        ids = {t: backend.token_to_id(t) for t in SPECIAL_TOKENS}
+        missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if ids[t] is None]
+        if missing:
+            raise CheckpointError(f"the tokenizer has no {', '.join(missing)} token; it is not a BERT tokenizer")
+        self.cls_token_id, self.sep_token_id, self.mask_token_id = ids["[CLS]"], ids["[SEP]"], ids["[MASK]"]
+        self.pad_token_id = ids["[PAD]"] if ids["[PAD]"] is not None else 0
+        self.unk_token_id = ids["[UNK]"]
+        self.mask_token = "[MASK]"
+        backend.no_truncation()
+        backend.enable_padding(pad_id=self.pad_token_id, pad_token=backend.id_to_token(self.pad_token_id))
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, max_length: int | None = None) -> Tokenizer | None:
+        """``tokenizer.json`` if present, else ``vocab.txt`` (+ ``tokenizer_config.json``); None if neither."""
+        folder = Path(folder)
+        if (folder / "tokenizer.json").is_file():
+            try:
+                backend = _HFTokenizer.from_file(str(folder / "tokenizer.json"))
+            except Exception as e:
+                raise CheckpointError(f"{folder / 'tokenizer.json'} cannot be read ({e}); re-download it") from e
+        elif (folder / "vocab.txt").is_file():
+            backend = _wordpiece_from_vocab(folder / "vocab.txt", _read_json(folder / "tokenizer_config.json"))
+        else:
+            return None
+        return cls(backend, max_length)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self.backend.id_to_token(i)
+
+    def __call__(self, texts: str | list[str], pairs: str | list[str] | None = None) -> Encoding:
+        """Tokenize one text or a batch (optionally with second segments) into a padded batch.
+
+        texts: str or list of B str; pairs: the same number of second segments (token type 1).
+        Returns (B, S) tensors padded with [PAD] to the longest row.
+        """
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if pairs is not None:
+            pairs = [pairs] if isinstance(pairs, str) else list(pairs)
+            if len(pairs) != len(texts):
+                raise InputError(f"got {len(texts)} texts but {len(pairs)} second segments; pass one per text")
+        for t in texts + (pairs or []):
+            if not isinstance(t, str):
+                raise InputError(f"texts must be str, got {type(t).__name__}: {t!r:.60}")
+        batch = self.backend.encode_batch(list(zip(texts, pairs)) if pairs is not None else texts)
+        return Encoding(
+            input_ids=torch.tensor([e.ids for e in batch], dtype=torch.long),
+            token_type_ids=torch.tensor([e.type_ids for e in batch], dtype=torch.long),
+            attention_mask=torch.tensor([e.attention_mask for e in batch], dtype=torch.long),
+            tokens=[e.tokens for e in batch],
+            offsets=[e.offsets for e in batch],
+        )
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """ids -> text, joining ``##`` pieces (as ``tokenizer.decode`` in transformers)."""
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

