@@ -196,13 +196,18 @@ def attention(
     nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned
     cross = encoder_hidden is not None
 
-    q = split_heads(linear(x, p["self.query.weight"], p["self.query.bias"]), nh)  # (B, nh, S_q, hd)
+    query = linear(x, p["self.query.weight"], p["self.query.bias"])  # (B, S_q, nh*hd)
+    trace["query"] = query
+    q = split_heads(query, nh)  # (B, nh, S_q, hd)
     if cross and past_kv is not None:
         k, v = past_kv  # (B, nh, S_e, hd) each, computed on the first decoding step
     else:
         source = encoder_hidden if cross else x
-        k = split_heads(linear(source, p["self.key.weight"], p["self.key.bias"]), nh)  # (B, nh, S_k, hd)
-        v = split_heads(linear(source, p["self.value.weight"], p["self.value.bias"]), nh)
+        key = linear(source, p["self.key.weight"], p["self.key.bias"])  # (B, S_k, nh*hd)
+        value = linear(source, p["self.value.weight"], p["self.value.bias"])  # (B, S_k, nh*hd)
+        trace["key"], trace["value"] = key, value
+        k = split_heads(key, nh)  # (B, nh, S_k, hd)
+        v = split_heads(value, nh)
         if past_kv is not None:
             k = torch.cat([past_kv[0], k], dim=2)  # (B, nh, past + S_q, hd)
             v = torch.cat([past_kv[1], v], dim=2)
@@ -224,8 +229,10 @@ def attention(
     trace["context"] = context
 
     merged = merge_heads(context)  # (B, S_q, nh*hd)
+    trace["merged"] = merged
     out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S_q, H)
     out = dropout(out, cfg.hidden_dropout_prob, generator)
+    trace["dense"] = out
     out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
     trace["output"] = out
     return AttentionOutput(out, probs, (k, v))

@@ -38,7 +38,10 @@ def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None,
     trace["intermediate"] = h
     h = linear(h, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
     h = dropout(h, cfg.hidden_dropout_prob, generator)
-    return layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
+    trace["dense"] = h
+    h = layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
+    trace["output"] = h
+    return h
 
 
 def chunked_feed_forward(p: Params, x: Tensor, chunk_size: int, generator: torch.Generator | None = None,
