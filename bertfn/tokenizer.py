@@ -66,12 +66,27 @@ def _wordpiece_from_vocab(vocab: Path, options: dict) -> _HFTokenizer:
     return tok
 
 
-class Tokenizer:
-    """A BERT tokenizer: ``tok(["a text", ...])`` -> padded :class:`Encoding`; ``tok.decode(ids)``."""
+def clean_up_tokenization(text: str) -> str:
+    """Glue punctuation and English contractions back on ("rome , do" -> "rome, do"), as transformers'
+    ``PreTrainedTokenizerBase.clean_up_tokenization`` does after decoding."""
+    for spaced, tight in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                          (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(spaced, tight)
+    return text
 
-    def __init__(self, backend: _HFTokenizer, max_length: int | None = None):
+
+class Tokenizer:
+    """A BERT tokenizer: ``tok(["a text", ...])`` -> padded :class:`Encoding`; ``tok.decode(ids)``.
+
+    ``clean_up_spaces`` mirrors transformers' ``clean_up_tokenization_spaces``: read from
+    tokenizer_config.json, else True for a tokenizer built from vocab.txt (the slow BertTokenizer's
+    default) and False for one read from tokenizer.json (the fast tokenizers' default).
+    """
+
+    def __init__(self, backend: _HFTokenizer, max_length: int | None = None, clean_up_spaces: bool = False):
         self.backend = backend
         self.max_length = max_length  # the model's max positions, if known
+        self.clean_up_spaces = clean_up_spaces
         ids = {t: backend.token_to_id(t) for t in SPECIAL_TOKENS}
         missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if ids[t] is None]
         if missing:
@@ -87,16 +102,18 @@ class Tokenizer:
     def from_folder(cls, folder: str | Path, max_length: int | None = None) -> Tokenizer | None:
         """``tokenizer.json`` if present, else ``vocab.txt`` (+ ``tokenizer_config.json``); None if neither."""
         folder = Path(folder)
+        options = _read_json(folder / "tokenizer_config.json")
         if (folder / "tokenizer.json").is_file():
             try:
                 backend = _HFTokenizer.from_file(str(folder / "tokenizer.json"))
             except Exception as e:
                 raise CheckpointError(f"{folder / 'tokenizer.json'} cannot be read ({e}); re-download it") from e
         elif (folder / "vocab.txt").is_file():
-            backend = _wordpiece_from_vocab(folder / "vocab.txt", _read_json(folder / "tokenizer_config.json"))
+            backend = _wordpiece_from_vocab(folder / "vocab.txt", options)
         else:
             return None
-        return cls(backend, max_length)
+        from_vocab = not (folder / "tokenizer.json").is_file()
+        return cls(backend, max_length, bool(options.get("clean_up_tokenization_spaces", from_vocab)))
 
     @property
     def vocab_size(self) -> int:
@@ -133,4 +150,5 @@ class Tokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         """ids -> text, joining ``##`` pieces (as ``tokenizer.decode`` in transformers)."""
-        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if self.clean_up_spaces else text

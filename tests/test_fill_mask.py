@@ -1,0 +1,94 @@
+"""fill_mask against transformers' fill-mask pipeline on the same checkpoint.
+
+Same tokens, same order, same token strings and sequences; scores within 1e-5.
+"""
+
+from __future__ import annotations
+
+import pytest
+import transformers
+
+import bertfn
+
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def both(mlm_checkpoint):
+    folder, _ = mlm_checkpoint
+    pipe = transformers.pipeline("fill-mask", model=str(folder), tokenizer=str(folder), device="cpu")
+    return bertfn.load(folder), pipe
+
+
+def assert_same(mine, theirs):
+    """Same nesting, same tokens/strings/sequences, scores within ATOL."""
+    assert type(mine) is type(theirs)
+    if isinstance(theirs, dict):
+        assert set(mine) == {"score", "token", "token_str", "sequence"}
+        assert (mine["token"], mine["token_str"], mine["sequence"]) == \
+            (theirs["token"], theirs["token_str"], theirs["sequence"])
+        assert mine["score"] == pytest.approx(theirs["score"], abs=ATOL)
+        return
+    assert len(mine) == len(theirs)
+    for a, b in zip(mine, theirs):
+        assert_same(a, b)
+
+
+def test_one_mask(both):
+    model, pipe = both
+    text = "when in rome , do as the [MASK] do ."
+    assert_same(bertfn.fill_mask(text, model), pipe(text))
+    assert len(bertfn.fill_mask(text, model)) == 5
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 12])
+def test_top_k(both, top_k):
+    model, pipe = both
+    text = "the cat sat on the [MASK] ."
+    assert_same(bertfn.fill_mask(text, model, top_k=top_k), pipe(text, top_k=top_k))
+
+
+def test_several_masks(both):
+    model, pipe = both
+    text = "the [MASK] sat on the [MASK] in [MASK] ."
+    mine = bertfn.fill_mask(text, model, top_k=4)
+    assert len(mine) == 3 and all(len(per_mask) == 4 for per_mask in mine)
+    assert_same(mine, pipe(text, top_k=4))
+
+
+def test_targets(both):
+    model, pipe = both
+    text = "paris is the [MASK] of france ."
+    targets = ["capital", "city", "dog"]
+    mine = bertfn.fill_mask(text, model, targets=targets)
+    assert sorted(a["token_str"] for a in mine) == sorted(targets)
+    assert_same(mine, pipe(text, targets=targets))
+    assert_same(bertfn.fill_mask(text, model, targets=targets, top_k=2), pipe(text, targets=targets, top_k=2))
+
+
+def test_batch_of_different_lengths(both):
+    model, pipe = both
+    texts = ["[MASK] .", "the big red dog sat on the [MASK] and the small cat sat on a mat .",
+             "hello [MASK] !", "i [MASK] you [MASK] well", "when in rome , do as the [MASK] do ."]
+    for batch_size in (1, 2, 16):
+        assert_same(bertfn.fill_mask(texts, model, top_k=3, batch_size=batch_size), pipe(texts, top_k=3))
+
+
+def test_mixed_case_and_punctuation(both):
+    model, pipe = both
+    text = "When in Rome, do as the [MASK] do!"
+    assert_same(bertfn.fill_mask(text, model), pipe(text))
+
+
+def test_no_mask_is_an_input_error(both):
+    model, _ = both
+    with pytest.raises(bertfn.InputError, match=r"no \[MASK\]"):
+        bertfn.fill_mask("no mask here", model)
+
+
+def test_model_by_path_is_loaded_once(mlm_checkpoint):
+    from bertfn.pipelines import get_model
+
+    folder, _ = mlm_checkpoint
+    assert get_model(str(folder)) is get_model(str(folder))
+    assert bertfn.fill_mask("hello [MASK] !", str(folder), top_k=1)[0]["token_str"]
