@@ -152,7 +152,7 @@ def _propositions(tok, row_ids: list[int], masks: list, wanted: list[int] | None
             answers.append({
                 "score": score,
                 "token": token,
-                "token_str": tok.decode([token], skip_special_tokens=False),
+                "token_str": tok.decode([token]),
                 "sequence": tok.decode(filled, skip_special_tokens=one_mask),
             })
         out.append(answers)

@@ -148,7 +148,7 @@ class Tokenizer:
             offsets=[e.offsets for e in batch],
         )
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        """ids -> text, joining ``##`` pieces (as ``tokenizer.decode`` in transformers)."""
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """ids -> text, joining ``##`` pieces; same defaults as ``tokenizer.decode`` in transformers."""
         text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return clean_up_tokenization(text) if self.clean_up_spaces else text
