@@ -80,3 +80,29 @@ def _offline_hub(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     if os.environ.get("BERTFN_TEST_ALLOW_HUB"):
         monkeypatch.delenv("HF_HUB_OFFLINE")
+
+
+def random_model(config: "bertfn.BertConfig", seed: int = 0, mlm: bool = True, pooler: bool = True):
+    """A bertfn Model with random weights for ``config``, made from the shapes the loader expects.
+
+    No transformers involved: fast enough for hypothesis to build one per example.
+    """
+    import bertfn
+    from bertfn.loading import expected_shapes
+
+    wanted = {}
+    if mlm:
+        wanted["cls.predictions.transform.dense.weight"] = None
+    if pooler:
+        wanted["bert.pooler.dense.weight"] = None
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for key, shape in expected_shapes(config, wanted).items():
+        t = torch.randn(shape, generator=g) * 0.3
+        state[key] = t + 1.0 if key.endswith("LayerNorm.weight") else t
+    state["cls.predictions.decoder.weight"] = state.get("bert.embeddings.word_embeddings.weight")
+    if mlm:
+        state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+    else:
+        del state["cls.predictions.decoder.weight"]
+    return bertfn.Model(config, state, None, "random")

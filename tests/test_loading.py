@@ -1,0 +1,153 @@
+"""Loading: every file layout gives the same model; bad weights give errors that name the keys."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import build_hf, save_checkpoint
+from safetensors.torch import save_file
+
+import bertfn
+
+
+@pytest.fixture(scope="module")
+def reference(mlm_checkpoint):
+    """Logits of the safetensors checkpoint on a padded batch: what every other layout must give."""
+    folder, _ = mlm_checkpoint
+    ids = torch.tensor([[5, 20, 21, 7, 22, 6], [5, 23, 7, 6, 0, 0]])
+    return folder, ids, logits_of(bertfn.load(folder), ids)
+
+
+def logits_of(model, ids):
+    out = bertfn.encoder(model.params, ids, (ids != 0).long())
+    return bertfn.mlm_head(model.params, out.last_hidden_state)
+
+
+def copy_without_weights(src, dst):
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.suffix not in (".safetensors", ".bin"):
+            shutil.copy(f, dst / f.name)
+    return dst
+
+
+def state_of(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_bin_equals_safetensors(reference, tmp_path):
+    folder, ids, expected = reference
+    hf = build_hf("BertForMaskedLM", seed=1)  # the same seed as the mlm_checkpoint fixture
+    bin_folder = save_checkpoint(hf, tmp_path / "bin", safe=False)
+    assert (bin_folder / "pytorch_model.bin").is_file() and not (bin_folder / "model.safetensors").exists()
+    torch.testing.assert_close(logits_of(bertfn.load(bin_folder), ids), expected, atol=0, rtol=0)
+
+
+def test_bare_keys_without_bert_prefix(reference, tmp_path):
+    folder, ids, expected = reference
+    state = {k.removeprefix("bert."): v.contiguous() for k, v in state_of(folder).items()}
+    assert "embeddings.word_embeddings.weight" in state
+    dst = copy_without_weights(folder, tmp_path / "bare")
+    save_file(state, str(dst / "model.safetensors"))
+    model = bertfn.load(dst)
+    assert "bert.embeddings.word_embeddings.weight" in model.state
+    torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
+
+
+def test_tied_decoder_keys_may_be_missing(reference, tmp_path):
+    folder, ids, expected = reference
+    state = state_of(folder)
+    for k in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias"):
+        state.pop(k, None)
+    dst = copy_without_weights(folder, tmp_path / "untied")
+    save_file(state, str(dst / "model.safetensors"))
+    model = bertfn.load(dst)
+    assert model.state["cls.predictions.decoder.weight"] is model.state["bert.embeddings.word_embeddings.weight"]
+    assert model.state["cls.predictions.decoder.bias"] is model.state["cls.predictions.bias"]
+    torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
+
+
+def test_only_the_decoder_bias_is_there(reference, tmp_path):
+    folder, ids, expected = reference
+    state = state_of(folder)
+    state["cls.predictions.decoder.bias"] = state.pop("cls.predictions.bias").clone()
+    dst = copy_without_weights(folder, tmp_path / "old-bias")
+    save_file(state, str(dst / "model.safetensors"))
+    torch.testing.assert_close(logits_of(bertfn.load(dst), ids), expected, atol=0, rtol=0)
+
+
+def test_tf_era_gamma_beta_names(reference, tmp_path):
+    folder, ids, expected = reference
+    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+             for k, v in state_of(folder).items()}
+    dst = copy_without_weights(folder, tmp_path / "gamma")
+    save_file(state, str(dst / "model.safetensors"))
+    torch.testing.assert_close(logits_of(bertfn.load(dst), ids), expected, atol=0, rtol=0)
+
+
+def test_single_file_with_config_beside_it_or_given(reference, tmp_path):
+    folder, ids, expected = reference
+    torch.testing.assert_close(logits_of(bertfn.load(folder / "model.safetensors"), ids), expected, atol=0, rtol=0)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(folder / "model.safetensors", alone / "weights.safetensors")
+    config = json.loads((folder / "config.json").read_text())
+    model = bertfn.load(alone / "weights.safetensors", config=config)
+    assert model.tokenizer is None
+    torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
+
+
+def test_vocab_txt_only_tokenizes_like_tokenizer_json(mlm_checkpoint, tmp_path):
+    folder, _ = mlm_checkpoint
+    dst = tmp_path / "vocab-only"
+    shutil.copytree(folder, dst)
+    (dst / "tokenizer.json").unlink()
+    texts = ["When in Rome, do as the [MASK] do!", "hello world"]
+    a, b = bertfn.load(folder).tokenizer(texts), bertfn.load(dst).tokenizer(texts)
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.attention_mask, b.attention_mask)
+
+
+def test_missing_key_is_named(mlm_checkpoint, tmp_path):
+    folder, _ = mlm_checkpoint
+    state = state_of(folder)
+    del state["bert.encoder.layer.1.attention.self.key.bias"]
+    dst = copy_without_weights(folder, tmp_path / "missing")
+    save_file(state, str(dst / "model.safetensors"))
+    with pytest.raises(bertfn.CheckpointError, match=r"missing 1 key\(s\): bert\.encoder\.layer\.1\.attention\.self\.key\.bias"):
+        bertfn.load(dst)
+
+
+def test_wrong_shape_is_named(mlm_checkpoint, tmp_path):
+    folder, _ = mlm_checkpoint
+    state = state_of(folder)
+    state["bert.encoder.layer.0.intermediate.dense.weight"] = torch.zeros(81, 48)
+    dst = copy_without_weights(folder, tmp_path / "shape")
+    save_file(state, str(dst / "model.safetensors"))
+    with pytest.raises(bertfn.CheckpointError,
+                       match=r"bert\.encoder\.layer\.0\.intermediate\.dense\.weight: expected \(80, 48\), found \(81, 48\)"):
+        bertfn.load(dst)
+
+
+def test_unexpected_key_is_named_and_strict_false_drops_it(reference, tmp_path):
+    folder, ids, expected = reference
+    state = state_of(folder)
+    state["bert.encoder.layer.9.something.weight"] = torch.zeros(2)
+    dst = copy_without_weights(folder, tmp_path / "extra")
+    save_file(state, str(dst / "model.safetensors"))
+    with pytest.raises(bertfn.CheckpointError, match=r"unexpected 1 key\(s\): bert\.encoder\.layer\.9\.something\.weight"):
+        bertfn.load(dst)
+    model = bertfn.load(dst, strict=False)
+    assert "bert.encoder.layer.9.something.weight" not in model.state
+    torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
+
+
+def test_to_keeps_ties_and_moves_dtype(mlm_checkpoint):
+    folder, _ = mlm_checkpoint
+    half = bertfn.load(folder, dtype=torch.bfloat16)
+    assert half.dtype == torch.bfloat16
+    assert half.state["cls.predictions.decoder.weight"] is half.state["bert.embeddings.word_embeddings.weight"]
