@@ -10,7 +10,8 @@ Keys read (under ``bert.encoder.layer.{i}.attention.`` or ``...crossattention.``
 
 Masks here are *additive*: 0 where a key may be attended, ``finfo(dtype).min`` where it may not,
 shaped (B, 1, S_q or 1, S_k) so they broadcast over heads. :func:`extended_mask` builds one from the
-0/1 padding mask a tokenizer gives.
+0/1 padding mask a tokenizer gives. A query whose every key is masked gets finite outputs on both
+paths in fp32, fp16 and bf16 (in fp32 it attends uniformly to all keys, as in transformers).
 
 Two paths compute the same numbers. :func:`eager_attention` is the reference, written step by step.
 ``impl="sdpa"`` hands the same Q, K, V and additive mask to ``torch.nn.functional.scaled_dot_product_attention``
@@ -139,7 +140,10 @@ def eager_attention(
     scores = scores / math.sqrt(hd)  # keeps the logits' spread independent of hd
     trace["scaled_scores"] = scores
     if mask is not None:
-        scores = scores + mask  # masked keys get finfo.min, i.e. probability 0 after softmax
+        # Masked keys get finfo.min, i.e. probability 0 after softmax. In fp16 finfo.min plus a negative
+        # score overflows to -inf, and a row with every key masked would softmax to NaN: the clamp puts
+        # such scores back at finfo.min (a no-op in fp32, where no score comes near it).
+        scores = (scores + mask).clamp(min=torch.finfo(scores.dtype).min)
     trace["masked_scores"] = scores
     probs = torch.softmax(scores, dim=-1)  # (B, nh, S_q, S_k), each row sums to 1
     probs = dropout(probs, p_drop, generator)
@@ -158,7 +162,7 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, 
     """
     if bias is not None:
         bias = bias / math.sqrt(q.shape[-1])
-        mask = bias if mask is None else bias + mask
+        mask = bias if mask is None else (bias + mask).clamp(min=torch.finfo(mask.dtype).min)  # as in eager
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 

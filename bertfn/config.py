@@ -109,10 +109,14 @@ class BertConfig:
                 f"no config.json at {path}; a BERT checkpoint folder needs one next to its weights "
                 "(transformers' save_pretrained writes it)"
             ) from None
+        except (OSError, UnicodeDecodeError) as e:  # a folder, no permission, binary garbage
+            raise ConfigError(f"cannot read {path} as a JSON text file ({e}); re-download or fix it") from e
         try:
             return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path} is not valid JSON ({e}); re-download or fix the file") from e
+        except ConfigError as e:  # a value the model cannot be built from: say which file holds it
+            raise ConfigError(f"{path}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a ``config.json``-style dict."""

@@ -19,8 +19,23 @@ from .trace import NO_TRACE, Trace
 Tensor = torch.Tensor
 
 
-def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str) -> None:
-    """Raise :class:`InputError` unless every id is in ``[0, limit)`` (an embedding table's rows)."""
+INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str, shape: tuple[int, int] | None = None) -> None:
+    """Raise :class:`InputError` unless ``ids`` is an integer tensor whose values index an embedding table.
+
+    Every id must lie in ``[0, limit)`` (the table's rows). With ``shape`` = (B, S) given, ``ids``
+    must also fit the batch: (B, S), (1, S) or (S,).
+    """
+    if not isinstance(ids, Tensor) or ids.dtype not in INTEGER_DTYPES:
+        kind = f"a {ids.dtype} tensor" if isinstance(ids, Tensor) else f"a {type(ids).__name__}"
+        raise InputError(f"{name} must be an integer tensor (torch.long), got {kind}; "
+                         f"e.g. torch.tensor(ids, dtype=torch.long)")
+    if shape is not None and (ids.dim() not in (1, 2) or ids.shape[-1] != shape[1]
+                              or (ids.dim() == 2 and ids.shape[0] not in (1, shape[0]))):
+        raise InputError(f"{name} must have shape {shape} (batch, seq) like the input, or ({shape[1]},); "
+                         f"got {tuple(ids.shape)}")
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
         raise InputError(
             f"{name} must lie in [0, {limit}), got values from {int(ids.min())} to {int(ids.max())}; {what_to_do}"
@@ -54,16 +69,17 @@ def embeddings(
     if (input_ids is None) == (inputs_embeds is None):
         raise InputError("pass exactly one of input_ids (B, S) or inputs_embeds (B, S, H)")
     if input_ids is not None:
-        if input_ids.dim() != 2:
-            raise InputError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
         check_ids("input_ids", input_ids, cfg.vocab_size, "use the tokenizer that came with the model")
+        if input_ids.dim() != 2 or not input_ids.numel():
+            raise InputError(f"input_ids must have shape (batch, seq) with at least one token, "
+                             f"got {tuple(input_ids.shape)}")
         B, S = input_ids.shape
         words = p["word_embeddings.weight"][input_ids]  # (B, S, H)
     else:
-        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != cfg.hidden_size:
-            raise InputError(
-                f"inputs_embeds must have shape (batch, seq, {cfg.hidden_size}), got {tuple(inputs_embeds.shape)}"
-            )
+        if not isinstance(inputs_embeds, Tensor) or inputs_embeds.dim() != 3 or not inputs_embeds.numel() \
+                or inputs_embeds.shape[-1] != cfg.hidden_size:
+            got = tuple(inputs_embeds.shape) if isinstance(inputs_embeds, Tensor) else type(inputs_embeds).__name__
+            raise InputError(f"inputs_embeds must be a tensor of shape (batch, seq, {cfg.hidden_size}), got {got}")
         B, S, _ = inputs_embeds.shape
         words = inputs_embeds
     device = words.device
@@ -72,7 +88,7 @@ def embeddings(
     if token_type_ids is None:
         token_type_ids = torch.zeros(B, S, dtype=torch.long, device=device)
     check_ids("token_type_ids", token_type_ids, cfg.type_vocab_size,
-              f"this model has {cfg.type_vocab_size} segment types (0 = first text, 1 = second)")
+              f"this model has {cfg.type_vocab_size} segment types (0 = first text, 1 = second)", (B, S))
     token_types = p["token_type_embeddings.weight"][token_type_ids]  # (B, S, H)
     trace["token_type"] = token_types
     x = words + token_types
@@ -81,10 +97,13 @@ def embeddings(
         if position_ids is None:
             position_ids = default_position_ids(B, S, past_length, device)
         check_ids("position_ids", position_ids, cfg.max_position_embeddings,
-                  f"this model has {cfg.max_position_embeddings} positions; shorten the input")
+                  f"this model has {cfg.max_position_embeddings} positions; shorten the input", (B, S))
         positions = p["position_embeddings.weight"][position_ids]  # (B, S, H)
         trace["position"] = positions
         x = x + positions
+    elif past_length + S > cfg.max_position_embeddings:  # relative: attention looks up distances up to P - 1
+        raise InputError(f"the input reaches position {past_length + S} but this model has "
+                         f"{cfg.max_position_embeddings} positions; shorten the input")
     trace["sum"] = x
 
     x = layer_norm(x, p["LayerNorm.weight"], p["LayerNorm.bias"], cfg.layer_norm_eps)  # (B, S, H)

@@ -15,13 +15,14 @@ pickled code. Keys are normalised to the names ``BertForPreTraining`` uses (``be
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from .config import BertConfig
-from .errors import CheckpointError, ModelLoadError
+from .errors import CheckpointError, InputError, ModelLoadError
 from .params import Params
 from .tokenizer import Tokenizer
 
@@ -80,14 +81,29 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
             ) from e
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle.UnpicklingError for refused code, RuntimeError/EOFError for broken zips
+    except Exception as e:  # UnpicklingError from the restricted unpickler, RuntimeError / EOFError for broken zips
+        reason = _torch_load_reason(e)
+        if "global" in reason.lower():  # the pickle names a function or class to call: code, refused unrun
+            raise CheckpointError(
+                f"{path} holds more than plain tensors ({reason}); bertfn reads .bin files with "
+                "torch.load(weights_only=True) and never runs code a pickle carries. If you trust the file, "
+                "convert it to model.safetensors; if you do not, delete it"
+            ) from e
         raise CheckpointError(
-            f"{path} cannot be loaded safely ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-            "bertfn only reads plain tensors (weights_only=True). Use a model.safetensors file if you have one"
+            f"{path} is not a PyTorch checkpoint bertfn can read ({reason}); it may be truncated or corrupt "
+            "(download it again) or not written by torch.save"
         ) from e
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path} does not hold a flat state_dict of tensors")
     return state
+
+
+def _torch_load_reason(e: Exception) -> str:
+    """The informative line of a torch.load error (its message wraps the reason in paragraphs of advice)."""
+    boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    reason = next((line for line in lines if not line.startswith(boilerplate)), lines[0] if lines else "")
+    return f"{type(e).__name__}: {reason}"
 
 
 def normalize_keys(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
@@ -177,8 +193,41 @@ def expected_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[
     return shapes
 
 
-def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool = True) -> None:
-    """Raise :class:`CheckpointError` naming every missing, unexpected and mis-shaped key."""
+def config_contradictions(config: BertConfig, state: dict[str, torch.Tensor]) -> list[str]:
+    """Config values that the weights' own shapes contradict, e.g. ``"num_hidden_layers=3 but the weights have 2"``.
+
+    Read from the embeddings, the first layer and the layers' query weights. (Head count and eps leave no trace
+    in the shapes: a wrong ``num_attention_heads`` that divides ``hidden_size`` cannot be detected.)
+    """
+    def size(key: str, axis: int) -> int | None:
+        t = state.get(key)
+        return t.shape[axis] if t is not None and t.dim() > axis else None
+
+    layers = [k for k in state if re.fullmatch(r"bert\.encoder\.layer\.\d+\.attention\.self\.query\.weight", k)]
+    found = {
+        "vocab_size": size("bert.embeddings.word_embeddings.weight", 0),
+        "hidden_size": size("bert.embeddings.word_embeddings.weight", 1),
+        "max_position_embeddings": size("bert.embeddings.position_embeddings.weight", 0),
+        "type_vocab_size": size("bert.embeddings.token_type_embeddings.weight", 0),
+        "intermediate_size": size("bert.encoder.layer.0.intermediate.dense.weight", 0),
+        "num_hidden_layers": len(layers) or None,
+    }
+    out = [f"{name}={getattr(config, name)} but the weights have {n}"
+           for name, n in found.items() if n is not None and n != getattr(config, name)]
+    relative = any(k.endswith("self.distance_embedding.weight") for k in state)
+    if relative != (config.position_embedding_type != "absolute"):
+        out.append(f"position_embedding_type={config.position_embedding_type!r} but the weights "
+                   f"{'have' if relative else 'lack'} relative-position distance_embedding tables")
+    return out
+
+
+def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool = True,
+                weights_file: str | None = None, config_file: str | None = None) -> None:
+    """Raise :class:`CheckpointError` naming every missing, unexpected and mis-shaped key.
+
+    When config values contradict the weights (:func:`config_contradictions`) the message leads with
+    them. ``weights_file`` / ``config_file`` name the files in the message.
+    """
     present = set(state)
     shapes = expected_shapes(config, state)
     missing = sorted(set(shapes) - present)
@@ -194,8 +243,16 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
                          f"{' ...' if len(unexpected) > 8 else ''}")
         if wrong:
             parts.append(f"wrong shape: {'; '.join(wrong[:8])}{' ...' if len(wrong) > 8 else ''}")
+        weights = f"the weights in {weights_file}" if weights_file else "the weights"
+        config_name = config_file or "the config"
+        contradictions = config_contradictions(config, state)
+        if contradictions:
+            raise CheckpointError(
+                f"{config_name} contradicts {weights}: {'; '.join(contradictions)} ({' | '.join(parts)}); "
+                f"use the config.json that came with these weights, or correct those values in it"
+            )
         raise CheckpointError(
-            "the weights do not fit the config (" + " | ".join(parts) + "); check that config.json belongs to "
+            f"{weights} do not fit {config_name} ({' | '.join(parts)}); check that {config_name} belongs to "
             "these weights" + ("" if not unexpected else ", or load with strict=False to ignore extra keys")
         )
 
@@ -212,9 +269,10 @@ def download(repo_id: str, revision: str | None = None) -> Path:
 
     Honours ``HF_HUB_OFFLINE`` (cache only) and the usual cache variables. Prefers safetensors.
     """
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
+        HfHubHTTPError,
         HFValidationError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
@@ -236,8 +294,10 @@ def download(repo_id: str, revision: str | None = None) -> Path:
     try:
         config = fetch("config.json")
         if config is None:
-            state = "HF_HUB_OFFLINE is set" if local_only else "the hub cannot be reached"
-            raise ModelLoadError(f"cannot get {repo_id!r}: {state} and the cache has no copy of it; {how}")
+            state = "HF_HUB_OFFLINE is set" if local_only else "the hub cannot be reached (HF_HUB_OFFLINE=1 skips trying)"
+            fix = "unset HF_HUB_OFFLINE to download it, or " if local_only else ""
+            raise ModelLoadError(f"cannot get {repo_id!r}: {state} and the Hugging Face cache "
+                                 f"({constants.HF_HUB_CACHE}) has no copy of it; {fix}{how}")
         weights = next((w for w in map(fetch, WEIGHT_FILES) if w is not None), None)
         if weights is None:
             raise ModelLoadError(f"{repo_id!r} has no {' or '.join(WEIGHT_FILES)} available here; {how}")
@@ -246,6 +306,9 @@ def download(repo_id: str, revision: str | None = None) -> Path:
     except (RepositoryNotFoundError, RevisionNotFoundError, HFValidationError) as e:
         raise ModelLoadError(f"{repo_id!r} is neither a local folder nor a model on the hub "
                              f"({type(e).__name__}); check the spelling, or {how}") from e
+    except (HfHubHTTPError, OSError) as e:  # the hub answered with an error, or the cache cannot be written
+        first_line = str(e).splitlines()[0] if str(e) else ""
+        raise ModelLoadError(f"cannot get {repo_id!r} ({type(e).__name__}: {first_line}); try again later, or {how}") from e
     return config.parent
 
 
@@ -283,19 +346,26 @@ def load(
         folder = download(str(name_or_path), revision)
         weights = next(folder / w for w in WEIGHT_FILES if (folder / w).is_file())
 
-    if config is None:
-        config = BertConfig.from_file(folder / "config.json")
+    config_file = folder / "config.json" if config is None else config if isinstance(config, (str, Path)) else None
+    if config_file is not None:
+        config = BertConfig.from_file(config_file)
     elif isinstance(config, dict):
         config = BertConfig.from_dict(config)
     elif not isinstance(config, BertConfig):
-        config = BertConfig.from_file(config)
+        raise InputError(f"config= takes a BertConfig, a dict or the path of a config.json, got {type(config).__name__}")
 
     state = normalize_keys(read_weights(weights), config)
-    check_state(state, config, strict)
+    check_state(state, config, strict, str(weights), str(config_file) if config_file is not None else None)
     if not strict:
         known = set(expected_shapes(config, state))
         state = {k: v for k, v in state.items() if k in known}
     tokenizer = Tokenizer.from_folder(folder, config.max_position_embeddings)
+    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
+        raise CheckpointError(
+            f"the tokenizer in {folder} has {tokenizer.vocab_size} tokens but the model's vocab_size is "
+            f"{config.vocab_size}, so some ids would have no embedding; use the tokenizer files that came with "
+            "these weights"
+        )
     model = Model(config, state, tokenizer, str(name_or_path))
     return model.to(device, dtype) if device is not None or dtype is not None else model
 

@@ -17,6 +17,7 @@ from .encoder import encoder
 from .errors import InputError
 from .heads import mlm_head
 from .loading import Model, load
+from .tokenizer import Encoding, Tokenizer, check_text
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"
 
@@ -40,14 +41,18 @@ def target_ids(model: Model, targets: str | list[str]) -> list[int]:
 
     A target that is a vocabulary entry is used as is. Otherwise it is tokenized and its *first*
     word piece stands for it, with a warning (e.g. "romanesque" -> "roman"); a target that
-    tokenizes to nothing is skipped with a warning. Duplicates count once.
+    tokenizes to nothing is skipped with a warning. Duplicates count once. No targets, or none
+    left after skipping, raise :class:`InputError`.
     """
+    if not isinstance(targets, (str, list, tuple)):
+        raise InputError(f"targets must be a string or a list of strings, got {type(targets).__name__}")
     targets = [targets] if isinstance(targets, str) else list(targets)
+    if not targets:
+        raise InputError("targets is empty; pass at least one word, or targets=None to rank the whole vocabulary")
     tok = model.tokenizer
     ids: list[int] = []
-    for t in targets:
-        if not isinstance(t, str):
-            raise InputError(f"targets must be strings, got {type(t).__name__}: {t!r:.60}")
+    for n, t in enumerate(targets):
+        check_text(t, f"target {n}")
         i = tok.token_to_id(t)
         if i is None:
             pieces = tok.backend.encode(t, add_special_tokens=False).ids
@@ -73,22 +78,36 @@ def fill_mask(
     targets: str | list[str] | None = None,
     batch_size: int = 16,
     device: str | torch.device | None = None,
+    truncation: bool = False,
 ) -> list:
     """Fill every ``[MASK]`` in a text (or a list of texts) with the model's most likely tokens.
 
     Returns what ``transformers.pipeline("fill-mask")`` returns: for a text with one mask, a list of
     ``top_k`` dicts ``{"score", "token", "token_str", "sequence"}`` best first; with several masks,
-    one such list per mask; for a list of texts, a list of those. ``targets`` restricts the answers
-    to the given words. ``model``: a hub id, a local folder or a loaded :class:`Model`
-    (default: google-bert/bert-base-uncased, loaded once per process).
+    one such list per mask; for a list of texts, a list of those. ``model``: a hub id, a local folder
+    or a loaded :class:`Model` (default: google-bert/bert-base-uncased, loaded once per process).
+
+    top_k: answers per mask, at least 1. More than there are candidates (the vocabulary, or the
+    targets) is clamped to that number: every candidate is returned, best first.
+    targets: restrict the answers to these words; one that is not a vocabulary entry stands for its
+    first word piece, with a warning, as in transformers (see :func:`target_ids`).
+    truncation: a text longer than the model's ``max_position_embeddings`` (P) tokens raises
+    :class:`InputError` unless this is True. Then the text is cut to a window of P tokens ([CLS],
+    P - 2 tokens of the text, [SEP]) that holds every [MASK], centred on the masks and starting and
+    ending at word boundaries where it can; ``"sequence"`` in the results is that window. Masks
+    further apart than P - 2 tokens fit no window: :class:`InputError` (split the text instead).
+    Every problem with the inputs raises :class:`InputError` saying which text and what to do.
     """
     single = isinstance(inputs, str)
     texts = [inputs] if single else inputs
     if not isinstance(texts, (list, tuple)) or not texts:
         raise InputError(f"fill_mask takes a string or a non-empty list of strings, got {inputs!r:.80}")
     for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise InputError(f"text {i} is a {type(t).__name__}, not a string: {t!r:.60}")
+        check_text(t, f"text {i}")
+        if not t.strip():
+            raise InputError(f"text {i} is empty; write a sentence with [MASK] where the word to predict goes")
+    if not isinstance(truncation, bool):
+        raise InputError(f"truncation must be True or False, got {truncation!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError(f"top_k must be a positive integer, got {top_k!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -108,13 +127,17 @@ def fill_mask(
 
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
+    P = m.config.max_position_embeddings
     for i, n in enumerate(lengths):
         if not (enc.input_ids[i, :n] == tok.mask_token_id).any():
             raise InputError(f"text {i} has no {tok.mask_token} token: {texts[i]!r:.80}; "
                              f"put {tok.mask_token} where the word to predict goes")
-        if n > m.config.max_position_embeddings:
-            raise InputError(f"text {i} is {n} tokens long but the model reads at most "
-                             f"{m.config.max_position_embeddings}; shorten it")
+        if n > P and not truncation:
+            raise InputError(f"text {i} is {n} tokens long but the model reads at most {P}; shorten it, or pass "
+                             f"truncation=True (CLI: --truncation) to keep a {P}-token window around its masks")
+    if truncation and max(lengths) > P:
+        enc = mask_windows(tok, enc, lengths, P)
+        lengths = enc.attention_mask.sum(dim=1).tolist()
 
     results: list = [None] * len(texts)
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
@@ -138,6 +161,64 @@ def fill_mask(
                 masks = [(pos, s, p) for (g, pos), s, p in zip(where, scores, picks) if g == r]
                 results[i] = _propositions(tok, row_ids, masks, wanted)
     return results[0] if single else results
+
+
+def window_around_masks(ids: list[int], tokens: list[str], mask_id: int, width: int) -> tuple[int, int]:
+    """The span ``[start, end)`` of at most ``width`` tokens of ``ids`` that holds every ``mask_id``.
+
+    Centred on the masks (as much context on each side as the text allows), then moved off ``##``
+    continuations so that it neither starts nor ends inside a word, as long as every mask stays in.
+    ids, tokens: one text's tokens without [CLS] / [SEP]. The caller checks that the masks fit.
+    """
+    masks = [j for j, t in enumerate(ids) if t == mask_id]
+    first, last = masks[0], masks[-1]
+    spare = width - (last - first + 1)  # context tokens the window holds besides the masks' span
+    start = min(max(first - spare // 2, 0), len(ids) - width)
+    end = start + width
+    while start < first and tokens[start].startswith("##"):  # do not begin in the middle of a word
+        start += 1
+    while end > last + 1 and end < len(ids) and tokens[end].startswith("##"):  # nor end in one
+        end -= 1
+    return start, end
+
+
+def mask_windows(tok: Tokenizer, enc: Encoding, lengths: list[int], limit: int) -> Encoding:
+    """``enc`` with every row longer than ``limit`` tokens cut to a window that keeps all its masks.
+
+    A cut row is [CLS] + :func:`window_around_masks` of its text tokens + [SEP]; shorter rows stay.
+    enc: a padded single-text batch (B, S) -> a padded batch (B, S') with S' <= ``limit``.
+    Raises :class:`InputError` when a row's masks are further apart than ``limit - 2`` tokens.
+    """
+    width = limit - 2  # room for [CLS] and [SEP]
+    rows = []  # (ids, token types, tokens, offsets) of each row, unpadded
+    for i, n in enumerate(lengths):
+        ids, types = enc.input_ids[i, :n].tolist(), enc.token_type_ids[i, :n].tolist()
+        tokens, offsets = enc.tokens[i][:n], enc.offsets[i][:n]
+        if n > limit:
+            masks = [j for j, t in enumerate(ids) if t == tok.mask_token_id]
+            if masks[-1] - masks[0] + 1 > width:
+                raise InputError(
+                    f"text {i} has masks {masks[-1] - masks[0] + 1} tokens apart (first to last) but the model "
+                    f"reads {limit} tokens at a time ({width} besides [CLS] and [SEP]), so no window holds them "
+                    "all; split the text into pieces whose masks are closer together"
+                )
+            start, end = window_around_masks(ids[1:-1], tokens[1:-1], tok.mask_token_id, width)
+            keep = [0, *range(start + 1, end + 1), n - 1]  # [CLS], the window, [SEP]
+            ids, types = [ids[j] for j in keep], [types[j] for j in keep]
+            tokens, offsets = [tokens[j] for j in keep], [offsets[j] for j in keep]
+        rows.append((ids, types, tokens, offsets))
+    S = max(len(r[0]) for r in rows)
+    input_ids = torch.full((len(rows), S), tok.pad_token_id, dtype=torch.long)  # (B, S)
+    token_type_ids = torch.zeros(len(rows), S, dtype=torch.long)
+    attention_mask = torch.zeros(len(rows), S, dtype=torch.long)
+    pad = tok.id_to_token(tok.pad_token_id)
+    for i, (ids, types, _, _) in enumerate(rows):
+        input_ids[i, :len(ids)] = torch.tensor(ids)
+        token_type_ids[i, :len(ids)] = torch.tensor(types)
+        attention_mask[i, :len(ids)] = 1
+    tokens = [r[2] + [pad] * (S - len(r[2])) for r in rows]
+    offsets = [r[3] + [(0, 0)] * (S - len(r[3])) for r in rows]
+    return Encoding(input_ids, token_type_ids, attention_mask, tokens, offsets)
 
 
 def _propositions(tok, row_ids: list[int], masks: list, wanted: list[int] | None) -> list:

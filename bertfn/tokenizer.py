@@ -75,6 +75,21 @@ def clean_up_tokenization(text: str) -> str:
     return text
 
 
+def check_text(text: str, which: str) -> None:
+    """Raise :class:`InputError` unless ``text`` is a str the tokenizer can take (valid Unicode).
+
+    ``which`` names it in the message, e.g. ``"text 3"``.
+    """
+    if not isinstance(text, str):
+        raise InputError(f"{which} must be a string, got {type(text).__name__}: {text!r:.60}")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate, e.g. from bytes decoded with errors="surrogateescape"
+            raise InputError(f"{which} holds {text[e.start]!r} at character {e.start}, which is not valid Unicode; "
+                             "decode the bytes with their real encoding (or errors='replace')") from None
+
+
 class Tokenizer:
     """A BERT tokenizer: ``tok(["a text", ...])`` -> padded :class:`Encoding`; ``tok.decode(ids)``.
 
@@ -136,9 +151,8 @@ class Tokenizer:
             pairs = [pairs] if isinstance(pairs, str) else list(pairs)
             if len(pairs) != len(texts):
                 raise InputError(f"got {len(texts)} texts but {len(pairs)} second segments; pass one per text")
-        for t in texts + (pairs or []):
-            if not isinstance(t, str):
-                raise InputError(f"texts must be str, got {type(t).__name__}: {t!r:.60}")
+        for i, t in enumerate(texts + (pairs or [])):
+            check_text(t, f"text {i}" if i < len(texts) else f"second segment {i - len(texts)}")
         batch = self.backend.encode_batch(list(zip(texts, pairs)) if pairs is not None else texts)
         return Encoding(
             input_ids=torch.tensor([e.ids for e in batch], dtype=torch.long),
