@@ -25,13 +25,15 @@ from .params import Params
 from .pipelines import fill_mask
 from .tokenizer import Tokenizer
 from .trace import Trace
+from .inspect import Recording, trace  # bertfn.trace is this function; the recorder is bertfn.trace.Trace
+from . import plots  # matplotlib itself is imported only when a plot is drawn
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BertConfig", "BertfnError", "Cache", "CheckpointError", "ConfigError", "EncoderOutput", "InputError",
-    "Model", "ModelLoadError", "Params", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
+    "Model", "ModelLoadError", "Params", "Recording", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
     "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "layer", "layer_norm", "linear", "load",
     "mlm_head", "multiple_choice", "nsp_head", "pooler", "question_answering", "sdpa_attention",
-    "sequence_classification", "token_classification",
+    "sequence_classification", "token_classification", "trace", "plots",
 ]

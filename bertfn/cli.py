@@ -1,6 +1,7 @@
 """The ``bertfn`` command (also ``python -m bertfn``).
 
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--model ID_OR_PATH] [--top-k N] [--json]
+    bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--model ID_OR_PATH] --out attn.png
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`).
 """
@@ -11,7 +12,7 @@ import argparse
 import json
 import sys
 
-from .errors import BertfnError
+from .errors import BertfnError, InputError
 
 
 def _table(text: str, result: list) -> str:
@@ -26,6 +27,19 @@ def _table(text: str, result: list) -> str:
     return "\n".join(lines)
 
 
+def _attention(args: argparse.Namespace) -> str:
+    """Trace ``args.text`` and write the attention heatmap of one layer (all heads, or ``--head``)."""
+    from .inspect import trace
+    from .plots import attention_figure
+
+    fig = attention_figure(trace(args.model, args.text), args.layer, args.head)
+    try:
+        fig.savefig(args.out, dpi=150)
+    except (OSError, ValueError) as e:  # ValueError: a file ending matplotlib cannot write
+        raise InputError(f"cannot write {args.out} ({e}); pass --out with a writable .png, .svg or .pdf path") from e
+    return f"wrote {args.out}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertfn", description="BERT as pure functions over a Hugging Face checkpoint.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -36,12 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
     fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
     fm.add_argument("--device", default=None, help="e.g. cpu or cuda")
     fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
+    at = sub.add_parser("attention", help="draw one layer's attention probabilities as a heatmap (needs matplotlib)")
+    at.add_argument("text", help="the text to run through the model")
+    at.add_argument("--layer", type=int, default=0, help="layer index from 0, negative from the end (default 0)")
+    at.add_argument("--head", type=int, default=None, help="one head's heatmap (default: a grid of every head)")
+    at.add_argument("--model", default=None, help="hub id or local folder (default: google-bert/bert-base-uncased)")
+    at.add_argument("--out", default="attention.png", help="image file to write (default attention.png)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "attention":
+            print(_attention(args))
+            return 0
         from .pipelines import fill_mask
 
         results = fill_mask(list(args.text), args.model, top_k=args.top_k, targets=args.targets, device=args.device)

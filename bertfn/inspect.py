@@ -1,0 +1,126 @@
+"""One call that runs a text through BERT and keeps every intermediate: ``bertfn.trace(model, text)``.
+
+:func:`trace` tokenizes the text, runs :func:`~bertfn.encoder.encoder` and, at the ``[MASK]``
+positions, :func:`~bertfn.heads.mlm_head`: the same functions, in the same order, that
+:func:`~bertfn.pipelines.fill_mask` runs. The only difference is the attention path: the eager
+reference, because the fused one never forms the probabilities. Each function writes what it
+computes into a :class:`~bertfn.trace.Trace`; nothing here computes a number of its own.
+
+The names, for one text of S tokens (B = 1), H hidden units, nh heads of width hd, I = FFN width:
+
+==========================================  ================  ==============================================
+name                                        shape             what it is
+==========================================  ================  ==============================================
+``embeddings.word``                         (B, S, H)         rows of the word-embedding table
+``embeddings.token_type``                   (B, S, H)         rows of the segment table
+``embeddings.position``                     (B, S, H)         rows of the position table (absolute only)
+``embeddings.sum``                          (B, S, H)         their sum, before LayerNorm
+``embeddings.output``                       (B, S, H)         after LayerNorm: the input of layer 0
+``layer.{i}.attention.query|key|value``     (B, S, nh*hd)     ``x W^T + b``, all heads side by side
+``layer.{i}.attention.q|k|v``               (B, nh, S, hd)    the same, split into heads
+``layer.{i}.attention.relative_scores``     (B, nh, S, S)     relative-position scores (relative models only)
+``layer.{i}.attention.scores``              (B, nh, S, S)     ``q k^T``
+``layer.{i}.attention.scaled_scores``       (B, nh, S, S)     ``(scores [+ relative_scores]) / sqrt(hd)``
+``layer.{i}.attention.masked_scores``       (B, nh, S, S)     plus the additive padding mask
+``layer.{i}.attention.probs``               (B, nh, S, S)     softmax over the keys (last axis)
+``layer.{i}.attention.context``             (B, nh, S, hd)    ``probs @ v``
+``layer.{i}.attention.merged``              (B, S, nh*hd)     the heads side by side again
+``layer.{i}.attention.dense``               (B, S, H)         the output projection
+``layer.{i}.attention.output``              (B, S, H)         ``LayerNorm(dense + layer input)``
+``layer.{i}.ffn.intermediate``              (B, S, I)         ``act(W_1 a + b_1)``, a = attention output
+``layer.{i}.ffn.dense``                     (B, S, H)         ``W_2 intermediate + b_2``
+``layer.{i}.ffn.output``                    (B, S, H)         ``LayerNorm(dense + a)``
+``layer.{i}.output``                        (B, S, H)         the layer's output (the FFN block's)
+``pooler``                                  (B, H)            ``tanh(W h_[CLS] + b)``, if the model has one
+``mlm.transform``                           (N, H)            MLM transform at the N ``[MASK]`` positions
+``mlm.logits``                              (N, V)            vocabulary logits at those positions
+==========================================  ================  ==============================================
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .config import BertConfig
+from .encoder import encoder
+from .errors import InputError
+from .heads import mlm_head
+from .loading import Model
+from .pipelines import get_model
+from .trace import Trace
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What :func:`trace` returns: the tokens and every recorded tensor, keyed by name.
+
+    ``rec["layer.0.attention.probs"]`` reads one tensor (see the module docstring for the names);
+    ``rec.keys()`` lists them all in the order they were computed.
+    """
+
+    tokens: list[str]  # S word pieces, [CLS] ... [SEP]
+    input_ids: Tensor  # (1, S)
+    mask_positions: list[int]  # positions of the [MASK]s: row n of mlm.* belongs to mask_positions[n]
+    tensors: dict[str, Tensor]
+    config: BertConfig
+
+    def __getitem__(self, name: str) -> Tensor:
+        if name not in self.tensors:
+            close = difflib.get_close_matches(name, self.tensors, n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else "see rec.keys() for the names"
+            raise InputError(f"the trace holds no {name!r}; {hint}")
+        return self.tensors[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tensors
+
+    def keys(self) -> list[str]:
+        return list(self.tensors)
+
+    def attention(self, layer: int, head: int | None = None) -> Tensor:
+        """Attention probabilities of one layer: (nh, S, S), or (S, S) for one ``head``.
+
+        Rows are queries, columns keys. Negative indices count from the end, as in Python.
+        """
+        L = self.config.num_hidden_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not -L <= layer < L:
+            raise InputError(f"layer must be an integer from 0 to {L - 1} (this model has {L} layers), got {layer!r}")
+        probs = self[f"layer.{layer % L}.attention.probs"][0]  # (nh, S, S)
+        if head is None:
+            return probs
+        nh = probs.shape[0]
+        if isinstance(head, bool) or not isinstance(head, int) or not -nh <= head < nh:
+            raise InputError(f"head must be an integer from 0 to {nh - 1} (layer {layer} has {nh} heads), got {head!r}")
+        return probs[head]  # (S, S)
+
+
+def trace(model: Model | str | Path | None, text: str, pair: str | None = None) -> Recording:
+    """Run ``text`` (and an optional second segment ``pair``) through the model, recording every step.
+
+    model: a loaded :class:`~bertfn.loading.Model`, a hub id or a local folder (None: the
+    fill-mask default, google-bert/bert-base-uncased). The MLM head runs at the ``[MASK]``
+    positions when the model has one and the text has masks; ``mlm.logits`` then holds the logits
+    fill_mask turns into its scores. Returns a :class:`Recording`; tensors have the batch axis (B = 1).
+    """
+    m = get_model(model)
+    tok = m.tokenizer
+    if tok is None:
+        raise InputError(f"model {m.name!r} has no tokenizer (tokenizer.json or vocab.txt); trace needs one to read text")
+    if not isinstance(text, str):
+        raise InputError(f"trace takes one text as a string, got {type(text).__name__}: {text!r:.60}")
+    enc = tok([text], [pair] if pair is not None else None)
+    ids = enc.input_ids.to(m.device)  # (1, S)
+    record = Trace()
+    with torch.no_grad():
+        out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
+                      impl="eager", trace=record)
+        where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,) positions of the [MASK]s
+        if len(where) and "cls.predictions.decoder.weight" in m.state:
+            mlm_head(m.params, out.last_hidden_state[0, where], trace=record)  # (N, V)
+    return Recording(enc.tokens[0], ids, where.tolist(), record.store, m.config)

