@@ -4,6 +4,7 @@ Every model function takes ``trace=`` and writes the tensors it computes into it
 names (``trace["scores"] = scores``). By default that is :data:`NO_TRACE`, which keeps nothing.
 A :class:`Trace` keeps them in one flat dict keyed by dotted names such as
 ``layer.0.attention.probs``, so what a notebook shows is exactly what the model computed.
+:func:`bertfn.trace` (in inspect.py) records a whole forward pass this way; its docstring lists every name.
 """
 
 from __future__ import annotations
