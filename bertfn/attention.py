@@ -166,6 +166,14 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, 
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def chosen_impl(impl: str, need_probs: bool, head_mask: Tensor | None, p_drop: float) -> str:
+    """The attention path that runs: ``impl``, except eager whenever the probabilities themselves are
+    needed (returned, multiplied by a head mask, or dropped out), which the fused kernel cannot give."""
+    if impl not in ATTENTION_IMPLS:
+        raise InputError(f"impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    return "eager" if need_probs or head_mask is not None or p_drop > 0 else impl
+
+
 class AttentionOutput(NamedTuple):
     hidden: Tensor  # (B, S_q, H) after output dense, residual and LayerNorm
     probs: Tensor | None  # (B, nh, S_q, S_k) when the eager path ran, else None
@@ -224,12 +232,10 @@ def attention(
         trace["relative_scores"] = bias
 
     p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
-    if impl == "eager" or need_probs or head_mask is not None or p_drop > 0:
+    if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
         context, probs = eager_attention(q, k, v, mask, bias, head_mask, p_drop, generator, trace)
-    elif impl == "sdpa":
-        context, probs = sdpa_attention(q, k, v, mask, bias), None
     else:
-        raise InputError(f"impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+        context, probs = sdpa_attention(q, k, v, mask, bias), None
     trace["context"] = context
 
     merged = merge_heads(context)  # (B, S_q, nh*hd)

@@ -9,13 +9,15 @@ Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (see at
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
-from .attention import KV, attention, causal_keep_mask, extended_mask
+from .attention import KV, attention, causal_keep_mask, chosen_impl, extended_mask
 from .embeddings import embeddings
 from .errors import InputError
 from .functional import ACTIVATIONS, dropout, layer_norm, linear
@@ -101,6 +103,33 @@ def layer(
     h = chunked_feed_forward(p, h, p.config.chunk_size_feed_forward, generator, trace.scope("ffn"))
     trace["output"] = h
     return LayerOutput(h, a.probs, cross_probs, a.kv, cross_kv)
+
+
+@contextmanager
+def rewound(generator: torch.Generator, state: Tensor) -> Iterator[None]:
+    """Run a block with ``generator`` set back to ``state``, then return it to where it was."""
+    resume = generator.get_state()
+    generator.set_state(state)
+    try:
+        yield
+    finally:
+        generator.set_state(resume)
+
+
+def checkpointed(run: Callable[[Tensor], LayerOutput], x: Tensor,
+                 generator: torch.Generator | None) -> LayerOutput:
+    """``run(x)`` under activation checkpointing (``torch.utils.checkpoint``, as HF's ``gradient_checkpointing``).
+
+    Only ``x`` is kept for backward; the layer's activations are recomputed when the gradient reaches
+    it. torch restores its own global RNG for that recomputation but knows nothing of the dropout
+    ``generator`` bertfn draws from, so the recomputation rewinds it to where it stood before the
+    layer: it draws the same dropout masks, and the gradients equal those without checkpointing.
+    """
+    if generator is None:
+        return activation_checkpoint(run, x, use_reentrant=False)
+    start = generator.get_state()
+    return activation_checkpoint(run, x, use_reentrant=False,
+                                 context_fn=lambda: (nullcontext(), rewound(generator, start)))
 
 
 class Cache(NamedTuple):
@@ -190,7 +219,7 @@ def encoder(
         if head_mask.shape[0] != L:
             raise InputError(f"head_mask must be (heads,) or ({L}, heads), got {tuple(head_mask.shape)}")
     need_probs = output_attentions
-    ran = "eager" if impl == "eager" or need_probs or head_mask is not None or generator is not None else impl
+    ran = chosen_impl(impl, need_probs, head_mask, cfg.attention_probs_dropout_prob if generator is not None else 0.0)
 
     hidden, attns, cross_attns, self_kvs, cross_kvs = [x], [], [], [], []
     for i in range(L):
@@ -203,7 +232,7 @@ def encoder(
                 past_length=past, head_mask=head_mask[i] if head_mask is not None else None,
                 impl=impl, need_probs=need_probs, generator=generator, trace=trace.scope(f"layer.{i}"),
             )
-        out = activation_checkpoint(run_layer, x, use_reentrant=False) if checkpoint else run_layer(x)
+        out = checkpointed(run_layer, x, generator) if checkpoint else run_layer(x)
         x = out.hidden
         hidden.append(x)
         attns.append(out.probs)

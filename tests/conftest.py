@@ -106,3 +106,22 @@ def random_model(config: "bertfn.BertConfig", seed: int = 0, mlm: bool = True, p
     else:
         del state["cls.predictions.decoder.weight"]
     return bertfn.Model(config, state, None, "random")
+
+
+def hf_params(model, requires_grad: bool = False) -> "bertfn.Params":
+    """bertfn's root params over a transformers model's weights, in memory (no save/load round trip).
+
+    Keys are normalised and checked exactly as ``bertfn.load`` does. requires_grad: use fresh leaf
+    copies that require grad, one per shared tensor, so tied weights stay tied (as in the HF model).
+    """
+    import bertfn
+    from bertfn.loading import check_state, normalize_keys
+
+    config = bertfn.BertConfig.from_dict(model.config.to_dict())
+    state = dict(model.state_dict())
+    if requires_grad:
+        leaves = {}
+        state = {k: leaves.setdefault(t.data_ptr(), t.detach().clone().requires_grad_(True)) for k, t in state.items()}
+    state = normalize_keys(state, config)
+    check_state(state, config)
+    return bertfn.Params(state, config)
