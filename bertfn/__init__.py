@@ -23,6 +23,7 @@ from .heads import (
 from .loading import Model, load
 from .params import Params
 from .pipelines import fill_mask
+from .pruning import prune_heads
 from .tokenizer import Tokenizer
 from .trace import Trace
 from .inspect import Recording, trace  # bertfn.trace is this function; the recorder is bertfn.trace.Trace
@@ -34,6 +35,6 @@ __all__ = [
     "BertConfig", "BertfnError", "Cache", "CheckpointError", "ConfigError", "EncoderOutput", "InputError",
     "Model", "ModelLoadError", "Params", "Recording", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
     "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "layer", "layer_norm", "linear", "load",
-    "mlm_head", "multiple_choice", "nsp_head", "pooler", "question_answering", "sdpa_attention",
+    "mlm_head", "multiple_choice", "nsp_head", "pooler", "prune_heads", "question_answering", "sdpa_attention",
     "sequence_classification", "token_classification", "trace", "plots",
 ]
