@@ -1,16 +1,20 @@
 """The ``bertfn`` command (also ``python -m bertfn``).
 
-    bertfn fill-mask "When in Rome, do as the [MASK] do." [--model ID_OR_PATH] [--top-k N] [--json]
+    bertfn fill-mask "When in Rome, do as the [MASK] do." [--model ID_OR_PATH] [--top-k N] [--json] [--truncation]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--model ID_OR_PATH] --out attn.png
 
-Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`).
+Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
+arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, an
+unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130. Warnings are one line too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import warnings
 
 from .errors import BertfnError, InputError
 
@@ -40,8 +44,16 @@ def _attention(args: argparse.Namespace) -> str:
     return f"wrote {args.out}"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a bad command line raises :class:`InputError` (one line, exit 2) instead of
+    printing the usage and exiting. Subcommand parsers are of this class too."""
+
+    def error(self, message: str) -> None:
+        raise InputError(f"{message}; see '{self.prog} --help'")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertfn", description="BERT as pure functions over a Hugging Face checkpoint.")
+    parser = _Parser(prog="bertfn", description="BERT as pure functions over a Hugging Face checkpoint.")
     sub = parser.add_subparsers(dest="command", required=True)
     fm = sub.add_parser("fill-mask", help="predict the words behind [MASK]")
     fm.add_argument("text", nargs="+", help="one or more texts, each with at least one [MASK]")
@@ -50,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
     fm.add_argument("--device", default=None, help="e.g. cpu or cuda")
     fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
+    fm.add_argument("--truncation", action="store_true",
+                    help="cut a text longer than the model's max positions to a window around its masks")
     at = sub.add_parser("attention", help="draw one layer's attention probabilities as a heatmap (needs matplotlib)")
     at.add_argument("text", help="the text to run through the model")
     at.add_argument("--layer", type=int, default=0, help="layer index from 0, negative from the end (default 0)")
@@ -59,18 +73,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "attention":
-            print(_attention(args))
-            return 0
-        from .pipelines import fill_mask
+def _one_line(kind: str, message: object) -> None:
+    print(f"bertfn: {kind}: {' '.join(str(message).split())}", file=sys.stderr)
 
-        results = fill_mask(list(args.text), args.model, top_k=args.top_k, targets=args.targets, device=args.device)
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit code.
+
+    Every failure ends here as one line on stderr and an exit code (see the module docstring),
+    never a traceback.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = lambda message, *_, **__: _one_line("warning", message)
+            return _run(build_parser().parse_args(argv))
     except BertfnError as e:
-        print(f"bertfn: error: {e}", file=sys.stderr)
+        _one_line("error", e)
         return e.exit_code
+    except KeyboardInterrupt:
+        _one_line("error", "interrupted")
+        return 130
+    except Exception as e:
+        if os.environ.get("BERTFN_DEBUG"):
+            raise
+        _one_line("error", f"unexpected {type(e).__name__}: {e} (a bug in bertfn: please report it; "
+                           "BERTFN_DEBUG=1 shows the traceback)")
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Do what the parsed command line asks and print the result; returns 0 (failures raise)."""
+    if args.command == "attention":
+        print(_attention(args))
+        return 0
+    from .pipelines import fill_mask
+
+    results = fill_mask(list(args.text), args.model, top_k=args.top_k, targets=args.targets, device=args.device,
+                        truncation=args.truncation)
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
