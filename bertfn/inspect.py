@@ -18,7 +18,7 @@ name                                        shape             what it is
 ``embeddings.output``                       (B, S, H)         after LayerNorm: the input of layer 0
 ``layer.{i}.attention.query|key|value``     (B, S, nh*hd)     ``x W^T + b``, all heads side by side
 ``layer.{i}.attention.q|k|v``               (B, nh, S, hd)    the same, split into heads
-``layer.{i}.attention.relative_scores``     (B, nh, S, S)     relative-position scores, if the model uses them
+``layer.{i}.attention.relative_scores``     (B, nh, S, S)     relative-position scores (if any)
 ``layer.{i}.attention.scores``              (B, nh, S, S)     ``q k^T``
 ``layer.{i}.attention.scaled_scores``       (B, nh, S, S)     ``(scores [+ relative_scores]) / sqrt(hd)``
 ``layer.{i}.attention.masked_scores``       (B, nh, S, S)     plus the additive padding mask
