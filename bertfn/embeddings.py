@@ -80,6 +80,10 @@ def embeddings(
                 or inputs_embeds.shape[-1] != cfg.hidden_size:
             got = tuple(inputs_embeds.shape) if isinstance(inputs_embeds, Tensor) else type(inputs_embeds).__name__
             raise InputError(f"inputs_embeds must be a tensor of shape (batch, seq, {cfg.hidden_size}), got {got}")
+        weight_dtype = p["word_embeddings.weight"].dtype
+        if inputs_embeds.dtype != weight_dtype:
+            raise InputError(f"inputs_embeds must have the model's dtype {weight_dtype}, got {inputs_embeds.dtype}; "
+                             f"convert it with .to({weight_dtype})")
         B, S, _ = inputs_embeds.shape
         words = inputs_embeds
     device = words.device

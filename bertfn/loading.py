@@ -53,7 +53,18 @@ class Model:
         return self.state["bert.embeddings.word_embeddings.weight"].dtype
 
     def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Model:
-        """A copy of the model with its weights on ``device`` / in ``dtype`` (tied weights stay tied)."""
+        """A copy of the model with its weights on ``device`` / in ``dtype`` (tied weights stay tied).
+
+        Raises :class:`InputError` for a device this torch cannot use or a dtype that is not floating point.
+        """
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise InputError(f"dtype must be a floating-point torch.dtype such as torch.float16, got {dtype!r}")
+        if device is not None:
+            try:
+                torch.empty(0, device=device)
+            except (RuntimeError, AssertionError, TypeError) as e:  # unknown name, or a backend torch lacks
+                raise InputError(f"device {str(device)!r} cannot be used here ({str(e).splitlines()[0]}); "
+                                 f"pass 'cpu'{' or cuda' if torch.cuda.is_available() else ''}") from None
         moved: dict[int, torch.Tensor] = {}
         state = {}
         for k, t in self.state.items():

@@ -251,6 +251,27 @@ def test_bad_ids(model, kwargs, message):
         bertfn.encoder(model.params, **kwargs)
 
 
+@pytest.mark.parametrize("embeds, message", [
+    (torch.ones(1, 4, 48, dtype=torch.float64), r"inputs_embeds must have the model's dtype torch.float32, got "
+                                                 r"torch.float64; convert it with .to\(torch.float32\)"),
+    (torch.ones(1, 4, 47), r"inputs_embeds must be a tensor of shape \(batch, seq, 48\), got \(1, 4, 47\)"),
+    ([[0.0] * 48], r"inputs_embeds must be a tensor of shape \(batch, seq, 48\), got list"),
+])
+def test_bad_inputs_embeds(model, embeds, message):
+    with pytest.raises(bertfn.InputError, match=message):
+        bertfn.encoder(model.params, inputs_embeds=embeds)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(device="gpu"), "device 'gpu' cannot be used here .*; pass 'cpu'"),
+    (dict(dtype="float16"), "dtype must be a floating-point torch.dtype such as torch.float16, got 'float16'"),
+    (dict(dtype=torch.int64), "dtype must be a floating-point torch.dtype"),
+])
+def test_bad_device_or_dtype(model, kwargs, message):
+    with pytest.raises(bertfn.InputError, match=message):
+        model.to(**kwargs)
+
+
 def test_relative_positions_past_the_table(tmp_path):
     """Relative-position models look up distances up to P - 1: a longer input is refused, not an IndexError."""
     folder = save_checkpoint(build_hf("BertModel", seed=4, position_embedding_type="relative_key",
@@ -557,6 +578,12 @@ def test_cli_exit_codes_per_error_class(capsys, ckpt, tmp_path):
     code, _, err = run_cli(capsys, "fill-mask", text, "--model", str(ckpt))
     assert code == 3
     assert_one_line(err, "no config.json at")
+
+
+def test_cli_bad_device(capsys, ckpt):
+    code, out, err = run_cli(capsys, "fill-mask", "the [MASK] sat .", "--model", str(ckpt), "--device", "gpu")
+    assert code == 2 and out == ""
+    assert_one_line(err, "device 'gpu' cannot be used here")
 
 
 def test_cli_too_long_text_and_truncation(capsys, ckpt):
