@@ -28,6 +28,16 @@ from .trace import NO_TRACE, Trace
 Tensor = torch.Tensor
 
 
+def check_mask(name: str, mask: object, B: int, S: int, S_k: int, nh: int) -> None:
+    """Raise :class:`InputError` unless ``mask`` is a 0/1 tensor of one of the shapes attention accepts:
+    (B, S_k), (B, S, S_k) or (B, 1 or nh, S, S_k), where S_k counts the keys (cached + new, or encoder)."""
+    allowed = [(B, S_k), (B, S, S_k), (B, 1, S, S_k), (B, nh, S, S_k)]
+    if not isinstance(mask, Tensor) or tuple(mask.shape) not in allowed:
+        got = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise InputError(f"{name} must be a tensor of shape {' or '.join(map(str, allowed))} "
+                         f"(1 = attend, 0 = ignore), got {got}; tokenizer(...).attention_mask has the 2D form")
+
+
 def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
     """Position-wise FFN with residual + LayerNorm (``BertIntermediate`` then ``BertOutput``).
 
@@ -52,11 +62,14 @@ def chunked_feed_forward(p: Params, x: Tensor, chunk_size: int, generator: torch
 
     The FFN treats each position alone, so slicing the sequence gives the same result while only
     one slice's (chunk, I) intermediate is alive at a time. ``chunk_size`` 0 means one slice.
+    A trace records slice n under ``chunk.{n}.`` (e.g. ``ffn.chunk.0.intermediate``).
     x: (B, S, H) -> (B, S, H).
     """
     if chunk_size <= 0 or chunk_size >= x.shape[1]:
         return feed_forward(p, x, generator, trace)
-    return torch.cat([feed_forward(p, part, generator) for part in x.split(chunk_size, dim=1)], dim=1)
+    parts = x.split(chunk_size, dim=1)  # ceil(S / chunk_size) of (B, <=chunk_size, H)
+    return torch.cat([feed_forward(p, part, generator, trace.scope(f"chunk.{n}")) for n, part in enumerate(parts)],
+                     dim=1)
 
 
 class LayerOutput(NamedTuple):
@@ -197,12 +210,11 @@ def encoder(
                    generator, trace.scope("embeddings"))  # (B, S, H)
     B, S, _ = x.shape
 
+    S_k = past + S  # keys: the cached positions and the new ones
     if attention_mask is None and cfg.is_decoder:
-        attention_mask = torch.ones(B, past + S, device=x.device)
+        attention_mask = torch.ones(B, S_k, device=x.device)
     if attention_mask is not None:
-        if attention_mask.dim() == 2 and attention_mask.shape != (B, past + S):
-            raise InputError(f"attention_mask must have shape ({B}, {past + S}) (batch, cached + new tokens), "
-                             f"got {tuple(attention_mask.shape)}")
+        check_mask("attention_mask", attention_mask, B, S, S_k, cfg.num_attention_heads)
         if cfg.is_decoder and attention_mask.dim() == 2:
             attention_mask = causal_keep_mask(attention_mask, S)  # (B, S, past + S)
         mask = extended_mask(attention_mask, x.dtype)
@@ -210,14 +222,20 @@ def encoder(
         mask = None  # nothing to hide: the same as an all-zero additive mask
     enc_mask = None
     if encoder_hidden_states is not None and encoder_attention_mask is not None:
+        check_mask("encoder_attention_mask", encoder_attention_mask, B, S, encoder_hidden_states.shape[1],
+                   cfg.num_attention_heads)
         enc_mask = extended_mask(encoder_attention_mask, x.dtype)
 
-    L = cfg.num_hidden_layers
+    L, nh = cfg.num_hidden_layers, cfg.num_attention_heads
     if head_mask is not None:
-        head_mask = head_mask.to(x.dtype)
-        head_mask = head_mask.expand(L, -1) if head_mask.dim() == 1 else head_mask  # (L, nh)
-        if head_mask.shape[0] != L:
-            raise InputError(f"head_mask must be (heads,) or ({L}, heads), got {tuple(head_mask.shape)}")
+        if not isinstance(head_mask, Tensor) or head_mask.shape not in ((nh,), (L, nh)):
+            got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else type(head_mask).__name__
+            raise InputError(f"head_mask must be a tensor of shape ({nh},) or ({L}, {nh}) (1 keeps a head, "
+                             f"0 silences it), got {got}")
+        if cfg.pruned_heads:
+            raise InputError("head_mask needs every layer to have all its heads, but this model was pruned "
+                             f"({cfg.pruned_heads}); mask heads of the unpruned model, or prune more instead")
+        head_mask = head_mask.to(x.dtype).expand(L, nh)  # (L, nh)
     need_probs = output_attentions
     ran = chosen_impl(impl, need_probs, head_mask, cfg.attention_probs_dropout_prob if generator is not None else 0.0)
 

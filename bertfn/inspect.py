@@ -29,7 +29,9 @@ name                                        shape             what it is
 ``layer.{i}.attention.output``              (B, S, H)         ``LayerNorm(dense + layer input)``
 ``layer.{i}.ffn.intermediate``              (B, S, I)         ``act(W_1 a + b_1)``, a = attention output
 ``layer.{i}.ffn.dense``                     (B, S, H)         ``W_2 intermediate + b_2``
-``layer.{i}.ffn.output``                    (B, S, H)         ``LayerNorm(dense + a)``
+``layer.{i}.ffn.output``                    (B, S, H)         ``LayerNorm(dense + a)``; with
+                                                              ``chunk_size_feed_forward`` the three
+                                                              ``ffn.*`` are per slice: ``ffn.chunk.{n}.*``
 ``layer.{i}.output``                        (B, S, H)         the layer's output (the FFN block's)
 ``pooler``                                  (B, H)            ``tanh(W h_[CLS] + b)``, if the model has one
 ``mlm.transform``                           (N, H)            MLM transform at the N ``[MASK]`` positions

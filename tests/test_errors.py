@@ -251,6 +251,25 @@ def test_bad_ids(model, kwargs, message):
         bertfn.encoder(model.params, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(attention_mask=[[1, 1, 1, 1]]), r"attention_mask must be a tensor of shape \(1, 4\) or .*got list"),
+    (dict(attention_mask=torch.ones(1, 5)), r"attention_mask must be a tensor of shape \(1, 4\) or .*got \(1, 5\)"),
+    (dict(attention_mask=torch.ones(1, 4, 3)), r"attention_mask must be .*\(1, 4, 4\).*got \(1, 4, 3\)"),
+    (dict(attention_mask=torch.ones(1, 2, 4, 4)), r"attention_mask must be .*\(1, 3, 4, 4\).*got \(1, 2, 4, 4\)"),
+    (dict(head_mask=torch.ones(4)), r"head_mask must be a tensor of shape \(3,\) or \(2, 3\).*got \(4,\)"),
+    (dict(head_mask=[1, 0, 1]), r"head_mask must be a tensor .*got list"),
+])
+def test_bad_masks(model, kwargs, message):
+    with pytest.raises(bertfn.InputError, match=message):
+        bertfn.encoder(model.params, IDS, **kwargs)
+
+
+def test_head_mask_on_a_pruned_model(model):
+    pruned = bertfn.prune_heads(model, {0: [1]})
+    with pytest.raises(bertfn.InputError, match="head_mask needs every layer to have all its heads"):
+        bertfn.encoder(pruned.params, IDS, head_mask=torch.ones(3))
+
+
 @pytest.mark.parametrize("embeds, message", [
     (torch.ones(1, 4, 48, dtype=torch.float64), r"inputs_embeds must have the model's dtype torch.float32, got "
                                                  r"torch.float64; convert it with .to\(torch.float32\)"),

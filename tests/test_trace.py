@@ -172,3 +172,14 @@ def test_bad_requests_raise_bertfns_errors(mlm):
         bertfn.trace(model, ["a list", "of texts"])
     with pytest.raises(bertfn.InputError, match="no tokenizer"):
         bertfn.trace(dataclasses.replace(model, tokenizer=None), "the cat")
+
+
+def test_chunked_feed_forward_records_each_slice(mlm):
+    model, _ = mlm
+    chunked = dataclasses.replace(model, config=dataclasses.replace(model.config, chunk_size_feed_forward=4))
+    rec, plain = bertfn.trace(chunked, TEXT), bertfn.trace(model, TEXT)
+    S = len(rec.tokens)
+    slices = [rec[f"layer.0.ffn.chunk.{n}.output"] for n in range(math.ceil(S / 4))]
+    assert [s.shape[1] for s in slices] == [min(4, S - 4 * n) for n in range(len(slices))]
+    torch.testing.assert_close(torch.cat(slices, dim=1), plain["layer.0.ffn.output"])
+    torch.testing.assert_close(rec["layer.0.output"], plain["layer.0.output"])
