@@ -18,8 +18,39 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     """``y = x W^T + b`` (``torch.nn.Linear``).
 
     x: (..., in) ; w: (out, in) as stored in HF checkpoints ; b: (out,) -> (..., out)
+    Inference in fp32 on the CPU with 8 to 15 rows (a short sentence) runs as :func:`onednn_linear`.
     """
+    if onednn_fits(x, w, b):
+        return onednn_linear(x, w, b)
     return F.linear(x, w, b)
+
+
+ONEDNN_ROWS = range(8, 16)
+"""Row counts for which :func:`onednn_linear` beats ``F.linear`` (by 15-25% on an AVX-512 Xeon).
+
+``python bench/kernels.py`` measures both over bert-base's 72 weight matrices: MKL's sgemm, behind
+``F.linear``, is as fast or faster for 1-7 and for 16 or more rows, and slow for 8-15.
+"""
+
+
+def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
+    """Whether :func:`linear` runs ``x W^T + b`` as :func:`onednn_linear`: CPU, fp32, 8-15 rows, no autograd."""
+    tracked = x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+    return (ONEDNN and x.device.type == "cpu" and x.dtype == w.dtype == torch.float32
+            and x.numel() // max(x.shape[-1], 1) in ONEDNN_ROWS and not (tracked and torch.is_grad_enabled()))
+
+
+def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """:func:`linear` through oneDNN's inner-product kernel, reading ``w`` where it lies (no copy, no packing).
+
+    It has no backward, hence inference only. It sums in another order than ``F.linear``: the
+    results agree to float rounding (tests/test_fast_path.py). Shapes as in :func:`linear`.
+    """
+    return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+
+
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+"""Whether this torch build has oneDNN and its linear kernel (x86 and ARM CPU builds do)."""
 
 
 def layer_norm(x: Tensor, g: Tensor, b: Tensor, eps: float) -> Tensor:

@@ -2,7 +2,9 @@
 
 The whole pipeline is: tokenize -> :func:`~bertfn.encoder.encoder` -> take the hidden states at the
 ``[MASK]`` positions -> :func:`~bertfn.heads.mlm_head` -> softmax -> top k. Texts of a batch are
-sorted by length and run in groups, each padded only to its own longest text.
+sorted by length and laid end to end, without padding, in sequences of at most
+``max_position_embeddings`` tokens; a block-diagonal attention mask keeps each text to itself
+(:func:`text_groups`, :func:`end_to_end`).
 """
 
 from __future__ import annotations
@@ -68,6 +70,48 @@ def target_ids(model: Model, targets: str | list[str]) -> list[int]:
         raise InputError(f"none of the targets {targets!r} maps to a vocabulary entry; pass whole words "
                          "or word pieces of the model's vocabulary")
     return ids
+
+
+def text_groups(lengths: list[int], batch_size: int, max_tokens: int) -> list[list[int]]:
+    """Which texts run through the encoder together: indices sorted by length, cut into groups.
+
+    A group holds at most ``batch_size`` texts and, laid end to end, at most ``max_tokens`` tokens
+    (a text longer than that runs alone). Sorting puts similar lengths together, so the last groups
+    hold few long texts and the first many short ones.
+    """
+    groups: list[list[int]] = []
+    tokens = 0
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if groups and len(groups[-1]) < batch_size and tokens + lengths[i] <= max_tokens:
+            groups[-1].append(i)
+            tokens += lengths[i]
+        else:
+            groups.append([i])
+            tokens = lengths[i]
+    return groups
+
+
+def end_to_end(enc: Encoding, rows: list[int], lengths: list[int],
+               causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The texts ``rows`` of ``enc`` as one sequence of T tokens with no padding, and the mask that separates them.
+
+    Returns input_ids, token_type_ids and position_ids (1, T), positions restarting at 0 for each
+    text, and a 0/1 keep-mask (1, T, T) that lets a token attend only to tokens of its own text
+    (and, for a decoder, only to earlier ones). Attention then computes exactly what it computes
+    for each text alone; the linear layers see T rows with no padding among them. One text of an
+    encoder needs no mask: None.
+    """
+    ns = [lengths[i] for i in rows]
+    ids = torch.cat([enc.input_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
+    types = torch.cat([enc.token_type_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
+    positions = torch.cat([torch.arange(n) for n in ns])[None]  # (1, T)
+    if len(rows) == 1 and not causal:
+        return ids, types, positions, None
+    text = torch.repeat_interleave(torch.arange(len(ns)), torch.tensor(ns))  # (T,): which text each token is in
+    keep = text[:, None] == text[None, :]  # (T, T) block-diagonal
+    if causal:
+        keep = keep.tril()
+    return ids, types, positions, keep.long()[None]  # (1, T, T)
 
 
 def fill_mask(
@@ -140,26 +184,24 @@ def fill_mask(
         lengths = enc.attention_mask.sum(dim=1).tolist()
 
     results: list = [None] * len(texts)
-    order = sorted(range(len(texts)), key=lambda i: lengths[i])
     with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            S = max(lengths[i] for i in rows)  # pad this group only to its own longest text
-            ids = enc.input_ids[rows, :S].to(m.device)
-            mask = enc.attention_mask[rows, :S].to(m.device)
-            h = encoder(m.params, ids, mask, enc.token_type_ids[rows, :S].to(m.device)).last_hidden_state
-            where = (ids == tok.mask_token_id).nonzero()  # (N, 2): (row in group, position) of every [MASK]
-            logits = mlm_head(m.params, h[where[:, 0], where[:, 1]])  # (N, V): the head at the masks only
+        for rows in text_groups(lengths, batch_size, P):
+            ids, types, positions, keep = (t.to(m.device) if t is not None else None
+                                           for t in end_to_end(enc, rows, lengths, m.config.is_decoder))
+            h = encoder(m.params, ids, keep, types, positions).last_hidden_state[0]  # (T, H)
+            where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,): position of every [MASK] in the group
+            logits = mlm_head(m.params, h[where])  # (N, V): the head at the masks only
             probs = logits.float().softmax(dim=-1)
             if wanted is not None:
                 probs = probs[:, wanted]  # (N, len(targets))
             scores, picks = probs.topk(k, dim=-1)  # (N, k) each
             scores, picks, where = scores.tolist(), picks.tolist(), where.tolist()
-            for r, i in enumerate(rows):
+            start = 0
+            for i in rows:
                 n = lengths[i]
-                row_ids = enc.input_ids[i, :n].tolist()
-                masks = [(pos, s, p) for (g, pos), s, p in zip(where, scores, picks) if g == r]
-                results[i] = _propositions(tok, row_ids, masks, wanted)
+                masks = [(pos - start, s, p) for pos, s, p in zip(where, scores, picks) if start <= pos < start + n]
+                results[i] = _propositions(tok, enc.input_ids[i, :n].tolist(), masks, wanted)
+                start += n
     return results[0] if single else results
 
 
