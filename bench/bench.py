@@ -1,0 +1,398 @@
+"""bertfn against transformers (and ONNX Runtime) on the same checkpoint, in one run.
+
+    python bench/bench.py                      # bert-base-shaped random checkpoint, built on first use
+    python bench/bench.py --model PATH         # a real checkpoint folder (config, weights, tokenizer)
+    python bench/bench.py --quick              # few repetitions: checks the script, not the machine
+
+Every timed row runs bertfn and the other side alternately in the same process (one call of each,
+then again), so background load hits both alike; the table gives the median and the min-max of
+the repetitions and the ratio of the medians. Cold start and peak memory run fresh processes
+(``python bench/bench.py --child ...``), again alternating. The table goes to stdout and, with the
+machine it ran on, to ``--out`` (default bench/RESULTS.md).
+
+What each side runs:
+  * bertfn: ``bertfn.fill_mask`` / ``bertfn.encoder`` as a user calls them, in fp32; the "bf16
+    mode" rows load the same checkpoint with ``dtype=torch.bfloat16``.
+  * transformers: ``pipeline("fill-mask")`` and ``BertForMaskedLM.bert`` (its defaults: SDPA
+    attention, no_grad). For the batch its input is sorted by length, its best case.
+  * ONNX Runtime: the same ``BertForMaskedLM`` exported with ``torch.onnx.export``, forward only
+    (tokenized input in, logits out), batches sorted by length.
+All three use the same number of threads (``--threads``, default: torch's, one per core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from workload import ROME, batch_texts, build_checkpoint  # noqa: E402
+
+BATCH_SIZES = (1, 8, 16, 64)
+
+
+# --- measuring ------------------------------------------------------------------------------------
+
+
+def alternate(calls: dict, reps: int, sync=lambda: None) -> dict[str, list[float]]:
+    """Seconds per call of each of ``calls`` (name -> no-argument function), ``reps`` times each.
+
+    One untimed warm-up call each, then round-robin: a, b, c, a, b, c, ... so that a burst of
+    background load lands on every side rather than on one.
+    """
+    for f in calls.values():
+        f()
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(reps):
+        for name, f in calls.items():
+            start = time.perf_counter()
+            f()
+            sync()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+@dataclass
+class Row:
+    """One line of the table: a bertfn measurement against another side's."""
+
+    workload: str
+    unit: str
+    ours: list[float]
+    other_name: str
+    other: list[float]
+    target: str | None = None  # the issue's bound on the ratio ours / other, e.g. "<= 0.5"; None: no target
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ours) / statistics.median(self.other)
+
+    @property
+    def met(self) -> str:
+        if self.target is None:
+            return "-"
+        op, bound = self.target.split()
+        return "yes" if (self.ratio <= float(bound) if op == "<=" else self.ratio >= float(bound)) else "no"
+
+
+def fmt(values: list[float], unit: str) -> str:
+    scale = {"ms": 1e3, "s": 1.0, "MB": 1.0, "GFLOP/s": 1.0}[unit]
+    med, lo, hi = (scale * v for v in (statistics.median(values), min(values), max(values)))
+    digits = 1 if med >= 10 else 2
+    return f"{med:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| workload | unit | bertfn median [min-max] | compared with | its median [min-max] "
+             "| ratio bertfn/other | target | met |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.workload} | {r.unit} | {fmt(r.ours, r.unit)} | {r.other_name} | {fmt(r.other, r.unit)} "
+                     f"| {r.ratio:.2f} | {r.target or '-'} | {r.met} |")
+    return "\n".join(lines)
+
+
+# --- the sides -------------------------------------------------------------------------------------
+
+
+def onnx_session(model_dir: Path, workdir: Path, threads: int, device: str):
+    """An ONNX Runtime session on ``BertForMaskedLM`` exported from ``model_dir`` (cached in ``workdir``).
+
+    On a CUDA device it uses ORT's CUDA provider when the installed onnxruntime has one.
+    """
+    import onnxruntime as ort
+    import torch
+    import transformers
+
+    files = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir())
+    key = hashlib.sha1(repr((str(model_dir.resolve()), files)).encode()).hexdigest()[:12]
+    path = workdir / "onnx" / f"{model_dir.name}-{key}.onnx"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        hf = transformers.BertForMaskedLM.from_pretrained(model_dir).eval()
+        ids = torch.tensor([[101, 2000, 103, 102]]) % hf.config.vocab_size
+        names = ["input_ids", "attention_mask", "token_type_ids"]
+        with warnings.catch_warnings():  # the TorchScript exporter's deprecation and tracer notices
+            warnings.simplefilter("ignore")
+            torch.onnx.export(hf, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(path), dynamo=False,
+                              input_names=names, output_names=["logits"], opset_version=17,
+                              dynamic_axes={n: {0: "batch", 1: "seq"} for n in names + ["logits"]})
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # ORT's threads spin for a while after each run, waiting for the next; in an alternating benchmark
+    # they would take the cores from the side that runs next.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    cuda = device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers()
+    return ort.InferenceSession(str(path), options,
+                                providers=(["CUDAExecutionProvider"] if cuda else []) + ["CPUExecutionProvider"])
+
+
+def onnx_fill(session, tokenizer, texts: list[str], batch_size: int) -> None:
+    """``texts`` (sorted by length) through the exported model in batches; the top token at each [MASK].
+
+    tokenizer: a ``bertfn.Tokenizer`` (the same vocabulary, Rust WordPiece, padding to the batch's longest).
+    """
+    for start in range(0, len(texts), batch_size):
+        enc = tokenizer(texts[start:start + batch_size])
+        ids = enc.input_ids.numpy()
+        logits = session.run(None, {"input_ids": ids, "attention_mask": enc.attention_mask.numpy(),
+                                    "token_type_ids": enc.token_type_ids.numpy()})[0]
+        logits[ids == tokenizer.mask_token_id].argmax(-1)
+
+
+def useful_gflop(config, lengths: list[int], masks: int) -> float:
+    """FLOPs of the real tokens only: the layers' matmuls, attention scores and mixing, the MLM head at the masks.
+
+    Per layer and text of n tokens: Q, K, V, O (4 n H^2 multiply-adds), the FFN (2 n H I), and
+    Q K^T and P V (2 n^2 H). The head: transform (H^2) and decoder (H V) per [MASK]. 2 FLOPs per
+    multiply-add; LayerNorm, GELU, softmax and biases are left out (a few % at most).
+    """
+    H, I, V, L = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
+    macs = sum(L * (4 * n * H * H + 2 * n * H * I + 2 * n * n * H) for n in lengths) + masks * (H * H + H * V)
+    return 2 * macs / 1e9
+
+
+def matmul_peak(device: str, reps: int, sync) -> float:
+    """The best fp32 GFLOP/s of plain ``torch.mm`` at BERT's FFN shape, (M, H) @ (H, 4H), M in 512..4096."""
+    import torch
+
+    best = 0.0
+    for M in (512, 1024, 2048, 4096):
+        a, b = torch.randn(M, 768, device=device), torch.randn(768, 3072, device=device)
+        t = alternate({"mm": lambda: torch.mm(a, b)}, reps, sync)["mm"]
+        best = max(best, 2 * M * 768 * 3072 / min(t) / 1e9)
+    return best
+
+
+# --- fresh processes -------------------------------------------------------------------------------
+
+
+def child(side: str, model: str, device: str) -> None:
+    """What a cold-start process does: import, load, answer one fill-mask; print seconds and peak RSS."""
+    start = time.perf_counter()
+    if side == "bertfn":
+        import bertfn
+
+        bertfn.fill_mask(ROME, model, device=device)
+    else:
+        from transformers import pipeline
+
+        pipeline("fill-mask", model=model, device=device)(ROME)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "rss_mb": peak_rss_mb()}))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB.
+
+    Linux: ``VmHWM`` from /proc/self/status. Not ``getrusage``'s ``ru_maxrss``: a child started by
+    fork + exec inherits its parent's maximum there, so every child would report the benchmark's own size.
+    """
+    try:
+        status = Path("/proc/self/status").read_text()
+        return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")) / 2**10
+    except (OSError, StopIteration):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # bytes on macOS
+
+
+def fresh(side: str, model: Path, device: str, threads: int) -> tuple[float, float]:
+    """Wall seconds of a whole fresh ``--child`` process (interpreter start included) and its peak RSS in MB."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TRANSFORMERS_VERBOSITY="error",
+               HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, str(HERE / "bench.py"), "--child", side, "--model", str(model),
+                          "--device", device], capture_output=True, text=True, env=env, check=True)
+    wall = time.perf_counter() - start
+    return wall, json.loads(out.stdout.strip().splitlines()[-1])["rss_mb"]
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+def machine(threads: int) -> str:
+    import onnxruntime
+    import torch
+    import transformers
+
+    import bertfn
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{cpu}, {os.cpu_count()} logical cores, {threads} threads; Python {platform.python_version()}, "
+            f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime "
+            f"{onnxruntime.__version__}, bertfn {bertfn.__version__}")
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+
+
+def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path) -> tuple[list[Row], list[str]]:
+    """Every row of the table, and notes on the run (real tokens, peaks, the bf16 mode's distance to fp32)."""
+    import torch
+    import transformers
+
+    import bertfn
+
+    torch.set_num_threads(threads)
+    reps = dict(single=3, batch=1, fresh=1, peak=2) if quick else dict(single=30, batch=3, fresh=5, peak=10)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    fastest = lambda runs: min(runs, key=statistics.median)  # noqa: E731  (of several lists of times)
+
+    model = bertfn.load(model_dir).to(device)
+    bf16 = model.to(dtype=torch.bfloat16)  # the optional faster mode, from the same weights
+    pipe = transformers.pipeline("fill-mask", model=str(model_dir), device=device)
+    session = onnx_session(model_dir, workdir, threads, device)
+    texts = batch_texts(model.tokenizer, max_tokens=min(128, model.config.max_position_embeddings))
+    lengths = model.tokenizer(texts).attention_mask.sum(dim=1).tolist()
+    by_length = [t for _, t in sorted(zip(lengths, texts))]  # what the other sides get: their best order
+    rows: list[Row] = []
+
+    # one sentence, end to end: text in, top-5 answers out (ONNX Runtime: tokenized ids in, logits out)
+    enc = model.tokenizer([ROME])
+    feed = {"input_ids": enc.input_ids.numpy(), "attention_mask": enc.attention_mask.numpy(),
+            "token_type_ids": enc.token_type_ids.numpy()}
+    n = enc.input_ids.shape[1]
+    t = alternate({"bertfn": lambda: bertfn.fill_mask(ROME, model),
+                   "pipeline": lambda: pipe(ROME),
+                   "onnx": lambda: session.run(None, feed),
+                   "bf16": lambda: bertfn.fill_mask(ROME, bf16)}, reps["single"], sync)
+    rows += [Row(f"fill-mask, 1 sentence ({n} tokens), text to answers", "ms", t["bertfn"],
+                 "transformers pipeline", t["pipeline"], "<= 0.5"),
+             Row("fill-mask, 1 sentence: bertfn end to end vs ONNX Runtime forward only", "ms", t["bertfn"],
+                 "ONNX Runtime", t["onnx"], "<= 1.0"),
+             Row("bf16 mode: fill-mask, 1 sentence", "ms", t["bf16"], "transformers pipeline", t["pipeline"], "<= 0.5"),
+             Row("bf16 mode: fill-mask, 1 sentence vs ONNX Runtime forward only", "ms", t["bf16"],
+                 "ONNX Runtime", t["onnx"], "<= 1.0")]
+
+    # the encoder alone, on the same ids
+    ids, mask, types = (x.to(device) for x in (enc.input_ids, enc.attention_mask, enc.token_type_ids))
+    with torch.inference_mode():
+        t = alternate({"bertfn": lambda: bertfn.encoder(model.params, ids, mask, types),
+                       "hf": lambda: pipe.model.bert(input_ids=ids, attention_mask=mask, token_type_ids=types)},
+                      reps["single"], sync)
+    rows.append(Row(f"encoder forward, 1 sentence ({n} tokens)", "ms", t["bertfn"], "transformers BertModel", t["hf"]))
+
+    # 64 sentences of mixed length, one [MASK] each, at every batch size (bf16: bertfn's best, 64)
+    ours, theirs, onnx = [], [], []
+    for b in BATCH_SIZES:
+        calls = {"bertfn": lambda: bertfn.fill_mask(texts, model, batch_size=b),
+                 "pipeline": lambda: pipe(by_length, batch_size=b),
+                 "onnx": lambda: onnx_fill(session, model.tokenizer, by_length, b)}
+        if b == max(BATCH_SIZES):
+            calls["bf16"] = lambda: bertfn.fill_mask(texts, bf16, batch_size=b)
+        t = alternate(calls, reps["batch"], sync)
+        ours.append(t["bertfn"]), theirs.append(t["pipeline"]), onnx.append(t["onnx"])
+        rows.append(Row(f"fill-mask, {len(texts)} mixed sentences, batch size {b}", "s", t["bertfn"],
+                        "transformers pipeline", t["pipeline"]))
+    best = fastest(ours)
+    rows += [Row(f"fill-mask, {len(texts)} mixed sentences, each side's best batch size", "s", best,
+                 "transformers pipeline", fastest(theirs), "<= 0.625"),
+             Row(f"fill-mask, {len(texts)} mixed sentences, best vs ONNX Runtime's best (forward only)", "s",
+                 best, "ONNX Runtime", fastest(onnx), "<= 1.0"),
+             Row(f"bf16 mode: fill-mask, {len(texts)} mixed sentences, vs the pipeline's best", "s", t["bf16"],
+                 "transformers pipeline", fastest(theirs), "<= 0.625"),
+             Row(f"bf16 mode: fill-mask, {len(texts)} mixed sentences, vs ONNX Runtime's best", "s", t["bf16"],
+                 "ONNX Runtime", fastest(onnx), "<= 1.0")]
+
+    # useful work per second on the batch, against what a plain matmul reaches on this machine
+    gflop = useful_gflop(model.config, lengths, masks=len(texts))
+    peak = matmul_peak(device, reps["peak"], sync)
+    rows.append(Row(f"useful GFLOP/s on the {len(texts)} sentences (real tokens only)", "GFLOP/s",
+                    [gflop / s for s in best], "fp32 matmul peak", [peak], ">= 0.7"))
+
+    # fresh processes: import, load, answer once
+    cold: dict[str, list[tuple[float, float]]] = {"bertfn": [], "transformers": []}
+    for _ in range(reps["fresh"]):
+        for side in cold:
+            cold[side].append(fresh(side, model_dir, device, threads))
+    rows += [Row("cold start: fresh process imports, loads, answers 1 fill-mask", "s",
+                 [w for w, _ in cold["bertfn"]], "transformers pipeline", [w for w, _ in cold["transformers"]], "<= 0.5"),
+             Row("peak RSS of that process", "MB", [m for _, m in cold["bertfn"]], "transformers pipeline",
+                 [m for _, m in cold["transformers"]], "<= 0.8")]
+
+    notes = [f"{sum(lengths)} real tokens in the {len(texts)} sentences ({min(lengths)} to {max(lengths)} each), "
+             f"{gflop:.0f} GFLOP of useful work; fp32 matmul peak {peak:.0f} GFLOP/s; the pipeline's best "
+             f"reaches {gflop / statistics.median(fastest(theirs)):.0f} useful GFLOP/s",
+             f"bf16 mode (bertfn.load(..., dtype=torch.bfloat16)): hidden states of the 64 sentences within "
+             f"{bf16_distance(model, bf16, texts):.2%} (relative RMS) of fp32; the test bound is 3%"]
+    return rows, notes
+
+
+def bf16_distance(model, bf16, texts: list[str]) -> float:
+    """Relative RMS distance of the bf16 model's last hidden states from fp32's, over the real tokens."""
+    import torch
+
+    import bertfn
+
+    enc = model.tokenizer(texts)
+    ids, mask = enc.input_ids.to(model.device), enc.attention_mask.to(model.device)
+    with torch.inference_mode():
+        h = bertfn.encoder(model.params, ids, mask).last_hidden_state[mask.bool()]
+        h16 = bertfn.encoder(bf16.params, ids, mask).last_hidden_state[mask.bool()].float()
+    return float((h16 - h).norm() / h.norm())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="checkpoint folder (default: build a bert-base-shaped random one)")
+    parser.add_argument("--quick", action="store_true", help="few repetitions, to test the script")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument("--threads", type=int, default=None, help="threads for every side (default: torch's)")
+    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="where the table is written")
+    parser.add_argument("--workdir", type=Path, default=HERE / ".work", help="built checkpoint and ONNX export")
+    parser.add_argument("--child", choices=("bertfn", "transformers"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args.child, str(args.model), args.device)
+
+    import torch
+
+    threads = args.threads or torch.get_num_threads()
+    model_dir = args.model
+    if model_dir is None:
+        model_dir = args.workdir / "bert-base-random"
+        if not (model_dir / "model.safetensors").is_file():
+            print(f"building a bert-base-shaped random checkpoint in {model_dir} ...", file=sys.stderr)
+            build_checkpoint(model_dir)
+    started, load_before = datetime.datetime.now().astimezone(), load_average()
+    rows, notes = run(model_dir, args.quick, args.device, threads, args.workdir)
+    text = "\n".join([
+        f"# bertfn benchmark{' (--quick: too few repetitions to trust)' if args.quick else ''}", "",
+        f"- started {started:%Y-%m-%d %H:%M %Z}; load average (1, 5, 15 min) before {load_before}, "
+        f"after {load_average()}",
+        f"- machine: {machine(threads)}",
+        f"- device: {args.device}; model: {'bert-base-shaped random weights (bench/workload.py)' if args.model is None else args.model}",
+        f"- command: python bench/bench.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip(),
+        *(f"- {note}" for note in notes),
+        "", table(rows), "",
+        "Times are per call (ms, s) or per process (cold start); ratio = bertfn's median / the other side's "
+        "median: lower is better, except for GFLOP/s. Targets are the issue's (bench/README.md); '-' has none. "
+        "bf16 mode rows hold bertfn's optional bf16 mode to the same targets as fp32; every other row is fp32.",
+    ])
+    print(text)
+    args.out.write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

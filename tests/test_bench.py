@@ -1,0 +1,53 @@
+"""The benchmark script runs end to end (--quick, on a tiny checkpoint) and its table has every row.
+
+Timings are not checked: --quick repeats too little to mean anything; bench/RESULTS.md holds a real run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench.py"
+ROWS = [
+    r"fill-mask, 1 sentence \(\d+ tokens\), text to answers",
+    r"fill-mask, 1 sentence: bertfn end to end vs ONNX Runtime forward only",
+    r"bf16 mode: fill-mask, 1 sentence",
+    r"bf16 mode: fill-mask, 1 sentence vs ONNX Runtime forward only",
+    r"encoder forward, 1 sentence \(\d+ tokens\)",
+    *(rf"fill-mask, 64 mixed sentences, batch size {b}" for b in (1, 8, 16, 64)),
+    r"fill-mask, 64 mixed sentences, each side's best batch size",
+    r"fill-mask, 64 mixed sentences, best vs ONNX Runtime's best \(forward only\)",
+    r"bf16 mode: fill-mask, 64 mixed sentences, vs the pipeline's best",
+    r"bf16 mode: fill-mask, 64 mixed sentences, vs ONNX Runtime's best",
+    r"useful GFLOP/s on the 64 sentences \(real tokens only\)",
+    r"cold start: fresh process imports, loads, answers 1 fill-mask",
+    r"peak RSS of that process",
+]
+NUMBER = r"\d+(\.\d+)?"
+CELLS = rf"\| (ms|s|MB|GFLOP/s) \| {NUMBER} \[{NUMBER}-{NUMBER}\] \| [^|]+ \| {NUMBER} \[{NUMBER}-{NUMBER}\] \| {NUMBER} \|"
+
+
+def test_quick_run_writes_every_row(mlm_checkpoint, tmp_path, monkeypatch):
+    folder, _ = mlm_checkpoint
+    spec = importlib.util.spec_from_file_location("bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench", bench)  # its dataclass looks its module up there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for workload.py
+    spec.loader.exec_module(bench)
+    out = tmp_path / "RESULTS.md"
+    bench.main(["--model", str(folder), "--quick", "--out", str(out), "--workdir", str(tmp_path / "work")])
+
+    text = out.read_text()
+    assert "machine: " in text and "torch " in text and "load average" in text
+    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")]
+    assert len(lines) == len(ROWS)
+    for pattern, line in zip(ROWS, lines):
+        assert re.match(rf"\| {pattern} {CELLS}", line), line
