@@ -11,6 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .packed import packed
+
 Tensor = torch.Tensor
 
 
@@ -18,7 +20,8 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     """``y = x W^T + b`` (``torch.nn.Linear``).
 
     x: (..., in) ; w: (out, in) as stored in HF checkpoints ; b: (out,) -> (..., out)
-    Inference in fp32 on the CPU with 8 to 15 rows (a short sentence) runs as :func:`onednn_linear`.
+    Inference on the CPU runs the same product as :func:`onednn_linear` where that measures faster
+    (:func:`onednn_fits`): fp32 with 8 to 15 rows (a short sentence), and bf16.
     """
     if onednn_fits(x, w, b):
         return onednn_linear(x, w, b)
@@ -26,7 +29,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
 
 ONEDNN_ROWS = range(8, 16)
-"""Row counts for which :func:`onednn_linear` beats ``F.linear`` (by 15-25% on an AVX-512 Xeon).
+"""fp32 row counts for which :func:`onednn_linear` beats ``F.linear`` (by 15-25% on an AVX-512 Xeon).
 
 ``python bench/kernels.py`` measures both over bert-base's 72 weight matrices: MKL's sgemm, behind
 ``F.linear``, is as fast or faster for 1-7 and for 16 or more rows, and slow for 8-15.
@@ -34,19 +37,27 @@ ONEDNN_ROWS = range(8, 16)
 
 
 def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
-    """Whether :func:`linear` runs ``x W^T + b`` as :func:`onednn_linear`: CPU, fp32, 8-15 rows, no autograd."""
+    """Whether :func:`linear` runs ``x W^T + b`` as :func:`onednn_linear`.
+
+    On the CPU, with no gradient to track, and either fp32 with 8-15 rows or bf16 with any number.
+    """
     tracked = x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
-    return (ONEDNN and x.device.type == "cpu" and x.dtype == w.dtype == torch.float32
-            and x.numel() // max(x.shape[-1], 1) in ONEDNN_ROWS and not (tracked and torch.is_grad_enabled()))
+    if not ONEDNN or x.device.type != "cpu" or x.dtype != w.dtype or (tracked and torch.is_grad_enabled()):
+        return False
+    rows = x.numel() // max(x.shape[-1], 1)
+    return rows in ONEDNN_ROWS if x.dtype == torch.float32 else x.dtype == torch.bfloat16 and rows > 0
 
 
 def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
-    """:func:`linear` through oneDNN's inner-product kernel, reading ``w`` where it lies (no copy, no packing).
+    """:func:`linear` through oneDNN's inner-product kernel.
 
-    It has no backward, hence inference only. It sums in another order than ``F.linear``: the
-    results agree to float rounding (tests/test_fast_path.py). Shapes as in :func:`linear`.
+    fp32 reads ``w`` where it lies (no copy). bf16 reads the copy of ``w`` that
+    :func:`bertfn.packed.packed` reordered once for oneDNN, instead of a reorder on every call.
+    It has no backward, hence inference only. fp32 sums in another order than ``F.linear``: results
+    agree to float rounding (tests/test_fast_path.py). Shapes as in :func:`linear`.
     """
-    return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+    weight = packed(w) if w.dtype == torch.bfloat16 else w
+    return torch.ops.mkldnn._linear_pointwise(x, weight, b, "none", [], "")
 
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")

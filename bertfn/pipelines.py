@@ -2,8 +2,8 @@
 
 The whole pipeline is: tokenize -> :func:`~bertfn.encoder.encoder` -> take the hidden states at the
 ``[MASK]`` positions -> :func:`~bertfn.heads.mlm_head` -> softmax -> top k. Texts of a batch are
-sorted by length and laid end to end, without padding, in sequences of at most
-``max_position_embeddings`` tokens; a block-diagonal attention mask keeps each text to itself
+sorted by length and laid end to end, without padding, in sequences of about
+:data:`GROUP_TOKENS` tokens; a block-diagonal attention mask keeps each text to itself
 (:func:`text_groups`, :func:`end_to_end`).
 """
 
@@ -22,6 +22,13 @@ from .loading import Model, load
 from .tokenizer import Encoding, Tokenizer, check_text
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"
+
+GROUP_TOKENS = 256
+"""How many tokens :func:`fill_mask` lays end to end per encoder pass (at most the model's positions).
+
+Enough rows for the matrix products to run near their peak (bench/kernels.py), few enough that the
+block-diagonal attention, whose cost grows with the square of the group's length, wastes little.
+"""
 
 _models: dict[str, Model] = {}
 _models_lock = threading.Lock()
@@ -185,7 +192,7 @@ def fill_mask(
 
     results: list = [None] * len(texts)
     with torch.inference_mode():
-        for rows in text_groups(lengths, batch_size, P):
+        for rows in text_groups(lengths, batch_size, min(GROUP_TOKENS, P)):
             ids, types, positions, keep = (t.to(m.device) if t is not None else None
                                            for t in end_to_end(enc, rows, lengths, m.config.is_decoder))
             h = encoder(m.params, ids, keep, types, positions).last_hidden_state[0]  # (T, H)

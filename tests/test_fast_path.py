@@ -1,7 +1,8 @@
 """The fast paths compute what the reference computes.
 
-* ``linear`` runs 8-15-row products through oneDNN (``onednn_linear``): equal to ``F.linear`` to fp32
-  rounding, and never where a gradient is needed.
+* ``linear`` runs fp32 products of 8-15 rows, and bf16 products on a weight packed once
+  (``bertfn.packed``), through oneDNN (``onednn_linear``): equal to ``F.linear`` to rounding, never
+  where a gradient is needed, and a packed copy follows in-place changes of its weight.
 * ``fill_mask`` lays texts end to end with a block-diagonal mask (``end_to_end``): every text's
   hidden states equal those of the padded batch the reference encoder runs, to fp32 rounding,
   for absolute and relative positions and for decoders.
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 import bertfn
 from bertfn.functional import ONEDNN, ONEDNN_ROWS, linear, onednn_fits, onednn_linear
+from bertfn.packed import _copies, packed
 from bertfn.pipelines import end_to_end, text_groups
 from bertfn.tokenizer import Encoding
 
@@ -43,8 +45,11 @@ def test_linear_equals_f_linear(rows, lead, n_in, n_out, bias, seed):
             torch.testing.assert_close(onednn_linear(x, w, b), expected, **TOL)
 
 
-@pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN linear kernel")
-def test_onednn_only_for_fp32_cpu_inference_of_8_to_15_rows():
+needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN linear kernel")
+
+
+@needs_onednn
+def test_onednn_only_for_cpu_inference_fp32_of_8_to_15_rows_or_bf16():
     w, b = torch.randn(6, 4), torch.randn(6)
     assert onednn_fits(torch.randn(12, 4), w, b)
     assert onednn_fits(torch.randn(1, 12, 4), w, None)
@@ -54,6 +59,24 @@ def test_onednn_only_for_fp32_cpu_inference_of_8_to_15_rows():
     assert not onednn_fits(torch.randn(12, 4), w.requires_grad_(), b)
     with torch.no_grad():
         assert onednn_fits(torch.randn(12, 4, requires_grad=True), w, b)
+    w16 = torch.randn(6, 4, dtype=torch.bfloat16)
+    assert all(onednn_fits(torch.randn(r, 4, dtype=torch.bfloat16), w16, None) for r in (1, 12, 300))
+    assert not onednn_fits(torch.randn(12, 4), w16, None)  # mixed dtypes: F.linear says what is wrong
+
+
+@needs_onednn
+def test_bf16_linear_on_packed_weight_equals_f_linear_and_follows_edits():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 7, 32, generator=g).bfloat16()
+    w, b = torch.randn(24, 32, generator=g).bfloat16(), torch.randn(24, generator=g).bfloat16()
+    with torch.inference_mode():
+        torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b))
+        assert packed(w) is packed(w)  # reordered once, then reused
+        w.mul_(-2)  # an in-place edit of the state_dict's tensor
+        torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b))
+    n = len(_copies)
+    del w
+    assert len(_copies) == n - 1  # the copy goes with its weight
 
 
 def test_linear_still_trains():
