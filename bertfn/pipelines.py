@@ -2,8 +2,8 @@
 
 The whole pipeline is: tokenize -> :func:`~bertfn.encoder.encoder` -> take the hidden states at the
 ``[MASK]`` positions -> :func:`~bertfn.heads.mlm_head` -> softmax -> top k. Texts of a batch are
-sorted by length and laid end to end, without padding, in sequences of about
-:data:`GROUP_TOKENS` tokens; a block-diagonal attention mask keeps each text to itself
+sorted by length and laid end to end, without padding, in sequences of at most
+``max_position_embeddings`` tokens that :func:`~bertfn.unpadded.unpadded_encoder` runs
 (:func:`text_groups`, :func:`end_to_end`).
 """
 
@@ -15,20 +15,13 @@ from pathlib import Path
 
 import torch
 
-from .encoder import encoder
 from .errors import InputError
 from .heads import mlm_head
 from .loading import Model, load
 from .tokenizer import Encoding, Tokenizer, check_text
+from .unpadded import unpadded_encoder
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"
-
-GROUP_TOKENS = 256
-"""How many tokens :func:`fill_mask` lays end to end per encoder pass (at most the model's positions).
-
-Enough rows for the matrix products to run near their peak (bench/kernels.py), few enough that the
-block-diagonal attention, whose cost grows with the square of the group's length, wastes little.
-"""
 
 _models: dict[str, Model] = {}
 _models_lock = threading.Lock()
@@ -98,27 +91,17 @@ def text_groups(lengths: list[int], batch_size: int, max_tokens: int) -> list[li
     return groups
 
 
-def end_to_end(enc: Encoding, rows: list[int], lengths: list[int],
-               causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The texts ``rows`` of ``enc`` as one sequence of T tokens with no padding, and the mask that separates them.
+def end_to_end(enc: Encoding, rows: list[int], lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The texts ``rows`` of ``enc`` one after another, without padding: the inputs of ``unpadded_encoder``.
 
-    Returns input_ids, token_type_ids and position_ids (1, T), positions restarting at 0 for each
-    text, and a 0/1 keep-mask (1, T, T) that lets a token attend only to tokens of its own text
-    (and, for a decoder, only to earlier ones). Attention then computes exactly what it computes
-    for each text alone; the linear layers see T rows with no padding among them. One text of an
-    encoder needs no mask: None.
+    Returns input_ids, token_type_ids and position_ids, each (1, T) with T the sum of the texts'
+    lengths; positions restart at 0 for each text.
     """
     ns = [lengths[i] for i in rows]
     ids = torch.cat([enc.input_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
     types = torch.cat([enc.token_type_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
     positions = torch.cat([torch.arange(n) for n in ns])[None]  # (1, T)
-    if len(rows) == 1 and not causal:
-        return ids, types, positions, None
-    text = torch.repeat_interleave(torch.arange(len(ns)), torch.tensor(ns))  # (T,): which text each token is in
-    keep = text[:, None] == text[None, :]  # (T, T) block-diagonal
-    if causal:
-        keep = keep.tril()
-    return ids, types, positions, keep.long()[None]  # (1, T, T)
+    return ids, types, positions
 
 
 def fill_mask(
@@ -192,10 +175,9 @@ def fill_mask(
 
     results: list = [None] * len(texts)
     with torch.inference_mode():
-        for rows in text_groups(lengths, batch_size, min(GROUP_TOKENS, P)):
-            ids, types, positions, keep = (t.to(m.device) if t is not None else None
-                                           for t in end_to_end(enc, rows, lengths, m.config.is_decoder))
-            h = encoder(m.params, ids, keep, types, positions).last_hidden_state[0]  # (T, H)
+        for rows in text_groups(lengths, batch_size, P):
+            ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
+            h = unpadded_encoder(m.params, ids, types, positions, [lengths[i] for i in rows])[0]  # (T, H)
             where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,): position of every [MASK] in the group
             logits = mlm_head(m.params, h[where])  # (N, V): the head at the masks only
             probs = logits.float().softmax(dim=-1)

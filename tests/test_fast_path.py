@@ -3,9 +3,9 @@
 * ``linear`` runs fp32 products of 8-15 rows, and bf16 products on a weight packed once
   (``bertfn.packed``), through oneDNN (``onednn_linear``): equal to ``F.linear`` to rounding, never
   where a gradient is needed, and a packed copy follows in-place changes of its weight.
-* ``fill_mask`` lays texts end to end with a block-diagonal mask (``end_to_end``): every text's
+* ``fill_mask`` lays texts end to end (``end_to_end``) through ``unpadded_encoder``: every text's
   hidden states equal those of the padded batch the reference encoder runs, to fp32 rounding,
-  for absolute and relative positions and for decoders.
+  for absolute and relative positions, decoders and pruned heads.
 * bf16 (``bertfn.load(..., dtype=torch.bfloat16)``), the optional faster mode: hidden states of a
   trained model within 3% (relative RMS) of fp32 and pointing the same way (cosine >= 0.999).
   bf16 keeps 8 bits of mantissa, so about 2-3 significant digits; measured 1.2% on MiniLM.
@@ -24,6 +24,7 @@ import bertfn
 from bertfn.functional import ONEDNN, ONEDNN_ROWS, linear, onednn_fits, onednn_linear
 from bertfn.packed import _copies, packed
 from bertfn.pipelines import end_to_end, text_groups
+from bertfn.unpadded import unpadded_encoder
 from bertfn.tokenizer import Encoding
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -92,7 +93,7 @@ def test_linear_still_trains():
 
 @st.composite
 def model_and_texts(draw):
-    """A random model (absolute or relative positions, encoder or decoder) and a padded batch of 1-6 texts.
+    """A random model (absolute or relative positions, encoder or decoder, maybe a pruned head) and 1-6 texts, padded.
 
     The texts together fit the model's positions, as ``text_groups`` makes them in fill_mask.
     """
@@ -104,6 +105,8 @@ def model_and_texts(draw):
         is_decoder=draw(st.booleans()),
     )
     model = random_model(cfg, seed=draw(st.integers(0, 2**16)))
+    if nh > 1 and draw(st.booleans()):
+        model = bertfn.prune_heads(model, {0: [draw(st.integers(0, nh - 1))]})
     lengths = draw(st.lists(st.integers(1, 10), min_size=1, max_size=6))  # at most 60 tokens in all
     B, S = len(lengths), max(lengths)
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
@@ -120,8 +123,8 @@ def test_texts_end_to_end_equal_the_padded_batch(case):
     rows = list(range(len(lengths)))
     with torch.inference_mode():
         padded = bertfn.encoder(model.params, enc.input_ids, enc.attention_mask, enc.token_type_ids).last_hidden_state
-        ids, types, positions, keep = end_to_end(enc, rows, lengths, model.config.is_decoder)
-        joined = bertfn.encoder(model.params, ids, keep, types, positions).last_hidden_state[0]  # (T, H)
+        ids, types, positions = end_to_end(enc, rows, lengths)
+        joined = unpadded_encoder(model.params, ids, types, positions, lengths)[0]  # (T, H)
     assert joined.shape[0] == sum(lengths)
     for i, part in enumerate(joined.split(lengths)):
         torch.testing.assert_close(part, padded[i, :lengths[i]], **TOL)

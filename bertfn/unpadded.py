@@ -1,0 +1,74 @@
+"""BERT over several texts laid end to end, with no padding anywhere: the fast path of fill_mask.
+
+A padded batch (B, S) spends its matrix products on padding tokens; one long sequence with a
+block-diagonal mask instead spends attention on pairs of tokens from different texts. Here the
+texts' tokens form one sequence (1, T, H), T = the sum of their lengths, for everything that treats
+tokens one at a time (embeddings, the Q/K/V and output projections, the feed-forward, LayerNorm),
+so the products run on T real rows; attention alone runs on each text's slice, as if the text
+were by itself.
+
+Built from the reference functions (``linear``, ``split_heads``, ``sdpa_attention``, ``feed_forward``,
+...) in the same order, so each text's hidden states equal the reference encoder's on that text
+(tests/test_fast_path.py). Inference only: no dropout, cache, cross-attention, head mask or trace.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .attention import causal_keep_mask, extended_mask, merge_heads, relative_position_scores, sdpa_attention, split_heads
+from .embeddings import embeddings
+from .encoder import feed_forward
+from .functional import layer_norm, linear
+from .params import Params
+
+Tensor = torch.Tensor
+
+
+def unpadded_attention(p: Params, x: Tensor, lengths: list[int]) -> Tensor:
+    """:func:`~bertfn.attention.attention` (SDPA path) for texts laid end to end: each attends to itself only.
+
+    p: one layer's ``attention.`` scope. x: (1, T, H), the texts one after another, T = sum(lengths)
+    -> (1, T, H). Relative positions count from each text's start; a decoder's texts see only
+    their earlier tokens.
+    """
+    cfg = p.config
+    hd = cfg.head_dim
+    nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned
+    q = split_heads(linear(x, p["self.query.weight"], p["self.query.bias"]), nh)  # (1, nh, T, hd)
+    k = split_heads(linear(x, p["self.key.weight"], p["self.key.bias"]), nh)
+    v = split_heads(linear(x, p["self.value.weight"], p["self.value.bias"]), nh)
+
+    contexts = []
+    for qi, ki, vi in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2)):
+        n = qi.shape[2]  # this text's (1, nh, n, hd) slice
+        bias = None
+        if cfg.position_embedding_type != "absolute":
+            bias = relative_position_scores(qi, ki, p["self.distance_embedding.weight"], cfg.position_embedding_type, 0)
+        mask = None
+        if cfg.is_decoder:
+            mask = extended_mask(causal_keep_mask(torch.ones(1, n, device=x.device), n), x.dtype)  # (1, 1, n, n)
+        contexts.append(sdpa_attention(qi, ki, vi, mask, bias))
+    context = torch.cat(contexts, dim=2)  # (1, nh, T, hd)
+
+    out = linear(merge_heads(context), p["output.dense.weight"], p["output.dense.bias"])  # (1, T, H)
+    return layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
+
+
+def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor,
+                     lengths: list[int]) -> Tensor:
+    """The last hidden states of :func:`~bertfn.encoder.encoder` for texts laid end to end.
+
+    params: the root view of a loaded model. input_ids, token_type_ids, position_ids: (1, T), the
+    texts one after another, positions restarting at 0 for each; lengths: the texts' lengths,
+    summing to T. Returns (1, T, H). Each text must fit the model's positions, and so must T with
+    relative positions (the embeddings check).
+    """
+    cfg = params.config
+    p = params.scope("bert")
+    x = embeddings(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
+    for i in range(cfg.num_hidden_layers):
+        layer = p.scope(f"encoder.layer.{i}")
+        x = unpadded_attention(layer.scope("attention"), x, lengths)  # (1, T, H)
+        x = feed_forward(layer, x)  # (1, T, H)
+    return x
