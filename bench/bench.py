@@ -327,7 +327,8 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path) 
         for side in cold:
             cold[side].append(fresh(side, model_dir, device, threads))
     rows += [Row("cold start: fresh process imports, loads, answers 1 fill-mask", "s",
-                 [w for w, _ in cold["bertfn"]], "transformers pipeline", [w for w, _ in cold["transformers"]], "<= 0.5"),
+                 [w for w, _ in cold["bertfn"]], "transformers pipeline", [w for w, _ in cold["transformers"]],
+                 "<= 0.5"),
              Row("peak RSS of that process", "MB", [m for _, m in cold["bertfn"]], "transformers pipeline",
                  [m for _, m in cold["transformers"]], "<= 0.8")]
 
@@ -382,7 +383,8 @@ def main(argv: list[str] | None = None) -> None:
         f"- started {started:%Y-%m-%d %H:%M %Z}; load average (1, 5, 15 min) before {load_before}, "
         f"after {load_average()}",
         f"- machine: {machine(threads)}",
-        f"- device: {args.device}; model: {'bert-base-shaped random weights (bench/workload.py)' if args.model is None else args.model}",
+        f"- device: {args.device}; model: "
+        f"{'bert-base-shaped random weights (bench/workload.py)' if args.model is None else args.model}",
         f"- command: python bench/bench.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip(),
         *(f"- {note}" for note in notes),
         "", table(rows), "",

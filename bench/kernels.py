@@ -58,7 +58,8 @@ def main() -> None:
                     times[name].append(time.perf_counter() - start)
             flop = 2 * R * sum(w.numel() for w in weights)
             for name, t in times.items():
-                print(f"rows {R:4d}  {name:14s} median {statistics.median(t) * 1e3:7.1f} ms  best {min(t) * 1e3:7.1f} ms"
+                print(f"rows {R:4d}  {name:14s} median {statistics.median(t) * 1e3:7.1f} ms"
+                      f"  best {min(t) * 1e3:7.1f} ms"
                       f"  {megabytes / 1e3 / min(t):5.1f} GB/s  {flop / min(t) / 1e9:6.1f} GFLOP/s")
 
 

@@ -24,7 +24,7 @@ _lock = threading.Lock()
 
 
 def packed(w: torch.Tensor) -> torch.Tensor:
-    """``w`` (out, in) reordered for oneDNN (an opaque mkldnn tensor of the same shape), made once per version of ``w``."""
+    """``w`` (out, in) reordered for oneDNN, made once per version of ``w``: an opaque mkldnn tensor, same shape."""
     with _lock:
         entry = _copies.get(w)
         if entry is None or entry[0] != w._version:

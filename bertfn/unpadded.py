@@ -16,7 +16,14 @@ from __future__ import annotations
 
 import torch
 
-from .attention import causal_keep_mask, extended_mask, merge_heads, relative_position_scores, sdpa_attention, split_heads
+from .attention import (
+    causal_keep_mask,
+    extended_mask,
+    merge_heads,
+    relative_position_scores,
+    sdpa_attention,
+    split_heads,
+)
 from .embeddings import embeddings
 from .encoder import feed_forward
 from .functional import layer_norm, linear
