@@ -322,7 +322,7 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path) 
     # useful work per second on the batch, against what a plain matmul reached in the same rounds
     gflop = useful_gflop(model.config, lengths, masks=len(texts))
     rows.append(Row(f"useful GFLOP/s on the {len(texts)} sentences (real tokens only)", "GFLOP/s",
-                    [gflop / s for s in best], "fp32 matmul peak", peaks, ">= 0.7"))
+                    [gflop / s for s in best], "fp32 matmul peak", [max(peaks)], ">= 0.7"))
 
     # fresh processes: import, load, answer once
     cold: dict[str, list[tuple[float, float]]] = {"bertfn": [], "transformers": []}
@@ -336,8 +336,9 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path) 
                  [m for _, m in cold["transformers"]], "<= 0.8")]
 
     notes = [f"{sum(lengths)} real tokens in the {len(texts)} sentences ({min(lengths)} to {max(lengths)} each), "
-             f"{gflop:.0f} GFLOP of useful work; fp32 matmul peak {statistics.median(peaks):.0f} GFLOP/s (torch.mm, "
-             f"(2048, 768) @ (768, 3072), run between the batch runs); the pipeline's best "
+             f"{gflop:.0f} GFLOP of useful work; fp32 matmul peak: the best of {len(peaks)} runs of torch.mm, "
+             f"(2048, 768) @ (768, 3072), between the batch runs (median {statistics.median(peaks):.0f}, "
+             f"best {max(peaks):.0f} GFLOP/s); the pipeline's best "
              f"reaches {gflop / statistics.median(fastest(theirs)):.0f} useful GFLOP/s",
              f"bf16 mode (bertfn.load(..., dtype=torch.bfloat16)): hidden states of the 64 sentences within "
              f"{bf16_distance(model, bf16, texts):.2%} (relative RMS) of fp32; the test bound is 3%"]

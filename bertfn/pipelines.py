@@ -2,9 +2,8 @@
 
 The whole pipeline is: tokenize -> :func:`~bertfn.encoder.encoder` -> take the hidden states at the
 ``[MASK]`` positions -> :func:`~bertfn.heads.mlm_head` -> softmax -> top k. Texts of a batch are
-sorted by length and laid end to end, without padding, in sequences of at most
-``max_position_embeddings`` tokens that :func:`~bertfn.unpadded.unpadded_encoder` runs
-(:func:`text_groups`, :func:`end_to_end`).
+sorted by length and laid end to end, without padding, in sequences of up to :data:`GROUP_TOKENS`
+tokens that :func:`~bertfn.unpadded.unpadded_encoder` runs (:func:`text_groups`, :func:`end_to_end`).
 """
 
 from __future__ import annotations
@@ -22,6 +21,11 @@ from .tokenizer import Encoding, Tokenizer, check_text
 from .unpadded import unpadded_encoder
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"
+
+GROUP_TOKENS = 2048
+"""Tokens per encoder pass in :func:`fill_mask`: enough rows for the matrix products to run at
+their peak (bench/kernels.py; the (T, 4H) intermediate is 25 MB for bert-base). Models with
+relative positions take at most ``max_position_embeddings``, the longest input their embeddings accept."""
 
 _models: dict[str, Model] = {}
 _models_lock = threading.Lock()
@@ -175,7 +179,8 @@ def fill_mask(
 
     results: list = [None] * len(texts)
     with torch.inference_mode():
-        for rows in text_groups(lengths, batch_size, P):
+        group_tokens = GROUP_TOKENS if m.config.position_embedding_type == "absolute" else min(GROUP_TOKENS, P)
+        for rows in text_groups(lengths, batch_size, group_tokens):
             ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
             h = unpadded_encoder(m.params, ids, types, positions, [lengths[i] for i in rows])[0]  # (T, H)
             where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,): position of every [MASK] in the group

@@ -8,7 +8,8 @@ so the products run on T real rows; attention alone runs on each text's slice, a
 were by itself.
 
 Built from the reference functions (``linear``, ``split_heads``, ``sdpa_attention``, ``feed_forward``,
-...) in the same order, so each text's hidden states equal the reference encoder's on that text
+...) in the same order, except that heads are merged text by text straight into the (1, T, H)
+layout, so each text's hidden states equal the reference encoder's on that text
 (tests/test_fast_path.py). Inference only: no dropout, cache, cross-attention, head mask or trace.
 """
 
@@ -19,7 +20,6 @@ import torch
 from .attention import (
     causal_keep_mask,
     extended_mask,
-    merge_heads,
     relative_position_scores,
     sdpa_attention,
     split_heads,
@@ -46,7 +46,7 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int]) -> Tensor:
     k = split_heads(linear(x, p["self.key.weight"], p["self.key.bias"]), nh)
     v = split_heads(linear(x, p["self.value.weight"], p["self.value.bias"]), nh)
 
-    contexts = []
+    contexts = []  # each text's (1, n, nh, hd), merged into (1, T, nh*hd) by one copy
     for qi, ki, vi in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2)):
         n = qi.shape[2]  # this text's (1, nh, n, hd) slice
         bias = None
@@ -55,10 +55,10 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int]) -> Tensor:
         mask = None
         if cfg.is_decoder:
             mask = extended_mask(causal_keep_mask(torch.ones(1, n, device=x.device), n), x.dtype)  # (1, 1, n, n)
-        contexts.append(sdpa_attention(qi, ki, vi, mask, bias))
-    context = torch.cat(contexts, dim=2)  # (1, nh, T, hd)
+        contexts.append(sdpa_attention(qi, ki, vi, mask, bias).transpose(1, 2))  # (1, n, nh, hd)
+    merged = torch.cat(contexts, dim=1).flatten(2)  # (1, T, nh*hd), as merge_heads of the whole
 
-    out = linear(merge_heads(context), p["output.dense.weight"], p["output.dense.bias"])  # (1, T, H)
+    out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (1, T, H)
     return layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
 
 
