@@ -31,15 +31,18 @@ _models: dict[str, Model] = {}
 _models_lock = threading.Lock()
 
 
-def get_model(model: Model | str | Path | None) -> Model:
-    """A loaded model: given, or loaded once per process by name (default: bert-base-uncased)."""
+def get_model(model: Model | str | Path | None, device: str | torch.device | None = None) -> Model:
+    """A loaded model on ``device``: given, or loaded once per process by name and device (default:
+    bert-base-uncased). A given :class:`Model` on another device is moved for this call only; load it
+    with ``device=`` to avoid that."""
     if isinstance(model, Model):
-        return model
+        return model if device is None or model.device == torch.device(device) else model.to(device)
     name = str(model) if model is not None else DEFAULT_MODEL
+    key = f"{name}@{device}" if device is not None else name
     with _models_lock:
-        if name not in _models:
-            _models[name] = load(name)
-        return _models[name]
+        if key not in _models:
+            _models[key] = load(name, device=device)
+        return _models[key]
 
 
 def target_ids(model: Model, targets: str | list[str]) -> list[int]:
@@ -151,9 +154,7 @@ def fill_mask(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
 
-    m = get_model(model)
-    if device is not None:
-        m = m.to(device)
+    m = get_model(model, device)
     tok = m.tokenizer
     if tok is None:
         raise InputError(f"model {m.name!r} has no tokenizer (tokenizer.json or vocab.txt); fill_mask needs one")

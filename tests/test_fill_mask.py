@@ -6,6 +6,7 @@ Same tokens, same order, same token strings and sequences; scores within 1e-5.
 from __future__ import annotations
 
 import pytest
+import torch
 import transformers
 
 import bertfn
@@ -92,3 +93,13 @@ def test_model_by_path_is_loaded_once(mlm_checkpoint):
     folder, _ = mlm_checkpoint
     assert get_model(str(folder)) is get_model(str(folder))
     assert bertfn.fill_mask("hello [MASK] !", str(folder), top_k=1)[0]["token_str"]
+
+
+def test_device_is_part_of_the_cache_and_no_move_when_already_there(mlm_checkpoint):
+    from bertfn.pipelines import get_model
+
+    folder, _ = mlm_checkpoint
+    on_cpu = get_model(str(folder), "cpu")
+    assert on_cpu is get_model(str(folder), "cpu") and on_cpu.device == torch.device("cpu")
+    assert get_model(on_cpu, "cpu") is on_cpu  # already there: not copied per call
+    assert bertfn.fill_mask("hello [MASK] !", str(folder), device="cpu") == bertfn.fill_mask("hello [MASK] !", on_cpu)
