@@ -4,8 +4,11 @@
 
 All 72 encoder weight matrices of a bert-base-shaped model (340 MB in fp32, more than the caches
 hold, as in a real forward pass) times an activation of R rows, for each R, through:
-  * ``F.linear``: what torch.nn.Linear and transformers run (MKL's sgemm on x86);
-  * ``onednn``: ``torch.ops.mkldnn._linear_pointwise`` on the same weight tensors (no copy);
+  * ``F.linear``: what torch.nn.Linear and transformers run (MKL's sgemm on x86), on (out, in)
+    weights as checkpoints store them;
+  * ``F.linear (in,out)``: the same call on the same values laid out (in, out) in memory, as
+    ``bertfn.load`` lays them out (``bertfn.loading.matmul_layout``);
+  * ``onednn``: ``torch.ops.mkldnn._linear_pointwise`` on the (out, in) weights (no copy);
   * ``onednn packed``: the same kernel on weights reordered once into oneDNN's blocked layout,
     a second copy of every weight (+340 MB).
 It prints the median and best time of the 72 products, the weight bandwidth and the GFLOP/s.
@@ -34,6 +37,7 @@ def main() -> None:
     shapes = [(H, H)] * 4 + [(I, H), (H, I)]  # query, key, value, attention output; FFN in, FFN out
     weights = [torch.randn(shape) * 0.02 for _ in range(L) for shape in shapes]
     biases = [torch.randn(w.shape[0]) * 0.02 for w in weights]
+    laid_out = [w.t().contiguous().t() for w in weights]  # (out, in) views of (in, out) tensors
     packed = [torch.ops.mkldnn._reorder_linear_weight(w) for w in weights]
     megabytes = sum(w.numel() for w in weights) * 4 / 1e6
 
@@ -43,6 +47,7 @@ def main() -> None:
             x = {H: torch.randn(R, H), I: torch.randn(R, I)}  # the activation each weight multiplies
             variants = {
                 "F.linear": lambda: [F.linear(x[w.shape[1]], w, b) for w, b in zip(weights, biases)],
+                "F.linear (in,out)": lambda: [F.linear(x[w.shape[1]], w, b) for w, b in zip(laid_out, biases)],
                 "onednn": lambda: [torch.ops.mkldnn._linear_pointwise(x[w.shape[1]], w, b, "none", [], "")
                                    for w, b in zip(weights, biases)],
                 "onednn packed": lambda: [torch.ops.mkldnn._linear_pointwise(x[w.shape[1]], p, b, "none", [], "")
@@ -58,7 +63,7 @@ def main() -> None:
                     times[name].append(time.perf_counter() - start)
             flop = 2 * R * sum(w.numel() for w in weights)
             for name, t in times.items():
-                print(f"rows {R:4d}  {name:14s} median {statistics.median(t) * 1e3:7.1f} ms"
+                print(f"rows {R:4d}  {name:17s} median {statistics.median(t) * 1e3:7.1f} ms"
                       f"  best {min(t) * 1e3:7.1f} ms"
                       f"  {megabytes / 1e3 / min(t):5.1f} GB/s  {flop / min(t) / 1e9:6.1f} GFLOP/s")
 

@@ -19,45 +19,32 @@ Tensor = torch.Tensor
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     """``y = x W^T + b`` (``torch.nn.Linear``).
 
-    x: (..., in) ; w: (out, in) as stored in HF checkpoints ; b: (out,) -> (..., out)
-    Inference on the CPU runs the same product as :func:`onednn_linear` where that measures faster
-    (:func:`onednn_fits`): fp32 with 8 to 15 rows (a short sentence), and bf16.
+    x: (..., in) ; w: (out, in) as named in HF checkpoints ; b: (out,) -> (..., out)
+    Any memory layout of ``w`` gives the same values; :func:`bertfn.load` lays each weight out
+    (in, out) in memory, the order ``F.linear`` multiplies fastest (:func:`bertfn.loading.matmul_layout`).
+    bf16 inference on the CPU runs as :func:`onednn_linear` instead (:func:`onednn_fits`).
     """
     if onednn_fits(x, w, b):
         return onednn_linear(x, w, b)
     return F.linear(x, w, b)
 
 
-ONEDNN_ROWS = range(8, 16)
-"""fp32 row counts for which :func:`onednn_linear` beats ``F.linear`` (by 15-25% on an AVX-512 Xeon).
-
-``python bench/kernels.py`` measures both over bert-base's 72 weight matrices: MKL's sgemm, behind
-``F.linear``, is as fast or faster for 1-7 and for 16 or more rows, and slow for 8-15.
-"""
-
-
 def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
-    """Whether :func:`linear` runs ``x W^T + b`` as :func:`onednn_linear`.
-
-    On the CPU, with no gradient to track, and either fp32 with 8-15 rows or bf16 with any number.
-    """
+    """Whether :func:`linear` runs ``x W^T + b`` as :func:`onednn_linear`: bf16 on the CPU, no gradient to track."""
     tracked = x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
-    if not ONEDNN or x.device.type != "cpu" or x.dtype != w.dtype or (tracked and torch.is_grad_enabled()):
+    if not ONEDNN or x.device.type != "cpu" or (tracked and torch.is_grad_enabled()):
         return False
-    rows = x.numel() // max(x.shape[-1], 1)
-    return rows in ONEDNN_ROWS if x.dtype == torch.float32 else x.dtype == torch.bfloat16 and rows > 0
+    return x.dtype == w.dtype == torch.bfloat16 and x.numel() > 0
 
 
 def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
-    """:func:`linear` through oneDNN's inner-product kernel.
+    """:func:`linear` in bf16 through oneDNN's inner-product kernel (AMX / AVX-512-bf16 where the CPU has them).
 
-    fp32 reads ``w`` where it lies (no copy). bf16 reads the copy of ``w`` that
-    :func:`bertfn.packed.packed` reordered once for oneDNN, instead of a reorder on every call.
-    It has no backward, hence inference only. fp32 sums in another order than ``F.linear``: results
-    agree to float rounding (tests/test_fast_path.py). Shapes as in :func:`linear`.
+    It reads the copy of ``w`` that :func:`bertfn.packed.packed` reordered once for oneDNN, instead of
+    a reorder on every call. It has no backward, hence inference only. It sums in another order
+    than ``F.linear``: results agree to bf16 rounding (tests/test_fast_path.py). Shapes as in :func:`linear`.
     """
-    weight = packed(w) if w.dtype == torch.bfloat16 else w
-    return torch.ops.mkldnn._linear_pointwise(x, weight, b, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x, packed(w), b, "none", [], "")
 
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")

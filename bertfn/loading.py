@@ -85,7 +85,7 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
 
         try:
-            return load_file(str(path))
+            return load_file(str(path), backend="pread")  # into memory: see matmul_layout for why not mapped
         except (SafetensorError, OSError, ValueError) as e:
             raise CheckpointError(
                 f"{path} is not a readable safetensors file ({e}); it may be truncated or corrupt, download it again"
@@ -144,6 +144,28 @@ def normalize_keys(state: dict[str, torch.Tensor], config: BertConfig) -> dict[s
         if "cls.predictions.decoder.bias" not in out and "cls.predictions.bias" in out:
             out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
     return out
+
+
+LINEAR_WEIGHT = re.compile(r"\.(query|key|value|dense|classifier|qa_outputs|seq_relationship)\.weight$|^(classifier|qa_outputs)\.weight$")
+"""Keys of the weights that :func:`~bertfn.functional.linear` multiplies by (attention, feed-forward, pooler, heads)."""
+
+
+def matmul_layout(state: dict[str, torch.Tensor]) -> None:
+    """Store every linear layer's weight (in, out) in memory, in place; names, shapes and values stay HF's.
+
+    A checkpoint holds a linear weight as (out, in) rows, and ``F.linear(x, w)`` multiplies ``x``
+    by ``w.t()``: a transposed matrix for the BLAS library. Laid out the other way round, the same
+    call hands MKL a plain (in, out) matrix, which it multiplies 10-30% faster for up to about 128
+    rows (a sentence or a few) and as fast for more (``python bench/kernels.py``). Each weight
+    becomes ``w.t().contiguous().t()``: still the (out, in) weight, a view of the only copy.
+
+    Weights are replaced one at a time, so memory holds one weight twice at most. The embedding
+    tables (and the decoder tied to the word embeddings) stay row by row: lookups read rows. Such a
+    dict is not contiguous: to save it with safetensors, pass ``{k: v.contiguous() for k, v in state.items()}``.
+    """
+    for k, t in state.items():
+        if LINEAR_WEIGHT.search(k) and t.dim() == 2:
+            state[k] = t.t().contiguous().t()  # (out, in) view of an (in, out) tensor
 
 
 def expected_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
@@ -370,6 +392,7 @@ def load(
     if not strict:
         known = set(expected_shapes(config, state))
         state = {k: v for k, v in state.items() if k in known}
+    matmul_layout(state)
     tokenizer = Tokenizer.from_folder(folder, config.max_position_embeddings)
     if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
         raise CheckpointError(

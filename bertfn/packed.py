@@ -8,8 +8,9 @@ weight once, on first use, and keeps the copy for as long as the tensor lives.
 The state_dict stays the source of truth: a packed copy is derived from one of its tensors, is
 never written back, and is rebuilt when that tensor changes in place (its version counter moves),
 so edits to ``model.state`` are always seen. It costs one more copy of each bf16 weight that a
-fast-path product reads (bert-base: 170 MB). fp32 keeps no packed copies: for fp32 the copy would
-double the weights' memory (+340 MB) for 15-20% on a single sentence (``bench/kernels.py``).
+fast-path product reads (bert-base: 170 MB). fp32 keeps no packed copies: laying the weights out
+(in, out) at load (:func:`bertfn.loading.matmul_layout`) makes ``F.linear`` as fast as a packed copy
+would (``python bench/kernels.py``) while the state_dict holds each weight once.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The fast paths compute what the reference computes.
 
-* ``linear`` runs fp32 products of 8-15 rows, and bf16 products on a weight packed once
-  (``bertfn.packed``), through oneDNN (``onednn_linear``): equal to ``F.linear`` to rounding, never
-  where a gradient is needed, and a packed copy follows in-place changes of its weight.
+* ``linear`` gives ``F.linear``'s values whatever the weight's memory layout, including the (in, out)
+  layout ``bertfn.load`` gives linear weights (``matmul_layout``); it runs bf16 products on a weight
+  packed once (``bertfn.packed``) through oneDNN (``onednn_linear``): equal to ``F.linear`` to
+  rounding, never where a gradient is needed, and a packed copy follows in-place changes of its weight.
 * ``fill_mask`` lays texts end to end (``end_to_end``) through ``unpadded_encoder``: every text's
   hidden states equal those of the padded batch the reference encoder runs, to fp32 rounding,
   for absolute and relative positions, decoders and pruned heads.
@@ -21,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bertfn
-from bertfn.functional import ONEDNN, ONEDNN_ROWS, linear, onednn_fits, onednn_linear
+from bertfn.functional import ONEDNN, linear, onednn_fits
 from bertfn.packed import _copies, packed
 from bertfn.pipelines import end_to_end, text_groups
 from bertfn.unpadded import unpadded_encoder
@@ -34,7 +35,7 @@ SETTINGS = settings(max_examples=25, deadline=None)
 @SETTINGS
 @given(rows=st.integers(1, 20), lead=st.sampled_from([(), (1,), (2,)]), n_in=st.integers(1, 48),
        n_out=st.integers(1, 48), bias=st.booleans(), seed=st.integers(0, 2**16))
-def test_linear_equals_f_linear(rows, lead, n_in, n_out, bias, seed):
+def test_linear_equals_f_linear_in_either_layout(rows, lead, n_in, n_out, bias, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(*lead, rows, n_in, generator=g)
     w = torch.randn(n_out, n_in, generator=g)
@@ -42,27 +43,23 @@ def test_linear_equals_f_linear(rows, lead, n_in, n_out, bias, seed):
     expected = F.linear(x, w, b)
     with torch.inference_mode():
         torch.testing.assert_close(linear(x, w, b), expected, **TOL)
-        if ONEDNN:
-            torch.testing.assert_close(onednn_linear(x, w, b), expected, **TOL)
+        torch.testing.assert_close(linear(x, w.t().contiguous().t(), b), expected, **TOL)  # matmul_layout's
 
 
 needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN linear kernel")
 
 
 @needs_onednn
-def test_onednn_only_for_cpu_inference_fp32_of_8_to_15_rows_or_bf16():
-    w, b = torch.randn(6, 4), torch.randn(6)
-    assert onednn_fits(torch.randn(12, 4), w, b)
-    assert onednn_fits(torch.randn(1, 12, 4), w, None)
-    assert [r for r in range(1, 40) if onednn_fits(torch.randn(r, 4), w, b)] == list(ONEDNN_ROWS)
-    assert not onednn_fits(torch.randn(12, 4).double(), w.double(), b.double())
-    assert not onednn_fits(torch.randn(12, 4, requires_grad=True), w, b)
-    assert not onednn_fits(torch.randn(12, 4), w.requires_grad_(), b)
-    with torch.no_grad():
-        assert onednn_fits(torch.randn(12, 4, requires_grad=True), w, b)
-    w16 = torch.randn(6, 4, dtype=torch.bfloat16)
-    assert all(onednn_fits(torch.randn(r, 4, dtype=torch.bfloat16), w16, None) for r in (1, 12, 300))
+def test_onednn_only_for_cpu_inference_in_bf16():
+    w16, b16 = torch.randn(6, 4, dtype=torch.bfloat16), torch.randn(6, dtype=torch.bfloat16)
+    assert all(onednn_fits(torch.randn(r, 4, dtype=torch.bfloat16), w16, b16) for r in (1, 12, 300))
+    assert onednn_fits(torch.randn(1, 12, 4, dtype=torch.bfloat16), w16, None)
+    assert not onednn_fits(torch.randn(12, 4), torch.randn(6, 4), None)  # fp32: F.linear
     assert not onednn_fits(torch.randn(12, 4), w16, None)  # mixed dtypes: F.linear says what is wrong
+    assert not onednn_fits(torch.randn(12, 4, dtype=torch.bfloat16, requires_grad=True), w16, b16)
+    assert not onednn_fits(torch.randn(12, 4, dtype=torch.bfloat16), w16.clone().requires_grad_(), b16)
+    with torch.no_grad():
+        assert onednn_fits(torch.randn(12, 4, dtype=torch.bfloat16, requires_grad=True), w16, b16)
 
 
 @needs_onednn
@@ -81,14 +78,15 @@ def test_bf16_linear_on_packed_weight_equals_f_linear_and_follows_edits():
 
 
 def test_linear_still_trains():
-    """With 12 rows and a gradient to track, linear takes F.linear: backward works and matches."""
-    x = torch.randn(12, 5, requires_grad=True)
-    w = torch.randn(3, 5, requires_grad=True)
-    linear(x, w).square().sum().backward()
-    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
-    F.linear(x2, w2).square().sum().backward()
-    torch.testing.assert_close(x.grad, x2.grad)
-    torch.testing.assert_close(w.grad, w2.grad)
+    """With a gradient to track, linear takes F.linear, in bf16 too: backward works and matches."""
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(12, 5, dtype=dtype, requires_grad=True)
+        w = torch.randn(3, 5, dtype=dtype).t().contiguous().t().requires_grad_()
+        linear(x, w).square().sum().backward()
+        x2, w2 = x.detach().clone().requires_grad_(), w.detach().contiguous().requires_grad_()
+        F.linear(x2, w2).square().sum().backward()
+        torch.testing.assert_close(x.grad, x2.grad)
+        torch.testing.assert_close(w.grad, w2.grad)
 
 
 @st.composite

@@ -151,3 +151,22 @@ def test_to_keeps_ties_and_moves_dtype(mlm_checkpoint):
     half = bertfn.load(folder, dtype=torch.bfloat16)
     assert half.dtype == torch.bfloat16
     assert half.state["cls.predictions.decoder.weight"] is half.state["bert.embeddings.word_embeddings.weight"]
+
+
+@pytest.mark.parametrize("safe", [True, False])
+def test_linear_weights_are_laid_out_in_out_with_the_files_values(safe, tmp_path):
+    """``load`` stores each linear weight (in, out) in memory (``matmul_layout``): HF names, shapes and values."""
+    hf = build_hf("BertForPreTraining", seed=3)
+    folder = save_checkpoint(hf, tmp_path / "ckpt", safe=safe)
+    model = bertfn.load(folder)
+    expected = hf.state_dict()
+    linear = [k for k in model.state if bertfn.loading.LINEAR_WEIGHT.search(k)]
+    assert len(linear) == 6 * hf.config.num_hidden_layers + 3  # q, k, v, out, ffn in, ffn out; pooler, transform, NSP
+    for k, t in model.state.items():
+        torch.testing.assert_close(t, expected[k], atol=0, rtol=0)  # same values under the same name
+        laid_out = t.dim() == 2 and t.t().is_contiguous() and not t.is_contiguous()
+        assert laid_out == (k in linear), k
+    tied = model.state["cls.predictions.decoder.weight"], model.state["bert.embeddings.word_embeddings.weight"]
+    assert tied[0].data_ptr() == tied[1].data_ptr()  # still one tensor
+    moved = model.to(dtype=torch.float64)
+    assert moved.state[linear[0]].t().is_contiguous()  # to() keeps the layout
