@@ -1,6 +1,7 @@
 """The ``bertfn`` command (also ``python -m bertfn``).
 
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--model ID_OR_PATH] [--top-k N] [--json] [--truncation]
+                     [--device cpu|cuda] [--dtype float32|bfloat16|float16]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--model ID_OR_PATH] --out attn.png
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
@@ -16,7 +17,13 @@ import os
 import sys
 import warnings
 
+import torch
+
 from .errors import BertfnError, InputError
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""``--dtype`` choices."""
 
 
 def _table(text: str, result: list) -> str:
@@ -61,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     fm.add_argument("--top-k", type=int, default=5, help="answers per mask (default 5)")
     fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
     fm.add_argument("--device", default=None, help="e.g. cpu or cuda")
+    fm.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                    help="precision to run in (default: as the checkpoint stores it); bfloat16 is the faster bf16 mode")
     fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
     fm.add_argument("--truncation", action="store_true",
                     help="cut a text longer than the model's max positions to a window around its masks")
@@ -108,8 +117,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from .pipelines import fill_mask
 
+    dtype = DTYPES[args.dtype] if args.dtype else None
     results = fill_mask(list(args.text), args.model, top_k=args.top_k, targets=args.targets, device=args.device,
-                        truncation=args.truncation)
+                        dtype=dtype, truncation=args.truncation)
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:

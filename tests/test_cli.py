@@ -48,3 +48,16 @@ def test_python_dash_m_entry_point(mlm_checkpoint):
                            "--top-k", "1", "--json"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert len(json.loads(done.stdout)) == 1
+
+
+def test_dtype_runs_the_bf16_mode(mlm_checkpoint, capsys):
+    import torch
+
+    folder, _ = mlm_checkpoint
+    text = "i [MASK] you [MASK] well"
+    assert main(["fill-mask", text, "--model", str(folder), "--json", "--dtype", "bfloat16"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    expected = bertfn.fill_mask(text, str(folder), dtype=torch.bfloat16)
+    assert [[a["token"] for a in m] for m in printed] == [[a["token"] for a in m] for m in expected]
+    assert main(["fill-mask", text, "--model", str(folder), "--dtype", "int8"]) == bertfn.InputError.exit_code
+    assert "invalid choice" in capsys.readouterr().err

@@ -103,3 +103,20 @@ def test_device_is_part_of_the_cache_and_no_move_when_already_there(mlm_checkpoi
     assert on_cpu is get_model(str(folder), "cpu") and on_cpu.device == torch.device("cpu")
     assert get_model(on_cpu, "cpu") is on_cpu  # already there: not copied per call
     assert bertfn.fill_mask("hello [MASK] !", str(folder), device="cpu") == bertfn.fill_mask("hello [MASK] !", on_cpu)
+
+
+def test_dtype_loads_once_per_dtype_and_converts_a_given_model(mlm_checkpoint):
+    from bertfn.pipelines import get_model
+
+    folder, _ = mlm_checkpoint
+    bf16 = get_model(str(folder), dtype=torch.bfloat16)
+    assert bf16.dtype == torch.bfloat16 and bf16 is get_model(str(folder), dtype=torch.bfloat16)
+    assert get_model(str(folder)).dtype == torch.float32  # the stored precision, a separate entry
+    fp32 = get_model(str(folder))
+    assert get_model(fp32, dtype=torch.float32) is fp32
+    assert get_model(fp32, dtype=torch.bfloat16).dtype == torch.bfloat16
+    text = "the cat sat on the [MASK] ."
+    answers = bertfn.fill_mask(text, str(folder), dtype=torch.bfloat16, top_k=3)
+    assert answers == bertfn.fill_mask(text, bf16, top_k=3)
+    with pytest.raises(bertfn.InputError, match="floating-point"):
+        bertfn.fill_mask(text, fp32, dtype=torch.int64)
