@@ -38,6 +38,14 @@ def kept_rows(present: list[int], drop: set[int], hd: int) -> Tensor:
     return torch.cat([torch.arange(slot * hd, (slot + 1) * hd) for slot in keep])
 
 
+def kept(t: Tensor, dim: int, rows: Tensor) -> Tensor:
+    """``t.index_select(dim, rows)``, laid out in memory as ``t`` is: a weight that ``bertfn.load`` stored
+    (in, out) (:func:`bertfn.loading.matmul_layout`) stays so, and keeps its faster products."""
+    out = t.index_select(dim, rows)
+    laid_out = t.dim() == 2 and not t.is_contiguous() and t.t().is_contiguous()
+    return out.t().contiguous().t() if laid_out else out
+
+
 def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, Iterable[int]]) -> Params | Model:
     """A copy of the model without the given self-attention heads (``BertModel.prune_heads``).
 
@@ -83,9 +91,9 @@ def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, It
         for name in ("query", "key", "value"):
             for leaf in ("weight", "bias"):
                 key = f"{prefix}self.{name}.{leaf}"
-                new_state[key] = state[key].index_select(0, rows)  # (kept*hd, H) or (kept*hd,)
+                new_state[key] = kept(state[key], 0, rows)  # (kept*hd, H) or (kept*hd,)
         key = f"{prefix}output.dense.weight"
-        new_state[key] = state[key].index_select(1, rows)  # (H, kept*hd); the bias (H,) is unchanged
+        new_state[key] = kept(state[key], 1, rows)  # (H, kept*hd); the bias (H,) is unchanged
         pruned[layer] = tuple(sorted(already | drop))
 
     new_cfg = replace(cfg, pruned_heads=pruned)

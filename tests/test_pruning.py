@@ -110,6 +110,9 @@ def test_pruning_returns_a_new_model_and_leaves_the_old_one(mlm_checkpoint):
     assert pruned.state["bert.encoder.layer.1.attention.self.key.weight"].shape[0] == 2 * model.config.head_dim
     assert pruned.state["bert.encoder.layer.1.attention.output.dense.weight"].shape[1] == 2 * model.config.head_dim
     assert pruned.state["cls.predictions.decoder.weight"] is pruned.state["bert.embeddings.word_embeddings.weight"]
+    for name in ("self.query.weight", "output.dense.weight"):  # load's (in, out) layout is kept
+        key = f"bert.encoder.layer.1.attention.{name}"
+        assert model.state[key].t().is_contiguous() and pruned.state[key].t().is_contiguous(), key
     as_params = bertfn.prune_heads(model.params, {1: [2]})
     assert isinstance(as_params, bertfn.Params) and as_params.config == pruned.config
 
