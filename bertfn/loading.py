@@ -10,6 +10,8 @@
 Weights are read with ``safetensors`` or ``torch.load(weights_only=True)``: loading never runs
 pickled code. Keys are normalised to the names ``BertForPreTraining`` uses (``bert.`` prefix,
 ``LayerNorm.weight|bias``, tied decoder present) and checked against the shapes the config implies.
+Linear weights are then laid out (in, out) in memory for faster products (:func:`matmul_layout`):
+names, shapes and values stay the checkpoint's.
 """
 
 from __future__ import annotations
