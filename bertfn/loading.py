@@ -55,7 +55,8 @@ class Model:
         return self.state["bert.embeddings.word_embeddings.weight"].dtype
 
     def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Model:
-        """A copy of the model with its weights on ``device`` / in ``dtype`` (tied weights stay tied).
+        """A copy of the model with its weights on ``device`` / in ``dtype`` (tied weights stay tied,
+        and each weight keeps its memory layout, see :func:`matmul_layout`).
 
         Raises :class:`InputError` for a device this torch cannot use or a dtype that is not floating point.
         """
