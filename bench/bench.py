@@ -102,7 +102,7 @@ def table(rows: list[Row]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r.workload} | {r.unit} | {fmt(r.ours, r.unit)} | {r.other_name} | {fmt(r.other, r.unit)} "
-                     f"| {r.ratio:.2f} | {r.target or '-'} | {r.met} |")
+                     f"| {r.ratio:.3f} | {r.target or '-'} | {r.met} |")
     return "\n".join(lines)
 
 
