@@ -17,6 +17,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench.py"
 ROWS = [
     r"fill-mask, 1 sentence \(\d+ tokens\), text to answers",
     r"fill-mask, 1 sentence: bertfn end to end vs ONNX Runtime forward only",
+    r"floor: that sentence's matrix products alone, fp32 \(torch's kernels\)",  # against the pipeline
+    r"floor: that sentence's matrix products alone, fp32 \(torch's kernels\)",  # against ONNX Runtime
     r"bf16 mode: fill-mask, 1 sentence",
     r"bf16 mode: fill-mask, 1 sentence vs ONNX Runtime forward only",
     r"encoder forward, 1 sentence \(\d+ tokens\)",
