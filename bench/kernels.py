@@ -24,6 +24,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from bertfn.loading import in_out
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -37,7 +39,7 @@ def main() -> None:
     shapes = [(H, H)] * 4 + [(I, H), (H, I)]  # query, key, value, attention output; FFN in, FFN out
     weights = [torch.randn(shape) * 0.02 for _ in range(L) for shape in shapes]
     biases = [torch.randn(w.shape[0]) * 0.02 for w in weights]
-    laid_out = [w.t().contiguous().t() for w in weights]  # (out, in) views of (in, out) tensors
+    laid_out = [in_out(w) for w in weights]  # (out, in) views of (in, out) tensors, as bertfn.load keeps them
     packed = [torch.ops.mkldnn._reorder_linear_weight(w) for w in weights]
     megabytes = sum(w.numel() for w in weights) * 4 / 1e6
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 import torch
 
 from .errors import CheckpointError, InputError
-from .loading import Model
+from .loading import Model, in_out, is_in_out
 from .params import Params
 
 Tensor = torch.Tensor
@@ -42,8 +42,7 @@ def kept(t: Tensor, dim: int, rows: Tensor) -> Tensor:
     """``t.index_select(dim, rows)``, laid out in memory as ``t`` is: a weight that ``bertfn.load`` stored
     (in, out) (:func:`bertfn.loading.matmul_layout`) stays so, and keeps its faster products."""
     out = t.index_select(dim, rows)
-    laid_out = t.dim() == 2 and not t.is_contiguous() and t.t().is_contiguous()
-    return out.t().contiguous().t() if laid_out else out
+    return in_out(out) if is_in_out(t) else out
 
 
 def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, Iterable[int]]) -> Params | Model:
