@@ -31,10 +31,10 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
 def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
     """Whether :func:`linear` runs ``x W^T + b`` as :func:`onednn_linear`: bf16 on the CPU, no gradient to track."""
+    if not (x.dtype == w.dtype == torch.bfloat16 and ONEDNN and x.device.type == "cpu" and x.numel() > 0):
+        return False  # the dtype first: fp32 calls, the common case, stop at the cheapest test
     tracked = x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
-    if not ONEDNN or x.device.type != "cpu" or (tracked and torch.is_grad_enabled()):
-        return False
-    return x.dtype == w.dtype == torch.bfloat16 and x.numel() > 0
+    return not (tracked and torch.is_grad_enabled())
 
 
 def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
