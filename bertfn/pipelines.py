@@ -22,13 +22,10 @@ from .unpadded import unpadded_encoder
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"
 
-GROUP_TOKENS = 1024
+GROUP_TOKENS = 2048
 """Tokens per encoder pass in :func:`fill_mask`: enough rows for the matrix products to run at
-their peak (bench/kernels.py: 231 GFLOP/s at 1024 rows, as at 2048), and few enough that a layer's
-temporaries stay small (the (T, 4H) intermediate is 12.6 MB for bert-base). With 2048 they grew
-past what glibc's malloc keeps between frees: 130-350 thousand page faults per call on the
-benchmark's 64 sentences, against a few thousand at 1024 (bench/README.md). Models with relative
-positions take at most ``max_position_embeddings``, the longest input their embeddings accept."""
+their peak (bench/kernels.py; the (T, 4H) intermediate is 25 MB for bert-base). Models with
+relative positions take at most ``max_position_embeddings``, the longest input their embeddings accept."""
 
 _models: dict[tuple, Model] = {}  # (name, device, dtype) -> model
 _models_lock = threading.Lock()

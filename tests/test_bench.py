@@ -25,6 +25,7 @@ ROWS = [
     *(rf"fill-mask, 64 mixed sentences, batch size {b}" for b in (1, 8, 16, 64)),
     r"fill-mask, 64 mixed sentences, each side's best batch size",
     r"fill-mask, 64 mixed sentences, best vs ONNX Runtime's best \(forward only\)",
+    r"floor: the matrix products alone of bertfn's best batch size, fp32 \(torch's kernels\)",
     r"bf16 mode: fill-mask, 64 mixed sentences, vs the pipeline's best",
     r"bf16 mode: fill-mask, 64 mixed sentences, vs ONNX Runtime's best",
     r"useful GFLOP/s on the 64 sentences \(real tokens only\)",
