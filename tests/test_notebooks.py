@@ -16,13 +16,19 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("matplotlib")
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
-REAL_WEIGHTS = {"04_inside_a_trained_bert.ipynb"}  # run on their own default model, not the test checkpoint
+ROOT = Path(__file__).parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+REAL_WEIGHTS = {  # run on their own default model (real weights shipped by a package), not the test checkpoint
+    "04_inside_a_trained_bert.ipynb",
+}
 
 
-def test_the_four_notebooks_are_there():
-    assert [p.name for p in NOTEBOOKS] == ["01_bert_from_scratch.ipynb", "02_attention_internals.ipynb",
-                                           "03_layer_by_layer_parity.ipynb", "04_inside_a_trained_bert.ipynb"]
+def test_every_notebook_is_numbered_and_in_the_readme():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert [p.name[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, len(NOTEBOOKS) + 1)]
+    assert len(NOTEBOOKS) >= 4 and REAL_WEIGHTS <= {p.name for p in NOTEBOOKS}
+    for p in NOTEBOOKS:
+        assert f"(notebooks/{p.name})" in readme, f"README's Notebooks section does not link {p.name}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
