@@ -21,6 +21,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 REAL_WEIGHTS = {  # run on their own default model (real weights shipped by a package), not the test checkpoint
     "04_inside_a_trained_bert.ipynb",
 }
+EXPLORER = {"02_attention_internals.ipynb", "04_inside_a_trained_bert.ipynb"}  # show bertfn's explorer inline
 
 
 def test_every_notebook_is_numbered_and_in_the_readme():
@@ -52,3 +53,7 @@ def test_notebook_runs(path, mlm_checkpoint, monkeypatch, tmp_path):
     client.execute()  # raises CellExecutionError naming the cell on the first error
     images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert images >= 1, f"{path.name} drew no figure"
+    if path.name in EXPLORER:
+        pages = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                 if "text/html" in o.get("data", {})]
+        assert any(p.startswith('<iframe srcdoc="') and "bertfn explorer" in p for p in pages), f"{path.name} shows no explorer"
