@@ -179,16 +179,24 @@ def _missing(what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def chromium() -> str:
+    """The browser's executable, once Playwright and Chromium are known to be there."""
     try:
-        from playwright.sync_api import sync_playwright
+        import playwright.sync_api  # noqa: F401
     except ImportError:
         _missing("playwright is not installed")
     executable = os.environ.get("BERTFN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if executable is None:
         _missing("no chromium executable on PATH")
+    return executable
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
 
@@ -373,6 +381,25 @@ def test_side_panels_show_the_predictions_and_the_layer_strip(tab, rec, model):
     page.wait_for_function("() => document.querySelector('#layer-strip tr.current').dataset.layer === '1'")
 
 
+def test_the_notebook_form_runs_in_its_sandboxed_iframe(browser, rec, model, tmp_path):
+    """Jupyter shows rec._repr_html_(): the page in an <iframe srcdoc> with scripts and downloads allowed, no origin."""
+    path = tmp_path / "notebook.html"
+    path.write_text(f"<!doctype html><html><body><h1>a notebook</h1>{rec._repr_html_()}</body></html>", encoding="utf-8")
+    context = browser.new_context(accept_downloads=True)
+    page, errors = context.new_page(), []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    frame = page.frame_locator("iframe")
+    frame.locator("body[data-ready='1']").wait_for(timeout=15_000)
+    assert frame.locator("#prediction-list .word").first.inner_text() == bertfn.fill_mask(TEXT, model)[0]["token_str"]
+    with page.expect_download() as info:
+        frame.locator("#save-svg").click()
+    assert info.value.suggested_filename == "bertfn-head-layer0-head0.svg"
+    assert errors == []
+    context.close()
+
+
 # --- 512 tokens on bert-base's shape ---------------------------------------------------------------
 
 
@@ -380,9 +407,11 @@ def test_512_tokens_on_bert_base_shape_stay_under_25_mb_and_respond(browser, tmp
     """12 layers x 12 heads x 512 x 512 attention, heads of width 64, random weights (no download).
 
     The feed-forward block is narrower than bert-base's (768, not 3072) to keep the test short: nothing
-    of it reaches the page. Random weights give attention that compresses very well, so the page is
-    built with every layer's probabilities replaced by the least compressible rows we know (softmax of
-    N(0, 1.2^2) scores, 1.6 bits a probability after zlib): the size bound then holds for any model.
+    of it reaches the page. What random weights give compresses better than what a model may give, so
+    the page is built from the least compressible data we know, which bounds the size for any model:
+    every layer's probabilities are softmax rows of N(0, 1.2^2) scores (1.7 bits a probability after
+    zlib, the most over the spreads we tried) and its queries and keys are Gaussian noise (7.7 bits
+    an 8-bit code).
     """
     cfg = bertfn.BertConfig(vocab_size=len(VOCAB), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                             intermediate_size=768, max_position_embeddings=512)
@@ -395,8 +424,9 @@ def test_512_tokens_on_bert_base_shape_stay_under_25_mb_and_respond(browser, tmp
     assert S == 512
     g = torch.Generator().manual_seed(0)
     noisy = {f"layer.{i}.attention.probs": (torch.randn(1, 12, S, S, generator=g) * 1.2).softmax(-1) for i in range(12)}
+    noisy |= {f"layer.{i}.attention.{x}": torch.randn(1, 12, S, 64, generator=g) for i in range(12) for x in "qk"}
     path = dataclasses.replace(rec, tensors={**rec.tensors, **noisy}).save_html(tmp_path / "long.html")
-    assert path.stat().st_size < 25e6
+    assert path.stat().st_size < 25e6, f"{path.stat().st_size / 1e6:.1f} MB"
     del rec, noisy
 
     tab = Page(browser, path, timeout_ms=30_000)
@@ -424,3 +454,18 @@ def test_512_tokens_on_bert_base_shape_stay_under_25_mb_and_respond(browser, tmp
     d = tab.wait(f"d.view === 'neuron' && d.query === {S - 1}")
     assert len(d["probs"]) == S and sum(d["probs"]) == pytest.approx(1, abs=1e-6)
     tab.close()
+
+
+def test_the_explorer_benchmark_runs(chromium, mlm_checkpoint):
+    """bench/explorer.py on the small checkpoint and 12 tokens: the script works (its timings mean nothing here).
+
+    In a process of its own: Playwright allows one sync session per process, and this module's is open."""
+    root = Path(__file__).parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, str(root / "bench" / "explorer.py"), "--model", str(mlm_checkpoint[0]),
+                          "--tokens", "12", "--chromium", chromium], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert re.fullmatch(r"mlm\d*: 12 tokens, 2 layers x 3 heads; trace \d+\.\d s", lines[0])
+    assert [line.split(" | ")[:1] for line in lines[3:]] == [["| the model's"], ["| least compressible"]]
+    assert all(float(line.split(" | ")[2]) < 1 for line in lines[3:])  # MB
