@@ -188,6 +188,7 @@ function explorer(meta, data) {
       return [first, last];
     },
     y(i, sc) { return this.top + i * this.rowH + this.rowH / 2 - sc; },
+    mapHeight(H) { return Math.min(H - this.top - this.bottom, S * this.rowH); },  // beside the rows when all fit
     draw(g, W, H, sc) {
       const { widest, xL, xR, mapX, mapW } = this.layout(W);
       const l = state.layer, h = state.head, hov = state.hover && state.hover.view === "head" ? state.hover : null;
@@ -225,7 +226,7 @@ function explorer(meta, data) {
         const x = focusRow ? xR + 4 : xL - 2, align = focusRow ? "left" : "right";
       }
       // the whole sequence at a glance: the focus token's attention over all S tokens, the rows shown framed
-      const mapTop = this.top, mapH = H - this.top - this.bottom;
+      const mapTop = this.top, mapH = this.mapHeight(H);
       const overview = focus || probRow(l, h, state.token), top = Math.max(...overview) || 1;
       for (let j = 0; j < S; j++) {  // darkest = the row's largest probability
         const y0 = mapTop + (j * mapH) / S, y1 = mapTop + ((j + 1) * mapH) / S;
@@ -247,8 +248,8 @@ function explorer(meta, data) {
     },
     pick(x, y, W, H, sc) {
       const { widest, xL, xR, mapX, mapW } = this.layout(W);
-      if (x >= mapX - 2 && x <= mapX + mapW + 2 && y >= this.top) {
-        return { map: Math.min(S - 1, Math.floor(((y - this.top) / (H - this.top - this.bottom)) * S)) };
+      if (x >= mapX - 2 && x <= mapX + mapW + 2 && y >= this.top && y < this.top + this.mapHeight(H)) {
+        return { map: Math.min(S - 1, Math.floor(((y - this.top) / this.mapHeight(H)) * S)) };
       }
       if (y < this.top || y > H - this.bottom) return null;
       const i = Math.floor((y - this.top + sc) / this.rowH);
