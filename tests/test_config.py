@@ -34,6 +34,7 @@ def test_from_file_reads_fields_and_ignores_unknown(tmp_path):
     (dict(position_embedding_type="rotary"), "position_embedding_type 'rotary'"),
     (dict(num_hidden_layers=0), "num_hidden_layers must be a positive integer"),
     (dict(add_cross_attention=True), "needs is_decoder"),
+    (dict(vocab_size=10, pad_token_id=10), "pad_token_id must be a row"),
 ])
 def test_impossible_configs(fields, message):
     with pytest.raises(bertfn.ConfigError, match=message):
