@@ -24,6 +24,7 @@ from .loading import Model, load
 from .params import Params
 from .pipelines import fill_mask
 from .pruning import prune_heads
+from .scratch import init_model, parameter_count
 from .tokenizer import Tokenizer
 from .trace import Trace
 from .inspect import Recording, trace  # bertfn.trace is this function; the recorder is bertfn.trace.Trace
@@ -34,7 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BertConfig", "BertfnError", "Cache", "CheckpointError", "ConfigError", "EncoderOutput", "InputError",
     "Model", "ModelLoadError", "Params", "Recording", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
-    "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "layer", "layer_norm", "linear", "load",
-    "mlm_head", "multiple_choice", "nsp_head", "pooler", "prune_heads", "question_answering", "sdpa_attention",
+    "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
+    "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "sdpa_attention",
     "sequence_classification", "token_classification", "trace", "plots",
 ]

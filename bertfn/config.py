@@ -32,6 +32,7 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
     pad_token_id: int | None = 0
     position_embedding_type: str = "absolute"
     is_decoder: bool = False
