@@ -167,7 +167,7 @@ def products(model, groups: list[tuple[int, int]]) -> Callable[[], object]:
     import torch
     import torch.nn.functional as F
 
-    from bertfn.loading import LINEAR_WEIGHT
+    from bertfn.state import LINEAR_WEIGHT
 
     state = model.state
     layers = [(w, state[k[: -len("weight")] + "bias"]) for k, w in state.items()

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from .errors import InputError
 from .functional import dropout, layer_norm, linear
-from .params import Params
+from .params import Params, scoped
 from .trace import NO_TRACE, Trace
 
 Tensor = torch.Tensor
@@ -196,13 +196,15 @@ def attention(
 ) -> AttentionOutput:
     """One BERT attention block: Q/K/V, heads, attention, merge, output dense, residual + LayerNorm.
 
-    p: the ``attention.`` (or ``crossattention.``) scope of one layer. x: (B, S_q, H).
+    p: the ``attention.`` (or ``crossattention.``) scope of one layer, e.g.
+    ``model.params.layer(0).scope("attention")``. x: (B, S_q, H).
     mask: additive mask from :func:`extended_mask`, broadcastable to (B, nh, S_q, S_k).
     Self-attention: keys/values come from x, appended to ``past_kv`` (the cache) when given, and
     ``past_length`` is the absolute position of x's first token (for relative positions).
     Cross-attention: ``encoder_hidden`` (B, S_e, H) gives keys/values; a ``past_kv`` is reused as is
     (the encoder states do not change while decoding). Relative positions apply to self-attention only.
     """
+    p = scoped(p, "attention()", "model.params.layer(0).scope('attention')")
     cfg = p.config
     hd = cfg.head_dim
     nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned

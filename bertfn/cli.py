@@ -1,12 +1,16 @@
-"""The ``bertfn`` command (also ``python -m bertfn``).
+"""The ``bertfn`` command (also ``python -m bertfn``): a thin layer over the Python API.
 
-    bertfn fill-mask "When in Rome, do as the [MASK] do." [--model ID_OR_PATH] [--top-k N] [--json] [--truncation]
-                     [--device cpu|cuda] [--dtype float32|bfloat16|float16]
-    bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--model ID_OR_PATH] --out attn.png
+    bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
+    bertfn attention "The cat sat on the mat." --layer 3 [--head H] --out attn.png
+    bertfn --version
+
+Every subcommand that runs a model takes the same model options (:func:`add_model_options`):
+``--model ID_OR_PATH --tokenizer PATH --cased|--lowercase --device cpu|cuda --dtype float32|bfloat16|...``.
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
-arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, an
-unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130. Warnings are one line too.
+arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, missing
+optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130.
+Warnings are one line too.
 """
 
 from __future__ import annotations
@@ -16,14 +20,63 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Callable
 
-import torch
+from .dtypes import DTYPES
+from .errors import SURFACE, BertfnError, InputError
 
-from .errors import BertfnError, InputError
+
+def emit(text: str) -> None:
+    """Print ``text`` on stdout; characters the terminal's encoding cannot show are written as escapes
+    (``\\xe9``) instead of failing, as ``PYTHONIOENCODING=ascii`` or a C locale would make them."""
+    encoding = sys.stdout.encoding or "utf-8"
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
+        text = text.encode(encoding, errors="backslashreplace").decode(encoding)
+    print(text)
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-"""``--dtype`` choices."""
+# --- the model options, shared by every subcommand that runs a model ---------------------------------
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """``--model --tokenizer --cased/--lowercase --device --dtype`` (read back by :func:`model_from_args`)."""
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", default=None,
+                       help="hub id, local folder or weights file (default: google-bert/bert-base-uncased)")
+    group.add_argument("--tokenizer", default=None,
+                       help="vocab.txt, tokenizer.json or a folder with one, when it is not beside the weights")
+    case = group.add_mutually_exclusive_group()
+    case.add_argument("--cased", dest="lowercase", action="store_false", default=None,
+                      help="keep the text's case (a cased vocabulary without tokenizer_config.json)")
+    case.add_argument("--lowercase", dest="lowercase", action="store_true", help="lowercase the text")
+    group.add_argument("--device", default=None, help="e.g. cpu or cuda")
+    group.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                       help="precision to run in (default: as stored); bfloat16 is the faster bf16 mode")
+
+
+def model_from_args(args: argparse.Namespace):
+    """The :class:`~bertfn.loading.Model` that the model options name, loaded as :func:`bertfn.load` does."""
+    from .loading import load
+    from .resolve import DEFAULT_MODEL
+
+    return load(args.model or DEFAULT_MODEL, tokenizer=args.tokenizer, lowercase=args.lowercase,
+                device=args.device, dtype=args.dtype)
+
+
+# --- the subcommands: each an _add_X(sub) / _run_X(args) pair listed in COMMANDS ---------------------
+
+
+def _add_fill_mask(sub) -> None:
+    fm = sub.add_parser("fill-mask", help="predict the words behind [MASK]")
+    fm.add_argument("text", nargs="+", help="one or more texts, each with at least one [MASK]")
+    fm.add_argument("--top-k", type=int, default=5, help="answers per mask (default 5)")
+    fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
+    fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
+    fm.add_argument("--truncation", action="store_true",
+                    help="cut a text longer than the model's max positions to a window around its masks")
+    add_model_options(fm)
 
 
 def _table(text: str, result: list) -> str:
@@ -38,17 +91,46 @@ def _table(text: str, result: list) -> str:
     return "\n".join(lines)
 
 
-def _attention(args: argparse.Namespace) -> str:
+def _run_fill_mask(args: argparse.Namespace) -> int:
+    from .pipelines import fill_mask
+
+    results = fill_mask(list(args.text), model_from_args(args), top_k=args.top_k, targets=args.targets,
+                        truncation=args.truncation)
+    if args.json:
+        emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
+    else:
+        emit("\n\n".join(_table(t, r) for t, r in zip(args.text, results)))
+    return 0
+
+
+def _add_attention(sub) -> None:
+    at = sub.add_parser("attention", help="draw one layer's attention probabilities as a heatmap (needs matplotlib)")
+    at.add_argument("text", help="the text to run through the model")
+    at.add_argument("--layer", type=int, default=0, help="layer index from 0, negative from the end (default 0)")
+    at.add_argument("--head", type=int, default=None, help="one head's heatmap (default: a grid of every head)")
+    at.add_argument("--out", default="attention.png", help="image file to write (default attention.png)")
+    add_model_options(at)
+
+
+def _run_attention(args: argparse.Namespace) -> int:
     """Trace ``args.text`` and write the attention heatmap of one layer (all heads, or ``--head``)."""
     from .inspect import trace
     from .plots import attention_figure
 
-    fig = attention_figure(trace(args.model, args.text), args.layer, args.head)
+    fig = attention_figure(trace(args.text, model_from_args(args)), args.layer, args.head)
     try:
         fig.savefig(args.out, dpi=150)
     except (OSError, ValueError) as e:  # ValueError: a file ending matplotlib cannot write
         raise InputError(f"cannot write {args.out} ({e}); pass --out with a writable .png, .svg or .pdf path") from e
-    return f"wrote {args.out}"
+    emit(f"wrote {args.out}")
+    return 0
+
+
+COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
+    "fill-mask": (_add_fill_mask, _run_fill_mask),
+    "attention": (_add_attention, _run_attention),
+}
+"""Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,25 +142,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = _Parser(prog="bertfn", description="BERT as pure functions over a Hugging Face checkpoint.")
+    parser.add_argument("--version", action="version", version=f"bertfn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    fm = sub.add_parser("fill-mask", help="predict the words behind [MASK]")
-    fm.add_argument("text", nargs="+", help="one or more texts, each with at least one [MASK]")
-    fm.add_argument("--model", default=None, help="hub id or local folder (default: google-bert/bert-base-uncased)")
-    fm.add_argument("--top-k", type=int, default=5, help="answers per mask (default 5)")
-    fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
-    fm.add_argument("--device", default=None, help="e.g. cpu or cuda")
-    fm.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                    help="precision to run in (default: as the checkpoint stores it); bfloat16 is the faster bf16 mode")
-    fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
-    fm.add_argument("--truncation", action="store_true",
-                    help="cut a text longer than the model's max positions to a window around its masks")
-    at = sub.add_parser("attention", help="draw one layer's attention probabilities as a heatmap (needs matplotlib)")
-    at.add_argument("text", help="the text to run through the model")
-    at.add_argument("--layer", type=int, default=0, help="layer index from 0, negative from the end (default 0)")
-    at.add_argument("--head", type=int, default=None, help="one head's heatmap (default: a grid of every head)")
-    at.add_argument("--model", default=None, help="hub id or local folder (default: google-bert/bert-base-uncased)")
-    at.add_argument("--out", default="attention.png", help="image file to write (default attention.png)")
+    for add, _ in COMMANDS.values():
+        add(sub)
     return parser
 
 
@@ -90,12 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit code.
 
     Every failure ends here as one line on stderr and an exit code (see the module docstring),
-    never a traceback.
+    never a traceback. Messages spell options the CLI way (``--cased``, not ``lowercase=False``).
     """
+    surface = SURFACE.set("cli")
     try:
         with warnings.catch_warnings():
             warnings.showwarning = lambda message, *_, **__: _one_line("warning", message)
-            return _run(build_parser().parse_args(argv))
+            args = build_parser().parse_args(argv)
+            return COMMANDS[args.command][1](args)
     except BertfnError as e:
         _one_line("error", e)
         return e.exit_code
@@ -108,23 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         _one_line("error", f"unexpected {type(e).__name__}: {e} (a bug in bertfn: please report it; "
                            "BERTFN_DEBUG=1 shows the traceback)")
         return 1
-
-
-def _run(args: argparse.Namespace) -> int:
-    """Do what the parsed command line asks and print the result; returns 0 (failures raise)."""
-    if args.command == "attention":
-        print(_attention(args))
-        return 0
-    from .pipelines import fill_mask
-
-    dtype = DTYPES[args.dtype] if args.dtype else None
-    results = fill_mask(list(args.text), args.model, top_k=args.top_k, targets=args.targets, device=args.device,
-                        dtype=dtype, truncation=args.truncation)
-    if args.json:
-        print(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
-    else:
-        print("\n\n".join(_table(t, r) for t, r in zip(args.text, results)))
-    return 0
+    finally:
+        SURFACE.reset(surface)
 
 
 if __name__ == "__main__":

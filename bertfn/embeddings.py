@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from .errors import InputError
 from .functional import dropout, layer_norm
-from .params import Params
+from .params import Params, scoped
 from .trace import NO_TRACE, Trace
 
 Tensor = torch.Tensor
@@ -66,6 +66,7 @@ def embeddings(
     With relative position embeddings no absolute positions are added (HF does the same).
     Returns (B, S, H).
     """
+    p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
     cfg = p.config
     if (input_ids is None) == (inputs_embeds is None):
         raise InputError("pass exactly one of input_ids (B, S) or inputs_embeds (B, S, H)")

@@ -23,7 +23,8 @@ from .embeddings import embeddings
 from .errors import InputError
 from .functional import ACTIVATIONS, dropout, layer_norm, linear
 from .heads import pooler
-from .params import Params
+from .config import BertConfig
+from .params import Params, as_params, scoped
 from .trace import NO_TRACE, Trace
 
 Tensor = torch.Tensor
@@ -50,9 +51,10 @@ def warn_if_padding_without_mask(input_ids: Tensor | None, attention_mask: Tenso
 def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
     """Position-wise FFN with residual + LayerNorm (``BertIntermediate`` then ``BertOutput``).
 
-    p: one layer's scope (reads ``intermediate.dense.*`` and ``output.*``). x: (B, S, H) -> (B, S, H).
-    The hidden width I = ``config.intermediate_size`` (4H in BERT).
+    p: one layer's scope (reads ``intermediate.dense.*`` and ``output.*``), e.g. ``model.params.layer(0)``.
+    x: (B, S, H) -> (B, S, H). The hidden width I = ``config.intermediate_size`` (4H in BERT).
     """
+    p = scoped(p, "feed_forward()", "model.params.layer(0)")
     cfg = p.config
     act = ACTIVATIONS[cfg.hidden_act]
     h = act(linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"]))  # (B, S, I)
@@ -107,10 +109,11 @@ def layer(
 ) -> LayerOutput:
     """One transformer layer (``BertLayer``): self-attention, [cross-attention,] feed-forward.
 
-    p: ``bert.encoder.layer.{i}.`` scope. x: (B, S, H); mask, encoder_mask: additive masks.
+    p: ``bert.encoder.layer.{i}.`` scope (``model.params.layer(i)``). x: (B, S, H); mask, encoder_mask: additive masks.
     encoder_hidden: (B, S_e, H), used when the layer has ``crossattention.*`` weights.
     Returns the new hidden states (B, S, H) with probabilities and keys/values (see :class:`LayerOutput`).
     """
+    p = scoped(p, "layer()", "model.params.layer(0)")
     common = dict(head_mask=head_mask, impl=impl, need_probs=need_probs, generator=generator)
     a = attention(p.scope("attention"), x, mask, past_kv=past_self_kv, past_length=past_length,
                   trace=trace.scope("attention"), **common)
@@ -198,10 +201,12 @@ def encoder(
     generator: torch.Generator | None = None,
     checkpoint: bool = False,
     trace: Trace = NO_TRACE,
+    config: BertConfig | dict | None = None,
 ) -> EncoderOutput:
     """BERT's forward pass (``BertModel.forward``): embeddings, L layers, pooler.
 
-    params: the root view of a loaded model (reads ``bert.*``). input_ids: (B, S) or
+    params: a loaded ``Model``, its ``params`` (reads ``bert.*``), or a flat HF-keyed state_dict with its
+    ``config`` (a BertConfig or config.json dict). input_ids: (B, S) or
     inputs_embeds: (B, S, H). attention_mask: 0/1 (B, S_k) padding mask (S_k = cached + S), or a
     full (B, S, S_k) / (B, 1|nh, S, S_k) 0/1 mask. Decoders (``config.is_decoder``) add the causal mask
     to a 2D mask. head_mask: (nh,) for every layer or (L, nh), 1 keeps a head.
@@ -211,6 +216,7 @@ def encoder(
     generator: turns dropout on (training); checkpoint: recompute each layer in backward
     (activation checkpointing) to save memory.
     """
+    params = as_params(params, config, "encoder")
     cfg = params.config
     p = params.scope("bert")
     past = cache.length if cache is not None else 0

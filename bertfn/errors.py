@@ -6,12 +6,27 @@ a one-line message and its own exit code (``exit_code``), never a traceback.
 
     BertfnError
     ├── InputError        bad text, ids, masks or arguments passed to a function   (exit 2)
+    │   └── MissingPartError  the model lacks what a call needs (tokenizer, MLM head) (exit 2)
     ├── ConfigError       config.json missing, unreadable or impossible            (exit 3)
     ├── CheckpointError   weights missing, extra, mis-shaped, corrupt or unsafe     (exit 4)
-    └── ModelLoadError    a model could not be found (hub id, folder, no network)   (exit 5)
+    ├── ModelLoadError    a model could not be found (hub id, folder, no network)   (exit 5)
+    └── DependencyError   an optional library is not installed                     (exit 6)
+
+Messages that tell the user what to pass spell it the way the caller writes it: :func:`syntax` gives
+the Python spelling (``lowercase=False``) or, inside the ``bertfn`` command, the CLI one (``--cased``).
 """
 
 from __future__ import annotations
+
+from contextvars import ContextVar
+
+SURFACE: ContextVar[str] = ContextVar("bertfn_surface", default="python")
+"""Where the current call came from: ``"python"`` or ``"cli"`` (set by :func:`bertfn.cli.main`)."""
+
+
+def syntax(python: str, cli: str) -> str:
+    """The spelling of an option for the current caller: ``python`` from Python, ``cli`` from the command line."""
+    return cli if SURFACE.get() == "cli" else python
 
 
 class BertfnError(Exception):
@@ -42,3 +57,13 @@ class ModelLoadError(BertfnError):
     """A model could not be located: unknown hub id, missing folder, or offline without a cache."""
 
     exit_code = 5
+
+
+class MissingPartError(InputError):
+    """The model lacks a part that the call needs: a tokenizer to read text, or the masked-LM head."""
+
+
+class DependencyError(BertfnError, ImportError):
+    """An optional library that this feature needs is not installed; the message names the extra to install."""
+
+    exit_code = 6

@@ -21,7 +21,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
     x: (..., in) ; w: (out, in) as named in HF checkpoints ; b: (out,) -> (..., out)
     Any memory layout of ``w`` gives the same values; :func:`bertfn.load` lays each weight out
-    (in, out) in memory, the order ``F.linear`` multiplies fastest (:func:`bertfn.loading.matmul_layout`).
+    (in, out) in memory, the order ``F.linear`` multiplies fastest (:func:`bertfn.state.matmul_layout`).
     bf16 inference on the CPU runs as :func:`onednn_linear` instead (:func:`onednn_fits`).
     """
     if onednn_fits(x, w, b):

@@ -1,4 +1,4 @@
-"""One call that runs a text through BERT and keeps every intermediate: ``bertfn.trace(model, text)``.
+"""One call that runs a text through BERT and keeps every intermediate: ``bertfn.trace(text, model)``.
 
 :func:`trace` tokenizes the text, runs :func:`~bertfn.encoder.encoder` and, at the ``[MASK]``
 positions, :func:`~bertfn.heads.mlm_head`: the same functions, in the same order, that
@@ -52,7 +52,7 @@ from .encoder import encoder
 from .errors import InputError
 from .heads import mlm_head
 from .loading import Model
-from .pipelines import get_model
+from .resolve import get_model, require_tokenizer, texts_and_model
 from .trace import Trace
 
 Tensor = torch.Tensor
@@ -102,18 +102,18 @@ class Recording:
         return probs[head]  # (S, S)
 
 
-def trace(model: Model | str | Path | None, text: str, pair: str | None = None) -> Recording:
+def trace(text: str, model: Model | str | Path | None = None, pair: str | None = None) -> Recording:
     """Run ``text`` (and an optional second segment ``pair``) through the model, recording every step.
 
     model: a loaded :class:`~bertfn.loading.Model`, a hub id or a local folder (None: the
     fill-mask default, google-bert/bert-base-uncased). The MLM head runs at the ``[MASK]``
     positions when the model has one and the text has masks; ``mlm.logits`` then holds the logits
     fill_mask turns into its scores. Returns a :class:`Recording`; tensors have the batch axis (B = 1).
+    The old order ``trace(model, text)`` still works, with a DeprecationWarning.
     """
+    text, model = texts_and_model(text, model, "trace", old_order=True)
     m = get_model(model)
-    tok = m.tokenizer
-    if tok is None:
-        raise InputError(f"model {m.name!r} has no tokenizer (tokenizer.json or vocab.txt); trace needs one to read text")
+    tok = require_tokenizer(m, "trace")
     if not isinstance(text, str):
         raise InputError(f"trace takes one text as a string, got {type(text).__name__}: {text!r:.60}")
     enc = tok([text], [pair] if pair is not None else None)

@@ -9,7 +9,7 @@ The state_dict stays the source of truth: a packed copy is derived from one of i
 never written back, and is rebuilt when that tensor changes in place (its version counter moves),
 so edits to ``model.state`` are always seen. It costs one more copy of each bf16 weight that a
 fast-path product reads (bert-base: 170 MB). fp32 keeps no packed copies: laying the weights out
-(in, out) at load (:func:`bertfn.loading.matmul_layout`) brings ``F.linear`` within 5-7% of a packed
+(in, out) at load (:func:`bertfn.state.matmul_layout`) brings ``F.linear`` within 5-7% of a packed
 copy (``python bench/kernels.py``) while the state_dict holds each weight once.
 """
 

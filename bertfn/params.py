@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 import torch
 
 from .config import BertConfig
-from .errors import CheckpointError
+from .errors import CheckpointError, InputError
 
 
 class Params(Mapping):
@@ -39,6 +39,13 @@ class Params(Mapping):
         """A view one level down: ``p.scope("attention")["self.query.weight"]``."""
         return Params(self.state, self.config, f"{self.prefix}{name}.")
 
+    def layer(self, i: int) -> Params:
+        """Layer ``i``'s weights (``bert.encoder.layer.{i}.``), what :func:`~bertfn.encoder.layer` reads."""
+        L = self.config.num_hidden_layers
+        if isinstance(i, bool) or not isinstance(i, int) or not -L <= i < L:
+            raise InputError(f"layer must be an integer from 0 to {L - 1} (this model has {L} layers), got {i!r}")
+        return Params(self.state, self.config, f"{self.prefix}bert.encoder.layer.{i % L}.")
+
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
             return self.state[self.prefix + name]
@@ -60,3 +67,37 @@ class Params(Mapping):
 
     def __repr__(self) -> str:
         return f"Params(prefix={self.prefix!r}, {len(self)} tensors)"
+
+
+def as_params(model: object, config: BertConfig | dict | None = None, what: str = "this function") -> Params:
+    """The root :class:`Params` of what a caller passes as the model: a loaded ``Model``, its ``Params``,
+    or a bare flat state_dict keyed by HF names together with its ``config`` (a BertConfig or a
+    config.json dict; keys are normalised as at load: ``bert.`` prefix, gamma/beta, tied decoder).
+
+    Raises :class:`InputError` saying how to pass a model when it is none of these.
+    """
+    if isinstance(model, Params):
+        return model
+    if isinstance(getattr(model, "params", None), Params):  # a loaded Model (imported lazily: loading imports this)
+        return model.params
+    if isinstance(model, Mapping) and all(isinstance(k, str) for k in model):
+        if config is None:
+            raise InputError(f"{what} got a bare state_dict without its config; pass config=BertConfig.from_file("
+                             "'config.json') (or the dict), or wrap both as bertfn.Params(state, config), or pass "
+                             "the Model from bertfn.load(...)")
+        from .state import normalize_keys
+
+        config = config if isinstance(config, BertConfig) else BertConfig.from_dict(config)
+        return Params(normalize_keys(dict(model), config), config)
+    raise InputError(f"{what} takes a Model from bertfn.load(...), its .params, or a state_dict with config=...; "
+                     f"got {type(model).__name__}")
+
+
+def scoped(p: object, what: str, example: str) -> Params:
+    """``p`` if it is a :class:`Params` view of one part of the model; else :class:`InputError` naming the
+    view to pass (``example``), e.g. ``model.params.layer(0)`` for :func:`~bertfn.encoder.layer`."""
+    if isinstance(p, Params) and p.prefix:
+        return p
+    got = "the whole model" if isinstance(p, (Params, Mapping)) or hasattr(p, "params") else type(p).__name__
+    raise InputError(f"{what} reads one part of the weights, so it takes the Params of that part, e.g. {example}; "
+                     f"got {got}")

@@ -8,7 +8,6 @@ tokens that :func:`~bertfn.unpadded.unpadded_encoder` runs (:func:`text_groups`,
 
 from __future__ import annotations
 
-import threading
 import warnings
 from pathlib import Path
 
@@ -16,36 +15,15 @@ import torch
 
 from .errors import InputError
 from .heads import mlm_head
-from .loading import Model, load
+from .loading import Model
+from .resolve import get_model, require_mlm_head, require_tokenizer, texts_and_model
 from .tokenizer import Encoding, Tokenizer, check_text
 from .unpadded import unpadded_encoder
-
-DEFAULT_MODEL = "google-bert/bert-base-uncased"
 
 GROUP_TOKENS = 2048
 """Tokens per encoder pass in :func:`fill_mask`: enough rows for the matrix products to run at
 their peak (bench/kernels.py; the (T, 4H) intermediate is 25 MB for bert-base). Models with
 relative positions take at most ``max_position_embeddings``, the longest input their embeddings accept."""
-
-_models: dict[tuple, Model] = {}  # (name, device, dtype) -> model
-_models_lock = threading.Lock()
-
-
-def get_model(model: Model | str | Path | None, device: str | torch.device | None = None,
-              dtype: torch.dtype | None = None) -> Model:
-    """A loaded model on ``device`` in ``dtype``: given, or loaded once per process by name, device and
-    dtype (default: bert-base-uncased, as stored). A given :class:`Model` on another device or in
-    another dtype is converted for this call only; load it with ``device=`` / ``dtype=`` to avoid that."""
-    if isinstance(model, Model):
-        same_device = device is None or model.device == torch.device(device)
-        return model if same_device and dtype in (None, model.dtype) else model.to(device, dtype)
-    name = str(model) if model is not None else DEFAULT_MODEL
-    key = (name, None if device is None else str(device), dtype)
-    with _models_lock:
-        if key not in _models:
-            _models[key] = load(name, device=device, dtype=dtype)
-        return _models[key]
-
 
 def target_ids(model: Model, targets: str | list[str]) -> list[int]:
     """Vocabulary ids of ``targets``, as the transformers pipeline picks them.
@@ -121,7 +99,7 @@ def fill_mask(
     targets: str | list[str] | None = None,
     batch_size: int = 16,
     device: str | torch.device | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     truncation: bool = False,
 ) -> list:
     """Fill every ``[MASK]`` in a text (or a list of texts) with the model's most likely tokens.
@@ -130,8 +108,8 @@ def fill_mask(
     ``top_k`` dicts ``{"score", "token", "token_str", "sequence"}`` best first; with several masks,
     one such list per mask; for a list of texts, a list of those. ``model``: a hub id, a local folder
     or a loaded :class:`Model` (default: google-bert/bert-base-uncased, loaded once per process).
-    device / dtype: where and in what precision the model runs (:func:`get_model`);
-    ``dtype=torch.bfloat16`` is the faster bf16 mode (README, Speed).
+    device / dtype: where and in what precision the model runs (:func:`~bertfn.resolve.get_model`);
+    ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the faster bf16 mode (README, Speed).
 
     top_k: answers per mask, at least 1. More than there are candidates (the vocabulary, or the
     targets) is clamped to that number: every candidate is returned, best first.
@@ -144,6 +122,7 @@ def fill_mask(
     further apart than P - 2 tokens fit no window: :class:`InputError` (split the text instead).
     Every problem with the inputs raises :class:`InputError` saying which text and what to do.
     """
+    inputs, model = texts_and_model(inputs, model, "fill_mask")
     single = isinstance(inputs, str)
     texts = [inputs] if single else inputs
     if not isinstance(texts, (list, tuple)) or not texts:
@@ -160,12 +139,8 @@ def fill_mask(
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
 
     m = get_model(model, device, dtype)
-    tok = m.tokenizer
-    if tok is None:
-        raise InputError(f"model {m.name!r} has no tokenizer (tokenizer.json or vocab.txt); fill_mask needs one")
-    if "cls.predictions.decoder.weight" not in m.state:
-        raise InputError(f"model {m.name!r} has no masked-LM head (cls.predictions.*): it cannot fill masks; "
-                         "load a *ForMaskedLM or *ForPreTraining checkpoint")
+    tok = require_tokenizer(m, "fill_mask")
+    require_mlm_head(m, "fill_mask")
     wanted = target_ids(m, targets) if targets is not None else None
     k = min(top_k, len(wanted) if wanted is not None else tok.vocab_size, m.config.vocab_size)
 

@@ -22,7 +22,8 @@ from dataclasses import replace
 import torch
 
 from .errors import CheckpointError, InputError
-from .loading import Model, in_out, is_in_out
+from .loading import Model
+from .state import in_out, is_in_out
 from .params import Params
 
 Tensor = torch.Tensor
@@ -40,7 +41,7 @@ def kept_rows(present: list[int], drop: set[int], hd: int) -> Tensor:
 
 def kept(t: Tensor, dim: int, rows: Tensor) -> Tensor:
     """``t.index_select(dim, rows)``, laid out in memory as ``t`` is: a weight that ``bertfn.load`` stored
-    (in, out) (:func:`bertfn.loading.matmul_layout`) stays so, and keeps its faster products."""
+    (in, out) (:func:`bertfn.state.matmul_layout`) stays so, and keeps its faster products."""
     out = t.index_select(dim, rows)
     return in_out(out) if is_in_out(t) else out
 

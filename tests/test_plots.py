@@ -19,7 +19,7 @@ TEXT = "the cat sat on the mat."
 
 @pytest.fixture(scope="module")
 def rec(mlm_checkpoint):
-    return bertfn.trace(bertfn.load(mlm_checkpoint[0]), TEXT)
+    return bertfn.trace(TEXT, bertfn.load(mlm_checkpoint[0]))
 
 
 def tick_labels(axis) -> list[str]:

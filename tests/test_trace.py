@@ -31,7 +31,7 @@ def mlm(mlm_checkpoint):
 
 def test_every_named_step_is_recorded(mlm):
     model, _ = mlm
-    rec = bertfn.trace(model, TEXT)
+    rec = bertfn.trace(TEXT, model)
     S, H, nh = len(rec.tokens), model.config.hidden_size, model.config.num_attention_heads
     assert rec.tokens[0] == "[CLS]" and rec.tokens[-1] == "[SEP]" and rec.tokens[rec.mask_positions[0]] == "[MASK]"
     for name in ("word", "token_type", "position", "sum", "output"):
@@ -50,7 +50,7 @@ def test_every_named_step_is_recorded(mlm):
 
 def test_logits_at_the_mask_give_fill_masks_scores(mlm):
     model, _ = mlm
-    rec = bertfn.trace(model, TEXT)
+    rec = bertfn.trace(TEXT, model)
     answers = bertfn.fill_mask(TEXT, model, top_k=5)
     probs = rec["mlm.logits"][0].softmax(dim=-1)  # (V,)
     # fill_mask runs the fused (SDPA) attention, the trace the eager one: equal to float rounding.
@@ -90,7 +90,7 @@ def check_layer(rec, p, i: int, x: torch.Tensor, mask: torch.Tensor) -> None:
 def test_each_step_is_recomputed_from_the_one_before(mlm):
     model, _ = mlm
     p, cfg = model.params, model.config
-    rec = bertfn.trace(model, TEXT, pair="Paris is the capital of France.")
+    rec = bertfn.trace(TEXT, model, pair="Paris is the capital of France.")
     enc = model.tokenizer([TEXT], ["Paris is the capital of France."])
     close = torch.testing.assert_close
 
@@ -121,7 +121,7 @@ def test_each_step_is_recomputed_from_the_one_before(mlm):
 def test_relative_position_steps(tmp_path):
     hf = build_hf("BertForMaskedLM", seed=3, position_embedding_type="relative_key_query")
     model = bertfn.load(save_checkpoint(hf, tmp_path))
-    rec = bertfn.trace(model, "the cat sat on the mat.")
+    rec = bertfn.trace("the cat sat on the mat.", model)
     assert "embeddings.position" not in rec  # relative models add no absolute positions
     close = torch.testing.assert_close
     close(rec["embeddings.sum"], rec["embeddings.word"] + rec["embeddings.token_type"])
@@ -134,7 +134,7 @@ def test_relative_position_steps(tmp_path):
 
 def test_recorded_layers_and_probabilities_equal_transformers(mlm):
     model, hf = mlm
-    rec = bertfn.trace(model, TEXT)
+    rec = bertfn.trace(TEXT, model)
     with torch.no_grad():
         ref = hf(input_ids=rec.input_ids, output_hidden_states=True, output_attentions=True)
     torch.testing.assert_close(rec["embeddings.output"], ref.hidden_states[0], atol=1e-5, rtol=0)
@@ -148,7 +148,7 @@ def test_recorded_layers_and_probabilities_equal_transformers(mlm):
 def test_trace_on_real_minilm_weights():
     model = bertfn.load(minilm_folder())
     text = "The cat sat on the [MASK] because it was tired."
-    rec = bertfn.trace(model, text)
+    rec = bertfn.trace(text, model)
     assert not any(k.startswith("mlm.") for k in rec.keys())  # MiniLM ships no MLM head
     enc = model.tokenizer([text])
     out = bertfn.encoder(model.params, enc.input_ids, enc.attention_mask, enc.token_type_ids)  # the fused path
@@ -159,7 +159,7 @@ def test_trace_on_real_minilm_weights():
 
 def test_bad_requests_raise_bertfns_errors(mlm):
     model, _ = mlm
-    rec = bertfn.trace(model, "the cat sat.")
+    rec = bertfn.trace("the cat sat.", model)
     assert rec.mask_positions == [] and "mlm.logits" not in rec  # no [MASK]: the head is not run
     with pytest.raises(bertfn.InputError, match="did you mean layer.0.attention.probs"):
         rec["layer.0.attention.prob"]
@@ -169,15 +169,15 @@ def test_bad_requests_raise_bertfns_errors(mlm):
         rec.attention(0, head=3)
     assert torch.equal(rec.attention(-1, head=-1), rec["layer.1.attention.probs"][0, 2])
     with pytest.raises(bertfn.InputError, match="string"):
-        bertfn.trace(model, ["a list", "of texts"])
-    with pytest.raises(bertfn.InputError, match="no tokenizer"):
-        bertfn.trace(dataclasses.replace(model, tokenizer=None), "the cat")
+        bertfn.trace(["a list", "of texts"], model)
+    with pytest.raises(bertfn.MissingPartError, match="trace needs a tokenizer, and model .* has none"):
+        bertfn.trace("the cat", dataclasses.replace(model, tokenizer=None))
 
 
 def test_chunked_feed_forward_records_each_slice(mlm):
     model, _ = mlm
     chunked = dataclasses.replace(model, config=dataclasses.replace(model.config, chunk_size_feed_forward=4))
-    rec, plain = bertfn.trace(chunked, TEXT), bertfn.trace(model, TEXT)
+    rec, plain = bertfn.trace(TEXT, chunked), bertfn.trace(TEXT, model)
     S = len(rec.tokens)
     slices = [rec[f"layer.0.ffn.chunk.{n}.output"] for n in range(math.ceil(S / 4))]
     assert [s.shape[1] for s in slices] == [min(4, S - 4 * n) for n in range(len(slices))]
