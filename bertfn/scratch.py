@@ -46,7 +46,7 @@ def model_shapes(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict
 
 def part_of(key: str) -> str:
     """Which part of BERT a state_dict key belongs to: embeddings, attention (self- and cross-),
-    feed-forward, pooler, mlm head, nsp head or classifier (task heads)."""
+    feed-forward, pooler, mlm head, nsp head, or task heads (classifier, qa_outputs and any other)."""
     if key.startswith("bert.embeddings."):
         return "embeddings"
     if re.search(r"\.layer\.\d+\.(attention|crossattention)\.", key):
@@ -59,7 +59,7 @@ def part_of(key: str) -> str:
         return "mlm head"
     if key.startswith("cls.seq_relationship."):
         return "nsp head"
-    return "classifier"
+    return "task heads"
 
 
 def parameter_count(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict[str, int]:
