@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
-import transformers
 
 import bertfn
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
 
 TEXTS = ["When in Rome, do as the [MASK] do.", "HELLO World!!", "the dogs walked", "unknownword café", ""]
 
