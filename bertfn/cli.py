@@ -108,6 +108,9 @@ def _add_attention(sub) -> None:
     at.add_argument("text", help="the text to run through the model")
     at.add_argument("--layer", type=int, default=0, help="layer index from 0, negative from the end (default 0)")
     at.add_argument("--head", type=int, default=None, help="one head's heatmap (default: a grid of every head)")
+    at.add_argument("--scale", choices=("per-head", "shared", "fixed"), default="per-head",
+                    help="colour scale: 0 to each head's own largest probability (default), one scale for "
+                         "all heads of the layer, or 0 to 1")
     at.add_argument("--out", default="attention.png", help="image file to write (default attention.png)")
     add_model_options(at)
 
@@ -115,9 +118,10 @@ def _add_attention(sub) -> None:
 def _run_attention(args: argparse.Namespace) -> int:
     """Trace ``args.text`` and write the attention heatmap of one layer (all heads, or ``--head``)."""
     from .inspect import trace
-    from .plots import attention_figure
+    from .plots import attention_figure, require_matplotlib
 
-    fig = attention_figure(trace(args.text, model_from_args(args)), args.layer, args.head)
+    require_matplotlib()  # before the model loads: a missing matplotlib is known at once
+    fig = attention_figure(trace(args.text, model_from_args(args)), args.layer, args.head, args.scale.replace("-", "_"))
     try:
         fig.savefig(args.out, dpi=150)
     except (OSError, ValueError) as e:  # ValueError: a file ending matplotlib cannot write
