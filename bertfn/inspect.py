@@ -4,7 +4,7 @@
 positions, :func:`~bertfn.heads.mlm_head`: the same functions, in the same order, that
 :func:`~bertfn.pipelines.fill_mask` runs. The only difference is the attention path: the eager
 reference, because the fused one never forms the probabilities. Each function writes what it
-computes into a :class:`~bertfn.trace.Trace`; nothing here computes a number of its own.
+computes into a :class:`bertfn.Trace` (trace.py); nothing here computes a number of its own.
 
 The names, for one text of S tokens (B = 1), H hidden units, nh heads of width hd, I = FFN width:
 

@@ -62,6 +62,12 @@ def test_normalize_order_and_model_forms(tiny, tiny_folder):
     assert bertfn.embed("the cat", tiny).shape == (tiny.config.hidden_size,)
 
 
+def test_bf16_mode_stays_close_to_fp32(tiny):
+    half = bertfn.embed(TEXTS, tiny, dtype="bfloat16", normalize=True)
+    assert half.dtype == torch.float32  # pooled in fp32 whatever the model's precision
+    assert torch.nn.functional.cosine_similarity(half, bertfn.embed(TEXTS, tiny, normalize=True)).min() > 0.99
+
+
 def test_long_texts_are_cut_like_sentence_transformers(tiny, tiny_folder, tmp_path):
     text = " ".join(["the cat sat on the mat ."] * 3)  # 23 tokens
     enc = tiny.tokenizer([text])

@@ -241,6 +241,22 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out == f"bertfn {bertfn.__version__}\n"
     done = subprocess.run([sys.executable, "-m", "bertfn", "--version"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout == f"bertfn {bertfn.__version__}\n"
+    assert done.stderr == ""  # no warning either: torch's "Failed to initialize NumPy" needs numpy installed
+
+
+def test_numpy_is_a_dependency_not_a_filter():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert any(re.match(r"numpy\b", d) for d in project["dependencies"])
+    assert not any("filterwarnings" in p.read_text(encoding="utf-8") for p in (ROOT / "bertfn").glob("*.py"))
+
+
+def test_trace_is_the_function_and_trace_the_recorder_class(tiny):
+    assert callable(bertfn.trace) and bertfn.trace.__module__ == "bertfn.inspect"
+    assert bertfn.Trace.__module__ == "bertfn.trace" and isinstance(bertfn.trace("the cat", tiny), bertfn.Recording)
+    for path in (ROOT / "bertfn").glob("*.py"):  # bertfn.trace is the function: no pointer may go through it
+        assert "bertfn.trace.Trace" not in path.read_text(encoding="utf-8"), path
 
 
 # --- without the hub: a clear answer at once -----------------------------------------------------
