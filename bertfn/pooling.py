@@ -57,14 +57,18 @@ def sentence_settings(m: Model) -> dict:
     which for a hub id is the snapshot folder in the Hugging Face cache.
     """
     places = [Path(m.name)] + ([Path(m.tokenizer.source)] if m.tokenizer is not None else [])
-    for place in places:
-        folder = place if place.is_dir() else place.parent
-        path = folder / "sentence_bert_config.json"
-        if path.is_file():
+    for place in places:  # a hub id names no path here: only its tokenizer's file does
+        folder = place if place.is_dir() else place.parent if place.is_file() else None
+        path = folder / "sentence_bert_config.json" if folder is not None else None
+        if path is not None and path.is_file():
             try:
-                return json.loads(path.read_text(encoding="utf-8"))
+                settings = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(settings, dict):
+                    return settings
             except (OSError, ValueError):
-                return {}  # unreadable: fall back to the model's own limits
+                pass
+            warnings.warn(f"{path} is not a readable JSON object; embed ignores it", stacklevel=3)
+            return {}
     return {}
 
 

@@ -7,9 +7,11 @@ pooling is recomputed from :func:`bertfn.encoder` and the inputs' edge cases are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -83,6 +85,18 @@ def test_long_texts_are_cut_like_sentence_transformers(tiny, tiny_folder, tmp_pa
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 10, "do_lower_case": False}))
     with pytest.warns(UserWarning, match="longer than 10 tokens"):
         torch.testing.assert_close(bertfn.embed(["the cat", text], bertfn.load(folder)), got, atol=1e-6, rtol=1e-6)
+
+
+def test_sentence_settings_are_only_the_models_own(tiny, tiny_folder, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a settings file in the working directory belongs to no model
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 3}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bertfn.embed(TEXTS[0], dataclasses.replace(tiny, name="bert-base-uncased"))
+    folder = shutil.copytree(tiny_folder, tmp_path / "broken")
+    (folder / "sentence_bert_config.json").write_text("{not json")
+    with pytest.warns(UserWarning, match="sentence_bert_config.json is not a readable JSON object; embed ignores it"):
+        bertfn.embed(TEXTS[0], bertfn.load(folder))
 
 
 def test_a_hub_models_sentence_settings_come_with_it(tiny_folder, tmp_path, monkeypatch):
