@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers
+from conftest import require_transformers
 
 import bertfn
 from bertfn.scratch import init_model, model_shapes, parameter_count
@@ -27,16 +27,20 @@ def test_bert_base_parameter_table():
     assert counts["total"] == 109_482_240 and round(counts["total"] / 1e6) == 109  # "110M": bert-base's 109.5M
 
 
+@pytest.mark.needs_transformers
 @pytest.mark.parametrize("cls_name, parts", [("BertModel", ("pooler",)), ("BertForMaskedLM", ("mlm",)),
                                              ("BertForPreTraining", ("pooler", "mlm", "nsp"))])
 def test_parameter_count_equals_transformers(cls_name, parts):
+    transformers = require_transformers()
     cfg = transformers.BertConfig()
     with torch.device("meta"):  # shapes only: no memory, no time
         hf = getattr(transformers, cls_name)(cfg)
     assert parameter_count(bertfn.BertConfig.from_dict(cfg.to_dict()), parts)["total"] == hf.num_parameters()
 
 
+@pytest.mark.needs_transformers
 def test_pruned_and_decoder_configs_count_like_transformers():
+    transformers = require_transformers()
     cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
                                   vocab_size=50, is_decoder=True, add_cross_attention=True,
                                   position_embedding_type="relative_key")
@@ -47,7 +51,9 @@ def test_pruned_and_decoder_configs_count_like_transformers():
     assert parameter_count(ours)["total"] == hf.num_parameters()
 
 
+@pytest.mark.needs_transformers
 def test_init_model_is_what_transformers_initialises():
+    transformers = require_transformers()
     cfg = bertfn.BertConfig(vocab_size=300, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                             intermediate_size=512, max_position_embeddings=64)
     model = init_model(cfg, ("pooler", "mlm", "nsp"), generator=torch.Generator().manual_seed(3))

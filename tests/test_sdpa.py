@@ -21,6 +21,9 @@ from conftest import build_hf, hf_params
 
 import bertfn
 
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
+
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 

@@ -6,10 +6,12 @@ import json
 
 import pytest
 import torch
-import transformers
 
 import bertfn
 from bertfn.tokenizer import Tokenizer
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
 
 TEXTS = ["When in Rome, do as the [MASK] do.", "HELLO World!!", "the dogs walked", "unknownword café", ""]
 

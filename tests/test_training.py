@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from conftest import build_hf, hf_params
 
 import bertfn
+
+pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
 from bertfn.functional import dropout
 
 TOL = dict(atol=1e-5, rtol=1e-5)
