@@ -34,8 +34,8 @@ READY = "() => document.body.dataset.ready === '1'"
 
 
 @pytest.fixture(scope="module")
-def model(mlm_checkpoint):
-    return bertfn.load(mlm_checkpoint[0])
+def model(tiny_folder):
+    return bertfn.load(tiny_folder)
 
 
 @pytest.fixture(scope="module")
@@ -137,22 +137,23 @@ def test_save_html_repr_html_and_bad_arguments(rec, tmp_path):
         page_data({"tokens": []})
 
 
-def test_cli_view_writes_the_page(mlm_checkpoint, tmp_path, capsys):
+def test_cli_view_writes_the_page(tiny_folder, tmp_path, capsys):
     out = tmp_path / "view.html"
-    assert main(["view", TEXT, "--model", str(mlm_checkpoint[0]), "--out", str(out), "--top-k", "2"]) == 0
+    assert main(["view", TEXT, "--model", str(tiny_folder), "--out", str(out), "--top-k", "2"]) == 0
     assert re.fullmatch(rf"wrote {re.escape(str(out))} \(12 tokens, \d+ kB\); open it in a browser\n", capsys.readouterr().out)
     meta = json.loads(_script(out.read_text(encoding="utf-8"), "bertfn-meta"))
     assert meta["tokens"][8] == "[MASK]" and len(meta["predictions"][0]["top"]) == 2
-    assert main(["view", "the cat sat.", "--pair", "the dog sat.", "--model", str(mlm_checkpoint[0]), "--out", str(out)]) == 0
+    assert main(["view", "the cat sat.", "--pair", "the dog sat.", "--model", str(tiny_folder), "--out", str(out)]) == 0
     meta = json.loads(_script(out.read_text(encoding="utf-8"), "bertfn-meta"))
     assert meta["tokens"].count("[SEP]") == 2 and meta["predictions"] == []
     capsys.readouterr()
-    assert main(["view", TEXT, "--model", str(mlm_checkpoint[0]), "--out", str(tmp_path / "no" / "v.html")]) == 2
+    assert main(["view", TEXT, "--model", str(tiny_folder), "--out", str(tmp_path / "no" / "v.html")]) == 2
     assert capsys.readouterr().err.startswith("bertfn: error: cannot write")
 
 
 def test_the_wheel_ships_the_page(tmp_path):
     """pyproject's package-data must name the page's files, or an installed bertfn could not write pages."""
+    pytest.importorskip("setuptools")  # the build backend, used from this environment (no download)
     root = Path(__file__).parent.parent
     src = tmp_path / "src"  # a copy, so the build leaves no build/ folder in the checkout
     shutil.copytree(root / "bertfn", src / "bertfn", ignore=shutil.ignore_patterns("__pycache__"))
@@ -284,6 +285,29 @@ def test_head_view_follows_the_layer_and_head_pickers_and_the_hovered_token(tab,
     assert all(abs(p - float(mean[i, j])) <= 1 / 510 + 1e-6 for i, j, p in d["lines"])
 
 
+def _neuron_tolerances(rec, layer: int, head: int, query: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """How far the neuron view's q.k / sqrt(hd) and softmax, redone from the page's 8-bit q and k, may be
+    from the model's, key by key: (S,) bounds on the scaled scores and on the probabilities."""
+    q, k = rec[f"layer.{layer}.attention.q"][0, head, query], rec[f"layer.{layer}.attention.k"][0, head]  # (hd,), (S, hd)
+    e_q, e_k = q.abs().max() / 254, k.abs().amax(-1) / 254  # the most each entry is off
+    hd = q.shape[-1]
+    scores = (q.abs().sum() * e_k + k.abs().sum(-1) * e_q + hd * e_q * e_k) / hd ** 0.5 + 1e-5
+    # scores each off by at most d change a softmax output p by at most p (e^(2d) - 1)
+    probs = rec.attention(layer, head)[query] * torch.expm1(2 * scores.max()) + 1e-6
+    return scores, probs
+
+
+def _page_arithmetic(rec, layer: int, head: int, query: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """q.k / sqrt(hd) and the softmax over the keys, from the page's own 8-bit q and k (what the page must show)."""
+    _, a = page_data(rec)
+    q = torch.from_numpy(a["q"][layer, head, query]).double() * float(a["q_scale"][layer, head, query])  # (hd,)
+    k = torch.from_numpy(a["k"][layer, head]).double() * torch.from_numpy(a["k_scale"][layer, head]).double()[:, None]
+    scaled = k @ q / q.shape[0] ** 0.5  # (S,)
+    if rec.config.is_decoder:
+        scaled[query + 1:] = -torch.inf
+    return scaled, scaled.softmax(-1)
+
+
 def test_neuron_view_shows_the_q_k_arithmetic_of_the_chosen_query(tab, rec, tmp_path):
     page = tab.page
     page.click("#tab-neuron")
@@ -293,14 +317,13 @@ def test_neuron_view_shows_the_q_k_arithmetic_of_the_chosen_query(tab, rec, tmp_
     page.select_option("#head", "1")
     page.select_option("#token", "3")
     d = tab.wait("d.layer === 1 && d.head === 1 && d.query === 3")
-    # the page redoes q.k / sqrt(hd) from its 8-bit q and k: equal to the model's scores within their rounding
-    q, k = rec["layer.1.attention.q"][0, 1, 3], rec["layer.1.attention.k"][0, 1]  # (hd,), (S, hd)
-    e_q, e_k = q.abs().max() / 254, k.abs().amax(-1) / 254  # the most each entry is off
-    hd = q.shape[-1]
-    bound = (q.abs().sum() * e_k + k.abs().sum(-1) * e_q + hd * e_q * e_k) / hd ** 0.5 + 1e-5  # (S,)
-    scaled = rec["layer.1.attention.scaled_scores"][0, 1, 3]
-    assert ((torch.tensor(d["scaled"]) - scaled).abs() <= bound).all()
-    torch.testing.assert_close(torch.tensor(d["probs"], dtype=torch.float32), rec.attention(1, 1)[3], atol=3 * float(bound.max()), rtol=0)
+    scaled, probs = _page_arithmetic(rec, 1, 1, 3)  # the page's arithmetic, exactly
+    torch.testing.assert_close(torch.tensor(d["scaled"], dtype=torch.float64), scaled, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.tensor(d["probs"], dtype=torch.float64), probs, atol=1e-6, rtol=1e-5)
+    # redone from 8-bit q and k, it is the model's own arithmetic within their rounding
+    score_tol, prob_tol = _neuron_tolerances(rec, 1, 1, 3)
+    assert ((torch.tensor(d["scaled"]) - rec["layer.1.attention.scaled_scores"][0, 1, 3]).abs() <= score_tol).all()
+    assert ((torch.tensor(d["probs"]) - rec.attention(1, 1)[3]).abs() <= prob_tol).all()
     assert (torch.tensor(d["stored"]) - rec.attention(1, 1)[3]).abs().max() <= 1 / 510 + 1e-6
     point = page.evaluate("bertfnExplorer.tokenPoint('k', 5)")
     page.mouse.move(point["x"], point["y"])  # the row of key 5
@@ -319,8 +342,8 @@ def test_neuron_view_of_a_decoder_masks_the_keys_after_the_query(browser, model,
     tab.page.select_option("#token", "4")
     d = tab.wait("d.view === 'neuron' && d.query === 4")
     assert d["probs"][5:] == [0] * (len(rec.tokens) - 5)
-    probs = torch.tensor(d["probs"], dtype=torch.float32)  # from the 8-bit q and k: close to, not equal to, the model's
-    torch.testing.assert_close(probs, rec.attention(0, 0)[4], atol=1e-3, rtol=0)
+    torch.testing.assert_close(torch.tensor(d["probs"], dtype=torch.float64), _page_arithmetic(rec, 0, 0, 4)[1], atol=1e-6, rtol=1e-5)
+    assert ((torch.tensor(d["probs"]) - rec.attention(0, 0)[4]).abs() <= _neuron_tolerances(rec, 0, 0, 4)[1]).all()
     tab.close()
 
 
@@ -456,16 +479,16 @@ def test_512_tokens_on_bert_base_shape_stay_under_25_mb_and_respond(browser, tmp
     tab.close()
 
 
-def test_the_explorer_benchmark_runs(chromium, mlm_checkpoint):
+def test_the_explorer_benchmark_runs(chromium, tiny_folder):
     """bench/explorer.py on the small checkpoint and 12 tokens: the script works (its timings mean nothing here).
 
     In a process of its own: Playwright allows one sync session per process, and this module's is open."""
     root = Path(__file__).parent.parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    run = subprocess.run([sys.executable, str(root / "bench" / "explorer.py"), "--model", str(mlm_checkpoint[0]),
+    run = subprocess.run([sys.executable, str(root / "bench" / "explorer.py"), "--model", str(tiny_folder),
                           "--tokens", "12", "--chromium", chromium], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert re.fullmatch(r"mlm\d*: 12 tokens, 2 layers x 3 heads; trace \d+\.\d s", lines[0])
+    assert re.fullmatch(r"tiny\d*: 12 tokens, 2 layers x 3 heads; trace \d+\.\d s", lines[0])
     assert [line.split(" | ")[:1] for line in lines[3:]] == [["| the model's"], ["| least compressible"]]
     assert all(float(line.split(" | ")[2]) < 1 for line in lines[3:])  # MB
