@@ -230,7 +230,7 @@ def test_unreadable_folders_and_files_are_one_line_errors(mlm_checkpoint, tmp_pa
     cases[locked] = (["--model", str(locked / "model")], 5, locked / "model")
     folder = copy("unlisted")
     cases[folder] = (["--model", str(folder)], 5, folder)
-    for name, exit_code in (("model.safetensors", 4), ("config.json", 3), ("tokenizer.json", 4)):
+    for name, exit_code in (("model.safetensors", 4), ("config.json", 3), ("tokenizer.json", 4), ("tokenizer_config.json", 4)):
         folder = copy(f"no-{name}")
         cases[folder / name] = (["--model", str(folder)], exit_code, folder / name)
     folder = tmp_path / "bin"
