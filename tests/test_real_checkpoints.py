@@ -2,8 +2,10 @@
 
 Most tests use the real AntiBERTy folder (tests/conftest.py's ``antiberty_paths``): config.json and
 pytorch_model.bin with three heads BERT does not have (``cls.chain``, ``cls.graft``, ``cls.species``),
-and its cased 25-token vocab.txt one folder up, with no tokenizer_config.json. The permission tests run
-the command as a user that file permissions apply to; the encoding test with an ASCII-only stdout.
+and its cased 25-token vocab.txt one folder up, with no tokenizer_config.json; transformers'
+tokenizers are the reference for its tokens. The permission test runs the command as a user that file
+permissions apply to, the encoding test with an ASCII-only stdout; both use conftest's ``tiny_folder``
+(no transformers), so they also run on the plain install.
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import antiberty_paths
+import torch
+from conftest import antiberty_paths, require_transformers
 
 import bertfn
 from bertfn.cli import main
-
-transformers = pytest.importorskip("transformers")
 
 HEAVY = "E V Q L V E S G G G L V Q P G G S L R L S C A A S G F T F S S Y A M S"  # the start of a VH domain
 MASKED = HEAVY.replace("G F T F", "G F [MASK] F")  # its answer is T (GFTFS, the usual start of CDR-H1)
@@ -48,15 +49,16 @@ def load_quietly(*args, **kwargs) -> bertfn.Model:
 
 def reference_ids(vocab: Path, text: str) -> list[int]:
     """What AntiBERTy's own code feeds the model: transformers' BertTokenizer(vocab, do_lower_case=False)."""
-    return transformers.BertTokenizer(str(vocab), do_lower_case=False)(text)["input_ids"]
+    return require_transformers().BertTokenizer(str(vocab), do_lower_case=False)(text)["input_ids"]
 
 
 def tokenizer_json(vocab: Path, folder: Path) -> Path:
     """A tokenizer.json (with its tokenizer_config.json) that transformers writes for the cased vocabulary."""
-    transformers.BertTokenizerFast(vocab_file=str(vocab), do_lower_case=False).save_pretrained(folder)
+    require_transformers().BertTokenizerFast(vocab_file=str(vocab), do_lower_case=False).save_pretrained(folder)
     return folder / "tokenizer.json"
 
 
+@pytest.mark.needs_transformers
 @pytest.mark.parametrize("form", ["vocab.txt", "tokenizer.json", "folder", "Tokenizer"])
 def test_every_form_of_tokenizer_reads_the_cased_vocabulary(form, paths, tmp_path):
     weights, vocab = paths
@@ -70,6 +72,7 @@ def test_every_form_of_tokenizer_reads_the_cased_vocabulary(form, paths, tmp_pat
     assert bertfn.fill_mask(MASKED, model, top_k=1)[0]["token_str"] == "T"
 
 
+@pytest.mark.needs_transformers
 def test_lowercase_overrides_what_the_files_say(paths, tmp_path):
     weights, vocab = paths
     json_file = tokenizer_json(vocab, tmp_path)  # written cased
@@ -95,6 +98,7 @@ def test_extra_heads_are_kept_unused_with_one_warning_naming_them(paths):
     assert model.state["cls.species.weight"].shape[1] == model.config.hidden_size
 
 
+@pytest.mark.needs_transformers
 def test_strict_keeps_the_tokenizer_or_refuses_the_extra_heads_by_name(paths):
     weights, vocab = paths
     model = load_quietly(weights, tokenizer=vocab, lowercase=False, strict=False)
@@ -216,10 +220,12 @@ for argv in json.loads(sys.argv[2]):
 """
 
 
-def test_unreadable_folders_and_files_are_one_line_errors(mlm_checkpoint, tmp_path):
+def test_unreadable_folders_and_files_are_one_line_errors(tiny_folder, tmp_path):
     """The permission defect: a bare PermissionError (exit 1) before; now one line naming the path, and exit 5
     for a folder that cannot be searched, 4 for a weights or tokenizer file that cannot be read, 3 for config.json."""
-    source, hf_model = mlm_checkpoint
+    from safetensors.torch import load_file
+
+    source = tiny_folder  # config.json, model.safetensors, vocab.txt, tokenizer_config.json
     cases = {}  # what is taken away -> (command-line arguments, exit code, the path the message names)
 
     def copy(name: str) -> Path:
@@ -230,12 +236,15 @@ def test_unreadable_folders_and_files_are_one_line_errors(mlm_checkpoint, tmp_pa
     cases[locked] = (["--model", str(locked / "model")], 5, locked / "model")
     folder = copy("unlisted")
     cases[folder] = (["--model", str(folder)], 5, folder)
-    for name, exit_code in (("model.safetensors", 4), ("config.json", 3), ("tokenizer.json", 4), ("tokenizer_config.json", 4)):
+    for name, exit_code in (("model.safetensors", 4), ("config.json", 3), ("vocab.txt", 4), ("tokenizer_config.json", 4)):
         folder = copy(f"no-{name}")
         cases[folder / name] = (["--model", str(folder)], exit_code, folder / name)
-    folder = tmp_path / "bin"
-    hf_model.save_pretrained(folder, safe_serialization=False)  # the same model as a pytorch_model.bin
-    shutil.copy(source / "vocab.txt", folder)
+    folder = copy("json")  # with a tokenizer.json, which is read first
+    bertfn.Tokenizer.from_path(folder / "vocab.txt").backend.save(str(folder / "tokenizer.json"))
+    cases[folder / "tokenizer.json"] = (["--model", str(folder)], 4, folder / "tokenizer.json")
+    folder = copy("bin")  # the same weights as a pytorch_model.bin
+    torch.save(load_file(str(folder / "model.safetensors")), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
     cases[folder / "pytorch_model.bin"] = (["--model", str(folder)], 4, folder / "pytorch_model.bin")
     vocab = Path(shutil.copytree(source, tmp_path / "vocab")) / "vocab.txt"
     cases[vocab] = (["--model", str(source), "--tokenizer", str(vocab)], 4, vocab)
@@ -260,8 +269,8 @@ def test_unreadable_folders_and_files_are_one_line_errors(mlm_checkpoint, tmp_pa
         assert f"cannot read {path}: permission denied for this user" in err, (argv, err)
 
 
-def test_output_the_terminal_cannot_encode_is_escaped(mlm_checkpoint):
-    folder, _ = mlm_checkpoint
+def test_output_the_terminal_cannot_encode_is_escaped(tiny_folder):
+    folder = tiny_folder
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}
     done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "café [MASK]", "--model", str(folder)],
                           capture_output=True, text=True, encoding="utf-8", env=env, timeout=120)
