@@ -4,7 +4,7 @@
     python bench/scoring.py --model PATH       # a real checkpoint folder
     python bench/scoring.py --quick            # 8 short sentences, one round: checks the script, not the machine
 
-The workload is bench.py's batch: 64 sentences evenly spread over 8-128 tokens ([CLS] and [SEP]
+The workload is bench.py's batch: 64 sentences (``--sentences``) evenly spread over 8-128 tokens ([CLS] and [SEP]
 included; bench/workload.py), here without their [MASK], each scored whole by the original PLL
 (every token but [CLS] and [SEP] masked in turn: n - 2 copies of n tokens per sentence). What each
 side runs:
@@ -71,7 +71,8 @@ def minicons_scores(scorer, batch: int):
     return run
 
 
-def run(model_dir: Path, quick: bool, threads: int, minicons_batch: int) -> tuple[list[Row], list[str]]:
+def run(model_dir: Path, quick: bool, threads: int, minicons_batch: int, sentences: int,
+        rounds: int) -> tuple[list[Row], list[str]]:
     import torch
     import transformers
     from minicons import scorer
@@ -82,7 +83,7 @@ def run(model_dir: Path, quick: bool, threads: int, minicons_batch: int) -> tupl
     model = bertfn.load(model_dir)
     bf16 = model.to(dtype=torch.bfloat16)
     texts = batch_texts(model.tokenizer, max_tokens=16 if quick else min(128, model.config.max_position_embeddings),
-                        n=8 if quick else 64, mask=False)
+                        n=8 if quick else sentences, mask=False)
     lengths = model.tokenizer(texts).attention_mask.sum(dim=1).tolist()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -99,7 +100,7 @@ def run(model_dir: Path, quick: bool, threads: int, minicons_batch: int) -> tupl
         f(warm)
     times: dict[str, list[float]] = {name: [] for name in sides}
     scores: dict[str, list[float]] = {}
-    for _ in range(1 if quick else 2):
+    for _ in range(1 if quick else rounds):
         for name, f in sides.items():
             start = time.perf_counter()
             scores[name] = f(texts)
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="8 short sentences, one round: to test the script")
     parser.add_argument("--threads", type=int, default=None, help="threads for every side (default: torch's)")
     parser.add_argument("--minicons-batch", type=int, default=1, help="sentences per sequence_score call")
+    parser.add_argument("--sentences", type=int, default=64, help="sentences in the workload, spread over 8-128 tokens")
+    parser.add_argument("--rounds", type=int, default=2, help="times each side scores the whole workload")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="file whose scoring section is replaced")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work", help="where the built checkpoint goes")
     args = parser.parse_args(argv)
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"building a bert-base-shaped random checkpoint in {model_dir} ...", file=sys.stderr)
             build_checkpoint(model_dir)
     started, load_before = datetime.datetime.now().astimezone(), load_average()
-    rows, notes = run(model_dir, args.quick, threads, args.minicons_batch)
+    rows, notes = run(model_dir, args.quick, threads, args.minicons_batch, args.sentences, args.rounds)
     from importlib.metadata import version
 
     text = "\n".join([
