@@ -201,8 +201,11 @@ def score(
 
 
 def check_scorable(tok: Tokenizer, enc: Encoding, lengths: list[int], texts: list[str], limit: int) -> None:
-    """:class:`InputError` for a text that cannot be scored: one holding [MASK], or too long for the model."""
+    """:class:`InputError` for a text that cannot be scored: one holding [MASK], too long for the model,
+    or with no token to score (only characters the tokenizer drops)."""
     for i, n in enumerate(lengths):
+        if all(w is None for w in enc.word_ids[i][:n]):
+            raise InputError(f"text {i} has no token to score: {texts[i]!r:.80} tokenizes to [CLS] [SEP] alone")
         if (enc.input_ids[i, :n] == tok.mask_token_id).any():
             raise InputError(f"text {i} holds {tok.mask_token}: {texts[i]!r:.80}; score reads complete texts "
                              f"(fill_mask predicts what goes behind {tok.mask_token})")

@@ -145,6 +145,19 @@ def test_antiberty_bf16_scores_within_one_percent(antiberty):
     assert abs(bf16 - fp32) <= 0.01 * abs(fp32)
 
 
+@pytest.mark.parametrize("texts, kwargs, message", [
+    ("the [MASK] sat", {}, "text 0 holds \\[MASK\\]: .* score reads complete texts"),
+    ("one two three " * 30, {}, "text 0 is 92 tokens long but the model reads at most 64; split it"),
+    (["a", " "], {}, "text 1 is empty"),
+    ("\x00", {}, "text 0 has no token to score"),
+    ("a cat", {"method": "l2r"}, "method must be one of 'original', 'within_word_l2r', got 'l2r'"),
+    ("a cat", {"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+])
+def test_bad_input_is_an_input_error(model, texts, kwargs, message):
+    with pytest.raises(bertfn.InputError, match=message):
+        bertfn.score(texts, model, **kwargs)
+
+
 # --- properties -----------------------------------------------------------------------------------
 
 PIECES = [v for v in VOCAB if v.startswith("##")]
