@@ -50,7 +50,7 @@ def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...
 
     A target that is a vocabulary entry is used as is. Otherwise it is tokenized: one piece stands
     for it with a warning (e.g. "Red" -> "red" in a lowercasing vocabulary), as in transformers;
-    several pieces (e.g. "romanesque" -> "roman ##es ##que") make a whole-word target that
+    several pieces (e.g. "tiramisu" -> "ti ##ram ##is ##u" in bert-base-uncased) make a whole-word target that
     :func:`fill_mask` scores as a whole (transformers would use its first piece alone). A target
     that tokenizes to nothing is skipped with a warning. Duplicates count once. No targets, or none
     left after skipping, raise :class:`InputError`.
@@ -159,7 +159,7 @@ def fill_mask(
     ``top_k`` best combinations, each ``{"score", "tokens", "token_strs", "sequence"}``, where score
     is the PLL of the filled text at the masked positions (sum over the masks of log P(token | the
     filled text with that position alone masked)); found by a left-to-right beam search of width
-    ``max(beam_width, top_k)`` and rescored. ``beam_width=1`` is greedy left to right.
+    ``max(beam_width, top_k)`` and rescored; ``beam_width=1, top_k=1`` is greedy left to right.
     truncation: a text longer than the model's ``max_position_embeddings`` (P) tokens raises
     :class:`InputError` unless this is True. Then the text is cut to a window of P tokens ([CLS],
     P - 2 tokens of the text, [SEP]) that holds every [MASK], centred on the masks and starting and
