@@ -24,13 +24,16 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 class Encoding(NamedTuple):
-    """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span."""
+    """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span;
+    ``word_ids[b][s]`` numbers the words of a text from 0 (the pre-tokenizer's words: whitespace and
+    punctuation split them), None for [CLS], [SEP] and padding."""
 
     input_ids: torch.Tensor
     token_type_ids: torch.Tensor
     attention_mask: torch.Tensor  # 1 for real tokens, 0 for padding
     tokens: list[list[str]]
     offsets: list[list[tuple[int, int]]]
+    word_ids: list[list[int | None]] | None = None
 
 
 def _read_json(path: Path) -> dict:
@@ -200,6 +203,7 @@ class Tokenizer:
             attention_mask=torch.tensor([e.attention_mask for e in batch], dtype=torch.long),
             tokens=[e.tokens for e in batch],
             offsets=[e.offsets for e in batch],
+            word_ids=[e.word_ids for e in batch],
         )
 
     def warn_unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> None:
