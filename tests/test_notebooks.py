@@ -35,6 +35,7 @@ OWN_MODEL = {  # build their model from CONFIG in the first cell
     "07_decoder_cross_attention_and_cache.ipynb",
     "09_memory_and_training.ipynb",
 }
+EXPLORER = {"02_attention_internals.ipynb", "04_inside_a_trained_bert.ipynb"}  # show bertfn's explorer inline
 MAX_STORED_BYTES = 1_500_000  # a notebook stored with its outputs: figures at modest resolution, no data dumps
 
 
@@ -79,5 +80,9 @@ def test_notebook_runs(path, pretraining_checkpoint, monkeypatch, tmp_path):
     client.execute()  # raises CellExecutionError naming the cell on the first error
     images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert images >= 1, f"{path.name} drew no figure"
+    if path.name in EXPLORER:
+        pages = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                 if "text/html" in o.get("data", {})]
+        assert any(p.startswith('<iframe srcdoc="') and "bertfn explorer" in p for p in pages), f"{path.name} shows no explorer"
     if path.name in REAL_WEIGHTS and os.environ.get("BERTFN_WRITE_NOTEBOOKS"):
         nbformat.write(nb, path)
