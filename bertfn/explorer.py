@@ -185,8 +185,14 @@ def _pack(arrays: dict[str, np.ndarray]) -> tuple[dict, str]:
 
 
 def _script_json(value: object) -> str:
-    """JSON safe inside a <script> element: no '<' can close it early."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    """ASCII JSON safe inside a <script> element: no '<' can close it early."""
+    return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def _ascii_script(code: str) -> str:
+    """The page's script with its few non-ASCII characters (in strings and comments) written as \\u escapes,
+    so the page reads the same in a host page of any encoding (a notebook's iframe srcdoc)."""
+    return re.sub(r"[^\x00-\x7f]", lambda m: f"\\u{{{ord(m[0]):x}}}", code)
 
 
 def to_html(rec: Recording, *, top_k: int = 5, title: str | None = None) -> str:
@@ -196,13 +202,13 @@ def to_html(rec: Recording, *, top_k: int = 5, title: str | None = None) -> str:
     meta["title"] = title or meta["text"] or "bertfn explorer"
     page = resources.files("bertfn") / "explorer_page"
     parts = {
-        "TITLE": html.escape(f"bertfn explorer: {meta['title']}"[:200]),
+        "TITLE": html.escape(f"bertfn explorer: {meta['title']}"[:200]).encode("ascii", "xmlcharrefreplace").decode(),
         "CSS": (page / "explorer.css").read_text(encoding="utf-8"),
         "META": _script_json(meta),
         "DATA": blob,
-        "JS": (page / "explorer.js").read_text(encoding="utf-8"),
+        "JS": _ascii_script((page / "explorer.js").read_text(encoding="utf-8")),
     }
-    # one pass over the template, so text put in is never scanned for markers again
+    # one pass over the template, so text put in is never scanned for markers again; the result is ASCII
     return re.sub(r"__BERTFN_(\w+)__", lambda m: parts[m.group(1)], (page / "page.html").read_text(encoding="utf-8"))
 
 

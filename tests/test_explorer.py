@@ -25,7 +25,7 @@ from conftest import VOCAB, WORDS, minilm_folder, random_model, write_vocab
 
 import bertfn
 from bertfn.cli import main
-from bertfn.explorer import PAGE_FILES, page_data
+from bertfn.explorer import PAGE_FILES, _ascii_script, page_data
 
 TEXT = "when in rome, do as the [MASK] do."
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -119,8 +119,10 @@ def test_the_page_is_one_self_contained_file(rec):
     assert "<title>bertfn explorer: &lt;/script&gt;&lt;b&gt;rome&lt;/b&gt;</title>" in doc
     meta = json.loads(_script(doc, "bertfn-meta"))
     assert meta["title"] == "</script><b>rome</b>" and meta["tokens"] == rec.tokens
-    for name in PAGE_FILES[1:]:
-        assert (Path(bertfn.__file__).parent / "explorer_page" / name).read_text(encoding="utf-8") in doc
+    page = Path(bertfn.__file__).parent / "explorer_page"
+    assert (page / "explorer.css").read_text(encoding="utf-8") in doc
+    assert _ascii_script((page / "explorer.js").read_text(encoding="utf-8")) in doc
+    assert doc.isascii()  # reads the same whatever encoding a host page (a notebook's iframe) assumes
 
 
 def test_save_html_repr_html_and_bad_arguments(rec, tmp_path):
@@ -405,7 +407,9 @@ def test_side_panels_show_the_predictions_and_the_layer_strip(tab, rec, model):
 
 
 def test_the_notebook_form_runs_in_its_sandboxed_iframe(browser, rec, model, tmp_path):
-    """Jupyter shows rec._repr_html_(): the page in an <iframe srcdoc> with scripts and downloads allowed, no origin."""
+    """Jupyter shows rec._repr_html_(): the page in an <iframe srcdoc> with scripts and downloads allowed, no origin.
+
+    The host page names no encoding (so the browser assumes windows-1252): the page's own text must not care."""
     path = tmp_path / "notebook.html"
     path.write_text(f"<!doctype html><html><body><h1>a notebook</h1>{rec._repr_html_()}</body></html>", encoding="utf-8")
     context = browser.new_context(accept_downloads=True)
@@ -416,6 +420,7 @@ def test_the_notebook_form_runs_in_its_sandboxed_iframe(browser, rec, model, tmp
     frame = page.frame_locator("iframe")
     frame.locator("body[data-ready='1']").wait_for(timeout=15_000)
     assert frame.locator("#prediction-list .word").first.inner_text() == bertfn.fill_mask(TEXT, model)[0]["token_str"]
+    assert frame.locator("#summary").inner_text().endswith("12 tokens \u00b7 2 layers \u00d7 3 heads of width 16")
     with page.expect_download() as info:
         frame.locator("#save-svg").click()
     assert info.value.suggested_filename == "bertfn-head-layer0-head0.svg"

@@ -35,7 +35,7 @@ OWN_MODEL = {  # build their model from CONFIG in the first cell
     "07_decoder_cross_attention_and_cache.ipynb",
     "09_memory_and_training.ipynb",
 }
-EXPLORER = {"02_attention_internals.ipynb", "04_inside_a_trained_bert.ipynb"}  # show bertfn's explorer inline
+EXPLORER = {"02_attention_internals.ipynb", "04_inside_a_trained_bert.ipynb", "05_a_real_masked_lm.ipynb"}  # show bertfn's explorer
 MAX_STORED_BYTES = 1_500_000  # a notebook stored with its outputs: figures at modest resolution, no data dumps
 
 

@@ -343,7 +343,9 @@ function explorer(meta, data) {
       g.image(mapCanvas(l, sel, S), mx, my, M, M);
       g.frame(mx, my, M, M, "#c9d3e0", 1);
       if (o.labels) {
+        const every = Math.ceil(12 / cell);  // labels 12 px apart at least
         for (let i = 0; i < S; i++) {
+          if (i % every && i !== state.token) continue;
           const c = i === state.token ? ACCENT : INK;
           g.text(clip(tokens[i], o.margin - 8, 11), mx - 4, my + (i + 0.5) * cell, { size: 11, align: "right", color: c });
           g.text(clip(tokens[i], o.margin - 8, 11), mx + (i + 0.5) * cell, my - 4, { size: 11, rotate: -90, color: c });
