@@ -36,9 +36,10 @@ MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and 
 MLM predictions at each [MASK]      (N, k)          as :func:`~bertfn.pipelines.fill_mask` computes them
 ==================================  ==============  ====================================================
 
-The attention dominates: 12 x 12 x 512 x 512 bytes for bert-base at 512 tokens, which zlib shrinks
-to 1-2 bits a probability (rows that sum to 1 are mostly zeros at this precision); the whole file
-stays under 25 MB (tests/test_explorer.py checks it on the least compressible attention it knows).
+The attention is the largest array: 12 x 12 x 512 x 512 bytes for bert-base at 512 tokens, which zlib shrinks
+to 1-2 bits a probability (rows that sum to 1 are mostly zeros at this precision), and the queries and
+keys (9.4 MB as int8) barely shrink; the whole file stays under 25 MB, 24.1 MB when built from the least
+compressible attention, queries and keys we know (tests/test_explorer.py checks the bound).
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ function explorer(meta, data) {
   const canvas = document.getElementById("canvas");
   const spacer = document.getElementById("spacer");
   const readout = document.getElementById("readout");
-  const api = { meta, state, lastDraw: null, ready: false };
+  const api = { meta, state, lastDraw: null };
   const scrollTops = { head: 0, model: 0, neuron: 0 };
 
   // ---- head view: queries left, keys right, a line per pair as strong as the attention ----
@@ -665,7 +665,6 @@ function explorer(meta, data) {
   };
   syncControls();
   render();
-  api.ready = true;
   return api;
 }
 
