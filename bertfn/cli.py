@@ -5,6 +5,7 @@
     bertfn score "When in Rome, do as the Romans do." [--method within_word_l2r] [--per-token] [--json]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--scale per-head|shared|fixed] --out attn.png
     bertfn embed "A sentence." "Another one." [--pooling mean|cls|max] [--normalize] [--json]
+    bertfn view "When in Rome, do as the [MASK] do." --out view.html [--pair TEXT] [--top-k N]
     bertfn --version
 
 Every subcommand that runs a model takes the same model options (:func:`add_model_options`):
@@ -202,11 +203,33 @@ def _run_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_view(sub) -> None:
+    vw = sub.add_parser("view", help="write the explorer: one self-contained HTML page to look inside the forward pass")
+    vw.add_argument("text", help="the text to run through the model (put in [MASK]s to see the predictions)")
+    vw.add_argument("--pair", default=None, help="a second segment, as in BERT's sentence pairs")
+    vw.add_argument("--top-k", type=int, default=5, help="predictions kept per [MASK] and per layer (default 5)")
+    vw.add_argument("--out", default="view.html", help="HTML file to write (default view.html)")
+    add_model_options(vw)
+
+
+def _run_view(args: argparse.Namespace) -> int:
+    """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.explorer`)."""
+    from .inspect import trace
+
+    rec = trace(args.text, model_from_args(args), pair=args.pair)
+    path = rec.save_html(args.out, top_k=args.top_k)
+    size = path.stat().st_size
+    emit(f"wrote {path} ({len(rec.tokens)} tokens, "
+         f"{f'{size / 1e6:.1f} MB' if size >= 1e6 else f'{size / 1e3:.0f} kB'}); open it in a browser")
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "fill-mask": (_add_fill_mask, _run_fill_mask),
     "score": (_add_score, _run_score),
     "attention": (_add_attention, _run_attention),
     "embed": (_add_embed, _run_embed),
+    "view": (_add_view, _run_view),
 }
 """Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments)."""
 
