@@ -1,6 +1,7 @@
 """The ``bertfn`` command (also ``python -m bertfn``): a thin layer over the Python API.
 
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
+    bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume] [--progress|--no-progress]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] --out attn.png
     bertfn --version
 
@@ -65,18 +66,53 @@ def model_from_args(args: argparse.Namespace):
                 device=args.device, dtype=args.dtype)
 
 
+# --- files in, files out, shared by every subcommand that runs a task of bertfn.corpus ----------------
+
+
+def add_file_options(parser: argparse.ArgumentParser) -> None:
+    """``--input --output --field --resume --progress/--no-progress`` (read back by :func:`run_file_command`)."""
+    group = parser.add_argument_group("files (instead of texts on the command line)")
+    group.add_argument("--input", metavar="FILE",
+                       help="read the texts from FILE: one a line, or JSON Lines with --field; - for stdin")
+    group.add_argument("--output", metavar="FILE", default="-",
+                       help="write one JSON line per input line to FILE (default -: stdout)")
+    group.add_argument("--field", metavar="NAME", help="--input is JSON Lines whose field NAME holds the text")
+    group.add_argument("--resume", action="store_true",
+                       help="continue an interrupted run after the last complete line of --output")
+    group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
+    """``bertfn TASK --input ...``: :func:`bertfn.corpus.run_file`, then its one-line summary on stderr.
+
+    Exit code 0 when every line has a result, 2 (bad input) when any line holds an error instead.
+    """
+    from .corpus import run_file
+
+    if args.text:
+        raise InputError("pass texts on the command line or --input FILE, not both")
+    summary = run_file(args.input, args.output, args.model, task=task, field=args.field, resume=args.resume,
+                       progress=args.progress, tokenizer=args.tokenizer, lowercase=args.lowercase,
+                       device=args.device, dtype=args.dtype, **options)
+    _one_line("done", summary)
+    return 0 if summary.errors == 0 else InputError.exit_code
+
+
 # --- the subcommands: each an _add_X(sub) / _run_X(args) pair listed in COMMANDS ---------------------
 
 
 def _add_fill_mask(sub) -> None:
     fm = sub.add_parser("fill-mask", help="predict the words behind [MASK]")
-    fm.add_argument("text", nargs="+", help="one or more texts, each with at least one [MASK]")
+    fm.add_argument("text", nargs="*", help="one or more texts, each with at least one [MASK] (or --input FILE)")
     fm.add_argument("--top-k", type=int, default=5, help="answers per mask (default 5)")
     fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
     fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
     fm.add_argument("--truncation", action="store_true",
                     help="cut a text longer than the model's max positions to a window around its masks")
+    fm.add_argument("--batch-size", type=int, default=16, help="texts per encoder pass, at most (default 16)")
     add_model_options(fm)
+    add_file_options(fm)
 
 
 def _table(text: str, result: list) -> str:
@@ -94,8 +130,12 @@ def _table(text: str, result: list) -> str:
 def _run_fill_mask(args: argparse.Namespace) -> int:
     from .pipelines import fill_mask
 
-    results = fill_mask(list(args.text), model_from_args(args), top_k=args.top_k, targets=args.targets,
-                        truncation=args.truncation)
+    options = dict(top_k=args.top_k, targets=args.targets, truncation=args.truncation, batch_size=args.batch_size)
+    if args.input is not None:
+        return run_file_command(args, "fill-mask", **options)
+    if not args.text:
+        raise InputError("pass at least one text with [MASK], or --input FILE; see 'bertfn fill-mask --help'")
+    results = fill_mask(list(args.text), model_from_args(args), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
