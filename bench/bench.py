@@ -403,7 +403,8 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
              f"bf16 mode (bertfn.load(..., dtype=torch.bfloat16)): hidden states of the 64 sentences within "
              f"{bf16_distance(model, bf16, texts):.2%} (relative RMS) of fp32; the test bound is 3%",
              f"file rows: {f['lines']} lines in {f['bertfn_seconds']:.1f} s (bertfn) and {f['pipeline_seconds']:.1f} s "
-             f"(pipeline); the pipeline's batch size is its fastest on the first {f['search_lines']} lines ("
+             f"(pipeline), {f['bertfn_cpu_seconds']:.1f} and {f['pipeline_cpu_seconds']:.1f} CPU seconds (user + "
+             f"system; ratio {f['pipeline_cpu_seconds'] / f['bertfn_cpu_seconds']:.2f}x); the pipeline's batch size is its fastest on the first {f['search_lines']} lines ("
              + (", ".join(f"{b}: {t:.1f} s" for b, t in f["search"].items()) or "not searched: --quick") + ")"]
     return rows, notes
 

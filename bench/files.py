@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -85,16 +86,21 @@ def run_pipeline(model: str, src: str, out: str, device: str, batch_sizes: list[
 
 
 def child(argv: list[str], threads: int) -> tuple[float, dict]:
-    """Wall seconds of a fresh ``python bench/files.py --child ...`` process and what it printed."""
+    """Wall seconds of a fresh ``python bench/files.py --child ...`` process and what it printed, plus
+    the CPU seconds it used (user + system: less sensitive than wall time to other load on the machine)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), TRANSFORMERS_VERBOSITY="error", HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", HF_DATASETS_OFFLINE="1")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, str(HERE / "files.py"), "--child", *argv], capture_output=True,
                           text=True, env=env)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"bench/files.py --child {' '.join(argv)} failed:\n{done.stderr[-2000:]}")
-    return wall, json.loads(done.stdout.strip().splitlines()[-1])
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report["cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, report
 
 
 def measure(model_dir: Path, tokenizer, workdir: Path, device: str, threads: int, lines: int,
@@ -117,7 +123,8 @@ def measure(model_dir: Path, tokenizer, workdir: Path, device: str, threads: int
     return {"lines": lines, "bertfn_texts_s": lines / wall_ours, "pipeline_texts_s": lines / wall_theirs,
             "bertfn_rss_mb": ours["rss_mb"], "pipeline_rss_mb": theirs["rss_mb"], "batch_size": best,
             "search": {int(b): s for b, s in search["seconds"].items()}, "search_lines": search_lines,
-            "bertfn_seconds": wall_ours, "pipeline_seconds": wall_theirs}
+            "bertfn_seconds": wall_ours, "pipeline_seconds": wall_theirs,
+            "bertfn_cpu_seconds": ours["cpu_seconds"], "pipeline_cpu_seconds": theirs["cpu_seconds"]}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -131,6 +131,8 @@ class Runner:
         that only the texts at fault fail and the rest keep large batches. A refused text's error
         speaks of it as "text 0" (it ran alone): :func:`relabel` names it for the caller.
         """
+        if not texts:
+            return []
         try:
             return list(self.task.function(list(texts), self.model, **self.options))
         except MissingPartError:
@@ -425,6 +427,7 @@ def run_file(
     total = None if str(source) == "-" else _count_lines(Path(source))
     bar = _progress_bar(total, done, sys.stderr.isatty() if progress is None else progress)
     texts = errors = tokens = 0
+    reading = time.perf_counter()  # the model is loaded: the bar's rates count from here
     try:
         for chunk in chunks(lines, chunk_size):
             parsed = [(n, *parse_line(n, raw, field)) for n, raw in chunk]
@@ -446,7 +449,7 @@ def run_file(
             texts, tokens = texts + len(chunk), tokens + count
             if bar is not None:
                 bar.update(len(chunk))
-                rate = tokens / max(time.perf_counter() - started, 1e-9)
+                rate = tokens / max(time.perf_counter() - reading, 1e-9)
                 bar.set_postfix_str(f"{rate:,.0f} tokens/s, {errors} errors", refresh=False)
     finally:
         if bar is not None:
