@@ -1,7 +1,7 @@
 """bertfn: BERT as stateless pure functions over a Hugging Face state_dict.
 
 Read it top to bottom: functional.py (linear, layer_norm, gelu) -> embeddings.py -> attention.py
--> encoder.py (feed-forward, layer, the stack) -> heads.py -> pipelines.py (fill-mask).
+-> encoder.py (feed-forward, layer, the stack) -> heads.py -> pipelines.py (fill-mask), pooling.py (embed).
 loading.py turns a hub id or a folder into a :class:`Model` (state.py checks and lays out its weights);
 tokenizer.py turns text into ids. Calls that read text take the texts first and the model second
 (``fill_mask(texts, model)``, ``trace(text, model)``); resolve.py turns what they are given into a Model.
@@ -33,7 +33,9 @@ from .heads import (
 from .loading import Model, load
 from .params import Params
 from .pipelines import fill_mask
+from .pooling import embed
 from .pruning import prune_heads
+from .scratch import init_model, parameter_count
 from .tokenizer import Tokenizer
 from .trace import Trace
 from .inspect import Recording, trace  # bertfn.trace is this function; the recorder class is bertfn.Trace
@@ -44,7 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BertConfig", "BertfnError", "Cache", "CheckpointError", "ConfigError", "DependencyError", "EncoderOutput",
     "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
-    "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "layer", "layer_norm", "linear", "load",
-    "mlm_head", "multiple_choice", "nsp_head", "pooler", "prune_heads", "question_answering", "sdpa_attention",
+    "embed", "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
+    "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "sdpa_attention",
     "sequence_classification", "token_classification", "trace", "plots",
 ]

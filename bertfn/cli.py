@@ -2,7 +2,9 @@
 
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
     bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume] [--progress|--no-progress]
-    bertfn attention "The cat sat on the mat." --layer 3 [--head H] --out attn.png
+    bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--scale per-head|shared|fixed] --out attn.png
+    bertfn embed "A sentence." "Another one." [--pooling mean|cls|max] [--normalize] [--json]
+    bertfn embed --input sentences.txt --output vectors.jsonl [...the same file options]
     bertfn --version
 
 Every subcommand that runs a model takes the same model options (:func:`add_model_options`):
@@ -25,6 +27,7 @@ from collections.abc import Callable
 
 from .dtypes import DTYPES
 from .errors import SURFACE, BertfnError, InputError
+from .pooling import POOLINGS
 
 
 def emit(text: str) -> None:
@@ -148,6 +151,9 @@ def _add_attention(sub) -> None:
     at.add_argument("text", help="the text to run through the model")
     at.add_argument("--layer", type=int, default=0, help="layer index from 0, negative from the end (default 0)")
     at.add_argument("--head", type=int, default=None, help="one head's heatmap (default: a grid of every head)")
+    at.add_argument("--scale", choices=("per-head", "shared", "fixed"), default="per-head",
+                    help="colour scale: 0 to each head's own largest probability (default), one scale for "
+                         "all heads of the layer, or 0 to 1")
     at.add_argument("--out", default="attention.png", help="image file to write (default attention.png)")
     add_model_options(at)
 
@@ -155,9 +161,10 @@ def _add_attention(sub) -> None:
 def _run_attention(args: argparse.Namespace) -> int:
     """Trace ``args.text`` and write the attention heatmap of one layer (all heads, or ``--head``)."""
     from .inspect import trace
-    from .plots import attention_figure
+    from .plots import attention_figure, require_matplotlib
 
-    fig = attention_figure(trace(args.text, model_from_args(args)), args.layer, args.head)
+    require_matplotlib()  # before the model loads: a missing matplotlib is known at once
+    fig = attention_figure(trace(args.text, model_from_args(args)), args.layer, args.head, args.scale.replace("-", "_"))
     try:
         fig.savefig(args.out, dpi=150)
     except (OSError, ValueError) as e:  # ValueError: a file ending matplotlib cannot write
@@ -166,9 +173,37 @@ def _run_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_embed(sub) -> None:
+    em = sub.add_parser("embed", help="one vector per text: the encoder's hidden states pooled (sentence embeddings)")
+    em.add_argument("text", nargs="+", help="one or more texts")
+    em.add_argument("--pooling", choices=POOLINGS, default="mean",
+                    help="mean of the tokens' vectors (default), the [CLS] vector, or the largest value per dimension")
+    em.add_argument("--normalize", action="store_true", help="scale each vector to length 1 (dot product = cosine)")
+    em.add_argument("--max-length", type=int, default=None,
+                    help="tokens per text at most; longer texts are cut (default: the model's max_seq_length or positions)")
+    em.add_argument("--json", action="store_true",
+                    help="print JSON: the vector of one text, or a list of vectors (default: one line of numbers per text)")
+    add_model_options(em)
+
+
+def _run_embed(args: argparse.Namespace) -> int:
+    """Print the embeddings of ``args.text``: one line of H numbers per text, or JSON as bertfn.embed(...).tolist()."""
+    from .pooling import embed
+
+    texts = list(args.text)
+    vectors = embed(texts, model_from_args(args), pooling=args.pooling, normalize=args.normalize,
+                    max_length=args.max_length).cpu()  # (N, H)
+    if args.json:
+        emit(json.dumps(vectors[0].tolist() if len(texts) == 1 else vectors.tolist()))
+    else:
+        emit("\n".join(" ".join(f"{v:.6g}" for v in row) for row in vectors.tolist()))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "fill-mask": (_add_fill_mask, _run_fill_mask),
     "attention": (_add_attention, _run_attention),
+    "embed": (_add_embed, _run_embed),
 }
 """Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments)."""
 

@@ -32,7 +32,8 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    initializer_range: float = 0.02
+    pad_token_id: int | None = 0
     position_embedding_type: str = "absolute"
     is_decoder: bool = False
     add_cross_attention: bool = False
@@ -65,6 +66,10 @@ class BertConfig:
             )
         if self.add_cross_attention and not self.is_decoder:
             raise ConfigError("config add_cross_attention=true needs is_decoder=true (as in transformers)")
+        pad = self.pad_token_id
+        if pad is not None and (not isinstance(pad, int) or isinstance(pad, bool) or not -self.vocab_size <= pad < self.vocab_size):
+            raise ConfigError(f"config pad_token_id must be a row of the word embeddings (0..{self.vocab_size - 1}) "
+                              f"or null, got {pad!r}; fix config.json")
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ConfigError(f"config layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
 

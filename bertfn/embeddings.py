@@ -10,6 +10,7 @@ Keys read (under ``bert.embeddings.``): ``word_embeddings.weight`` (V, H),
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .errors import InputError
 from .functional import dropout, layer_norm
@@ -75,7 +76,9 @@ def embeddings(
             raise InputError(f"input_ids must have shape (batch, seq) with at least one token, "
                              f"got {tuple(input_ids.shape)}")
         B, S = input_ids.shape
-        words = p["word_embeddings.weight"][input_ids]  # (B, S, H)
+        # a row lookup; padding_idx leaves the [PAD] row out of the gradient, as HF's
+        # nn.Embedding(V, H, padding_idx=pad_token_id) does (the forward values are the same)
+        words = F.embedding(input_ids, p["word_embeddings.weight"], padding_idx=cfg.pad_token_id)  # (B, S, H)
     else:
         if not isinstance(inputs_embeds, Tensor) or inputs_embeds.dim() != 3 or not inputs_embeds.numel() \
                 or inputs_embeds.shape[-1] != cfg.hidden_size:

@@ -9,6 +9,7 @@ Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (see at
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -37,6 +38,14 @@ def check_mask(name: str, mask: object, B: int, S: int, S_k: int, nh: int) -> No
         got = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
         raise InputError(f"{name} must be a tensor of shape {' or '.join(map(str, allowed))} "
                          f"(1 = attend, 0 = ignore), got {got}; tokenizer(...).attention_mask has the 2D form")
+
+
+def warn_if_padding_without_mask(input_ids: Tensor | None, attention_mask: Tensor | None, pad: int | None) -> None:
+    """Warn when ``input_ids`` (B, S) start or end with the pad id but no attention_mask hides the padding:
+    it is then attended to and changes every output (``PreTrainedModel.warn_if_padding_and_no_attention_mask``)."""
+    if attention_mask is None and input_ids is not None and pad is not None and bool((input_ids[:, [0, -1]] == pad).any()):
+        warnings.warn(f"input_ids hold padding (id {pad}) but no attention_mask was given, so the padding is "
+                      "attended to and changes the results; pass the tokenizer's attention_mask", stacklevel=3)
 
 
 def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
@@ -215,6 +224,7 @@ def encoder(
     x = embeddings(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds, past,
                    generator, trace.scope("embeddings"))  # (B, S, H)
     B, S, _ = x.shape
+    warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
 
     S_k = past + S  # keys: the cached positions and the new ones
     if attention_mask is None and cfg.is_decoder:

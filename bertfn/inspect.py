@@ -4,7 +4,7 @@
 positions, :func:`~bertfn.heads.mlm_head`: the same functions, in the same order, that
 :func:`~bertfn.pipelines.fill_mask` runs. The only difference is the attention path: the eager
 reference, because the fused one never forms the probabilities. Each function writes what it
-computes into a :class:`~bertfn.trace.Trace`; nothing here computes a number of its own.
+computes into a :class:`bertfn.Trace` (trace.py); nothing here computes a number of its own.
 
 The names, for one text of S tokens (B = 1), H hidden units, nh heads of width hd, I = FFN width:
 
@@ -42,6 +42,7 @@ name                                        shape             what it is
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,12 +59,12 @@ from .trace import Trace
 Tensor = torch.Tensor
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Recording:
     """What :func:`trace` returns: the tokens and every recorded tensor, keyed by name.
 
     ``rec["layer.0.attention.probs"]`` reads one tensor (see the module docstring for the names);
-    ``rec.keys()`` lists them all in the order they were computed.
+    ``rec.keys()`` lists them all in the order they were computed; ``repr(rec)`` is a short summary.
     """
 
     tokens: list[str]  # S word pieces, [CLS] ... [SEP]
@@ -85,6 +86,16 @@ class Recording:
     def keys(self) -> list[str]:
         return list(self.tensors)
 
+    def __repr__(self) -> str:
+        """The tokens and the recorded names grouped per layer, e.g. ``layer.{0..11}.attention.*``:
+        a few hundred characters, not the tensors (``rec.keys()`` lists every name)."""
+        S, where = len(self.tokens), self.mask_positions
+        shown = [t[:20] for t in self.tokens] if S <= 20 else \
+            [*(t[:20] for t in self.tokens[:16]), f"... ({S - 17} more)", self.tokens[-1]]
+        masks = f", [MASK] at {', '.join(map(str, where[:8]))}{' ...' if len(where) > 8 else ''}" if where else ""
+        return (f"Recording({S} tokens: {' '.join(shown)}{masks}; {len(self.tensors)} tensors: "
+                f"{', '.join(group_names(self.tensors))})")
+
     def attention(self, layer: int, head: int | None = None) -> Tensor:
         """Attention probabilities of one layer: (nh, S, S), or (S, S) for one ``head``.
 
@@ -102,6 +113,22 @@ class Recording:
         return probs[head]  # (S, S)
 
 
+def group_names(names) -> list[str]:
+    """Recorded names in groups, in order: ``embeddings.*``, ``layer.{0..11}.attention.*``, ``pooler``, ..."""
+    layers: list[int] = []
+    groups: dict[str, None] = {}  # an ordered set
+    for name in names:
+        numbered = re.match(r"layer\.(\d+)\.(.*)", name)
+        if numbered:
+            layers.append(int(numbered[1]))
+            name = "layer.{i}." + numbered[2]
+        parts = name.split(".")
+        depth = 3 if numbered else 1  # layer.{i}.attention.* / embeddings.*
+        groups[".".join(parts[:depth]) + (".*" if len(parts) > depth else "")] = None
+    span = f"{{{min(layers)}..{max(layers)}}}" if layers else ""
+    return [g.replace("{i}", span) for g in groups]
+
+
 def trace(text: str, model: Model | str | Path | None = None, pair: str | None = None) -> Recording:
     """Run ``text`` (and an optional second segment ``pair``) through the model, recording every step.
 
@@ -116,6 +143,9 @@ def trace(text: str, model: Model | str | Path | None = None, pair: str | None =
     tok = require_tokenizer(m, "trace")
     if not isinstance(text, str):
         raise InputError(f"trace takes one text as a string, got {type(text).__name__}: {text!r:.60}")
+    for what, t in (("the text", text), ("the second segment (pair)", pair)):
+        if isinstance(t, str) and not t.strip():
+            raise InputError(f"{what} is empty; write a sentence to run through the model")
     enc = tok([text], [pair] if pair is not None else None)
     ids = enc.input_ids.to(m.device)  # (1, S)
     record = Trace()

@@ -32,7 +32,8 @@ from .state import check_state, group_keys, matmul_layout, normalize_keys, unuse
 from .tokenizer import Tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+                   "sentence_bert_config.json")  # sentence-transformers' max_seq_length, read by bertfn.embed
 
 
 @dataclass(frozen=True, repr=False)

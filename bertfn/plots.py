@@ -4,7 +4,12 @@ matplotlib is an optional dependency (``pip install "bertfn[plot]"``), imported 
 these functions runs, so ``import bertfn`` stays light. Each function draws on a new
 ``matplotlib.figure.Figure`` attached to the Agg canvas (no pyplot, no window, no global state)
 and returns it: a notebook displays it, ``fig.savefig("attn.png")`` writes it to a file.
-The tensors usually come from :func:`bertfn.trace`.
+The tensors usually come from :func:`bertfn.trace`. Without matplotlib, every function raises
+:class:`~bertfn.errors.DependencyError` naming the extra to install.
+
+Attention maps choose their colour scale (``scale=``, :data:`SCALES`): each head from 0 to its own
+largest probability (the default), every head of the layer on one scale, or the fixed 0..1. On the
+fixed scale, the many heads of late layers that spread their attention thinly draw near-blank.
 """
 
 from __future__ import annotations
@@ -13,20 +18,33 @@ from collections.abc import Sequence
 
 import torch
 
-from .errors import BertfnError, InputError
+from .errors import DependencyError, InputError
 from .functional import ACTIVATIONS
 from .inspect import Recording
 
 Tensor = torch.Tensor
 
 
-def new_figure(width: float, height: float):
-    """An empty matplotlib ``Figure`` on the Agg canvas; a clear error if matplotlib is missing."""
+SCALES = ("per_head", "shared", "fixed")
+"""Colour scales of the attention maps: 0 to each head's own largest probability; 0 to the largest of
+all heads drawn together; 0 to 1."""
+
+
+def require_matplotlib():
+    """matplotlib's ``Figure`` and Agg canvas classes, or :class:`DependencyError` (exit 6) saying how to
+    install them (``pip install "bertfn[plot]"``)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-    except ImportError:
-        raise BertfnError('plotting needs matplotlib, which is not installed; run: pip install "bertfn[plot]"') from None
+    except ImportError as e:
+        raise DependencyError(f"plotting needs matplotlib, which cannot be imported here ({e}); install the plot "
+                              'extra: pip install "bertfn[plot]"') from None
+    return Figure, FigureCanvasAgg
+
+
+def new_figure(width: float, height: float):
+    """An empty matplotlib ``Figure`` on the Agg canvas (:func:`require_matplotlib`)."""
+    Figure, FigureCanvasAgg = require_matplotlib()
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -50,17 +68,20 @@ def heatmap(
     cmap: str = "viridis",
     ax=None,
     colorbar: bool = True,
+    vmin: float | None = None,
+    vmax: float | None = None,
 ):
     """Draw a (R, C) matrix as colored cells, rows top to bottom, with optional tick labels.
 
     Draws into ``ax`` when given (e.g. one panel of a grid), else on a new figure; returns the figure.
+    vmin / vmax: the values at the two ends of the colour scale (default: the matrix's min and max).
     """
     m = _matrix(matrix, "heatmap's matrix")
     R, C = m.shape
     if ax is None:
         side = min(max(3.0, 0.35 * max(R, C) + 1.5), 12.0)
         ax = new_figure(side + (1.0 if colorbar else 0.0), side).add_subplot()
-    image = ax.imshow(m.numpy(), cmap=cmap, aspect="auto", interpolation="nearest")
+    image = ax.imshow(m.numpy(), cmap=cmap, aspect="auto", interpolation="nearest", vmin=vmin, vmax=vmax)
     for labels, n, set_ticks, set_labels, rotation in (
         (row_labels, R, ax.set_yticks, ax.set_yticklabels, 0),
         (col_labels, C, ax.set_xticks, ax.set_xticklabels, 90),
@@ -81,17 +102,42 @@ def heatmap(
     return ax.figure
 
 
-def attention_heatmap(probs: Tensor, tokens: Sequence[str], *, title: str | None = None, ax=None, colorbar: bool = True):
-    """One head's attention probabilities (S_q, S_k): row i shows where query token i looks."""
+def color_limits(probs: Tensor, scale: str) -> list[float]:
+    """The top of the colour scale of each head's map, for probabilities (nh, S, S) -> nh numbers
+    (the bottom is 0): its own largest probability ("per_head"), the largest of all ("shared"), or 1 ("fixed")."""
+    if scale not in SCALES:
+        raise InputError(f"scale must be one of {', '.join(map(repr, SCALES))}, got {scale!r}")
+    if scale == "fixed":
+        return [1.0] * probs.shape[0]
+    top = probs.flatten(1).amax(dim=1)  # (nh,)
+    if scale == "shared":
+        top = top.max().expand(probs.shape[0])
+    return [t if t > 0 else 1.0 for t in top.tolist()]  # an all-zero map still gets a scale
+
+
+def attention_heatmap(probs: Tensor, tokens: Sequence[str], *, title: str | None = None, ax=None, colorbar: bool = True,
+                      scale: str = "per_head"):
+    """One head's attention probabilities (S_q, S_k): row i shows where query token i looks.
+
+    scale: "per_head" or "shared" colour it from 0 to its largest probability, "fixed" from 0 to 1.
+    """
+    (top,) = color_limits(_matrix(probs, "attention_heatmap's probabilities")[None], scale)
     return heatmap(probs, tokens, tokens, title=title, xlabel="key (attended to)", ylabel="query",
-                   cmap="Blues", ax=ax, colorbar=colorbar)
+                   cmap="Blues", ax=ax, colorbar=colorbar, vmin=0.0, vmax=top)
 
 
-def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None = None, columns: int = 4):
-    """Every head of one layer, (nh, S, S), as a grid of heatmaps sharing one color scale of 0..1."""
+def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None = None, columns: int = 4,
+                    scale: str = "per_head"):
+    """Every head of one layer, (nh, S, S), as a grid of heatmaps.
+
+    scale (:data:`SCALES`): "per_head" colours each head from 0 to its own largest probability, with a
+    colour bar per panel; "shared" puts every head on one scale, 0 to the largest of them all, and
+    "fixed" on 0..1, each with one colour bar for the grid.
+    """
     probs = torch.as_tensor(probs).detach().float().cpu()
     if probs.dim() != 3:
         raise InputError(f"attention_heads takes (heads, S, S) probabilities, got shape {tuple(probs.shape)}")
+    tops = color_limits(probs, scale)
     nh = probs.shape[0]
     cols = min(columns, nh)
     rows = -(-nh // cols)  # ceil
@@ -102,26 +148,30 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
         if h >= nh:
             ax.set_axis_off()
             continue
-        image = ax.imshow(probs[h].numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        image = ax.imshow(probs[h].numpy(), cmap="Blues", vmin=0.0, vmax=tops[h], aspect="auto", interpolation="nearest")
         ax.set_title(f"head {h}", fontsize=9)
         ax.set_xticks(range(len(tokens)))
         ax.set_yticks(range(len(tokens)))
         ax.set_xticklabels(tokens if h + cols >= nh else [], rotation=90, fontsize=6)
         ax.set_yticklabels(tokens if h % cols == 0 else [], fontsize=6)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="probability")
+        if scale == "per_head":
+            cbar = fig.colorbar(image, ax=ax, shrink=0.8)
+            cbar.ax.tick_params(labelsize=6)
+    if scale != "per_head":
+        fig.colorbar(image, ax=axes, shrink=0.6, label="probability")
     if title:
         fig.suptitle(title, fontsize=11)
     return fig
 
 
-def attention_figure(rec: Recording, layer: int, head: int | None = None):
-    """The picture ``bertfn attention`` writes: one head of ``layer``, or all of its heads."""
+def attention_figure(rec: Recording, layer: int, head: int | None = None, scale: str = "per_head"):
+    """The picture ``bertfn attention`` writes: one head of ``layer``, or all of its heads (on ``scale``)."""
     probs = rec.attention(layer, head)  # checks both indices
     title = f"attention probabilities, layer {layer % rec.config.num_hidden_layers}"
     if head is None:
-        return attention_heads(probs, rec.tokens, title=title)
+        return attention_heads(probs, rec.tokens, title=title, scale=scale)
     nh = rec.attention(layer).shape[0]
-    return attention_heatmap(probs, rec.tokens, title=f"{title}, head {head % nh}")
+    return attention_heatmap(probs, rec.tokens, title=f"{title}, head {head % nh}", scale=scale)
 
 
 def histograms(values: dict[str, Tensor], *, bins: int = 80, title: str | None = None, xlabel: str | None = None,

@@ -1,14 +1,35 @@
-"""Shared fixtures: small random-init BERT checkpoints built with transformers (the oracle)."""
+"""Shared fixtures: small random-init BERT checkpoints, built with transformers (the oracle) or without it.
+
+transformers is a test-only oracle that a plain install (``pip install -e .``) does not have. Tests that
+need it carry the ``needs_transformers`` marker: set on a module (``pytestmark``) or, for every test
+that uses a checkpoint transformers builds (:data:`TRANSFORMERS_FIXTURES`), here. ``tiny_folder`` is a
+checkpoint written without transformers, so tests of loading, the CLI and the pipelines also run on
+the plain stack (.ci/run runs ``pytest -m "not needs_transformers"`` there).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+TRANSFORMERS_FIXTURES = {"mlm_checkpoint", "pretraining_checkpoint"}
+"""Fixtures built with transformers: a test that uses one (directly or through another fixture) needs it."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if TRANSFORMERS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.needs_transformers)
+
+
+def require_transformers():
+    """transformers, or skip the calling test (a test that builds HF models without the marker)."""
+    return pytest.importorskip("transformers")
+
 
 # The vocabulary every test checkpoint uses: BERT's specials, some words, and word pieces.
 WORDS = ("the a an of to in is was and or not do as when rome romans people paris capital france city "
@@ -18,12 +39,14 @@ VOCAB = ["[PAD]"] + [f"[unused{i}]" for i in range(3)] + ["[UNK]", "[CLS]", "[SE
     ["##s", "##ing", "##ed", "##er", "##ly", "##an", "##e", "##r"]
 
 
+TINY = dict(vocab_size=len(VOCAB), hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
+            intermediate_size=80, max_position_embeddings=64, type_vocab_size=2,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12)
+"""The test checkpoints' sizes (both kinds)."""
+
+
 def tiny_config(**overrides) -> "transformers.BertConfig":
-    kw = dict(vocab_size=len(VOCAB), hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
-              intermediate_size=80, max_position_embeddings=64, type_vocab_size=2,
-              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12)
-    kw.update(overrides)
-    return transformers.BertConfig(**kw)
+    return require_transformers().BertConfig(**{**TINY, **overrides})
 
 
 def build_hf(cls_name: str = "BertForPreTraining", seed: int = 0, attn: str = "eager", **overrides):
@@ -31,7 +54,7 @@ def build_hf(cls_name: str = "BertForPreTraining", seed: int = 0, attn: str = "e
     torch.manual_seed(seed)
     cfg = tiny_config(**overrides)
     cfg._attn_implementation = attn
-    model = getattr(transformers, cls_name)(cfg)
+    model = getattr(require_transformers(), cls_name)(cfg)
     with torch.no_grad():  # break the init's symmetry (LayerNorm 1/0, zero biases) so every weight matters
         for name, p in model.named_parameters():
             if "LayerNorm" in name or name.endswith(".bias"):
@@ -48,7 +71,7 @@ def save_checkpoint(model, folder: Path, safe: bool = True) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=safe)
     write_vocab(folder)
-    tok = transformers.BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tok = require_transformers().BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
     tok.save_pretrained(folder)
     return folder
 
@@ -64,6 +87,29 @@ def mlm_checkpoint(tmp_path_factory) -> tuple[Path, object]:
 def pretraining_checkpoint(tmp_path_factory) -> tuple[Path, object]:
     model = build_hf("BertForPreTraining", seed=2)
     return save_checkpoint(model, tmp_path_factory.mktemp("pretraining")), model
+
+
+def write_folder(model: "bertfn.Model", folder: Path) -> Path:
+    """A checkpoint folder as the hub has them (config.json, model.safetensors, vocab.txt and a
+    tokenizer_config.json that lowercases), written from a bertfn Model without transformers."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2), encoding="utf-8")
+    tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}  # load ties them again
+    save_file({k: t.contiguous() for k, t in model.state.items() if k not in tied}, str(folder / "model.safetensors"))
+    write_vocab(folder)
+    (folder / "tokenizer_config.json").write_text('{"do_lower_case": true}', encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory) -> Path:
+    """A random masked LM (with pooler) of the :data:`TINY` sizes and the test vocabulary, written without
+    transformers: for tests that need a checkpoint folder but no oracle, on either stack."""
+    import bertfn
+
+    return write_folder(random_model(bertfn.BertConfig(**TINY), seed=5), tmp_path_factory.mktemp("tiny"))
 
 
 def minilm_folder() -> Path | None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import transformers
+from conftest import require_transformers
 
 import bertfn
 
 
+@pytest.mark.needs_transformers
 def test_defaults_match_transformers():
+    transformers = require_transformers()
     ours, theirs = bertfn.BertConfig(), transformers.BertConfig()
     for name, value in ours.to_dict().items():
         if name == "pruned_heads":
@@ -19,7 +21,9 @@ def test_defaults_match_transformers():
             assert getattr(theirs, name) == value, name
 
 
+@pytest.mark.needs_transformers
 def test_from_file_reads_fields_and_ignores_unknown(tmp_path):
+    transformers = require_transformers()
     cfg = transformers.BertConfig(hidden_size=48, num_attention_heads=3, layer_norm_eps=1e-7,
                                   id2label={0: "a", 1: "b", 2: "c"})
     cfg.save_pretrained(tmp_path)
@@ -34,6 +38,7 @@ def test_from_file_reads_fields_and_ignores_unknown(tmp_path):
     (dict(position_embedding_type="rotary"), "position_embedding_type 'rotary'"),
     (dict(num_hidden_layers=0), "num_hidden_layers must be a positive integer"),
     (dict(add_cross_attention=True), "needs is_decoder"),
+    (dict(vocab_size=10, pad_token_id=10), "pad_token_id must be a row"),
 ])
 def test_impossible_configs(fields, message):
     with pytest.raises(bertfn.ConfigError, match=message):

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import transformers
-from conftest import VOCAB, build_hf, save_checkpoint
+from conftest import VOCAB, build_hf, require_transformers, save_checkpoint
 from safetensors.torch import load_file, save_file
 
 import bertfn
@@ -41,7 +40,7 @@ def model(mlm_checkpoint):
 @pytest.fixture(scope="module")
 def pipe(mlm_checkpoint):
     folder, _ = mlm_checkpoint
-    return transformers.pipeline("fill-mask", model=str(folder), tokenizer=str(folder), device="cpu")
+    return require_transformers().pipeline("fill-mask", model=str(folder), tokenizer=str(folder), device="cpu")
 
 
 def test_text_without_mask(model):
@@ -291,6 +290,7 @@ def test_bad_device_or_dtype(model, kwargs, message):
         model.to(**kwargs)
 
 
+@pytest.mark.needs_transformers
 def test_relative_positions_past_the_table(tmp_path):
     """Relative-position models look up distances up to P - 1: a longer input is refused, not an IndexError."""
     folder = save_checkpoint(build_hf("BertModel", seed=4, position_embedding_type="relative_key",

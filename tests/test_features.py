@@ -22,6 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bertfn
+
+pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
 from bertfn.functional import ACTIVATIONS
 
 TOL = dict(atol=1e-5, rtol=1e-5)

@@ -168,6 +168,7 @@ def test_to_keeps_ties_and_moves_dtype(mlm_checkpoint):
     assert half.state["cls.predictions.decoder.weight"] is half.state["bert.embeddings.word_embeddings.weight"]
 
 
+@pytest.mark.needs_transformers
 @pytest.mark.parametrize("safe", [True, False])
 def test_linear_weights_are_laid_out_in_out_with_the_files_values(safe, tmp_path):
     """``load`` stores each linear weight (in, out) in memory (``matmul_layout``): HF names, shapes and values."""

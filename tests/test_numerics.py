@@ -75,6 +75,7 @@ def hf_pair(tmp_path_factory):
     return out
 
 
+@pytest.mark.needs_transformers
 @pytest.mark.parametrize("impl", IMPLS)
 def test_fully_masked_row_equals_transformers_in_fp32(hf_pair, impl):
     hf, model = hf_pair[impl]

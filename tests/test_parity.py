@@ -12,6 +12,8 @@ from conftest import build_hf, save_checkpoint
 
 import bertfn
 
+pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
+
 ATOL = 1e-5
 
 CONFIGS = [
@@ -104,3 +106,18 @@ def test_each_layer_step_by_step(pretraining_checkpoint):
     for i in range(hf.config.num_hidden_layers):
         x = bertfn.layer(p.scope(f"encoder.layer.{i}"), x, additive).hidden
         torch.testing.assert_close(x, ref.hidden_states[i + 1], atol=ATOL, rtol=0)
+
+
+def test_padding_without_a_mask_warns_where_transformers_does(mlm_checkpoint, recwarn):
+    """transformers warns when ids start or end with [PAD] and no attention_mask is given; so does bertfn."""
+    folder, hf = mlm_checkpoint
+    model = bertfn.load(folder)
+    padded = torch.tensor([[5, 20, 21, 6, 0, 0]])
+    with pytest.warns(UserWarning, match="no attention_mask"):
+        out = bertfn.encoder(model.params, padded)
+    with torch.no_grad():
+        ref = hf(input_ids=padded, output_hidden_states=True).hidden_states[-1]  # transformers attends to the padding too
+    torch.testing.assert_close(out.last_hidden_state, ref, atol=ATOL, rtol=0)
+    bertfn.encoder(model.params, padded, torch.tensor([[1, 1, 1, 1, 0, 0]]))  # a mask: no warning
+    bertfn.encoder(model.params, padded[:, :4])  # no padding: no warning
+    assert not [w for w in recwarn if "attention_mask" in str(w.message)]

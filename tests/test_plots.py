@@ -58,10 +58,46 @@ def test_bad_plot_input_raises_input_error(rec):
         plots.activation_curves(["swishy"])
 
 
-def test_missing_matplotlib_is_a_bertfn_error(monkeypatch):
+def test_missing_matplotlib_is_a_dependency_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
-    with pytest.raises(bertfn.BertfnError, match=r'pip install "bertfn\[plot\]"'):
+    with pytest.raises(bertfn.DependencyError, match=r'pip install "bertfn\[plot\]"'):
         plots.activation_curves()
+
+
+def image_panels(fig) -> list:
+    return [ax for ax in fig.axes if ax.images and ax.get_title().startswith("head")]
+
+
+@pytest.mark.parametrize("scale", plots.SCALES)
+def test_attention_heads_colour_scale(rec, scale):
+    probs = rec.attention(-1)  # (nh, S, S)
+    nh = probs.shape[0]
+    fig = plots.attention_heads(probs, rec.tokens, scale=scale)
+    panels = image_panels(fig)
+    top = probs.flatten(1).amax(dim=1)  # (nh,) each head's largest probability
+    expected = {"per_head": top.tolist(), "shared": [top.max().item()] * nh, "fixed": [1.0] * nh}[scale]
+    assert [ax.images[0].get_clim() for ax in panels] == [(0.0, pytest.approx(t)) for t in expected]
+    colorbars = [ax for ax in fig.axes if not ax.images]
+    assert len(colorbars) == (nh if scale == "per_head" else 1)  # one per panel, or one for the grid
+
+
+def test_attention_heatmap_scale_and_bad_scales(rec):
+    probs = rec.attention(1, head=0)
+    assert plots.attention_heatmap(probs, rec.tokens).axes[0].images[0].get_clim() == (0.0, pytest.approx(probs.max().item()))
+    assert plots.attention_heatmap(probs, rec.tokens, scale="fixed").axes[0].images[0].get_clim() == (0.0, 1.0)
+    for bad in ("log", "per-head", None):
+        with pytest.raises(bertfn.InputError, match=f"scale must be one of 'per_head', 'shared', 'fixed', got {bad!r}"):
+            plots.attention_heads(rec.attention(1), rec.tokens, scale=bad)
+
+
+@pytest.mark.parametrize("scale", ["per-head", "shared", "fixed"])
+def test_cli_attention_scale(mlm_checkpoint, tmp_path, capsys, monkeypatch, scale):
+    seen = []
+    draw = plots.attention_figure
+    monkeypatch.setattr(plots, "attention_figure", lambda *a: seen.append(a[3]) or draw(*a))
+    out = tmp_path / "attn.png"
+    assert main(["attention", TEXT, "--model", str(mlm_checkpoint[0]), "--scale", scale, "--out", str(out)]) == 0
+    assert seen == [scale.replace("-", "_")] and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_import_bertfn_does_not_import_matplotlib():

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 import bertfn
 
+pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
+
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 

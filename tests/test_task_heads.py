@@ -12,6 +12,8 @@ from conftest import build_hf, save_checkpoint
 
 import bertfn
 
+pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
+
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 

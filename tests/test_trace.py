@@ -118,6 +118,7 @@ def test_each_step_is_recomputed_from_the_one_before(mlm):
     close(rec["mlm.logits"], linear(transform, c["decoder.weight"], c["bias"]))
 
 
+@pytest.mark.needs_transformers
 def test_relative_position_steps(tmp_path):
     hf = build_hf("BertForMaskedLM", seed=3, position_embedding_type="relative_key_query")
     model = bertfn.load(save_checkpoint(hf, tmp_path))

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from conftest import build_hf, hf_params
 
 import bertfn
+
+pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
 from bertfn.functional import dropout
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -39,12 +41,19 @@ def grad_of(p: torch.Tensor) -> torch.Tensor:
     return p.grad if p.grad is not None else torch.zeros_like(p)
 
 
+PAD = 0  # the test configs' pad_token_id (transformers' default)
+
+
 def batch(vocab: int, B: int = 3, S: int = 7, seed: int = 0):
+    """Padded rows hold [PAD] ids, and row 0 attends to a [PAD] token in its middle: the word-embedding
+    row of [PAD] then sits on the gradient's path, where transformers' ``padding_idx`` gives it none."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, vocab, (B, S), generator=g)
     mask = torch.ones(B, S, dtype=torch.long)
     mask[1, 5:] = 0
     mask[2, 3:] = 0
+    ids = ids.masked_fill(mask == 0, PAD)
+    ids[0, 3] = PAD  # attended
     labels = torch.randint(0, vocab, (B, S), generator=g).masked_fill(mask == 0, -100)
     return ids, mask, labels
 
@@ -115,6 +124,8 @@ def test_sequence_classification_gradients_equal_transformers():
     hf(ids, mask, labels=labels).loss.backward()
     for name, p in hf.named_parameters():
         torch.testing.assert_close(ours[name], grad_of(p), **TOL, msg=lambda m: f"grad of {name}: {m}")
+    word = ours["bert.embeddings.word_embeddings.weight"]  # not tied to a decoder here
+    assert not word[PAD].any() and word[ids[0, 0]].any()  # an attended [PAD] still gives its row no gradient
 
 
 # --- dropout -------------------------------------------------------------------------------------
