@@ -35,7 +35,7 @@ LINES = 10_000
 MAX_TOKENS = 64
 """The file's sentences are 8 to 64 tokens long ([CLS] and [SEP] included), evenly spread, shuffled."""
 BATCH_SIZES = (1, 8, 32, 64)
-SEARCH_LINES = 500
+SEARCH_LINES = 200
 
 
 def write_corpus(path: Path, tokenizer, lines: int, max_tokens: int = MAX_TOKENS) -> None:

@@ -175,7 +175,7 @@ def _run_attention(args: argparse.Namespace) -> int:
 
 def _add_embed(sub) -> None:
     em = sub.add_parser("embed", help="one vector per text: the encoder's hidden states pooled (sentence embeddings)")
-    em.add_argument("text", nargs="+", help="one or more texts")
+    em.add_argument("text", nargs="*", help="one or more texts (or --input FILE)")
     em.add_argument("--pooling", choices=POOLINGS, default="mean",
                     help="mean of the tokens' vectors (default), the [CLS] vector, or the largest value per dimension")
     em.add_argument("--normalize", action="store_true", help="scale each vector to length 1 (dot product = cosine)")
@@ -184,15 +184,20 @@ def _add_embed(sub) -> None:
     em.add_argument("--json", action="store_true",
                     help="print JSON: the vector of one text, or a list of vectors (default: one line of numbers per text)")
     add_model_options(em)
+    add_file_options(em)
 
 
 def _run_embed(args: argparse.Namespace) -> int:
     """Print the embeddings of ``args.text``: one line of H numbers per text, or JSON as bertfn.embed(...).tolist()."""
     from .pooling import embed
 
+    options = dict(pooling=args.pooling, normalize=args.normalize, max_length=args.max_length)
+    if args.input is not None:
+        return run_file_command(args, "embed", **options)
+    if not args.text:
+        raise InputError("pass at least one text, or --input FILE; see 'bertfn embed --help'")
     texts = list(args.text)
-    vectors = embed(texts, model_from_args(args), pooling=args.pooling, normalize=args.normalize,
-                    max_length=args.max_length).cpu()  # (N, H)
+    vectors = embed(texts, model_from_args(args), **options).cpu()  # (N, H)
     if args.json:
         emit(json.dumps(vectors[0].tolist() if len(texts) == 1 else vectors.tolist()))
     else:

@@ -1,8 +1,8 @@
 """Corpora: texts that do not fit in a list, run through fill-mask (or any call of texts in, results out).
 
 A *task* is a pipeline call that takes a list of texts and a model and returns one result per
-text, in order: :func:`~bertfn.pipelines.fill_mask` is one (``score`` and ``embed`` plug in the same
-way, one :func:`register` line each). This room runs a task over texts of any number:
+text, in order: :func:`~bertfn.pipelines.fill_mask` and :func:`~bertfn.pooling.embed` are two, each
+plugged in by one :func:`register` line (the end of this file). This room runs a task over texts of any number:
 
     stream(texts, model, top_k=3)              an iterator: texts in, results out, lazily, in order
     run_file("in.txt", "out.jsonl", model)     files in, JSON Lines out, progress, --resume
@@ -35,6 +35,7 @@ import torch
 from .errors import InputError, MissingPartError, syntax
 from .loading import Model, load
 from .pipelines import fill_mask
+from .pooling import embed
 from .resolve import DEFAULT_MODEL, get_model, texts_and_model
 
 CHUNK = 256
@@ -470,3 +471,4 @@ def _progress_bar(total: int | None, done: int, show: bool):
 
 
 FillMask = register("fill-mask", fill_mask, probe="[MASK]")
+Embed = register("embed", embed, probe="a")

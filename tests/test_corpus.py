@@ -49,8 +49,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def model(mlm_checkpoint):
-    return bertfn.load(mlm_checkpoint[0])
+def model(tiny_folder):
+    return bertfn.load(tiny_folder)
 
 
 # --- the iterator -----------------------------------------------------------------------------------
@@ -114,24 +114,6 @@ def test_stream_checks_options_and_model_first(model):
         stream(GOOD, model, task="translate")
 
 
-def test_datasets_map_batched(model):
-    """The README's datasets recipe: Dataset.map(batched=True) with the callable class."""
-    import datasets  # the test extra installs it
-
-    from bertfn.corpus import FillMask
-
-    texts = corpus_lines(90, bad_every=11)
-    ds = datasets.Dataset.from_dict({"id": list(range(len(texts))), "text": texts})
-    out = ds.map(FillMask(model, top_k=2), batched=True, batch_size=32)
-    assert out.column_names == ["id", "text", "result", "error"]
-    for row, text in zip(out, texts):
-        if text in BAD:
-            assert row["result"] is None and row["error"].startswith(f"the text {BAD[text]}")
-        else:
-            assert row["error"] is None
-            same_answers(json.loads(row["result"]), bertfn.fill_mask(text, model, top_k=2))
-
-
 def test_stream_memory_stays_flat(model):
     """Python memory at its peak is the same for 5x the lines: results are not kept (tracemalloc sees
     Python objects; the tensors of a chunk are the same size whatever the file's length)."""
@@ -153,8 +135,8 @@ def test_stream_memory_stays_flat(model):
 # --- files ------------------------------------------------------------------------------------------
 
 
-def test_text_file_in_jsonl_out(mlm_checkpoint, tmp_path, capsys):
-    folder, _ = mlm_checkpoint
+def test_text_file_in_jsonl_out(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
     texts = corpus_lines(40, bad_every=9)
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")
@@ -174,8 +156,8 @@ def test_text_file_in_jsonl_out(mlm_checkpoint, tmp_path, capsys):
             same_answers(r["result"], bertfn.fill_mask(text, str(folder), top_k=2))
 
 
-def test_result_is_what_json_prints(mlm_checkpoint, tmp_path, capsys):
-    folder, _ = mlm_checkpoint
+def test_result_is_what_json_prints(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     src.write_text(GOOD[1] + "\n", encoding="utf-8")
     assert main(["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder)]) == 0
@@ -184,8 +166,8 @@ def test_result_is_what_json_prints(mlm_checkpoint, tmp_path, capsys):
     same_answers(read_jsonl(out)[0]["result"], printed)
 
 
-def test_jsonl_fields_carried_and_bad_lines(mlm_checkpoint, tmp_path, capsys):
-    folder, _ = mlm_checkpoint
+def test_jsonl_fields_carried_and_bad_lines(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
     lines = [json.dumps({"id": "a", "sentence": GOOD[0], "meta": {"k": [1, 2]}}),
              "{not json",
              json.dumps(["a", "list"]),
@@ -212,8 +194,8 @@ def test_jsonl_fields_carried_and_bad_lines(mlm_checkpoint, tmp_path, capsys):
     assert "bertfn: done: 9 texts, 7 with errors" in capsys.readouterr().err
 
 
-def test_every_line_good_exits_0_and_jsonl_needs_field(mlm_checkpoint, tmp_path, capsys):
-    folder, _ = mlm_checkpoint
+def test_every_line_good_exits_0_and_jsonl_needs_field(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"text": GOOD[0]}) + "\n", encoding="utf-8")
     assert main(["fill-mask", "--input", str(src), "--model", str(folder)]) == 2
@@ -223,8 +205,8 @@ def test_every_line_good_exits_0_and_jsonl_needs_field(mlm_checkpoint, tmp_path,
     assert row["line"] == 1 and len(row["result"]) == 1
 
 
-def test_command_line_mistakes(mlm_checkpoint, tmp_path, capsys):
-    folder, _ = mlm_checkpoint
+def test_command_line_mistakes(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
     src = tmp_path / "in.txt"
     src.write_text(GOOD[0] + "\n", encoding="utf-8")
     for argv, message in [
@@ -239,8 +221,8 @@ def test_command_line_mistakes(mlm_checkpoint, tmp_path, capsys):
         assert err.count("\n") == 1 and message in err, (argv, err)
 
 
-def test_stdin_to_stdout(mlm_checkpoint):
-    folder, _ = mlm_checkpoint
+def test_stdin_to_stdout(tiny_folder):
+    folder = tiny_folder
     done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "--input", "-", "--model", str(folder),
                            "--top-k", "1"], input="\n".join(GOOD[:3]) + "\n", capture_output=True, text=True,
                           timeout=120, env=_env())
@@ -250,8 +232,8 @@ def test_stdin_to_stdout(mlm_checkpoint):
     assert done.stderr.startswith("bertfn: done: 3 texts, 0 with errors") and "\r" not in done.stderr  # no bar
 
 
-def test_progress_bar(mlm_checkpoint, tmp_path):
-    folder, _ = mlm_checkpoint
+def test_progress_bar(tiny_folder, tmp_path):
+    folder = tiny_folder
     src = tmp_path / "in.txt"
     src.write_text("\n".join(corpus_lines(600)) + "\n", encoding="utf-8")
     argv = [sys.executable, "-m", "bertfn", "fill-mask", "--input", str(src), "--output", str(tmp_path / "o.jsonl"),
@@ -269,10 +251,10 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), HF_HUB_OFFLINE="1")
 
 
-def test_resume_after_a_killed_run(mlm_checkpoint, tmp_path):
+def test_resume_after_a_killed_run(tiny_folder, tmp_path):
     """Kill a run part-way (SIGKILL, as a crash or an out-of-memory kill would), cut its last line in
     half as a kill in mid-write would, resume: the output equals an uninterrupted run's, line for line."""
-    folder, _ = mlm_checkpoint
+    folder = tiny_folder
     texts = corpus_lines(700, bad_every=50)
     src = tmp_path / "in.txt"
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")
@@ -309,8 +291,8 @@ def test_resume_after_a_killed_run(mlm_checkpoint, tmp_path):
         same_answers(a.get("result"), b.get("result"))
 
 
-def test_resume_refuses_what_it_cannot_continue(mlm_checkpoint, tmp_path, capsys):
-    folder, _ = mlm_checkpoint
+def test_resume_refuses_what_it_cannot_continue(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     src.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
     argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder), "--top-k", "1"]
@@ -342,3 +324,46 @@ def test_run_file_python(model, tmp_path):
     summary = run_file(src, out, model, top_k=1, progress=False)
     assert (summary.texts, summary.errors, summary.resumed_after) == (5, 0, 0) and summary.tokens > 5
     assert [r["text"] for r in read_jsonl(out)] == GOOD
+
+
+# --- other tasks, real weights ----------------------------------------------------------------------
+
+
+def test_embed_file_and_stream(tiny_folder, model, tmp_path, capsys):
+    """embed runs on the same mechanism: one vector per line, a refused line an error line."""
+    import torch
+
+    texts = ["the cat sat on the mat .", "", "paris is the capital of france ."]
+    src, out = tmp_path / "in.txt", tmp_path / "vectors.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    argv = ["embed", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--normalize"]
+    assert main(argv) == 2
+    assert "bertfn: done: 3 texts, 1 with errors" in capsys.readouterr().err
+    rows = read_jsonl(out)
+    expected = bertfn.embed([texts[0], texts[2]], model, normalize=True)
+    assert rows[1]["error"].startswith("line 2 is empty")
+    got = torch.tensor([rows[0]["result"], rows[2]["result"]])
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    streamed = torch.stack(list(stream([texts[0], texts[2]], model, task="embed", normalize=True)))
+    torch.testing.assert_close(streamed, expected, atol=1e-5, rtol=0)
+    assert main(["embed", "--model", str(tiny_folder)]) == 2 and "at least one text" in capsys.readouterr().err
+
+
+def test_antiberty_file_with_tokenizer_options(antiberty, tmp_path):
+    """The real AntiBERTy masked LM, its cased vocabulary passed as in the shell (--tokenizer, --cased)."""
+    from conftest import antiberty_paths
+
+    weights, vocab = antiberty_paths()
+    heavy = "E V Q L V E S G G G L V Q P G G S L R L S C A A S G F T F S S Y A M S W V R Q A P G K G L E W V S"
+    texts = [heavy.replace(" S Y A M ", " [MASK] Y A M "), heavy.replace("L V Q P", "L [MASK] Q P"), heavy]
+    src, out = tmp_path / "chains.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "--input", str(src), "--output", str(out),
+                           "--model", str(weights), "--tokenizer", str(vocab), "--cased", "--top-k", "3"],
+                          capture_output=True, text=True, timeout=300, env=_env())
+    assert done.returncode == 2, done.stderr  # the last chain has no [MASK]
+    rows = read_jsonl(out)
+    expected = bertfn.fill_mask(texts[:2], antiberty, top_k=3)
+    same_answers([rows[0]["result"], rows[1]["result"]], expected)
+    assert rows[0]["result"][0]["token_str"].isupper()  # residues, read cased
+    assert rows[2]["error"].startswith("line 3 has no [MASK]")
