@@ -1,6 +1,7 @@
 """The file rows of bench.py: ``bertfn fill-mask --input`` against the transformers pipeline fed the same file.
 
-    python bench/files.py --model DIR --lines 10000      # these rows alone (bench.py runs them with the rest)
+    python bench/files.py --model DIR [--lines 10000]    # these rows alone, as a section of bench/RESULTS.md
+                                                        # (bench.py runs them with the rest, in its table)
 
 Both sides start as fresh processes, read the same text file (one sentence with one [MASK] a line,
 :func:`write_corpus`) and write one JSON line of top-5 answers per input line; a row's number is
@@ -34,7 +35,8 @@ from workload import batch_texts  # noqa: E402
 LINES = 10_000
 MAX_TOKENS = 64
 """The file's sentences are 8 to 64 tokens long ([CLS] and [SEP] included), evenly spread, shuffled."""
-BATCH_SIZES = (1, 8, 32, 64)
+BATCH_SIZES = (8, 32, 64)
+"""The pipeline's candidates (batch size 1 is far slower on every machine tried: a call per line)."""
 SEARCH_LINES = 200
 
 
@@ -109,6 +111,9 @@ def measure(model_dir: Path, tokenizer, workdir: Path, device: str, threads: int
     src = workdir / "files" / f"corpus-{lines}.txt"
     write_corpus(src, tokenizer, lines)
     common = ["--model", str(model_dir), "--input", str(src), "--device", device]
+    for name in ("bertfn.jsonl", "pipeline.jsonl", "search.jsonl"):  # bertfn never overwrites an output
+        (workdir / "files" / name).unlink(missing_ok=True)
+    search_lines = min(search_lines, lines)
     search = {"seconds": {}}
     if len(batch_sizes) > 1:  # the pipeline's best batch size, on the first lines of the file
         _, search = child(["pipeline", *common, "--output", str(workdir / "files" / "search.jsonl"),
@@ -138,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--lines", type=int, default=LINES, help="lines of the file (default 10000)")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work")
+    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="the file whose section it writes")
     args = parser.parse_args(argv)
     if args.child == "bertfn":
         print(json.dumps(run_bertfn(args.model, args.input, args.output, args.device)))
@@ -149,8 +155,42 @@ def main(argv: list[str] | None = None) -> None:
         import bertfn
 
         tokenizer = bertfn.load(args.model).tokenizer
-        print(json.dumps(measure(Path(args.model), tokenizer, args.workdir, args.device, torch.get_num_threads(),
-                                 args.lines), indent=2))
+        started, load_before = time.strftime("%Y-%m-%d %H:%M %Z"), " ".join(f"{x:.2f}" for x in os.getloadavg())
+        f = measure(Path(args.model), tokenizer, args.workdir, args.device, torch.get_num_threads(), args.lines)
+        print(json.dumps(f, indent=2))
+        write_section(args.out, f, started, load_before, torch.get_num_threads(), args.model, argv)
+
+
+SECTION = "## File rows, measured alone"
+
+
+def write_section(out: Path, f: dict, started: str, load_before: str, threads: int, model: str,
+                  argv: list[str] | None) -> None:
+    """Put the file rows in ``out`` (bench/RESULTS.md) as a section of their own, replacing an earlier one."""
+    import bench
+
+    rows = [bench.Row(f"fill-mask --input, {f['lines']}-line file (8-{MAX_TOKENS} tokens), whole process", "texts/s",
+                      [f["bertfn_texts_s"]], f"pipeline over KeyDataset, batch size {f['batch_size']}",
+                      [f["pipeline_texts_s"]], ">= 1.5"),
+            bench.Row("peak RSS of that process", "MB", [f["bertfn_rss_mb"]], "pipeline over KeyDataset",
+                      [f["pipeline_rss_mb"]], "<= 1.0")]
+    search = ", ".join(f"{b}: {t:.1f} s" for b, t in f["search"].items())
+    text = "\n".join([
+        SECTION, "",
+        f"- started {started}; load average (1, 5, 15 min) before {load_before}, after "
+        + " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        f"- machine: {bench.machine(threads)}",
+        f"- model: {model}; command: python bench/files.py {' '.join(sys.argv[1:] if argv is None else argv)}",
+        f"- {f['lines']} lines in {f['bertfn_seconds']:.1f} s (bertfn) and {f['pipeline_seconds']:.1f} s (pipeline), "
+        f"{f['bertfn_cpu_seconds']:.1f} and {f['pipeline_cpu_seconds']:.1f} CPU seconds (user + system; ratio "
+        f"{f['pipeline_cpu_seconds'] / f['bertfn_cpu_seconds']:.2f}x); the pipeline's batch size is its fastest on "
+        f"the first {f['search_lines']} lines ({search})",
+        "", bench.table(rows), "",
+        "One run of each side, one after the other: texts/s = lines / the process's wall time; ratio = bertfn / "
+        "pipeline (higher is better for texts/s, lower for MB).", ""])
+    old = out.read_text(encoding="utf-8") if out.exists() else ""
+    kept = old.split(SECTION)[0].rstrip("\n")
+    out.write_text((kept + "\n\n" if kept else "") + text, encoding="utf-8")
 
 
 if __name__ == "__main__":
