@@ -286,6 +286,28 @@ def machine(threads: int) -> str:
             f"{onnxruntime.__version__}, bertfn {bertfn.__version__}")
 
 
+def write_section(path: Path, heading: str, text: str) -> None:
+    """Put ``text`` (which starts with ``heading``) in ``path`` in place of the section that starts with
+    ``heading``; the file's other sections stay as they are (bench.py and bench/scoring.py each own one).
+
+    A section runs from a line starting with "# bertfn " to the next such line. A new section goes last.
+    """
+    sections: list[list[str]] = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# bertfn ") or not sections:
+                sections.append([line])
+            else:
+                sections[-1].append(line)
+    blocks = ["\n".join(s).strip() for s in sections]
+    mine = [i for i, b in enumerate(blocks) if b.startswith(heading)]
+    if mine:
+        blocks[mine[0]] = text
+    else:
+        blocks.append(text)
+    path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
@@ -465,7 +487,7 @@ def main(argv: list[str] | None = None) -> None:
         "bf16 mode rows hold bertfn's optional bf16 mode to the same targets as fp32; every other row is fp32.",
     ])
     print(text)
-    args.out.write_text(text + "\n", encoding="utf-8")
+    write_section(args.out, "# bertfn benchmark", text)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         write_section(args.out, f, started, load_before, torch.get_num_threads(), args.model, argv)
 
 
-SECTION = "## File rows, measured alone"
+SECTION = "# bertfn file rows (bench/files.py)"
 
 
 def write_section(out: Path, f: dict, started: str, load_before: str, threads: int, model: str,
@@ -189,8 +190,10 @@ def write_section(out: Path, f: dict, started: str, load_before: str, threads: i
         "One run of each side, one after the other: texts/s = lines / the process's wall time; ratio = bertfn / "
         "pipeline (higher is better for texts/s, lower for MB).", ""])
     old = out.read_text(encoding="utf-8") if out.exists() else ""
-    kept = old.split(SECTION)[0].rstrip("\n")
-    out.write_text((kept + "\n\n" if kept else "") + text, encoding="utf-8")
+    before, _, after = old.partition(SECTION)
+    later = re.search(r"^# ", after, re.M)  # the section after this one (another script's), kept
+    parts = [before.rstrip("\n"), text.rstrip("\n"), after[later.start():].rstrip("\n") if later else ""]
+    out.write_text("\n\n".join(p for p in parts if p) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ def build_checkpoint(folder: Path, seed: int = 0, **config_overrides) -> Path:
     return folder
 
 
-def batch_texts(tokenizer, max_tokens: int = 128, n: int = 64, seed: int = 0) -> list[str]:
-    """``n`` sentences of 8..``max_tokens`` tokens (evenly spread, shuffled), one [MASK] each.
+def batch_texts(tokenizer, max_tokens: int = 128, n: int = 64, seed: int = 0, mask: bool = True) -> list[str]:
+    """``n`` sentences of 8..``max_tokens`` tokens (evenly spread, shuffled), one [MASK] each (none with
+    ``mask=False``: the same sentences whole, for scoring).
 
     tokenizer: a ``bertfn.Tokenizer`` (only ``token_to_id`` is used to keep one-token words).
     Sentences chain simple clauses ("the old king crossed the river and ..."), end with a full stop,
@@ -82,7 +83,9 @@ def batch_texts(tokenizer, max_tokens: int = 128, n: int = 64, seed: int = 0) ->
             clause = ["the", rng.choice(adjs), rng.choice(nouns), rng.choice(verbs), "the", rng.choice(nouns)]
             words += ([rng.choice(links)] if words else []) + clause
         words = words[: length - 3] + ["."]
-        words[rng.randrange(len(words) - 1)] = "[MASK]"
+        hidden = rng.randrange(len(words) - 1)
+        if mask:
+            words[hidden] = "[MASK]"
         texts.append(" ".join(words))
     rng.shuffle(texts)
     return texts

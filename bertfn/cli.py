@@ -1,10 +1,13 @@
 """The ``bertfn`` command (also ``python -m bertfn``): a thin layer over the Python API.
 
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
+    bertfn fill-mask "The [MASK] [MASK] barked." --joint [--beam-width N]
+    bertfn score "When in Rome, do as the Romans do." [--method within_word_l2r] [--per-token] [--json]
     bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume] [--progress|--no-progress]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--scale per-head|shared|fixed] --out attn.png
     bertfn embed "A sentence." "Another one." [--pooling mean|cls|max] [--normalize] [--json]
-    bertfn embed --input sentences.txt --output vectors.jsonl [...the same file options]
+    bertfn score|embed --input sentences.txt --output results.jsonl [...the same file options]
+    bertfn view "When in Rome, do as the [MASK] do." --out view.html [--pair TEXT] [--top-k N]
     bertfn --version
 
 Every subcommand that runs a model takes the same model options (:func:`add_model_options`):
@@ -113,6 +116,9 @@ def _add_fill_mask(sub) -> None:
     fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
     fm.add_argument("--truncation", action="store_true",
                     help="cut a text longer than the model's max positions to a window around its masks")
+    fm.add_argument("--joint", action="store_true",
+                    help="fill all the masks of a text together: the best combinations, scored by their PLL")
+    fm.add_argument("--beam-width", type=int, default=5, help="beam width of --joint's search (default 5; 1: greedy)")
     fm.add_argument("--batch-size", type=int, default=16, help="texts per encoder pass, at most (default 16)")
     add_model_options(fm)
     add_file_options(fm)
@@ -126,14 +132,23 @@ def _table(text: str, result: list) -> str:
             lines.append(f"[MASK] #{m + 1}")
         lines.append(f"  {'rank':>4}  {'score':>8}  {'token':<16} sequence")
         for r, a in enumerate(answers, 1):
-            lines.append(f"  {r:>4}  {a['score']:>8.4f}  {a['token_str']:<16} {a['sequence']}")
+            word = a["token_str"] + (f" ({a['pieces']} pieces)" if "pieces" in a else "")
+            lines.append(f"  {r:>4}  {a['score']:>8.4f}  {word:<16} {a['sequence']}")
+    return "\n".join(lines)
+
+
+def _joint_table(text: str, fills: list) -> str:
+    lines = [text, f"  {'rank':>4}  {'PLL':>8}  {'tokens':<24} sequence"]
+    for r, f in enumerate(fills, 1):
+        lines.append(f"  {r:>4}  {f['score']:>8.3f}  {' '.join(f['token_strs']):<24} {f['sequence']}")
     return "\n".join(lines)
 
 
 def _run_fill_mask(args: argparse.Namespace) -> int:
     from .pipelines import fill_mask
 
-    options = dict(top_k=args.top_k, targets=args.targets, truncation=args.truncation, batch_size=args.batch_size)
+    options = dict(top_k=args.top_k, targets=args.targets, truncation=args.truncation, batch_size=args.batch_size,
+                   joint=args.joint, beam_width=args.beam_width)
     if args.input is not None:
         return run_file_command(args, "fill-mask", **options)
     if not args.text:
@@ -142,7 +157,42 @@ def _run_fill_mask(args: argparse.Namespace) -> int:
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
-        emit("\n\n".join(_table(t, r) for t, r in zip(args.text, results)))
+        emit("\n\n".join((_joint_table if args.joint else _table)(t, r) for t, r in zip(args.text, results)))
+    return 0
+
+
+def _add_score(sub) -> None:
+    sc = sub.add_parser("score", help="pseudo-log-likelihood of whole texts (each token masked in turn)")
+    sc.add_argument("text", nargs="*", help="one or more texts to score (or --input FILE)")
+    sc.add_argument("--method", choices=("original", "within_word_l2r"), default="original",
+                    help="original: each token masked alone; within_word_l2r: also the later pieces of its word")
+    sc.add_argument("--per-token", action="store_true", help="list every token's log-probability")
+    sc.add_argument("--json", action="store_true", help="print the results of bertfn.score as JSON")
+    add_model_options(sc)
+    add_file_options(sc)
+
+
+def _score_table(result: dict, per_token: bool) -> str:
+    r = result
+    lines = [f"{r['pll']:.3f}  PLL ({r['num_tokens']} tokens, pseudo-perplexity {r['pseudo_perplexity']:.3f})  {r['text']}"]
+    if per_token:
+        lines.append(f"  {'token':<16} {'word':>4}  {'log-prob':>9}")
+        lines += [f"  {t['token']:<16} {t['word']:>4}  {t['log_prob']:>9.4f}" for t in r["tokens"]]
+    return "\n".join(lines)
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    from .scoring import score
+
+    if args.input is not None:
+        return run_file_command(args, "score", method=args.method)
+    if not args.text:
+        raise InputError("pass at least one text to score, or --input FILE; see 'bertfn score --help'")
+    results = score(list(args.text), model_from_args(args), method=args.method)
+    if args.json:
+        emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
+    else:
+        emit(("\n\n" if args.per_token else "\n").join(_score_table(r, args.per_token) for r in results))
     return 0
 
 
@@ -205,10 +255,33 @@ def _run_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_view(sub) -> None:
+    vw = sub.add_parser("view", help="write the explorer: one self-contained HTML page to look inside the forward pass")
+    vw.add_argument("text", help="the text to run through the model (put in [MASK]s to see the predictions)")
+    vw.add_argument("--pair", default=None, help="a second segment, as in BERT's sentence pairs")
+    vw.add_argument("--top-k", type=int, default=5, help="predictions kept per [MASK] and per layer (default 5)")
+    vw.add_argument("--out", default="view.html", help="HTML file to write (default view.html)")
+    add_model_options(vw)
+
+
+def _run_view(args: argparse.Namespace) -> int:
+    """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.explorer`)."""
+    from .inspect import trace
+
+    rec = trace(args.text, model_from_args(args), pair=args.pair)
+    path = rec.save_html(args.out, top_k=args.top_k)
+    size = path.stat().st_size
+    emit(f"wrote {path} ({len(rec.tokens)} tokens, "
+         f"{f'{size / 1e6:.1f} MB' if size >= 1e6 else f'{size / 1e3:.0f} kB'}); open it in a browser")
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "fill-mask": (_add_fill_mask, _run_fill_mask),
+    "score": (_add_score, _run_score),
     "attention": (_add_attention, _run_attention),
     "embed": (_add_embed, _run_embed),
+    "view": (_add_view, _run_view),
 }
 """Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments)."""
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, unreadable
 from .functional import ACTIVATIONS
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
@@ -114,7 +114,9 @@ class BertConfig:
                 f"no config.json at {path}; a BERT checkpoint folder needs one next to its weights "
                 "(transformers' save_pretrained writes it)"
             ) from None
-        except (OSError, UnicodeDecodeError) as e:  # a folder, no permission, binary garbage
+        except PermissionError:
+            raise unreadable(path, ConfigError) from None
+        except (OSError, UnicodeDecodeError) as e:  # a folder, binary garbage
             raise ConfigError(f"cannot read {path} as a JSON text file ({e}); re-download or fix it") from e
         try:
             return cls.from_dict(json.loads(text))

@@ -26,6 +26,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from .errors import InputError, MissingPartError, syntax
 from .loading import Model, load
 from .pipelines import fill_mask
 from .pooling import embed
+from .scoring import score
 from .resolve import DEFAULT_MODEL, get_model, texts_and_model
 
 CHUNK = 256
@@ -123,7 +125,9 @@ class Runner:
         self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
         self.options = options
         if probe:
-            self.task.function([self.task.probe], self.model, **options)
+            with warnings.catch_warnings():  # the probe's own text may be all [UNK] (e.g. "a" for capitals)
+                warnings.simplefilter("ignore")
+                self.task.function([self.task.probe], self.model, **options)
 
     def __call__(self, texts: list) -> list:
         """One result (or the :class:`InputError` that refused it) per text of ``texts``.
@@ -472,3 +476,4 @@ def _progress_bar(total: int | None, done: int, show: bool):
 
 FillMask = register("fill-mask", fill_mask, probe="[MASK]")
 Embed = register("embed", embed, probe="a")
+Score = register("score", score, probe="a")

@@ -8,17 +8,21 @@ a one-line message and its own exit code (``exit_code``), never a traceback.
     ├── InputError        bad text, ids, masks or arguments passed to a function   (exit 2)
     │   └── MissingPartError  the model lacks what a call needs (tokenizer, MLM head) (exit 2)
     ├── ConfigError       config.json missing, unreadable or impossible            (exit 3)
-    ├── CheckpointError   weights missing, extra, mis-shaped, corrupt or unsafe     (exit 4)
-    ├── ModelLoadError    a model could not be found (hub id, folder, no network)   (exit 5)
+    ├── CheckpointError   weights or tokenizer files missing, extra, mis-shaped,
+    │                     corrupt, unsafe, or not readable for this user           (exit 4)
+    ├── ModelLoadError    a model could not be found (hub id, folder, no network)
+    │                     or its folder cannot be searched (permissions)           (exit 5)
     └── DependencyError   an optional library is not installed                     (exit 6)
 
 Messages that tell the user what to pass spell it the way the caller writes it: :func:`syntax` gives
 the Python spelling (``lowercase=False``) or, inside the ``bertfn`` command, the CLI one (``--cased``).
+:func:`unreadable` is the one message for a file or folder this user may not read.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
+from pathlib import Path
 
 SURFACE: ContextVar[str] = ContextVar("bertfn_surface", default="python")
 """Where the current call came from: ``"python"`` or ``"cli"`` (set by :func:`bertfn.cli.main`)."""
@@ -67,3 +71,24 @@ class DependencyError(BertfnError, ImportError):
     """An optional library that this feature needs is not installed; the message names the extra to install."""
 
     exit_code = 6
+
+
+def unreadable(path: str | Path, error: type[BertfnError] | None = None) -> BertfnError:
+    """The error for a file or folder that this user may not read (permissions), naming it and the fix.
+
+    error: the class to return (default :class:`CheckpointError`, a file of the checkpoint).
+    """
+    return (error or CheckpointError)(
+        f"cannot read {path}: permission denied for this user; give this user read access to it and the folders "
+        "above it (e.g. chmod -R a+rX on the model's folder), or copy the model to a folder you own")
+
+
+def require_readable(path: Path, error: type[BertfnError] | None = None) -> None:
+    """Raise :func:`unreadable` unless this user may open the file ``path``.
+
+    For readers that misreport a denied file (safetensors says "No such file", tokenizers a bare Exception).
+    """
+    try:
+        path.open("rb").close()
+    except PermissionError:
+        raise unreadable(path, error) from None

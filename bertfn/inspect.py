@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -72,6 +72,7 @@ class Recording:
     mask_positions: list[int]  # positions of the [MASK]s: row n of mlm.* belongs to mask_positions[n]
     tensors: dict[str, Tensor]
     config: BertConfig
+    model: Model | None = field(default=None, repr=False, compare=False)  # the model traced (the explorer reads its heads)
 
     def __getitem__(self, name: str) -> Tensor:
         if name not in self.tensors:
@@ -111,6 +112,25 @@ class Recording:
         if isinstance(head, bool) or not isinstance(head, int) or not -nh <= head < nh:
             raise InputError(f"head must be an integer from 0 to {nh - 1} (layer {layer} has {nh} heads), got {head!r}")
         return probs[head]  # (S, S)
+
+    def to_html(self, *, top_k: int = 5, title: str | None = None) -> str:
+        """This pass as one self-contained HTML page: the explorer (head, model and neuron views, MLM
+        predictions, a per-layer strip). See :mod:`bertfn.explorer` for what it stores and how precisely."""
+        from .explorer import to_html
+
+        return to_html(self, top_k=top_k, title=title)
+
+    def save_html(self, path: str | Path, *, top_k: int = 5, title: str | None = None) -> Path:
+        """Write :meth:`to_html` to ``path`` (e.g. ``"view.html"``) and return the path."""
+        from .explorer import save_html
+
+        return save_html(self, path, top_k=top_k, title=title)
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a recording as the explorer, in an iframe of its own."""
+        from .explorer import notebook_html
+
+        return notebook_html(self)
 
 
 def group_names(names) -> list[str]:
@@ -155,4 +175,4 @@ def trace(text: str, model: Model | str | Path | None = None, pair: str | None =
         where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,) positions of the [MASK]s
         if len(where) and "cls.predictions.decoder.weight" in m.state:
             mlm_head(m.params, out.last_hidden_state[0, where], trace=record)  # (N, V)
-    return Recording(enc.tokens[0], ids, where.tolist(), record.store, m.config)
+    return Recording(enc.tokens[0], ids, where.tolist(), record.store, m.config, m)

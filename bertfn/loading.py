@@ -26,7 +26,7 @@ import torch
 
 from .config import BertConfig
 from .dtypes import resolve_dtype
-from .errors import CheckpointError, InputError, ModelLoadError, syntax
+from .errors import CheckpointError, InputError, ModelLoadError, require_readable, syntax, unreadable
 from .params import Params
 from .state import check_state, group_keys, matmul_layout, normalize_keys, unused_keys
 from .tokenizer import Tokenizer
@@ -98,8 +98,12 @@ class Model:
 
 
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
-    """Tensors of one weights file. ``.safetensors`` via safetensors; ``.bin`` via ``weights_only`` torch.load."""
+    """Tensors of one weights file. ``.safetensors`` via safetensors; ``.bin`` via ``weights_only`` torch.load.
+
+    Raises :class:`CheckpointError` for a file this user may not read, a corrupt file, or one that holds code.
+    """
     path = Path(path)
+    require_readable(path)
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -245,9 +249,8 @@ def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path,
             return path, weights
         if path.is_file():
             return path.parent, path
-    except PermissionError as e:
-        raise ModelLoadError(f"cannot look into {e.filename or path}: permission denied; make the folder readable "
-                             "for this user (chmod), or copy the model to a folder you can read") from None
+    except PermissionError:  # the folder, or one above it, that this user may not search or list
+        raise unreadable(path, ModelLoadError) from None
     if _looks_like_path(str(name_or_path)):
         raise ModelLoadError(f"{str(name_or_path)!r} does not exist (no such folder or file here); pass an existing "
                              "folder, file or a hub id")
@@ -317,9 +320,13 @@ def load_tokenizer(tokenizer: Tokenizer | str | Path | None, folder: Path, lower
         tok = Tokenizer.from_folder(folder, config.max_position_embeddings, lowercase)
         if tok is None:
             near = next((p for p in (folder.parent / "vocab.txt", folder.parent / "tokenizer.json") if p.is_file()), None)
+            example = ""
+            if near is not None:
+                cased = near.name == "vocab.txt" and _has_capitals(near)  # a bare vocab.txt would be lowercased
+                example = f", e.g. {near}{syntax(python=' with lowercase=False', cli=' with --cased') if cased else ''}"
             warnings.warn(f"{folder} has no tokenizer.json or vocab.txt, so the model can read ids but not text; pass "
                           f"{syntax(python='tokenizer=', cli='--tokenizer ')}PATH (a vocab.txt, tokenizer.json or "
-                          f"folder){f', e.g. {near}' if near else ''}", stacklevel=3)
+                          f"folder){example}", stacklevel=3)
             return None
     if tok.vocab_size > config.vocab_size:
         raise CheckpointError(
@@ -328,3 +335,12 @@ def load_tokenizer(tokenizer: Tokenizer | str | Path | None, folder: Path, lower
             "these weights"
         )
     return tok
+
+
+def _has_capitals(vocab: Path) -> bool:
+    """Whether a vocab.txt holds capital letters outside its [SPECIAL] tokens: a cased vocabulary."""
+    try:
+        tokens = vocab.read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return False  # only a hint depends on it
+    return any(t != t.lower() for t in tokens if not t.startswith("["))

@@ -4,6 +4,9 @@ The whole pipeline is: tokenize -> :func:`~bertfn.encoder.encoder` -> take the h
 ``[MASK]`` positions -> :func:`~bertfn.heads.mlm_head` -> softmax -> top k. Texts of a batch are
 sorted by length and laid end to end, without padding, in sequences of up to :data:`GROUP_TOKENS`
 tokens that :func:`~bertfn.unpadded.unpadded_encoder` runs (:func:`text_groups`, :func:`end_to_end`).
+Beyond transformers' pipeline, and each in its own module: targets of several word pieces scored as
+whole words (:func:`bertfn.scoring.word_log_probs`), and all the masks of a text filled together
+(``joint=True``, :mod:`bertfn.joint`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,31 @@ GROUP_TOKENS = 2048
 their peak (bench/kernels.py; the (T, 4H) intermediate is 25 MB for bert-base). Models with
 relative positions take at most ``max_position_embeddings``, the longest input their embeddings accept."""
 
-def target_ids(model: Model, targets: str | list[str]) -> list[int]:
-    """Vocabulary ids of ``targets``, as the transformers pipeline picks them.
+def text_list(inputs: str | list[str], what: str) -> tuple[list[str], bool]:
+    """``(texts, single)``: the texts of a call given one text or a list, and whether it was one.
 
-    A target that is a vocabulary entry is used as is. Otherwise it is tokenized and its *first*
-    word piece stands for it, with a warning (e.g. "romanesque" -> "roman"); a target that
-    tokenizes to nothing is skipped with a warning. Duplicates count once. No targets, or none
+    Raises :class:`InputError` for anything but a string or a non-empty list of non-empty strings.
+    """
+    single = isinstance(inputs, str)
+    texts = [inputs] if single else inputs
+    if not isinstance(texts, (list, tuple)) or not texts:
+        raise InputError(f"{what} takes a string or a non-empty list of strings, got {inputs!r:.80}")
+    for i, t in enumerate(texts):
+        check_text(t, f"text {i}")
+        if not t.strip():
+            raise InputError(f"text {i} is empty; write a sentence"
+                             f"{' with [MASK] where the word to predict goes' if what == 'fill_mask' else ''}")
+    return list(texts), single
+
+
+def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...]]:
+    """The word pieces of each of ``targets``: one id for a vocabulary entry, several for a longer word.
+
+    A target that is a vocabulary entry is used as is. Otherwise it is tokenized: one piece stands
+    for it with a warning (e.g. "Red" -> "red" in a lowercasing vocabulary), as in transformers;
+    several pieces (e.g. "tiramisu" -> "ti ##ram ##is ##u" in bert-base-uncased) make a whole-word target that
+    :func:`fill_mask` scores as a whole (transformers would use its first piece alone). A target
+    that tokenizes to nothing is skipped with a warning. Duplicates count once. No targets, or none
     left after skipping, raise :class:`InputError`.
     """
     if not isinstance(targets, (str, list, tuple)):
@@ -39,24 +61,23 @@ def target_ids(model: Model, targets: str | list[str]) -> list[int]:
     if not targets:
         raise InputError("targets is empty; pass at least one word, or targets=None to rank the whole vocabulary")
     tok = model.tokenizer
-    ids: list[int] = []
+    pieces: list[tuple[int, ...]] = []
     for n, t in enumerate(targets):
         check_text(t, f"target {n}")
         i = tok.token_to_id(t)
-        if i is None:
-            pieces = tok.backend.encode(t, add_special_tokens=False).ids
-            if not pieces:
-                warnings.warn(f"target {t!r} is not in the vocabulary and tokenizes to nothing; skipped", stacklevel=3)
-                continue
-            i = pieces[0]
-            warnings.warn(f"target {t!r} is not in the vocabulary; using its first word piece "
-                          f"{tok.id_to_token(i)!r} instead", stacklevel=3)
-        if i not in ids:
-            ids.append(i)
-    if not ids:
+        word = (i,) if i is not None else tuple(tok.backend.encode(t, add_special_tokens=False).ids)
+        if not word:
+            warnings.warn(f"target {t!r} is not in the vocabulary and tokenizes to nothing; skipped", stacklevel=3)
+            continue
+        if i is None and len(word) == 1:
+            warnings.warn(f"target {t!r} is not in the vocabulary; using its word piece "
+                          f"{tok.id_to_token(word[0])!r} instead", stacklevel=3)
+        if word not in pieces:
+            pieces.append(word)
+    if not pieces:
         raise InputError(f"none of the targets {targets!r} maps to a vocabulary entry; pass whole words "
                          "or word pieces of the model's vocabulary")
-    return ids
+    return pieces
 
 
 def text_groups(lengths: list[int], batch_size: int, max_tokens: int) -> list[list[int]]:
@@ -91,6 +112,20 @@ def end_to_end(enc: Encoding, rows: list[int], lengths: list[int]) -> tuple[torc
     return ids, types, positions
 
 
+def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int):
+    """The texts of ``enc`` through the encoder on the fast path, a group at a time (:func:`text_groups`).
+
+    Yields ``(rows, ids, h)`` per group: the texts' indices in ``enc``, their input ids end to end
+    (1, T) and the last hidden states (T, H), each text's tokens where :func:`end_to_end` put them.
+    Call it under ``torch.inference_mode()``.
+    """
+    P = m.config.max_position_embeddings
+    group_tokens = GROUP_TOKENS if m.config.position_embedding_type == "absolute" else min(GROUP_TOKENS, P)
+    for rows in text_groups(lengths, batch_size, group_tokens):
+        ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
+        yield rows, ids, unpadded_encoder(m.params, ids, types, positions, [lengths[i] for i in rows])[0]
+
+
 def fill_mask(
     inputs: str | list[str],
     model: Model | str | Path | None = None,
@@ -101,6 +136,8 @@ def fill_mask(
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
     truncation: bool = False,
+    joint: bool = False,
+    beam_width: int = 5,
 ) -> list:
     """Fill every ``[MASK]`` in a text (or a list of texts) with the model's most likely tokens.
 
@@ -113,8 +150,16 @@ def fill_mask(
 
     top_k: answers per mask, at least 1. More than there are candidates (the vocabulary, or the
     targets) is clamped to that number: every candidate is returned, best first.
-    targets: restrict the answers to these words; one that is not a vocabulary entry stands for its
-    first word piece, with a warning, as in transformers (see :func:`target_ids`).
+    targets: restrict the answers to these words. A word of several word pieces is scored as a whole
+    word: the mask widened to its k pieces, P(piece 1 | all k masked) x P(piece 2 | piece 1 shown,
+    the rest masked) x ... (the within-word rule of :mod:`bertfn.scoring`), ranked with the single
+    pieces' probabilities; its answer has ``"token"`` a list of ids and ``"pieces": k``. Single-piece
+    answers are transformers' (which scores a longer word by its first piece; see :func:`target_pieces`).
+    joint: fill all the masks of a text together (:mod:`bertfn.joint`): a text's answer is the
+    ``top_k`` best combinations, each ``{"score", "tokens", "token_strs", "sequence"}``, where score
+    is the PLL of the filled text at the masked positions (sum over the masks of log P(token | the
+    filled text with that position alone masked)); found by a left-to-right beam search of width
+    ``max(beam_width, top_k)`` and rescored; ``beam_width=1, top_k=1`` is greedy left to right.
     truncation: a text longer than the model's ``max_position_embeddings`` (P) tokens raises
     :class:`InputError` unless this is True. Then the text is cut to a window of P tokens ([CLS],
     P - 2 tokens of the text, [SEP]) that holds every [MASK], centred on the masks and starting and
@@ -123,26 +168,28 @@ def fill_mask(
     Every problem with the inputs raises :class:`InputError` saying which text and what to do.
     """
     inputs, model = texts_and_model(inputs, model, "fill_mask")
-    single = isinstance(inputs, str)
-    texts = [inputs] if single else inputs
-    if not isinstance(texts, (list, tuple)) or not texts:
-        raise InputError(f"fill_mask takes a string or a non-empty list of strings, got {inputs!r:.80}")
-    for i, t in enumerate(texts):
-        check_text(t, f"text {i}")
-        if not t.strip():
-            raise InputError(f"text {i} is empty; write a sentence with [MASK] where the word to predict goes")
+    texts, single = text_list(inputs, "fill_mask")
     if not isinstance(truncation, bool):
         raise InputError(f"truncation must be True or False, got {truncation!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError(f"top_k must be a positive integer, got {top_k!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not isinstance(joint, bool):
+        raise InputError(f"joint must be True or False, got {joint!r}")
+    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or beam_width < 1:
+        raise InputError(f"beam_width must be a positive integer, got {beam_width!r}")
+    if joint and targets is not None:
+        raise InputError("joint filling searches the whole vocabulary at every mask, so it takes no targets; "
+                         "drop targets, or fill without joint")
 
     m = get_model(model, device, dtype)
     tok = require_tokenizer(m, "fill_mask")
     require_mlm_head(m, "fill_mask")
-    wanted = target_ids(m, targets) if targets is not None else None
-    k = min(top_k, len(wanted) if wanted is not None else tok.vocab_size, m.config.vocab_size)
+    pieces = target_pieces(m, targets) if targets is not None else None
+    wanted = [p[0] for p in pieces if len(p) == 1] if pieces is not None else None  # single-piece targets
+    words = [p for p in pieces if len(p) > 1] if pieces is not None else []  # whole-word targets
+    k = min(top_k, len(pieces) if pieces is not None else tok.vocab_size, m.config.vocab_size)
 
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
@@ -158,25 +205,38 @@ def fill_mask(
         enc = mask_windows(tok, enc, lengths, P)
         lengths = enc.attention_mask.sum(dim=1).tolist()
 
-    results: list = [None] * len(texts)
+    if joint:
+        from .joint import joint_fill  # joint.py builds on this module
+
+        results = joint_fill(m, enc, lengths, top_k, beam_width, batch_size)
+        return results[0] if single else results
+
+    answers: list = [None] * len(texts)  # per text: [(mask position, [(score, pieces), ...] best first), ...]
     with torch.inference_mode():
-        group_tokens = GROUP_TOKENS if m.config.position_embedding_type == "absolute" else min(GROUP_TOKENS, P)
-        for rows in text_groups(lengths, batch_size, group_tokens):
-            ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
-            h = unpadded_encoder(m.params, ids, types, positions, [lengths[i] for i in rows])[0]  # (T, H)
+        for rows, ids, h in encoded_groups(m, enc, lengths, batch_size):
             where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,): position of every [MASK] in the group
             logits = mlm_head(m.params, h[where])  # (N, V): the head at the masks only
             probs = logits.float().softmax(dim=-1)
             if wanted is not None:
-                probs = probs[:, wanted]  # (N, len(targets))
-            scores, picks = probs.topk(k, dim=-1)  # (N, k) each
+                probs = probs[:, wanted]  # (N, len(single-piece targets))
+            scores, picks = probs.topk(min(k, probs.shape[-1]), dim=-1)  # (N, k) each
             scores, picks, where = scores.tolist(), picks.tolist(), where.tolist()
             start = 0
             for i in rows:
                 n = lengths[i]
-                masks = [(pos - start, s, p) for pos, s, p in zip(where, scores, picks) if start <= pos < start + n]
-                results[i] = _propositions(tok, enc.input_ids[i, :n].tolist(), masks, wanted)
+                answers[i] = [(pos - start, [(s, (wanted[p] if wanted is not None else p,)) for s, p in zip(sc, pk)])
+                              for pos, sc, pk in zip(where, scores, picks) if start <= pos < start + n]
                 start += n
+    if words:
+        from .scoring import word_log_probs  # scoring.py builds on this module
+
+        where = [(i, pos) for i, per_mask in enumerate(answers) for pos, _ in per_mask]
+        probs = word_log_probs(m, enc, lengths, where, words, batch_size).exp().tolist()  # (masks, words)
+        for (_, candidates), row in zip((a for per_mask in answers for a in per_mask), probs):
+            candidates += zip(row, words)
+            candidates.sort(key=lambda c: -c[0])
+            del candidates[k:]
+    results = [_propositions(tok, enc.input_ids[i, :n].tolist(), answers[i]) for i, n in enumerate(lengths)]
     return results[0] if single else results
 
 
@@ -238,20 +298,26 @@ def mask_windows(tok: Tokenizer, enc: Encoding, lengths: list[int], limit: int) 
     return Encoding(input_ids, token_type_ids, attention_mask, tokens, offsets)
 
 
-def _propositions(tok, row_ids: list[int], masks: list, wanted: list[int] | None) -> list:
-    """One text's answers in the pipeline's shape: a list of dicts, or a list of them per mask."""
+def _propositions(tok, row_ids: list[int], masks: list) -> list:
+    """One text's answers in the pipeline's shape: a list of dicts, or a list of them per mask.
+
+    masks: per [MASK], ``(position, [(score, pieces), ...])``; a whole-word answer (several pieces)
+    has ``"token"`` the list of its ids and ``"pieces"`` their number.
+    """
     one_mask = len(masks) == 1
     out = []
-    for pos, scores, picks in masks:
+    for pos, candidates in masks:
         answers = []
-        for score, pick in zip(scores, picks):
-            token = wanted[pick] if wanted is not None else pick
-            filled = [t for t in row_ids[:pos] + [token] + row_ids[pos + 1:] if t != tok.pad_token_id]
-            answers.append({
+        for score, pieces in candidates:
+            filled = [t for t in row_ids[:pos] + list(pieces) + row_ids[pos + 1:] if t != tok.pad_token_id]
+            answer = {
                 "score": score,
-                "token": token,
-                "token_str": tok.decode([token]),
+                "token": pieces[0] if len(pieces) == 1 else list(pieces),
+                "token_str": tok.decode(list(pieces)),
                 "sequence": tok.decode(filled, skip_special_tokens=one_mask),
-            })
+            }
+            if len(pieces) > 1:
+                answer["pieces"] = len(pieces)
+            answers.append(answer)
         out.append(answers)
     return out[0] if one_mask else out

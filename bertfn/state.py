@@ -207,6 +207,10 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
             parts.append(f"wrong shape: {'; '.join(wrong[:8])}{' ...' if len(wrong) > 8 else ''}")
         weights = f"the weights in {weights_file}" if weights_file else "the weights"
         config_name = config_file or "the config"
+        if not missing and not wrong and set(unexpected) <= set(unused_keys(state)):  # strict=True refused other heads
+            raise CheckpointError(f"{weights} have {parts[0]}, which no BERT part reads ({', '.join(group_keys(unexpected))}) "
+                                  "and strict=True refuses; load with strict=False (the default) to keep them in "
+                                  "model.state, unused")
         contradictions = config_contradictions(config, state)
         if contradictions:
             raise CheckpointError(

@@ -18,19 +18,22 @@ import torch
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from .errors import CheckpointError, InputError, syntax
+from .errors import CheckpointError, InputError, require_readable, syntax, unreadable
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 class Encoding(NamedTuple):
-    """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span."""
+    """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span;
+    ``word_ids[b][s]`` numbers the words of a text from 0 (the pre-tokenizer's words: whitespace and
+    punctuation split them), None for [CLS], [SEP] and padding."""
 
     input_ids: torch.Tensor
     token_type_ids: torch.Tensor
     attention_mask: torch.Tensor  # 1 for real tokens, 0 for padding
     tokens: list[list[str]]
     offsets: list[list[tuple[int, int]]]
+    word_ids: list[list[int | None]] | None = None
 
 
 def _read_json(path: Path) -> dict:
@@ -38,6 +41,8 @@ def _read_json(path: Path) -> dict:
         return {}
     try:
         return json.loads(path.read_text(encoding="utf-8"))
+    except PermissionError:
+        raise unreadable(path) from None
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path} is not readable JSON ({e}); re-download or remove it") from e
 
@@ -140,14 +145,19 @@ class Tokenizer:
         lowercases, as transformers' default).
         """
         path = Path(path).expanduser()
-        if path.is_dir():
-            tok = cls.from_folder(path, max_length, lowercase)
-            if tok is None:
-                raise CheckpointError(f"{path} has no tokenizer.json or vocab.txt; pass the tokenizer's file itself")
-            return tok
-        if not path.is_file():
+        try:
+            if path.is_dir():
+                tok = cls.from_folder(path, max_length, lowercase)
+                if tok is None:
+                    raise CheckpointError(f"{path} has no tokenizer.json or vocab.txt; pass the tokenizer's file itself")
+                return tok
+            exists = path.is_file()
+        except PermissionError:  # the folder, or one above it, that this user may not search or list
+            raise unreadable(path) from None
+        if not exists:
             raise InputError(f"there is no tokenizer file {str(path)!r}; pass a vocab.txt, a tokenizer.json or a "
                              "folder holding one")
+        require_readable(path)  # the tokenizers library reports a denied file as a bare Exception
         options = _read_json(path.parent / "tokenizer_config.json")
         if lowercase is not None:
             options["do_lower_case"] = lowercase
@@ -193,13 +203,15 @@ class Tokenizer:
             attention_mask=torch.tensor([e.attention_mask for e in batch], dtype=torch.long),
             tokens=[e.tokens for e in batch],
             offsets=[e.offsets for e in batch],
+            word_ids=[e.word_ids for e in batch],
         )
 
     def warn_unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> None:
         """Warn when most of a text's tokens are ``[UNK]``: the model would answer, confidently, about nothing.
 
         The warning names the likely fix: keeping case (a cased vocabulary read with lowercasing, e.g.
-        amino acids as capitals) or spacing (a vocabulary of single characters written without spaces).
+        amino acids as capitals), writing capitals (small letters given to a vocabulary of capitals), or
+        spacing (a vocabulary of single characters written without spaces).
         batch: the ``tokenizers`` encodings of ``texts`` (and their second segments ``pairs``).
         """
         specials = {self.cls_token_id, self.sep_token_id, self.mask_token_id, self.pad_token_id}
@@ -216,15 +228,20 @@ class Tokenizer:
         vocab = self.backend.get_vocab()
         letters = [w for w in vocab if not w.startswith(("[", "##"))]
         single_chars = sum(len(w) == 1 for w in letters) > 0.8 * len(letters)
+        shown = written = unknown[0][:4]  # the start of the first unknown word, and how to write it
         fixes = []
         if self.lowercase and sum(w in vocab or all(c in vocab for c in w) for w in unknown) * 2 >= len(unknown):
             fixes.append(f"this vocabulary is cased: load it with {syntax(python='lowercase=False', cli='--cased')}")
+        elif sum(w != w.upper() and all(c.upper() in vocab for c in w) for w in unknown) * 2 >= len(unknown):
+            fixes.append("this vocabulary holds capitals")
+            written = written.upper()
         if single_chars and any(len(w) > 1 and all(c in vocab or c.upper() in vocab for c in w) for w in unknown):
-            fixes.append("this vocabulary holds single characters: write them separated by spaces "
-                         f"({' '.join(unknown[0][:4])!r}, not {unknown[0][:4]!r})")
+            fixes.append("this vocabulary holds single characters, to be separated by spaces")
+            written = " ".join(written)
+        advice = "; ".join(fixes) + (f": write {written!r}, not {shown!r}" if written != shown else "")
         others = f" (and {len(flagged) - 1} more text(s))" if len(flagged) > 1 else ""
         warnings.warn(f"text {i}{others}: {n_unk} of its {n} tokens are [UNK] (e.g. {', '.join(repr(w[:20]) for w in unknown[:3])}), "
-                      f"so the results say little about it; {'; '.join(fixes) or 'use the tokenizer that came with the model'}",
+                      f"so the results say little about it; {advice or 'use the tokenizer that came with the model'}",
                       stacklevel=3)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:

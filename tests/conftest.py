@@ -122,11 +122,12 @@ def minilm_folder() -> Path | None:
 
 def antiberty_paths() -> tuple[Path, Path] | None:
     """AntiBERTy's weights folder (config.json + pytorch_model.bin) and its cased vocab.txt, or None."""
-    try:
-        import antiberty
-    except ImportError:
+    from importlib.util import find_spec
+
+    spec = find_spec("antiberty")  # found, not imported: importing it imports transformers
+    if spec is None:
         return None
-    models = Path(antiberty.__file__).parent / "trained_models"
+    models = Path(spec.origin).parent / "trained_models"
     return models / "AntiBERTy_md_smooth", models / "vocab.txt"
 
 

@@ -56,3 +56,32 @@ def test_quick_run_writes_every_row(mlm_checkpoint, tmp_path, monkeypatch):
     assert len(lines) == len(ROWS)
     for pattern, line in zip(ROWS, lines):
         assert re.match(rf"\| {pattern} {CELLS}", line), line
+
+
+SCORING = BENCH.parent / "scoring.py"
+SCORING_ROWS = [
+    r"PLL of 8 mixed sentences, fp32 \| s \| .* \| minicons sequence_score \|",
+    r"PLL of 8 mixed sentences, fp32 \| s \| .* \| transformers, plain \|",
+    r"bf16 mode: PLL of 8 mixed sentences \| s \| .* \| minicons sequence_score \|",
+    r"bf16 mode: PLL of 8 mixed sentences \| s \| .* \| transformers, plain \|",
+]
+
+
+def test_scoring_quick_run_writes_its_section_and_keeps_the_others(mlm_checkpoint, tmp_path, monkeypatch):
+    """bench/scoring.py --quick: its rows, the three sides' scores agree, and bench.py's section stays."""
+    spec = importlib.util.spec_from_file_location("bench_scoring", SCORING)
+    scoring = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py and workload.py
+    spec.loader.exec_module(scoring)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
+    scoring.main(["--model", str(mlm_checkpoint[0]), "--quick", "--out", str(out)])
+
+    text = out.read_text()
+    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn scoring benchmark")
+    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
+    assert len(lines) == len(SCORING_ROWS)
+    for pattern, line in zip(SCORING_ROWS, lines):
+        assert re.match(rf"\| {pattern} {SPREAD} \| {NUMBER} \|", line), line
+    apart = re.search(r"bertfn vs minicons at most (\S+) apart, vs the plain transformers way (\S+) ", text)
+    assert float(apart[1]) < 1e-4 and float(apart[2]) < 1e-4

@@ -193,19 +193,23 @@ def test_top_k_above_the_targets_is_clamped_as_transformers(model, pipe):
     assert [(a["token"], a["sequence"]) for a in mine] == [(a["token"], a["sequence"]) for a in theirs]
 
 
-def test_targets_outside_the_vocabulary_take_their_first_piece_as_transformers(model, pipe):
-    """'cats' -> cat ##s, 'dogs' -> dog ##s, 'Red' -> red: both pipelines warn and score the first piece."""
+def test_targets_outside_the_vocabulary_one_piece_as_transformers_several_as_whole_words(model, pipe):
+    """'Red' -> red: one piece, warned and scored as transformers does. 'cats' -> cat ##s, 'dogs' -> dog ##s:
+    transformers scores their first piece; bertfn scores the whole word (tests/test_scoring.py checks how)."""
     text, targets = "the [MASK] sat on the mat .", ["cats", "dogs", "mat", "Red"]
     with pytest.warns(UserWarning) as caught:
         mine = bertfn.fill_mask(text, model, targets=targets, top_k=10)
-    notes = [str(w.message) for w in caught]
-    assert "target 'cats' is not in the vocabulary; using its first word piece 'cat' instead" in notes
-    assert "target 'dogs' is not in the vocabulary; using its first word piece 'dog' instead" in notes
-    assert "target 'Red' is not in the vocabulary; using its first word piece 'red' instead" in notes
-    theirs = pipe(text, targets=targets, top_k=10)
-    assert sorted(a["token_str"] for a in mine) == ["cat", "dog", "mat", "red"]
-    assert [a["token"] for a in mine] == [a["token"] for a in theirs]
-    assert [a["score"] for a in mine] == pytest.approx([a["score"] for a in theirs], abs=1e-5)
+    assert [str(w.message) for w in caught] == ["target 'Red' is not in the vocabulary; using its word piece 'red' instead"]
+    assert sorted(a["token_str"] for a in mine) == ["cats", "dogs", "mat", "red"]
+    words = {a["token_str"]: a for a in mine if "pieces" in a}
+    assert sorted(words) == ["cats", "dogs"] and all(a["pieces"] == 2 and len(a["token"]) == 2 for a in words.values())
+    theirs = {a["token_str"]: a for a in pipe(text, targets=["mat", "Red"], top_k=10)}
+    for a in mine:
+        if "pieces" not in a:
+            assert set(a) == {"score", "token", "token_str", "sequence"}
+            assert (a["token"], a["sequence"]) == (theirs[a["token_str"]]["token"], theirs[a["token_str"]]["sequence"])
+            assert a["score"] == pytest.approx(theirs[a["token_str"]]["score"], abs=1e-5)
+    assert [a["score"] for a in mine] == sorted((a["score"] for a in mine), reverse=True)
 
 
 def test_target_that_tokenizes_to_nothing_is_skipped(model):
@@ -577,7 +581,8 @@ def assert_one_line(err: str, *parts: str) -> None:
 
 @pytest.mark.parametrize("argv, part", [
     ([], "the following arguments are required: command; see 'bertfn --help'"),
-    (["fill-mask"], "the following arguments are required: text; see 'bertfn fill-mask --help'"),
+    (["fill-mask"], "pass at least one text with [MASK], or --input FILE; see 'bertfn fill-mask --help'"),
+    (["score"], "pass at least one text to score, or --input FILE; see 'bertfn score --help'"),
     (["fill-mask", "a [MASK]", "--top-k", "many"], "argument --top-k: invalid int value: 'many'"),
     (["fill-mask", "a [MASK]", "--colour"], "unrecognized arguments: --colour"),
     (["fil-mask", "a [MASK]"], "invalid choice: 'fil-mask'"),
@@ -619,9 +624,9 @@ def test_cli_too_long_text_and_truncation(capsys, ckpt):
 
 
 def test_cli_warnings_are_one_line(capsys, ckpt):
-    code, out, err = run_cli(capsys, "fill-mask", "the [MASK] sat .", "--model", str(ckpt), "--targets", "cats", "dog")
+    code, out, err = run_cli(capsys, "fill-mask", "the [MASK] sat .", "--model", str(ckpt), "--targets", "Red", "dog")
     assert code == 0 and "rank" in out
-    assert err == "bertfn: warning: target 'cats' is not in the vocabulary; using its first word piece 'cat' instead\n"
+    assert err == "bertfn: warning: target 'Red' is not in the vocabulary; using its word piece 'red' instead\n"
 
 
 def test_cli_unexpected_failure_is_one_line_exit_1(capsys, monkeypatch):

@@ -1,0 +1,172 @@
+"""Sentence scores (PLL): bertfn.score against minicons and the plain transformers way, in one run.
+
+    python bench/scoring.py                    # bench.py's bert-base-shaped random checkpoint, 64 sentences
+    python bench/scoring.py --model PATH       # a real checkpoint folder
+    python bench/scoring.py --quick            # 8 short sentences, one round: checks the script, not the machine
+
+The workload is bench.py's batch: 64 sentences (``--sentences``) evenly spread over 8-128 tokens ([CLS] and [SEP]
+included; bench/workload.py), here without their [MASK], each scored whole by the original PLL
+(every token but [CLS] and [SEP] masked in turn: n - 2 copies of n tokens per sentence). What each
+side runs:
+
+  * bertfn: ``bertfn.score(texts, model)`` in fp32; "bf16 mode" loads the same weights with
+    ``dtype=torch.bfloat16``.
+  * minicons: ``MaskedLMScorer(folder).sequence_score(texts, reduction=sum)``, a sentence per call
+    (``--minicons-batch``): its masked copies of all the sentences of a call form one padded batch,
+    and its head computes every position's 30522 logits.
+  * transformers: the plain way, one sentence at a time: its masked copies as one batch through
+    ``BertForMaskedLM``, the log-softmax at the masked positions only, the true tokens' entries summed.
+
+The sides take turns, one whole workload each, so that background load falls on all of them. The
+table gives median [min-max] of the rounds and the ratio of the medians; the notes give how far the
+scores are apart. The table replaces this script's section of ``--out`` (default bench/RESULTS.md),
+leaving bench.py's section as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench import Row, load_average, machine, table, write_section  # noqa: E402
+from workload import batch_texts, build_checkpoint  # noqa: E402
+
+HEADING = "# bertfn scoring benchmark"
+
+
+def plain_transformers(model, tokenizer):
+    """The plain transformers PLL of each text: its masked copies as one batch through ``BertForMaskedLM``."""
+    import torch
+
+    def run(texts: list[str]) -> list[float]:
+        out = []
+        for text in texts:
+            ids = tokenizer(text, return_tensors="pt").input_ids[0]  # (n,)
+            j = torch.arange(1, len(ids) - 1)  # every position but [CLS] and [SEP]
+            copies = ids.repeat(len(j), 1)  # (n - 2, n)
+            copies[torch.arange(len(j)), j] = tokenizer.mask_token_id
+            with torch.inference_mode():
+                logits = model(input_ids=copies).logits[torch.arange(len(j)), j]  # (n - 2, V)
+            out.append(logits.log_softmax(dim=-1).gather(1, ids[j, None]).sum().item())
+        return out
+
+    return run
+
+
+def minicons_scores(scorer, batch: int):
+    """minicons' PLL of each text (sum of the token log-probabilities), ``batch`` texts per call."""
+
+    def run(texts: list[str]) -> list[float]:
+        out = []
+        for start in range(0, len(texts), batch):
+            out += scorer.sequence_score(texts[start:start + batch], reduction=lambda x: x.sum(0).item())
+        return out
+
+    return run
+
+
+def run(model_dir: Path, quick: bool, threads: int, minicons_batch: int, sentences: int,
+        rounds: int) -> tuple[list[Row], list[str]]:
+    import torch
+    import transformers
+    from minicons import scorer
+
+    import bertfn
+
+    torch.set_num_threads(threads)
+    model = bertfn.load(model_dir)
+    bf16 = model.to(dtype=torch.bfloat16)
+    texts = batch_texts(model.tokenizer, max_tokens=16 if quick else min(128, model.config.max_position_embeddings),
+                        n=8 if quick else sentences, mask=False)
+    lengths = model.tokenizer(texts).attention_mask.sum(dim=1).tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mlm = scorer.MaskedLMScorer(str(model_dir), device="cpu")
+        hf = transformers.BertForMaskedLM.from_pretrained(model_dir).eval()
+    sides = {
+        "bertfn": lambda t: [r["pll"] for r in bertfn.score(t, model)],
+        "bf16": lambda t: [r["pll"] for r in bertfn.score(t, bf16)],
+        "minicons": minicons_scores(mlm, minicons_batch),
+        "transformers": plain_transformers(hf, transformers.AutoTokenizer.from_pretrained(model_dir)),
+    }
+    warm = sorted(texts, key=len)[:2]
+    for f in sides.values():  # untimed: first-call costs (allocations, oneDNN's packing) on two short texts
+        f(warm)
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    scores: dict[str, list[float]] = {}
+    for _ in range(1 if quick else rounds):
+        for name, f in sides.items():
+            start = time.perf_counter()
+            scores[name] = f(texts)
+            times[name].append(time.perf_counter() - start)
+
+    n = len(texts)
+    rows = [Row(f"PLL of {n} mixed sentences, fp32", "s", times["bertfn"], "minicons sequence_score",
+                times["minicons"], "<= 0.5"),
+            Row(f"PLL of {n} mixed sentences, fp32", "s", times["bertfn"], "transformers, plain",
+                times["transformers"]),
+            Row(f"bf16 mode: PLL of {n} mixed sentences", "s", times["bf16"], "minicons sequence_score",
+                times["minicons"], "<= 0.25"),
+            Row(f"bf16 mode: PLL of {n} mixed sentences", "s", times["bf16"], "transformers, plain",
+                times["transformers"])]
+    gap = lambda a, b: max(abs(x - y) for x, y in zip(scores[a], scores[b]))  # noqa: E731
+    rel = max(abs(x - y) / abs(y) for x, y in zip(scores["bf16"], scores["bertfn"]))
+    notes = [f"{n} sentences of {min(lengths)} to {max(lengths)} tokens, {sum(lengths)} in all; "
+             f"{sum(k * (k - 2) for k in lengths)} tokens in their masked copies; minicons scores "
+             f"{minicons_batch} sentence(s) per call",
+             f"fp32 sentence scores: bertfn vs minicons at most {gap('bertfn', 'minicons'):.1e} apart, "
+             f"vs the plain transformers way {gap('bertfn', 'transformers'):.1e} (natural log; the target is 1e-4)",
+             f"bf16 mode sentence scores: at most {rel:.2%} from fp32's (relative; the target is 1%), "
+             f"{max(abs(x - y) for x, y in zip(scores['bf16'], scores['bertfn'])):.2f} nats"]
+    return rows, notes
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="checkpoint folder (default: build a bert-base-shaped random one)")
+    parser.add_argument("--quick", action="store_true", help="8 short sentences, one round: to test the script")
+    parser.add_argument("--threads", type=int, default=None, help="threads for every side (default: torch's)")
+    parser.add_argument("--minicons-batch", type=int, default=1, help="sentences per sequence_score call")
+    parser.add_argument("--sentences", type=int, default=64, help="sentences in the workload, spread over 8-128 tokens")
+    parser.add_argument("--rounds", type=int, default=2, help="times each side scores the whole workload")
+    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="file whose scoring section is replaced")
+    parser.add_argument("--workdir", type=Path, default=HERE / ".work", help="where the built checkpoint goes")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    threads = args.threads or torch.get_num_threads()
+    model_dir = args.model
+    if model_dir is None:
+        model_dir = args.workdir / "bert-base-random"
+        if not (model_dir / "model.safetensors").is_file():
+            print(f"building a bert-base-shaped random checkpoint in {model_dir} ...", file=sys.stderr)
+            build_checkpoint(model_dir)
+    started, load_before = datetime.datetime.now().astimezone(), load_average()
+    rows, notes = run(model_dir, args.quick, threads, args.minicons_batch, args.sentences, args.rounds)
+    from importlib.metadata import version
+
+    text = "\n".join([
+        f"{HEADING}{' (--quick: too few repetitions to trust)' if args.quick else ''}", "",
+        f"- started {started:%Y-%m-%d %H:%M %Z}; load average (1, 5, 15 min) before {load_before}, "
+        f"after {load_average()}",
+        f"- machine: {machine(threads)}, minicons {version('minicons')}",
+        f"- model: {'bert-base-shaped random weights (bench/workload.py)' if args.model is None else args.model}",
+        f"- command: python bench/scoring.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip(),
+        *(f"- {note}" for note in notes),
+        "", table(rows), "",
+        "Times are per call of the whole workload; ratio = bertfn's median / the other side's: lower is better. "
+        "Targets are the issue's (bench/README.md): fp32 at least 2x minicons' speed, the bf16 mode at least 4x.",
+    ])
+    print(text)
+    write_section(args.out, HEADING, text)
+
+
+if __name__ == "__main__":
+    main()
