@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lines", type=int, default=LINES, help="lines of the file (default 10000)")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="the file whose section it writes")
+    parser.add_argument("--threads", type=int, default=None, help="threads for both sides (default: torch's)")
     args = parser.parse_args(argv)
     if args.child == "bertfn":
         print(json.dumps(run_bertfn(args.model, args.input, args.output, args.device)))
@@ -157,9 +158,10 @@ def main(argv: list[str] | None = None) -> None:
 
         tokenizer = bertfn.load(args.model).tokenizer
         started, load_before = time.strftime("%Y-%m-%d %H:%M %Z"), " ".join(f"{x:.2f}" for x in os.getloadavg())
-        f = measure(Path(args.model), tokenizer, args.workdir, args.device, torch.get_num_threads(), args.lines)
+        threads = args.threads or torch.get_num_threads()
+        f = measure(Path(args.model), tokenizer, args.workdir, args.device, threads, args.lines)
         print(json.dumps(f, indent=2))
-        write_section(args.out, f, started, load_before, torch.get_num_threads(), args.model, argv)
+        write_section(args.out, f, started, load_before, threads, args.model, argv)
 
 
 SECTION = "# bertfn file rows (bench/files.py)"
