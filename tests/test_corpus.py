@@ -235,13 +235,13 @@ def test_stdin_to_stdout(tiny_folder):
 def test_progress_bar(tiny_folder, tmp_path):
     folder = tiny_folder
     src = tmp_path / "in.txt"
-    src.write_text("\n".join(corpus_lines(600)) + "\n", encoding="utf-8")
+    src.write_text("\n".join(corpus_lines(300)) + "\n", encoding="utf-8")
     argv = [sys.executable, "-m", "bertfn", "fill-mask", "--input", str(src), "--output", str(tmp_path / "o.jsonl"),
             "--model", str(folder), "--top-k", "1", "--progress"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
     assert done.returncode == 0, done.stderr
-    assert "600/600" in done.stderr and "text/s" in done.stderr and "tokens/s, 0 errors" in done.stderr
-    assert done.stderr.rstrip().splitlines()[-1].startswith("bertfn: done: 600 texts")
+    assert "300/300" in done.stderr and "text/s" in done.stderr and "tokens/s, 0 errors" in done.stderr
+    assert done.stderr.rstrip().splitlines()[-1].startswith("bertfn: done: 300 texts")
 
 
 # --- resume -----------------------------------------------------------------------------------------
