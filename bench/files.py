@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lines", type=int, default=LINES, help="lines of the file (default 10000)")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="the file whose section it writes")
+    parser.add_argument("--threads", type=int, default=None, help="threads for both sides (default: torch's)")
     args = parser.parse_args(argv)
     if args.child == "bertfn":
         print(json.dumps(run_bertfn(args.model, args.input, args.output, args.device)))
@@ -156,12 +158,13 @@ def main(argv: list[str] | None = None) -> None:
 
         tokenizer = bertfn.load(args.model).tokenizer
         started, load_before = time.strftime("%Y-%m-%d %H:%M %Z"), " ".join(f"{x:.2f}" for x in os.getloadavg())
-        f = measure(Path(args.model), tokenizer, args.workdir, args.device, torch.get_num_threads(), args.lines)
+        threads = args.threads or torch.get_num_threads()
+        f = measure(Path(args.model), tokenizer, args.workdir, args.device, threads, args.lines)
         print(json.dumps(f, indent=2))
-        write_section(args.out, f, started, load_before, torch.get_num_threads(), args.model, argv)
+        write_section(args.out, f, started, load_before, threads, args.model, argv)
 
 
-SECTION = "## File rows, measured alone"
+SECTION = "# bertfn file rows (bench/files.py)"
 
 
 def write_section(out: Path, f: dict, started: str, load_before: str, threads: int, model: str,
@@ -189,8 +192,10 @@ def write_section(out: Path, f: dict, started: str, load_before: str, threads: i
         "One run of each side, one after the other: texts/s = lines / the process's wall time; ratio = bertfn / "
         "pipeline (higher is better for texts/s, lower for MB).", ""])
     old = out.read_text(encoding="utf-8") if out.exists() else ""
-    kept = old.split(SECTION)[0].rstrip("\n")
-    out.write_text((kept + "\n\n" if kept else "") + text, encoding="utf-8")
+    before, _, after = old.partition(SECTION)
+    later = re.search(r"^# ", after, re.M)  # the section after this one (another script's), kept
+    parts = [before.rstrip("\n"), text.rstrip("\n"), after[later.start():].rstrip("\n") if later else ""]
+    out.write_text("\n\n".join(p for p in parts if p) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -235,13 +235,13 @@ def test_stdin_to_stdout(tiny_folder):
 def test_progress_bar(tiny_folder, tmp_path):
     folder = tiny_folder
     src = tmp_path / "in.txt"
-    src.write_text("\n".join(corpus_lines(600)) + "\n", encoding="utf-8")
+    src.write_text("\n".join(corpus_lines(300)) + "\n", encoding="utf-8")
     argv = [sys.executable, "-m", "bertfn", "fill-mask", "--input", str(src), "--output", str(tmp_path / "o.jsonl"),
             "--model", str(folder), "--top-k", "1", "--progress"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
     assert done.returncode == 0, done.stderr
-    assert "600/600" in done.stderr and "text/s" in done.stderr and "tokens/s, 0 errors" in done.stderr
-    assert done.stderr.rstrip().splitlines()[-1].startswith("bertfn: done: 600 texts")
+    assert "300/300" in done.stderr and "text/s" in done.stderr and "tokens/s, 0 errors" in done.stderr
+    assert done.stderr.rstrip().splitlines()[-1].startswith("bertfn: done: 300 texts")
 
 
 # --- resume -----------------------------------------------------------------------------------------
@@ -367,3 +367,28 @@ def test_antiberty_file_with_tokenizer_options(antiberty, tmp_path):
     same_answers([rows[0]["result"], rows[1]["result"]], expected)
     assert rows[0]["result"][0]["token_str"].isupper()  # residues, read cased
     assert rows[2]["error"].startswith("line 3 has no [MASK]")
+
+
+def test_score_file_and_mapper(tiny_folder, model, tmp_path, capsys):
+    """score runs on the same mechanism: a file gives one PLL dict per line; Score maps a pandas batch."""
+    import pandas
+
+    from bertfn.corpus import Score
+
+    texts = ["the cat sat on the mat .", "", "paris is the capital of france ."]
+    src, out = tmp_path / "in.txt", tmp_path / "scores.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    argv = ["score", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--method", "within_word_l2r"]
+    assert main(argv) == 2
+    assert "bertfn: done: 3 texts, 1 with errors" in capsys.readouterr().err
+    rows = read_jsonl(out)
+    expected = bertfn.score([texts[0], texts[2]], model, method="within_word_l2r")
+    assert rows[1]["error"].startswith("line 2 ")
+    for row, want in zip([rows[0], rows[2]], expected):
+        assert row["result"]["pll"] == pytest.approx(want["pll"], abs=1e-4)
+        assert [t["token"] for t in row["result"]["tokens"]] == [t["token"] for t in want["tokens"]]
+
+    batch = pandas.DataFrame({"id": [7, 8, 9], "text": texts})
+    mapped = Score(model, method="within_word_l2r")(batch)
+    assert list(mapped.columns) == ["id", "text", "result", "error"] and mapped["error"][1].startswith("the text ")
+    assert json.loads(mapped["result"][2])["pll"] == pytest.approx(expected[1]["pll"], abs=1e-4)
