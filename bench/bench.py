@@ -7,8 +7,9 @@
 Every timed row runs bertfn and the other side alternately in the same process (one call of each,
 then again), so background load hits both alike; the table gives the median and the min-max of
 the repetitions and the ratio of the medians. Cold start and peak memory run fresh processes
-(``python bench/bench.py --child ...``), again alternating. The table goes to stdout and, with the
-machine it ran on, to ``--out`` (default bench/RESULTS.md).
+(``python bench/bench.py --child ...``), again alternating. The file rows run ``bertfn fill-mask
+--input`` and the pipeline over a 10,000-line file, each in a fresh process (bench/files.py). The
+table goes to stdout and, with the machine it ran on, to ``--out`` (default bench/RESULTS.md).
 
 What each side runs:
   * bertfn: ``bertfn.fill_mask`` / ``bertfn.encoder`` as a user calls them, in fp32; the "bf16
@@ -39,6 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import files  # noqa: E402
 from workload import ROME, batch_texts, build_checkpoint  # noqa: E402
 
 BATCH_SIZES = (1, 8, 16, 64)
@@ -90,7 +92,7 @@ class Row:
 
 
 def fmt(values: list[float], unit: str) -> str:
-    scale = {"ms": 1e3, "s": 1.0, "MB": 1.0, "GFLOP/s": 1.0}[unit]
+    scale = {"ms": 1e3, "s": 1.0, "MB": 1.0, "GFLOP/s": 1.0, "texts/s": 1.0}[unit]
     med, lo, hi = (scale * v for v in (statistics.median(values), min(values), max(values)))
     digits = 1 if med >= 10 else 2
     return f"{med:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
@@ -310,7 +312,8 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
-def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path) -> tuple[list[Row], list[str]]:
+def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
+        file_lines: int) -> tuple[list[Row], list[str]]:
     """Every row of the table, and notes on the run (real tokens, peaks, the bf16 mode's distance to fp32)."""
     import torch
     import transformers
@@ -405,13 +408,26 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path) 
              Row("peak RSS of that process", "MB", [m for _, m in cold["bertfn"]], "transformers pipeline",
                  [m for _, m in cold["transformers"]], "<= 0.8")]
 
+    # files: bertfn fill-mask --input against the pipeline over KeyDataset, fresh processes (bench/files.py)
+    f = files.measure(model_dir, model.tokenizer, workdir, device, threads, file_lines,
+                      **(dict(batch_sizes=(8,)) if quick else {}))  # --quick: no search
+    rows += [Row(f"fill-mask --input, {f['lines']}-line file (8-{files.MAX_TOKENS} tokens), "
+                 "whole process", "texts/s", [f["bertfn_texts_s"]],
+                 f"pipeline over KeyDataset, batch size {f['batch_size']}", [f["pipeline_texts_s"]], ">= 1.5"),
+             Row("peak RSS of that process", "MB", [f["bertfn_rss_mb"]], "pipeline over KeyDataset",
+                 [f["pipeline_rss_mb"]], "<= 1.0")]
+
     notes = [f"{sum(lengths)} real tokens in the {len(texts)} sentences ({min(lengths)} to {max(lengths)} each), "
              f"{gflop:.0f} GFLOP of useful work; fp32 matmul peak: the best of {len(peaks)} runs of torch.mm, "
              f"(2048, 768) @ (768, 3072), between the batch runs (median {statistics.median(peaks):.0f}, "
              f"best {max(peaks):.0f} GFLOP/s); the pipeline's best "
              f"reaches {gflop / statistics.median(fastest(theirs)):.0f} useful GFLOP/s",
              f"bf16 mode (bertfn.load(..., dtype=torch.bfloat16)): hidden states of the 64 sentences within "
-             f"{bf16_distance(model, bf16, texts):.2%} (relative RMS) of fp32; the test bound is 3%"]
+             f"{bf16_distance(model, bf16, texts):.2%} (relative RMS) of fp32; the test bound is 3%",
+             f"file rows: {f['lines']} lines in {f['bertfn_seconds']:.1f} s (bertfn) and {f['pipeline_seconds']:.1f} s "
+             f"(pipeline), {f['bertfn_cpu_seconds']:.1f} and {f['pipeline_cpu_seconds']:.1f} CPU seconds (user + "
+             f"system; ratio {f['pipeline_cpu_seconds'] / f['bertfn_cpu_seconds']:.2f}x); the pipeline's batch size is its fastest on the first {f['search_lines']} lines ("
+             + (", ".join(f"{b}: {t:.1f} s" for b, t in f["search"].items()) or "not searched: --quick") + ")"]
     return rows, notes
 
 
@@ -437,6 +453,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="threads for every side (default: torch's)")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="where the table is written")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work", help="built checkpoint and ONNX export")
+    parser.add_argument("--file-lines", type=int, default=None,
+                        help=f"lines of the file rows' input (default {files.LINES}, --quick 32)")
     parser.add_argument("--child", choices=("bertfn", "transformers"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -452,7 +470,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"building a bert-base-shaped random checkpoint in {model_dir} ...", file=sys.stderr)
             build_checkpoint(model_dir)
     started, load_before = datetime.datetime.now().astimezone(), load_average()
-    rows, notes = run(model_dir, args.quick, args.device, threads, args.workdir)
+    file_lines = args.file_lines or (32 if args.quick else files.LINES)
+    rows, notes = run(model_dir, args.quick, args.device, threads, args.workdir, file_lines)
     text = "\n".join([
         f"# bertfn benchmark{' (--quick: too few repetitions to trust)' if args.quick else ''}", "",
         f"- started {started:%Y-%m-%d %H:%M %Z}; load average (1, 5, 15 min) before {load_before}, "

@@ -3,8 +3,10 @@
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
     bertfn fill-mask "The [MASK] [MASK] barked." --joint [--beam-width N]
     bertfn score "When in Rome, do as the Romans do." [--method within_word_l2r] [--per-token] [--json]
+    bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume] [--progress|--no-progress]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--scale per-head|shared|fixed] --out attn.png
     bertfn embed "A sentence." "Another one." [--pooling mean|cls|max] [--normalize] [--json]
+    bertfn score|embed --input sentences.txt --output results.jsonl [...the same file options]
     bertfn view "When in Rome, do as the [MASK] do." --out view.html [--pair TEXT] [--top-k N]
     bertfn --version
 
@@ -70,12 +72,45 @@ def model_from_args(args: argparse.Namespace):
                 device=args.device, dtype=args.dtype)
 
 
+# --- files in, files out, shared by every subcommand that runs a task of bertfn.corpus ----------------
+
+
+def add_file_options(parser: argparse.ArgumentParser) -> None:
+    """``--input --output --field --resume --progress/--no-progress`` (read back by :func:`run_file_command`)."""
+    group = parser.add_argument_group("files (instead of texts on the command line)")
+    group.add_argument("--input", metavar="FILE",
+                       help="read the texts from FILE: one a line, or JSON Lines with --field; - for stdin")
+    group.add_argument("--output", metavar="FILE", default="-",
+                       help="write one JSON line per input line to FILE (default -: stdout)")
+    group.add_argument("--field", metavar="NAME", help="--input is JSON Lines whose field NAME holds the text")
+    group.add_argument("--resume", action="store_true",
+                       help="continue an interrupted run after the last complete line of --output")
+    group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
+    """``bertfn TASK --input ...``: :func:`bertfn.corpus.run_file`, then its one-line summary on stderr.
+
+    Exit code 0 when every line has a result, 2 (bad input) when any line holds an error instead.
+    """
+    from .corpus import run_file
+
+    if args.text:
+        raise InputError("pass texts on the command line or --input FILE, not both")
+    summary = run_file(args.input, args.output, args.model, task=task, field=args.field, resume=args.resume,
+                       progress=args.progress, tokenizer=args.tokenizer, lowercase=args.lowercase,
+                       device=args.device, dtype=args.dtype, **options)
+    _one_line("done", summary)
+    return 0 if summary.errors == 0 else InputError.exit_code
+
+
 # --- the subcommands: each an _add_X(sub) / _run_X(args) pair listed in COMMANDS ---------------------
 
 
 def _add_fill_mask(sub) -> None:
     fm = sub.add_parser("fill-mask", help="predict the words behind [MASK]")
-    fm.add_argument("text", nargs="+", help="one or more texts, each with at least one [MASK]")
+    fm.add_argument("text", nargs="*", help="one or more texts, each with at least one [MASK] (or --input FILE)")
     fm.add_argument("--top-k", type=int, default=5, help="answers per mask (default 5)")
     fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
     fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
@@ -84,7 +119,9 @@ def _add_fill_mask(sub) -> None:
     fm.add_argument("--joint", action="store_true",
                     help="fill all the masks of a text together: the best combinations, scored by their PLL")
     fm.add_argument("--beam-width", type=int, default=5, help="beam width of --joint's search (default 5; 1: greedy)")
+    fm.add_argument("--batch-size", type=int, default=16, help="texts per encoder pass, at most (default 16)")
     add_model_options(fm)
+    add_file_options(fm)
 
 
 def _table(text: str, result: list) -> str:
@@ -110,8 +147,13 @@ def _joint_table(text: str, fills: list) -> str:
 def _run_fill_mask(args: argparse.Namespace) -> int:
     from .pipelines import fill_mask
 
-    results = fill_mask(list(args.text), model_from_args(args), top_k=args.top_k, targets=args.targets,
-                        truncation=args.truncation, joint=args.joint, beam_width=args.beam_width)
+    options = dict(top_k=args.top_k, targets=args.targets, truncation=args.truncation, batch_size=args.batch_size,
+                   joint=args.joint, beam_width=args.beam_width)
+    if args.input is not None:
+        return run_file_command(args, "fill-mask", **options)
+    if not args.text:
+        raise InputError("pass at least one text with [MASK], or --input FILE; see 'bertfn fill-mask --help'")
+    results = fill_mask(list(args.text), model_from_args(args), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
@@ -121,12 +163,13 @@ def _run_fill_mask(args: argparse.Namespace) -> int:
 
 def _add_score(sub) -> None:
     sc = sub.add_parser("score", help="pseudo-log-likelihood of whole texts (each token masked in turn)")
-    sc.add_argument("text", nargs="+", help="one or more texts to score")
+    sc.add_argument("text", nargs="*", help="one or more texts to score (or --input FILE)")
     sc.add_argument("--method", choices=("original", "within_word_l2r"), default="original",
                     help="original: each token masked alone; within_word_l2r: also the later pieces of its word")
     sc.add_argument("--per-token", action="store_true", help="list every token's log-probability")
     sc.add_argument("--json", action="store_true", help="print the results of bertfn.score as JSON")
     add_model_options(sc)
+    add_file_options(sc)
 
 
 def _score_table(result: dict, per_token: bool) -> str:
@@ -141,6 +184,10 @@ def _score_table(result: dict, per_token: bool) -> str:
 def _run_score(args: argparse.Namespace) -> int:
     from .scoring import score
 
+    if args.input is not None:
+        return run_file_command(args, "score", method=args.method)
+    if not args.text:
+        raise InputError("pass at least one text to score, or --input FILE; see 'bertfn score --help'")
     results = score(list(args.text), model_from_args(args), method=args.method)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
@@ -178,7 +225,7 @@ def _run_attention(args: argparse.Namespace) -> int:
 
 def _add_embed(sub) -> None:
     em = sub.add_parser("embed", help="one vector per text: the encoder's hidden states pooled (sentence embeddings)")
-    em.add_argument("text", nargs="+", help="one or more texts")
+    em.add_argument("text", nargs="*", help="one or more texts (or --input FILE)")
     em.add_argument("--pooling", choices=POOLINGS, default="mean",
                     help="mean of the tokens' vectors (default), the [CLS] vector, or the largest value per dimension")
     em.add_argument("--normalize", action="store_true", help="scale each vector to length 1 (dot product = cosine)")
@@ -187,15 +234,20 @@ def _add_embed(sub) -> None:
     em.add_argument("--json", action="store_true",
                     help="print JSON: the vector of one text, or a list of vectors (default: one line of numbers per text)")
     add_model_options(em)
+    add_file_options(em)
 
 
 def _run_embed(args: argparse.Namespace) -> int:
     """Print the embeddings of ``args.text``: one line of H numbers per text, or JSON as bertfn.embed(...).tolist()."""
     from .pooling import embed
 
+    options = dict(pooling=args.pooling, normalize=args.normalize, max_length=args.max_length)
+    if args.input is not None:
+        return run_file_command(args, "embed", **options)
+    if not args.text:
+        raise InputError("pass at least one text, or --input FILE; see 'bertfn embed --help'")
     texts = list(args.text)
-    vectors = embed(texts, model_from_args(args), pooling=args.pooling, normalize=args.normalize,
-                    max_length=args.max_length).cpu()  # (N, H)
+    vectors = embed(texts, model_from_args(args), **options).cpu()  # (N, H)
     if args.json:
         emit(json.dumps(vectors[0].tolist() if len(texts) == 1 else vectors.tolist()))
     else:

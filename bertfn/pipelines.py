@@ -41,7 +41,7 @@ def text_list(inputs: str | list[str], what: str) -> tuple[list[str], bool]:
         check_text(t, f"text {i}")
         if not t.strip():
             raise InputError(f"text {i} is empty; write a sentence"
-                             f"{' with [MASK] where the word to predict goes' if what == 'fill_mask' else ''}")
+                             f"{' with [MASK] where the word to predict goes' if what == 'fill_mask' else f' to {what}'}")
     return list(texts), single
 
 

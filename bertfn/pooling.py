@@ -26,8 +26,8 @@ import torch
 from .encoder import encoder
 from .errors import InputError, syntax
 from .loading import Model
+from .pipelines import text_list
 from .resolve import get_model, require_tokenizer, texts_and_model
-from .tokenizer import check_text
 
 Tensor = torch.Tensor
 
@@ -94,14 +94,7 @@ def embed(
     default); longer texts are cut to their start, with a warning.
     """
     texts, model = texts_and_model(texts, model, "embed")
-    single = isinstance(texts, str)
-    batch = [texts] if single else texts
-    if not isinstance(batch, (list, tuple)) or not batch:
-        raise InputError(f"embed takes a string or a non-empty list of strings, got {texts!r:.80}")
-    for i, t in enumerate(batch):
-        check_text(t, f"text {i}")
-        if not t.strip():
-            raise InputError(f"text {i} is empty; write the sentence to embed")
+    batch, single = text_list(texts, "embed")
     if pooling not in POOLINGS:
         raise InputError(f"pooling must be one of {', '.join(map(repr, POOLINGS))}, got {pooling!r}")
     if not isinstance(normalize, bool):

@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+import datasets  # noqa: F401  (the test extra installs it: the pipeline's side of the file rows must run)
 import onnx  # noqa: F401  (the test extra installs both: the benchmark's ONNX Runtime side must run)
 import onnxruntime  # noqa: F401
 
@@ -31,10 +32,12 @@ ROWS = [
     r"useful GFLOP/s on the 64 sentences \(real tokens only\)",
     r"cold start: fresh process imports, loads, answers 1 fill-mask",
     r"peak RSS of that process",
+    r"fill-mask --input, \d+-line file \(8-64 tokens\), whole process",
+    r"peak RSS of that process",
 ]
 NUMBER = r"\d+(\.\d+)?"
 SPREAD = rf"{NUMBER} \[{NUMBER}-{NUMBER}\]"  # median [min-max]
-CELLS = rf"\| (ms|s|MB|GFLOP/s) \| {SPREAD} \| [^|]+ \| {SPREAD} \| {NUMBER} \|"
+CELLS = rf"\| (ms|s|MB|GFLOP/s|texts/s) \| {SPREAD} \| [^|]+ \| {SPREAD} \| {NUMBER} \|"
 
 
 def test_quick_run_writes_every_row(mlm_checkpoint, tmp_path, monkeypatch):
@@ -48,7 +51,7 @@ def test_quick_run_writes_every_row(mlm_checkpoint, tmp_path, monkeypatch):
     bench.main(["--model", str(folder), "--quick", "--out", str(out), "--workdir", str(tmp_path / "work")])
 
     text = out.read_text()
-    assert "machine: " in text and "torch " in text and "load average" in text
+    assert "machine: " in text and "torch " in text and "load average" in text and "file rows: 32 lines" in text
     lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")]
     assert len(lines) == len(ROWS)
     for pattern, line in zip(ROWS, lines):

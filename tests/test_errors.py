@@ -581,7 +581,8 @@ def assert_one_line(err: str, *parts: str) -> None:
 
 @pytest.mark.parametrize("argv, part", [
     ([], "the following arguments are required: command; see 'bertfn --help'"),
-    (["fill-mask"], "the following arguments are required: text; see 'bertfn fill-mask --help'"),
+    (["fill-mask"], "pass at least one text with [MASK], or --input FILE; see 'bertfn fill-mask --help'"),
+    (["score"], "pass at least one text to score, or --input FILE; see 'bertfn score --help'"),
     (["fill-mask", "a [MASK]", "--top-k", "many"], "argument --top-k: invalid int value: 'many'"),
     (["fill-mask", "a [MASK]", "--colour"], "unrecognized arguments: --colour"),
     (["fil-mask", "a [MASK]"], "invalid choice: 'fil-mask'"),

@@ -121,7 +121,7 @@ def test_a_hub_models_sentence_settings_come_with_it(tiny_folder, tmp_path, monk
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(texts=""), r"text 0 is empty; write the sentence to embed"),
+    (dict(texts=""), r"text 0 is empty; write a sentence to embed"),
     (dict(texts=["a", " "]), r"text 1 is empty"),
     (dict(texts=[]), r"embed takes a string or a non-empty list of strings"),
     (dict(texts=["a", 3]), r"text 1 must be a string, got int"),
@@ -157,7 +157,7 @@ def test_cli_default_prints_one_line_of_numbers_per_text(tiny, tiny_folder, caps
 
 def test_cli_errors_are_one_line(tiny_folder, capsys):
     assert main(["embed", "", "--model", str(tiny_folder)]) == 2
-    assert capsys.readouterr().err == "bertfn: error: text 0 is empty; write the sentence to embed\n"
+    assert capsys.readouterr().err == "bertfn: error: text 0 is empty; write a sentence to embed\n"
     assert main(["embed", "a", "--model", str(tiny_folder), "--pooling", "sum"]) == 2
     assert "invalid choice: 'sum'" in capsys.readouterr().err
 

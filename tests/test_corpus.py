@@ -1,0 +1,369 @@
+"""Corpora (bertfn/corpus.py): the iterator, files in and out with error lines, progress and resume."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+import bertfn
+from bertfn.cli import main
+from bertfn.corpus import CHUNK, run_file, stream
+
+GOOD = ["the cat sat on the [MASK] .", "i [MASK] you [MASK] well", "paris is the [MASK] of france .",
+        "[MASK]", "when in rome , do as the [MASK] do ."]
+BAD = {"no mask here": "has no [MASK]", "": "is empty"}
+
+
+def corpus_lines(n: int, bad_every: int = 0) -> list[str]:
+    """``n`` texts cycling through GOOD, with a bad one (no mask, or empty) every ``bad_every`` lines."""
+    bad = itertools.cycle(BAD)
+    return [next(bad) if bad_every and i % bad_every == bad_every - 1 else GOOD[i % len(GOOD)] for i in range(n)]
+
+
+def same_answers(mine, theirs) -> None:
+    """Equal tokens, strings and sequences, scores within 1e-5 (a text batched with others may run in
+    a group of another size, which changes the last bits of the matrix products)."""
+    assert type(mine) is type(theirs)
+    if theirs is None:
+        return
+    if isinstance(theirs, dict):
+        assert {k: v for k, v in mine.items() if k != "score"} == {k: v for k, v in theirs.items() if k != "score"}
+        assert mine["score"] == pytest.approx(theirs["score"], abs=1e-5)
+    else:
+        assert len(mine) == len(theirs)
+        for a, b in zip(mine, theirs):
+            same_answers(a, b)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_folder):
+    return bertfn.load(tiny_folder)
+
+
+# --- the iterator -----------------------------------------------------------------------------------
+
+
+def test_stream_equals_fill_mask(model):
+    texts = corpus_lines(300)
+    got = list(stream(texts, model, top_k=3, chunk_size=64))
+    expected = bertfn.fill_mask(texts, model, top_k=3)
+    assert len(got) == len(texts)
+    for a, b in zip(got, expected):
+        same_answers(a, b)
+
+
+def test_stream_reads_lazily(model):
+    """An endless input: the first results come after one chunk was read, not the whole input."""
+    read = []
+
+    def endless():
+        for i in itertools.count():
+            read.append(i)
+            yield GOOD[i % len(GOOD)]
+
+    results = stream(endless(), model, top_k=1)
+    first = list(itertools.islice(results, 10))
+    assert len(first) == 10 and len(read) == CHUNK
+    list(itertools.islice(results, CHUNK))
+    assert len(read) == 2 * CHUNK
+
+
+def test_stream_errors_raise_after_the_results_before(model):
+    texts = GOOD * 3 + ["no mask here"] + GOOD
+    seen = []
+    with pytest.raises(bertfn.InputError, match=r"^text 15 has no \[MASK\]"):
+        for r in stream(texts, model, chunk_size=4):
+            seen.append(r)
+    assert len(seen) == 15
+
+
+def test_stream_errors_return_in_place(model):
+    texts = corpus_lines(200, bad_every=7)
+    got = list(stream(texts, model, errors="return", top_k=2))
+    expected = iter(bertfn.fill_mask([t for t in texts if t not in BAD], model, top_k=2))
+    for i, (text, r) in enumerate(zip(texts, got)):
+        if text in BAD:
+            assert isinstance(r, bertfn.InputError) and str(r).startswith(f"text {i} {BAD[text]}")
+        else:
+            same_answers(r, next(expected))
+
+
+def test_stream_checks_options_and_model_first(model):
+    with pytest.raises(bertfn.InputError, match="top_k must be a positive integer"):
+        stream(GOOD, model, errors="return", top_k=0)  # at the call, not as an error per text
+    encoder_only = bertfn.Model(model.config, {k: v for k, v in model.state.items() if not k.startswith("cls.")},
+                                model.tokenizer, "encoder-only")
+    with pytest.raises(bertfn.MissingPartError):
+        list(stream(GOOD, encoder_only))
+    with pytest.raises(bertfn.InputError, match="one string"):
+        stream("the [MASK] sat", model)
+    with pytest.raises(bertfn.InputError, match="task must be one of"):
+        stream(GOOD, model, task="translate")
+
+
+def test_stream_memory_stays_flat(model):
+    """Python memory at its peak is the same for 5x the lines: results are not kept (tracemalloc sees
+    Python objects; the tensors of a chunk are the same size whatever the file's length)."""
+    def peak(n: int) -> int:
+        texts = (GOOD[i % len(GOOD)] for i in range(n))
+        tracemalloc.start()
+        for _ in stream(texts, model, top_k=5, chunk_size=64):
+            pass
+        size = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return size
+
+    peak(64)  # warm-up: caches that fill once
+    small, large = peak(192), peak(960)
+    held = 960 * 5 * 300  # what 960 texts' answers (5 dicts of 4 fields) would take if kept: ~1.4 MB
+    assert large - small < held / 4, (small, large)
+
+
+# --- files ------------------------------------------------------------------------------------------
+
+
+def test_text_file_in_jsonl_out(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
+    texts = corpus_lines(40, bad_every=9)
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    code = main(["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder), "--top-k", "2"])
+    assert code == bertfn.InputError.exit_code  # some lines failed
+    summary = capsys.readouterr().err.strip().splitlines()[-1]
+    errors = sum(t in BAD for t in texts)
+    assert summary.startswith(f"bertfn: done: 40 texts, {errors} with errors") and "texts/s" in summary
+    rows = read_jsonl(out)
+    assert [r["line"] for r in rows] == list(range(1, 41))
+    for r, text in zip(rows, texts):
+        assert r["text"] == text
+        if text in BAD:
+            assert r["error"].startswith(f"line {r['line']} {BAD[text]}") and "result" not in r
+        else:
+            assert "error" not in r
+            same_answers(r["result"], bertfn.fill_mask(text, str(folder), top_k=2))
+
+
+def test_result_is_what_json_prints(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text(GOOD[1] + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder)]) == 0
+    assert main(["fill-mask", GOOD[1], "--model", str(folder), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    same_answers(read_jsonl(out)[0]["result"], printed)
+
+
+def test_jsonl_fields_carried_and_bad_lines(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
+    lines = [json.dumps({"id": "a", "sentence": GOOD[0], "meta": {"k": [1, 2]}}),
+             "{not json",
+             json.dumps(["a", "list"]),
+             json.dumps({"id": "d"}),
+             json.dumps({"id": "e", "sentence": 7}),
+             json.dumps({"id": "f", "sentence": "no mask here"}),
+             json.dumps({"id": "g", "sentence": GOOD[2], "error": "mine"}),
+             json.dumps({"id": "h", "sentence": "é [MASK] ü"}, ensure_ascii=False)]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(("\n".join(lines) + "\n").encode() + b"\xff\xfe [MASK]\n")
+    code = main(["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder), "--field", "sentence"])
+    assert code == 2
+    rows = read_jsonl(out)
+    assert [r["line"] for r in rows] == list(range(1, 10))
+    assert rows[0]["id"] == "a" and rows[0]["meta"] == {"k": [1, 2]} and "result" in rows[0]
+    assert "not valid JSON" in rows[1]["error"]
+    assert "not an object" in rows[2]["error"]
+    assert rows[3]["id"] == "d" and "no field 'sentence'" in rows[3]["error"]
+    assert "is a JSON int, not a string" in rows[4]["error"]
+    assert rows[5]["error"].startswith("line 6 has no [MASK]")
+    assert "'error', which the output uses" in rows[6]["error"]
+    assert rows[7]["sentence"] == "é [MASK] ü" and "result" in rows[7]
+    assert "not valid UTF-8" in rows[8]["error"]
+    assert "bertfn: done: 9 texts, 7 with errors" in capsys.readouterr().err
+
+
+def test_every_line_good_exits_0_and_jsonl_needs_field(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"text": GOOD[0]}) + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(src), "--model", str(folder)]) == 2
+    assert "--field NAME" in capsys.readouterr().err
+    assert main(["fill-mask", "--input", str(src), "--model", str(folder), "--field", "text", "--top-k", "1"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["line"] == 1 and len(row["result"]) == 1
+
+
+def test_command_line_mistakes(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
+    src = tmp_path / "in.txt"
+    src.write_text(GOOD[0] + "\n", encoding="utf-8")
+    for argv, message in [
+        (["fill-mask"], "at least one text"),
+        (["fill-mask", GOOD[0], "--input", str(src)], "not both"),
+        (["fill-mask", "--input", str(tmp_path / "missing.txt")], "does not exist"),
+        (["fill-mask", "--input", str(src), "--resume"], "needs an output file"),
+        (["fill-mask", "--input", str(src), "--top-k", "0"], "top_k must be a positive integer"),
+    ]:
+        assert main([*argv, "--model", str(folder)]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, (argv, err)
+
+
+def test_stdin_to_stdout(tiny_folder):
+    folder = tiny_folder
+    done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "--input", "-", "--model", str(folder),
+                           "--top-k", "1"], input="\n".join(GOOD[:3]) + "\n", capture_output=True, text=True,
+                          timeout=120, env=_env())
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["text"] for r in rows] == GOOD[:3]
+    assert done.stderr.startswith("bertfn: done: 3 texts, 0 with errors") and "\r" not in done.stderr  # no bar
+
+
+def test_progress_bar(tiny_folder, tmp_path):
+    folder = tiny_folder
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(corpus_lines(600)) + "\n", encoding="utf-8")
+    argv = [sys.executable, "-m", "bertfn", "fill-mask", "--input", str(src), "--output", str(tmp_path / "o.jsonl"),
+            "--model", str(folder), "--top-k", "1", "--progress"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 0, done.stderr
+    assert "600/600" in done.stderr and "text/s" in done.stderr and "tokens/s, 0 errors" in done.stderr
+    assert done.stderr.rstrip().splitlines()[-1].startswith("bertfn: done: 600 texts")
+
+
+# --- resume -----------------------------------------------------------------------------------------
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), HF_HUB_OFFLINE="1")
+
+
+def test_resume_after_a_killed_run(tiny_folder, tmp_path):
+    """Kill a run part-way (SIGKILL, as a crash or an out-of-memory kill would), cut its last line in
+    half as a kill in mid-write would, resume: the output equals an uninterrupted run's, line for line."""
+    folder = tiny_folder
+    texts = corpus_lines(700, bad_every=50)
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    options = ["--model", str(folder), "--top-k", "2"]
+
+    killed = tmp_path / "killed.jsonl"
+    # The first run reads stdin, fed 600 lines and then nothing: it writes two chunks (512 lines) and
+    # waits for the rest of its third chunk, where it is killed.
+    run = subprocess.Popen([sys.executable, "-m", "bertfn", "fill-mask", "--input", "-", "--output", str(killed),
+                            *options], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env())
+    run.stdin.write(("\n".join(texts[:600]) + "\n").encode())
+    run.stdin.flush()
+    deadline = time.monotonic() + 120
+    while (not killed.exists() or killed.read_bytes().count(b"\n") < 2 * CHUNK) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    assert killed.read_bytes().count(b"\n") == 2 * CHUNK
+    with open(killed, "ab") as f:  # a line the run was writing when it died
+        f.write(b'{"line": 513, "text": "the ca')
+
+    resumed = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "--input", str(src), "--output",
+                              str(killed), "--resume", *options], capture_output=True, text=True, timeout=120,
+                             env=_env())
+    assert resumed.returncode == 2, resumed.stderr  # the bad lines
+    assert f"{700 - 2 * CHUNK} texts (resumed after line {2 * CHUNK})" in resumed.stderr
+
+    whole = tmp_path / "whole.jsonl"
+    assert main(["fill-mask", "--input", str(src), "--output", str(whole), *options]) == 2
+    mine, theirs = read_jsonl(killed), read_jsonl(whole)
+    assert [r["line"] for r in mine] == list(range(1, 701))
+    for a, b in zip(mine, theirs):
+        assert a.keys() == b.keys() and a["text"] == b["text"] and a.get("error") == b.get("error")
+        same_answers(a.get("result"), b.get("result"))
+
+
+def test_resume_refuses_what_it_cannot_continue(tiny_folder, tmp_path, capsys):
+    folder = tiny_folder
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder), "--top-k", "1"]
+    assert main(argv) == 0
+    complete = out.read_bytes()
+    assert main(argv) == 2 and "already exists; pass --resume" in capsys.readouterr().err
+    assert main([*argv, "--resume"]) == 0  # nothing left to do
+    assert out.read_bytes() == complete and "0 texts (resumed after line 5)" in capsys.readouterr().err
+
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join(reversed(GOOD)) + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(other), *argv[3:], "--resume"]) == 2
+    assert "not the text that line 5" in capsys.readouterr().err
+    short = tmp_path / "short.txt"
+    short.write_text(GOOD[0] + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(short), *argv[3:], "--resume"]) == 2
+    assert "has 1 lines but" in capsys.readouterr().err
+
+    out.write_text("some notes of mine\n", encoding="utf-8")
+    assert main([*argv, "--resume"]) == 2 and "does not end with an output line" in capsys.readouterr().err
+    assert out.read_text(encoding="utf-8") == "some notes of mine\n"  # left as it was
+    out.write_bytes(complete.splitlines(keepends=True)[0] + complete.splitlines(keepends=True)[2])
+    assert main([*argv, "--resume"]) == 2 and "not one output line per input line" in capsys.readouterr().err
+
+
+def test_run_file_python(model, tmp_path):
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    summary = run_file(src, out, model, top_k=1, progress=False)
+    assert (summary.texts, summary.errors, summary.resumed_after) == (5, 0, 0) and summary.tokens > 5
+    assert [r["text"] for r in read_jsonl(out)] == GOOD
+
+
+# --- other tasks, real weights ----------------------------------------------------------------------
+
+
+def test_embed_file_and_stream(tiny_folder, model, tmp_path, capsys):
+    """embed runs on the same mechanism: one vector per line, a refused line an error line."""
+    import torch
+
+    texts = ["the cat sat on the mat .", "", "paris is the capital of france ."]
+    src, out = tmp_path / "in.txt", tmp_path / "vectors.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    argv = ["embed", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--normalize"]
+    assert main(argv) == 2
+    assert "bertfn: done: 3 texts, 1 with errors" in capsys.readouterr().err
+    rows = read_jsonl(out)
+    expected = bertfn.embed([texts[0], texts[2]], model, normalize=True)
+    assert rows[1]["error"].startswith("line 2 is empty")
+    got = torch.tensor([rows[0]["result"], rows[2]["result"]])
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    streamed = torch.stack(list(stream([texts[0], texts[2]], model, task="embed", normalize=True)))
+    torch.testing.assert_close(streamed, expected, atol=1e-5, rtol=0)
+    assert main(["embed", "--model", str(tiny_folder)]) == 2 and "at least one text" in capsys.readouterr().err
+
+
+def test_antiberty_file_with_tokenizer_options(antiberty, tmp_path):
+    """The real AntiBERTy masked LM, its cased vocabulary passed as in the shell (--tokenizer, --cased)."""
+    from conftest import antiberty_paths
+
+    weights, vocab = antiberty_paths()
+    heavy = "E V Q L V E S G G G L V Q P G G S L R L S C A A S G F T F S S Y A M S W V R Q A P G K G L E W V S"
+    texts = [heavy.replace(" S Y A M ", " [MASK] Y A M "), heavy.replace("L V Q P", "L [MASK] Q P"), heavy]
+    src, out = tmp_path / "chains.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "--input", str(src), "--output", str(out),
+                           "--model", str(weights), "--tokenizer", str(vocab), "--cased", "--top-k", "3"],
+                          capture_output=True, text=True, timeout=300, env=_env())
+    assert done.returncode == 2, done.stderr  # the last chain has no [MASK]
+    rows = read_jsonl(out)
+    expected = bertfn.fill_mask(texts[:2], antiberty, top_k=3)
+    same_answers([rows[0]["result"], rows[1]["result"]], expected)
+    assert rows[0]["result"][0]["token_str"].isupper()  # residues, read cased
+    assert rows[2]["error"].startswith("line 3 has no [MASK]")

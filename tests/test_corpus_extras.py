@@ -1,0 +1,67 @@
+"""bertfn.corpus with the libraries that spread a corpus out: Ray Data on a local Ray, and datasets.map.
+
+The test extra installs both (ray[data], datasets); the plain stack in .ci/run leaves this file out.
+"""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+import ray
+
+import bertfn
+from bertfn.corpus import FillMask, run_file
+from test_corpus import BAD, corpus_lines, same_answers
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """Two CPUs, no dashboard, a small object store: as quick to start as Ray gets."""
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_ray_map_batches_equals_single_process(local_ray, tiny_folder, tmp_path):
+    """1,200 rows of a JSONL file through FillMask on two Ray workers: every row as the single-process run."""
+    texts = corpus_lines(1200, bad_every=13)
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)), encoding="utf-8")
+
+    # Read first (materialize): on 2 CPUs, two workers of 1 CPU each would leave none for the read tasks.
+    ds = ray.data.read_json(str(src)).materialize()
+    out = ds.map_batches(FillMask, fn_constructor_kwargs={"model": str(tiny_folder), "top_k": 3}, batch_size=256,
+                         compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1)
+    rows = sorted(out.take_all(), key=lambda r: r["id"])
+
+    single = tmp_path / "single.jsonl"
+    run_file(src, single, str(tiny_folder), field="text", top_k=3, progress=False)
+    expected = [json.loads(line) for line in single.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in rows] == list(range(1200))
+    assert sum(r["error"] is not None for r in rows) == sum(t in BAD for t in texts) > 0
+    for row, want in zip(rows, expected):
+        assert row["text"] == want["text"]
+        if "error" in want:
+            assert row["result"] is None
+            assert row["error"] == want["error"].replace(f"line {want['line']}", "the text", 1)
+        else:
+            assert row["error"] is None
+            same_answers(json.loads(row["result"]), want["result"])
+
+
+def test_datasets_map_batched(tiny_folder):
+    """The README's datasets recipe: Dataset.map(batched=True) with the callable class."""
+    model = bertfn.load(tiny_folder)
+    texts = corpus_lines(90, bad_every=11)
+    ds = datasets.Dataset.from_dict({"id": list(range(len(texts))), "text": texts})
+    out = ds.map(FillMask(model, top_k=2), batched=True, batch_size=32)
+    assert out.column_names == ["id", "text", "result", "error"]
+    expected = iter(bertfn.fill_mask([t for t in texts if t not in BAD], model, top_k=2))
+    for row, text in zip(out, texts):
+        if text in BAD:
+            assert row["result"] is None and row["error"].startswith(f"the text {BAD[text]}")
+        else:
+            assert row["error"] is None
+            same_answers(json.loads(row["result"]), next(expected))
