@@ -41,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import files  # noqa: E402
-from workload import ROME, batch_texts, build_checkpoint  # noqa: E402
+from workload import ROME, batch_texts, random_checkpoint  # noqa: E402
 
 BATCH_SIZES = (1, 8, 16, 64)
 
@@ -463,12 +463,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     threads = args.threads or torch.get_num_threads()
-    model_dir = args.model
-    if model_dir is None:
-        model_dir = args.workdir / "bert-base-random"
-        if not (model_dir / "model.safetensors").is_file():
-            print(f"building a bert-base-shaped random checkpoint in {model_dir} ...", file=sys.stderr)
-            build_checkpoint(model_dir)
+    model_dir = args.model or random_checkpoint(args.workdir)
     started, load_before = datetime.datetime.now().astimezone(), load_average()
     file_lines = args.file_lines or (32 if args.quick else files.LINES)
     rows, notes = run(model_dir, args.quick, args.device, threads, args.workdir, file_lines)

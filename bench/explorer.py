@@ -26,7 +26,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bertfn  # noqa: E402
-from workload import NOUNS, build_checkpoint  # noqa: E402
+from workload import NOUNS, random_checkpoint  # noqa: E402
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"]
@@ -73,11 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--chromium", default=shutil.which("chromium"), help="the browser executable")
     args = parser.parse_args(argv)
-    folder = args.model
-    if folder is None:
-        folder = HERE / ".work" / "bert-base-random"
-        if not (folder / "config.json").exists():
-            build_checkpoint(folder)
+    folder = args.model or random_checkpoint(HERE / ".work")
     model = bertfn.load(folder)
     text = long_text(model.tokenizer, args.tokens)
     start = time.perf_counter()

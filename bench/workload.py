@@ -15,6 +15,7 @@ one token in the model's vocabulary, so the lengths hold for any BERT vocabulary
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 
 ROME = "When in Rome, do as the [MASK] do."
@@ -60,6 +61,15 @@ def build_checkpoint(folder: Path, seed: int = 0, **config_overrides) -> Path:
     model.save_pretrained(folder, safe_serialization=True)
     (folder / "vocab.txt").write_text("\n".join(vocabulary()) + "\n", encoding="utf-8")
     transformers.BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(folder)
+    return folder
+
+
+def random_checkpoint(workdir: Path) -> Path:
+    """The benchmarks' bert-base-shaped random checkpoint in ``workdir``, built once by :func:`build_checkpoint`."""
+    folder = workdir / "bert-base-random"
+    if not (folder / "model.safetensors").is_file():
+        print(f"building a bert-base-shaped random checkpoint in {folder} ...", file=sys.stderr)
+        build_checkpoint(folder)
     return folder
 
 
