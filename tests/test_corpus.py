@@ -371,7 +371,7 @@ def test_antiberty_file_with_tokenizer_options(antiberty, tmp_path):
 
 def test_score_file_and_mapper(tiny_folder, model, tmp_path, capsys):
     """score runs on the same mechanism: a file gives one PLL dict per line; Score maps a pandas batch."""
-    import pandas
+    pandas = pytest.importorskip("pandas")  # in the test extra, not in a plain install
 
     from bertfn.corpus import Score
 

@@ -16,8 +16,7 @@ import warnings
 
 import pytest
 import torch
-import transformers
-from conftest import VOCAB, WORDS, antiberty_paths, minilm_folder, random_model
+from conftest import VOCAB, WORDS, antiberty_paths, minilm_folder, random_model, require_transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +31,7 @@ SETTINGS = settings(max_examples=15, deadline=None)
 @pytest.fixture(scope="module")
 def both(mlm_checkpoint):
     folder, hf = mlm_checkpoint
-    return bertfn.load(folder), hf, transformers.BertTokenizerFast.from_pretrained(folder)
+    return bertfn.load(folder), hf, require_transformers().BertTokenizerFast.from_pretrained(folder)
 
 
 def hf_pll(hf, tok, text: str, method: str = "original") -> tuple[float, list[float]]:
@@ -118,6 +117,7 @@ def antiberty_hf():
     paths = antiberty_paths()
     if paths is None:
         pytest.skip("antiberty is not installed")
+    transformers = require_transformers()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the extra heads' unused weights
         hf = transformers.BertForMaskedLM.from_pretrained(paths[0]).eval()
@@ -127,6 +127,7 @@ def antiberty_hf():
 HEAVY = "E V Q L V E S G G G L V Q P G G S L R L S C A A S G F T F S S Y A M S W V R Q A P G K G L E W V S"
 
 
+@pytest.mark.needs_transformers
 def test_antiberty_score_equals_transformers(antiberty, antiberty_hf):
     hf, tok = antiberty_hf
     mutant = HEAVY.replace("S W V R", "S W P R")
