@@ -12,6 +12,7 @@ whole words (:func:`bertfn.scoring.word_log_probs`), and all the masks of a text
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -112,18 +113,22 @@ def end_to_end(enc: Encoding, rows: list[int], lengths: list[int]) -> tuple[torc
     return ids, types, positions
 
 
-def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int):
+def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
+                   read: Callable[[list[int], torch.Tensor], torch.Tensor]):
     """The texts of ``enc`` through the encoder on the fast path, a group at a time (:func:`text_groups`).
 
-    Yields ``(rows, ids, h)`` per group: the texts' indices in ``enc``, their input ids end to end
-    (1, T) and the last hidden states (T, H), each text's tokens where :func:`end_to_end` put them.
+    read(rows, ids): the positions of a group whose last hidden states the caller wants, (N,) indices
+    into its input ids end to end ``ids`` (1, T); the encoder's last layer runs at those alone.
+    Yields ``(rows, where, h)`` per group: the texts' indices in ``enc``, those positions (N,), and
+    the last hidden states there (N, H), each text's tokens where :func:`end_to_end` put them.
     Call it under ``torch.inference_mode()``.
     """
     P = m.config.max_position_embeddings
     group_tokens = GROUP_TOKENS if m.config.position_embedding_type == "absolute" else min(GROUP_TOKENS, P)
     for rows in text_groups(lengths, batch_size, group_tokens):
         ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
-        yield rows, ids, unpadded_encoder(m.params, ids, types, positions, [lengths[i] for i in rows])[0]
+        where = read(rows, ids)  # (N,)
+        yield rows, where, unpadded_encoder(m.params, ids, types, positions, [lengths[i] for i in rows], where)[0]
 
 
 def fill_mask(
@@ -213,9 +218,11 @@ def fill_mask(
 
     answers: list = [None] * len(texts)  # per text: [(mask position, [(score, pieces), ...] best first), ...]
     with torch.inference_mode():
-        for rows, ids, h in encoded_groups(m, enc, lengths, batch_size):
-            where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,): position of every [MASK] in the group
-            logits = mlm_head(m.params, h[where])  # (N, V): the head at the masks only
+        def masks(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (N,): the position of every [MASK]
+            return (ids[0] == tok.mask_token_id).nonzero()[:, 0]
+
+        for rows, where, h in encoded_groups(m, enc, lengths, batch_size, masks):
+            logits = mlm_head(m.params, h)  # (N, V): the head at the masks only
             probs = logits.float().softmax(dim=-1)
             if wanted is not None:
                 probs = probs[:, wanted]  # (N, len(single-piece targets))

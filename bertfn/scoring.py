@@ -17,8 +17,8 @@ not scored. Each score comes from a *masked copy* of its text (:class:`Copies`, 
 :func:`log_probs_reference` runs the copies as a padded batch through
 :func:`~bertfn.encoder.encoder` and :func:`~bertfn.heads.mlm_head`, the definition read straight;
 :func:`log_probs` gets the same numbers on fill_mask's fast path: the copies laid end to end
-without padding (:func:`~bertfn.pipelines.encoded_groups`) and the head only at the one position
-each copy scores (tests/test_scoring.py checks that the two agree, and both against transformers).
+without padding (:func:`~bertfn.pipelines.encoded_groups`), the last layer and the head only at the
+one position each copy scores (tests/test_scoring.py checks that the two agree, and both against transformers).
 
 The same machinery scores fill_mask's whole-word targets (:func:`word_log_probs`) and its joint
 filling (:mod:`bertfn.joint`).
@@ -125,15 +125,17 @@ def log_probs_reference(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) 
 def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) -> Iterator[tuple[list[int], torch.Tensor]]:
     """The fast path, a group of copies at a time: ``(rows, log-softmax (len(rows), V) at each copy's target)``.
 
-    Copies are laid end to end without padding (:func:`~bertfn.pipelines.encoded_groups`); the MLM
-    head runs at one position per copy. Call it under ``torch.inference_mode()``.
+    Copies are laid end to end without padding (:func:`~bertfn.pipelines.encoded_groups`); the last
+    layer's attention output and feed-forward, and the MLM head, run at one position per copy. Call it under ``torch.inference_mode()``.
     """
-    for rows, _, h in encoded_groups(m, copies.enc, copies.lengths, batch_size):
+    def targets(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (n,): each copy's scored position, end to end
         starts = [0]
         for i in rows[:-1]:
             starts.append(starts[-1] + copies.lengths[i])
-        where = torch.tensor([s + copies.target[i] for s, i in zip(starts, rows)], device=h.device)  # (n,)
-        yield rows, mlm_head(m.params, h[where]).float().log_softmax(dim=-1)  # (n, V)
+        return torch.tensor([s + copies.target[i] for s, i in zip(starts, rows)], device=ids.device)
+
+    for rows, _, h in encoded_groups(m, copies.enc, copies.lengths, batch_size, targets):
+        yield rows, mlm_head(m.params, h).float().log_softmax(dim=-1)  # (n, V)
 
 
 def log_probs(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) -> torch.Tensor:

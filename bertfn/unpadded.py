@@ -32,12 +32,13 @@ from .params import Params
 Tensor = torch.Tensor
 
 
-def unpadded_attention(p: Params, x: Tensor, lengths: list[int]) -> Tensor:
+def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | None = None) -> Tensor:
     """:func:`~bertfn.attention.attention` (SDPA path) for texts laid end to end: each attends to itself only.
 
     p: one layer's ``attention.`` scope. x: (1, T, H), the texts one after another, T = sum(lengths)
     -> (1, T, H). Relative positions count from each text's start; a decoder's texts see only
-    their earlier tokens.
+    their earlier tokens. rows: (r,) positions whose output is wanted (default: all T); every
+    position is still attended to, but the output projection and LayerNorm run at these alone -> (1, r, H).
     """
     cfg = p.config
     hd = cfg.head_dim
@@ -57,25 +58,32 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int]) -> Tensor:
             mask = extended_mask(causal_keep_mask(torch.ones(1, n, device=x.device), n), x.dtype)  # (1, 1, n, n)
         contexts.append(sdpa_attention(qi, ki, vi, mask, bias).transpose(1, 2))  # (1, n, nh, hd)
     merged = torch.cat(contexts, dim=1).flatten(2)  # (1, T, nh*hd), as merge_heads of the whole
+    if rows is not None:
+        merged, x = merged[:, rows], x[:, rows]  # (1, r, nh*hd), (1, r, H): the wanted positions only
 
     out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (1, T, H)
     return layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
 
 
 def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor,
-                     lengths: list[int]) -> Tensor:
+                     lengths: list[int], rows: Tensor | None = None) -> Tensor:
     """The last hidden states of :func:`~bertfn.encoder.encoder` for texts laid end to end.
 
     params: the root view of a loaded model. input_ids, token_type_ids, position_ids: (1, T), the
     texts one after another, positions restarting at 0 for each; lengths: the texts' lengths,
     summing to T. Returns (1, T, H). Each text must fit the model's positions, and so must T with
     relative positions (the embeddings check).
+
+    rows: (r,) the positions the caller reads (fill_mask: the masks; scoring: one per copy). Then the
+    last layer's attention output and feed-forward run at those alone (its keys and values still
+    at all T), which spares most of that layer, and the result is (1, r, H).
     """
     cfg = params.config
     p = params.scope("bert")
     x = embeddings(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
+    last = cfg.num_hidden_layers - 1
     for i in range(cfg.num_hidden_layers):
         layer = p.scope(f"encoder.layer.{i}")
-        x = unpadded_attention(layer.scope("attention"), x, lengths)  # (1, T, H)
-        x = feed_forward(layer, x)  # (1, T, H)
+        x = unpadded_attention(layer.scope("attention"), x, lengths, rows if i == last else None)  # (1, T or r, H)
+        x = feed_forward(layer, x)  # (1, T or r, H)
     return x

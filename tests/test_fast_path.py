@@ -6,7 +6,8 @@
   rounding, never where a gradient is needed, and a packed copy follows in-place changes of its weight.
 * ``fill_mask`` lays texts end to end (``end_to_end``) through ``unpadded_encoder``: every text's
   hidden states equal those of the padded batch the reference encoder runs, to fp32 rounding,
-  for absolute and relative positions, decoders and pruned heads.
+  for absolute and relative positions, decoders and pruned heads; so do those at the positions
+  it is asked to read (``rows``: the last layer runs at those alone).
 * bf16 (``bertfn.load(..., dtype=torch.bfloat16)``), the optional faster mode: hidden states of a
   trained model within 3% (relative RMS) of fp32 and pointing the same way (cosine >= 0.999).
   bf16 keeps 8 bits of mantissa, so about 2-3 significant digits; measured 1.2% on MiniLM.
@@ -129,6 +130,11 @@ def test_texts_end_to_end_equal_the_padded_batch(case):
     assert joined.shape[0] == sum(lengths)
     for i, part in enumerate(joined.split(lengths)):
         torch.testing.assert_close(part, padded[i, :lengths[i]], **TOL)
+    # Read at a few positions (fill_mask's masks, scoring's targets): the last layer runs there alone.
+    where = torch.arange(0, sum(lengths), 3)  # (r,)
+    with torch.inference_mode():
+        some = unpadded_encoder(model.params, ids, types, positions, lengths, where)[0]  # (r, H)
+    torch.testing.assert_close(some, joined[where], **TOL)
 
 
 @SETTINGS
