@@ -20,6 +20,7 @@ or anything unexpected stop the run.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import os
@@ -134,8 +135,14 @@ class Runner:
 
         The texts run in one call; when it raises InputError, the halves run again, recursively, so
         that only the texts at fault fail and the rest keep large batches. A refused text's error
-        speaks of it as "text 0" (it ran alone): :func:`relabel` names it for the caller.
+        speaks of it as "text 0" (it ran alone): :func:`relabel` names it for the caller. Afterwards
+        the memory the call freed goes back to the system (:func:`release_memory`).
         """
+        results = self._run(texts)
+        release_memory()
+        return results
+
+    def _run(self, texts: list) -> list:
         if not texts:
             return []
         try:
@@ -146,7 +153,7 @@ class Runner:
             if len(texts) == 1:
                 return [e]
         half = len(texts) // 2
-        return self(texts[:half]) + self(texts[half:])
+        return self._run(texts[:half]) + self._run(texts[half:])
 
     def tokens(self, texts: list) -> int:
         """How many tokens ``texts`` hold, [CLS] and [SEP] included (for the progress bar's tokens/s)."""
@@ -155,6 +162,21 @@ class Runner:
         if tok is None or not strings:
             return 0
         return sum(sum(e.attention_mask) for e in tok.backend.encode_batch(strings))
+
+
+_malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
+
+
+def release_memory() -> None:
+    """Hand the C heap's free pages back to the system: glibc's ``malloc_trim(0)``; elsewhere nothing.
+
+    Each chunk's tensors come in sizes of their own (its texts' lengths), and glibc keeps the holes
+    they leave in its heap when freed, so without this the resident memory of a long run creeps up
+    chunk after chunk: +300 MB in 20 chunks in tests/test_corpus.py's check, +500 MB over the 10,000
+    lines of bench/files.py. Trimmed after each chunk, it stays flat (about 1% of a chunk's time).
+    """
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 def chunks(items: Iterable, size: int = CHUNK) -> Iterator[list]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 import bertfn
 from bertfn.cli import main
-from bertfn.corpus import CHUNK, run_file, stream
+from bertfn.corpus import CHUNK, _malloc_trim, run_file, stream
 
 GOOD = ["the cat sat on the [MASK] .", "i [MASK] you [MASK] well", "paris is the [MASK] of france .",
         "[MASK]", "when in rome , do as the [MASK] do ."]
@@ -130,6 +131,34 @@ def test_stream_memory_stays_flat(model):
     small, large = peak(192), peak(960)
     held = 960 * 5 * 300  # what 960 texts' answers (5 dicts of 4 fields) would take if kept: ~1.4 MB
     assert large - small < held / 4, (small, large)
+
+
+def resident_mb() -> int:
+    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith("VmRSS")) // 1024
+
+
+@pytest.mark.skipif(_malloc_trim is None, reason="resident memory is read from /proc and trimmed by glibc's malloc_trim")
+def test_long_run_resident_memory_stays_flat(tmp_path):
+    """The process's resident memory (not just Python's) stays flat over many chunks of texts of new
+    lengths: each chunk's freed tensors are handed back to the system (corpus.release_memory).
+    Without that, glibc keeps the holes they leave and this run grows by about 190 MB."""
+    from conftest import random_model, write_folder
+
+    config = bertfn.BertConfig(vocab_size=30522, hidden_size=256, intermediate_size=1024, num_hidden_layers=2,
+                               num_attention_heads=4, max_position_embeddings=512)
+    m = bertfn.load(write_folder(random_model(config), tmp_path / "model"))
+    words = [w for w in (tmp_path / "model" / "vocab.txt").read_text().split() if w.isalpha()]
+    rng = random.Random(0)
+
+    def texts(n: int):
+        for _ in range(n):
+            line = [rng.choice(words) for _ in range(rng.randint(6, 120))]
+            line[rng.randrange(len(line))] = "[MASK]"
+            yield " ".join(line)
+
+    after = [resident_mb() for i, _ in enumerate(stream(texts(20 * CHUNK), m)) if i % CHUNK == CHUNK - 1]
+    assert after[-1] - after[3] < 60, after  # MB, from the 4th chunk to the 20th
 
 
 # --- files ------------------------------------------------------------------------------------------
