@@ -288,7 +288,7 @@ def machine(threads: int) -> str:
 
 def write_section(path: Path, heading: str, text: str) -> None:
     """Put ``text`` (which starts with ``heading``) in ``path`` in place of the section that starts with
-    ``heading``; the file's other sections stay as they are (bench.py and bench/scoring.py each own one).
+    ``heading``; the file's other sections stay as they are (bench.py, scoring.py and files.py each own one).
 
     A section runs from a line starting with "# bertfn " to the next such line. A new section goes last.
     """

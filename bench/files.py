@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -190,12 +189,8 @@ def write_section(out: Path, f: dict, started: str, load_before: str, threads: i
         f"the first {f['search_lines']} lines ({search})",
         "", bench.table(rows), "",
         "One run of each side, one after the other: texts/s = lines / the process's wall time; ratio = bertfn / "
-        "pipeline (higher is better for texts/s, lower for MB).", ""])
-    old = out.read_text(encoding="utf-8") if out.exists() else ""
-    before, _, after = old.partition(SECTION)
-    later = re.search(r"^# ", after, re.M)  # the section after this one (another script's), kept
-    parts = [before.rstrip("\n"), text.rstrip("\n"), after[later.start():].rstrip("\n") if later else ""]
-    out.write_text("\n\n".join(p for p in parts if p) + "\n", encoding="utf-8")
+        "pipeline (higher is better for texts/s, lower for MB)."])
+    bench.write_section(out, SECTION, text)
 
 
 if __name__ == "__main__":
