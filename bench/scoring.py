@@ -11,15 +11,16 @@ side runs:
 
   * bertfn: ``bertfn.score(texts, model)`` in fp32; "bf16 mode" loads the same weights with
     ``dtype=torch.bfloat16``.
-  * minicons: ``MaskedLMScorer(folder).sequence_score(texts, reduction=sum)``, a sentence per call
-    (``--minicons-batch``): its masked copies of all the sentences of a call form one padded batch,
-    and its head computes every position's 30522 logits.
+  * minicons: ``MaskedLMScorer(folder).sequence_score(texts, reduction=sum)``, 1 and 8 sentences per
+    call (``--minicons-batch``; 1 pads nothing, 8 is a DataLoader's usual batch): the masked copies of
+    all the sentences of a call form one padded batch, and its head computes every position's 30522 logits.
   * transformers: the plain way, one sentence at a time: its masked copies as one batch through
     ``BertForMaskedLM``, the log-softmax at the masked positions only, the true tokens' entries summed.
 
 The sides take turns, one whole workload each, so that background load falls on all of them. The
 table gives median [min-max] of the rounds and the ratio of the medians; the notes give how far the
-scores are apart. The table replaces this script's section of ``--out`` (default bench/RESULTS.md),
+scores are apart and each side's multiply-adds (:func:`multiply_adds`: at equal matrix-product speed,
+their ratio is the floor of the time ratio). The table replaces this script's section of ``--out`` (default bench/RESULTS.md),
 leaving bench.py's section as it is.
 """
 
@@ -38,6 +39,25 @@ from bench import Row, load_average, machine, table, write_section  # noqa: E402
 from workload import batch_texts, random_checkpoint  # noqa: E402
 
 HEADING = "# bertfn scoring benchmark"
+
+
+def multiply_adds(cfg, lengths: list[int], minicons_batch: int) -> dict[str, float]:
+    """Each side's multiply-adds in matrix products for scoring sentences of ``lengths`` tokens by the original PLL.
+
+    A layer over n tokens: Q/K/V/output projections 4H^2 and feed-forward 2HI per token, attention
+    2nH per token (scores and weighted sum); the MLM head H^2 + HV per position it runs at. Every
+    side runs n - 2 copies of a sentence: bertfn unpadded, its last layer past K/V and the head at the
+    scored position only; minicons pads a call's copies to its longest sentence and runs the head
+    everywhere; the plain transformers way pads nothing and runs the head everywhere.
+    """
+    H, I, V, L = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+    layer = lambda n: n * (4 * H * H + 2 * H * I + 2 * n * H)  # noqa: E731
+    head = H * H + H * V
+    last = lambda n: n * (3 * H * H + 2 * n * H) + H * H + 2 * H * I + head  # noqa: E731  bertfn's last layer and head
+    calls = [lengths[s:s + minicons_batch] for s in range(0, len(lengths), minicons_batch)]
+    return {"bertfn": sum((n - 2) * ((L - 1) * layer(n) + last(n)) for n in lengths),
+            "minicons": sum(sum(n - 2 for n in c) * (L * layer(max(c)) + max(c) * head) for c in calls),
+            "transformers": sum((n - 2) * (L * layer(n) + n * head) for n in lengths)}
 
 
 def plain_transformers(model, tokenizer):
@@ -71,7 +91,7 @@ def minicons_scores(scorer, batch: int):
     return run
 
 
-def run(model_dir: Path, quick: bool, threads: int, minicons_batch: int, sentences: int,
+def run(model_dir: Path, quick: bool, threads: int, minicons_batches: list[int], sentences: int,
         rounds: int) -> tuple[list[Row], list[str]]:
     import torch
     import transformers
@@ -89,41 +109,47 @@ def run(model_dir: Path, quick: bool, threads: int, minicons_batch: int, sentenc
         warnings.simplefilter("ignore")
         mlm = scorer.MaskedLMScorer(str(model_dir), device="cpu")
         hf = transformers.BertForMaskedLM.from_pretrained(model_dir).eval()
+    minicons = {f"minicons, {b} sentence{'s' * (b > 1)} per call": b for b in minicons_batches}
     sides = {
         "bertfn": lambda t: [r["pll"] for r in bertfn.score(t, model)],
         "bf16": lambda t: [r["pll"] for r in bertfn.score(t, bf16)],
-        "minicons": minicons_scores(mlm, minicons_batch),
-        "transformers": plain_transformers(hf, transformers.AutoTokenizer.from_pretrained(model_dir)),
+        **{name: minicons_scores(mlm, b) for name, b in minicons.items()},
+        "transformers, plain": plain_transformers(hf, transformers.AutoTokenizer.from_pretrained(model_dir)),
     }
     warm = sorted(texts, key=len)[:2]
     for f in sides.values():  # untimed: first-call costs (allocations, oneDNN's packing) on two short texts
         f(warm)
     times: dict[str, list[float]] = {name: [] for name in sides}
     scores: dict[str, list[float]] = {}
-    for _ in range(1 if quick else rounds):
+    for r in range(1 if quick else rounds):
         for name, f in sides.items():
             start = time.perf_counter()
             scores[name] = f(texts)
             times[name].append(time.perf_counter() - start)
+            print(f"round {r + 1}: {name} {times[name][-1]:.1f} s", file=sys.stderr, flush=True)
 
     n = len(texts)
-    rows = [Row(f"PLL of {n} mixed sentences, fp32", "s", times["bertfn"], "minicons sequence_score",
-                times["minicons"], "<= 0.5"),
-            Row(f"PLL of {n} mixed sentences, fp32", "s", times["bertfn"], "transformers, plain",
-                times["transformers"]),
-            Row(f"bf16 mode: PLL of {n} mixed sentences", "s", times["bf16"], "minicons sequence_score",
-                times["minicons"], "<= 0.25"),
-            Row(f"bf16 mode: PLL of {n} mixed sentences", "s", times["bf16"], "transformers, plain",
-                times["transformers"])]
+    others = [*minicons, "transformers, plain"]
+    target = lambda other, bound: bound if other in minicons else None  # noqa: E731  the issue's targets are against minicons
+    rows = [*(Row(f"PLL of {n} mixed sentences, fp32", "s", times["bertfn"], other, times[other], target(other, "<= 0.5"))
+              for other in others),
+            *(Row(f"bf16 mode: PLL of {n} mixed sentences", "s", times["bf16"], other, times[other],
+                  target(other, "<= 0.25")) for other in others)]
     gap = lambda a, b: max(abs(x - y) for x, y in zip(scores[a], scores[b]))  # noqa: E731
     rel = max(abs(x - y) / abs(y) for x, y in zip(scores["bf16"], scores["bertfn"]))
+    work = {"bertfn": multiply_adds(model.config, lengths, 1)["bertfn"],
+            **{name: multiply_adds(model.config, lengths, b)["minicons"] for name, b in minicons.items()},
+            "transformers, plain": multiply_adds(model.config, lengths, 1)["transformers"]}
     notes = [f"{n} sentences of {min(lengths)} to {max(lengths)} tokens, {sum(lengths)} in all; "
-             f"{sum(k * (k - 2) for k in lengths)} tokens in their masked copies; minicons scores "
-             f"{minicons_batch} sentence(s) per call",
-             f"fp32 sentence scores: bertfn vs minicons at most {gap('bertfn', 'minicons'):.1e} apart, "
-             f"vs the plain transformers way {gap('bertfn', 'transformers'):.1e} (natural log; the target is 1e-4)",
+             f"{sum(k * (k - 2) for k in lengths)} tokens in their masked copies",
+             "fp32 sentence scores (natural log; the target is 1e-4): " + "; ".join(
+                 f"bertfn vs {other} at most {gap('bertfn', other):.1e} apart" for other in others),
              f"bf16 mode sentence scores: at most {rel:.2%} from fp32's (relative; the target is 1%), "
-             f"{max(abs(x - y) for x, y in zip(scores['bf16'], scores['bertfn'])):.2f} nats"]
+             f"{max(abs(x - y) for x, y in zip(scores['bf16'], scores['bertfn'])):.2f} nats",
+             "multiply-adds in matrix products (bench/scoring.py: multiply_adds): bertfn "
+             f"{work['bertfn'] / 1e12:.1f} T; " + "; ".join(
+                 f"{other} {work[other] / 1e12:.1f} T (bertfn's / its: {work['bertfn'] / work[other]:.3f}, the floor of "
+                 "the fp32 time ratio at equal product speed)" for other in others)]
     return rows, notes
 
 
@@ -132,9 +158,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", type=Path, help="checkpoint folder (default: build a bert-base-shaped random one)")
     parser.add_argument("--quick", action="store_true", help="8 short sentences, one round: to test the script")
     parser.add_argument("--threads", type=int, default=None, help="threads for every side (default: torch's)")
-    parser.add_argument("--minicons-batch", type=int, default=1, help="sentences per sequence_score call")
+    parser.add_argument("--minicons-batch", type=int, nargs="+", default=[1, 8],
+                        help="sentences per sequence_score call: one minicons side per value")
     parser.add_argument("--sentences", type=int, default=64, help="sentences in the workload, spread over 8-128 tokens")
-    parser.add_argument("--rounds", type=int, default=2, help="times each side scores the whole workload")
+    parser.add_argument("--rounds", type=int, default=1, help="times each side scores the whole workload")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="file whose scoring section is replaced")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work", help="where the built checkpoint goes")
     args = parser.parse_args(argv)
