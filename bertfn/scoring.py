@@ -18,7 +18,8 @@ not scored. Each score comes from a *masked copy* of its text (:class:`Copies`, 
 :func:`~bertfn.encoder.encoder` and :func:`~bertfn.heads.mlm_head`, the definition read straight;
 :func:`log_probs` gets the same numbers on fill_mask's fast path: the copies laid end to end
 without padding (:func:`~bertfn.pipelines.encoded_groups`), the last layer and the head only at the
-one position each copy scores (tests/test_scoring.py checks that the two agree, and both against transformers).
+one position each copy scores (tests/test_scoring.py checks that the two agree, and both against
+transformers).
 
 The same machinery scores fill_mask's whole-word targets (:func:`word_log_probs`) and its joint
 filling (:mod:`bertfn.joint`).
@@ -126,7 +127,8 @@ def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) -
     """The fast path, a group of copies at a time: ``(rows, log-softmax (len(rows), V) at each copy's target)``.
 
     Copies are laid end to end without padding (:func:`~bertfn.pipelines.encoded_groups`); the last
-    layer's attention output and feed-forward, and the MLM head, run at one position per copy. Call it under ``torch.inference_mode()``.
+    layer's attention output and feed-forward, and the MLM head, run at one position per copy.
+    Call it under ``torch.inference_mode()``.
     """
     def targets(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (n,): each copy's scored position, end to end
         starts = [0]
