@@ -173,7 +173,7 @@ def release_memory() -> None:
     Each chunk's tensors come in sizes of their own (its texts' lengths), and glibc keeps the holes
     they leave in its heap when freed, so without this the resident memory of a long run creeps up
     chunk after chunk: +300 MB in 20 chunks in tests/test_corpus.py's check, +500 MB over the 10,000
-    lines of bench/files.py. Trimmed after each chunk, it stays flat (about 1% of a chunk's time).
+    lines of bench/files.py. Trimmed after each chunk, it stays flat, at the same speed within noise.
     """
     if _malloc_trim is not None:
         _malloc_trim(0)
