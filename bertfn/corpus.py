@@ -451,8 +451,7 @@ def run_file(
         raise InputError(f"{source} has {skipped} lines but {target} already holds {done}; "
                          "--resume continues a run on the same input")
     out = sys.stdout.buffer if to_stdout else open(target, "ab")
-    total = None if str(source) == "-" else _count_lines(Path(source))
-    bar = _progress_bar(total, done, sys.stderr.isatty() if progress is None else progress)
+    bar = _progress_bar(source, done, sys.stderr.isatty() if progress is None else progress)
     texts = errors = tokens = 0
     reading = time.perf_counter()  # the model is loaded: the bar's rates count from here
     try:
@@ -486,11 +485,14 @@ def run_file(
     return Summary(texts, errors, tokens, time.perf_counter() - started, "stdout" if to_stdout else str(target), done)
 
 
-def _progress_bar(total: int | None, done: int, show: bool):
-    """A tqdm bar on stderr counting texts (total: the input's lines, None for stdin), or None when hidden."""
+def _progress_bar(source: str | Path, done: int, show: bool):
+    """A tqdm bar on stderr counting texts (its total: the input's lines, counted here; none for stdin),
+    or None when hidden (then the file is not read an extra time)."""
     if not show:
         return None
     from tqdm import tqdm
+
+    total = None if str(source) == "-" else _count_lines(Path(source))
 
     return tqdm(total=total, initial=done, unit="text", file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
                 mininterval=0.5)
