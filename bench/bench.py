@@ -169,7 +169,7 @@ def products(model, groups: list[tuple[int, int]]) -> Callable[[], object]:
     import torch
     import torch.nn.functional as F
 
-    from bertfn.state import LINEAR_WEIGHT
+    from bertfn.checkpoint.state import LINEAR_WEIGHT
 
     state = model.state
     layers = [(w, state[k[: -len("weight")] + "bias"]) for k, w in state.items()
@@ -192,7 +192,7 @@ def products(model, groups: list[tuple[int, int]]) -> Callable[[], object]:
 
 def batch_groups(lengths: list[int], batch_size: int) -> list[tuple[int, int]]:
     """(tokens, masks) of each group ``fill_mask`` runs for texts of these lengths, one [MASK] each."""
-    from bertfn.pipelines import GROUP_TOKENS, text_groups
+    from bertfn.fast.batching import GROUP_TOKENS, text_groups
 
     return [(sum(lengths[i] for i in g), len(g)) for g in text_groups(lengths, batch_size, GROUP_TOKENS)]
 

@@ -1,4 +1,4 @@
-"""Which kernel should multiply activations by BERT's weights? A micro-benchmark behind bertfn.functional.linear.
+"""Which kernel should multiply activations by BERT's weights? A micro-benchmark behind bertfn.fast.kernels.linear.
 
     python bench/kernels.py [--rows 1,12,32,64,128,256,512] [--reps 9] [--threads N]
 
@@ -7,7 +7,7 @@ hold, as in a real forward pass) times an activation of R rows, for each R, thro
   * ``F.linear``: what torch.nn.Linear and transformers run (MKL's sgemm on x86), on (out, in)
     weights as checkpoints store them;
   * ``F.linear (in,out)``: the same call on the same values laid out (in, out) in memory, as
-    ``bertfn.load`` lays them out (``bertfn.state.matmul_layout``);
+    ``bertfn.load`` lays them out (``bertfn.checkpoint.state.matmul_layout``);
   * ``onednn``: ``torch.ops.mkldnn._linear_pointwise`` on the (out, in) weights (no copy);
   * ``onednn packed``: the same kernel on weights reordered once into oneDNN's blocked layout,
     a second copy of every weight (+340 MB).
@@ -24,7 +24,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from bertfn.state import in_out
+from bertfn.checkpoint.state import in_out
 
 
 def main() -> None:

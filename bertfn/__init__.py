@@ -1,17 +1,26 @@
 """bertfn: BERT as stateless pure functions over a Hugging Face state_dict.
 
-Read it top to bottom: functional.py (linear, layer_norm, gelu) -> embeddings.py -> attention.py
--> encoder.py (feed-forward, layer, the stack) -> heads.py -> pipelines.py (fill-mask), pooling.py (embed),
-scoring.py and joint.py (sentence scores, joint filling).
-loading.py turns a hub id or a folder into a :class:`Model` (state.py checks and lays out its weights);
-tokenizer.py turns text into ids. Calls that read text take the texts first and the model second
-(``fill_mask(texts, model)``, ``trace(text, model)``); resolve.py turns what they are given into a Model.
+The house, one room per part a reader would name, each importing only the rooms listed above it:
+
+    errors.py     the exceptions every room raises
+    model/        the forward pass, read top to bottom: functional -> embeddings -> attention ->
+                  encoder -> heads (config.py, params.py and recorder.py beside them)
+    checkpoint/   a hub id or a folder becomes a Model: loading, state checks, tokenizer; new Models
+                  made by pruning or from scratch
+    fast/         the same numbers, faster: texts end to end without padding, kernels chosen per call
+    tasks/        fill-mask, scoring and joint filling, embeddings
+    inspect/      trace (every intermediate of a pass), plots, the explorer page
+    corpus/       tasks over texts of any number: streams, files, Ray (not imported here)
+    cli.py        the ``bertfn`` command, a thin layer over the above
+
+Calls that read text take the texts first and the model second (``fill_mask(texts, model)``,
+``trace(text, model)``); checkpoint/resolve.py turns what they are given into a Model.
 """
 
-from .attention import attention, eager_attention, extended_mask, sdpa_attention
-from .config import BertConfig
-from .embeddings import embeddings
-from .encoder import Cache, EncoderOutput, encoder, feed_forward, layer
+from .checkpoint.loading import Model, load
+from .checkpoint.pruning import prune_heads
+from .checkpoint.scratch import init_model, parameter_count
+from .checkpoint.tokenizer import Tokenizer
 from .errors import (
     BertfnError,
     CheckpointError,
@@ -21,8 +30,14 @@ from .errors import (
     MissingPartError,
     ModelLoadError,
 )
-from .functional import gelu, layer_norm, linear
-from .heads import (
+from .inspect import plots  # matplotlib itself is imported only when a plot is drawn
+from .inspect.trace import Recording, trace  # bertfn.trace is this function; the recorder class is bertfn.Trace
+from .model.attention import attention, eager_attention, extended_mask, sdpa_attention
+from .model.config import BertConfig
+from .model.embeddings import embeddings
+from .model.encoder import Cache, EncoderOutput, encoder, feed_forward, layer
+from .model.functional import gelu, layer_norm, linear
+from .model.heads import (
     mlm_head,
     multiple_choice,
     nsp_head,
@@ -31,17 +46,11 @@ from .heads import (
     sequence_classification,
     token_classification,
 )
-from .loading import Model, load
-from .params import Params
-from .pipelines import fill_mask
-from .pooling import embed
-from .scoring import score
-from .pruning import prune_heads
-from .scratch import init_model, parameter_count
-from .tokenizer import Tokenizer
-from .trace import Trace
-from .inspect import Recording, trace  # bertfn.trace is this function; the recorder class is bertfn.Trace
-from . import plots  # matplotlib itself is imported only when a plot is drawn
+from .model.params import Params
+from .model.recorder import Trace
+from .tasks.embed import embed
+from .tasks.fill_mask import fill_mask
+from .tasks.scoring import score
 
 __version__ = "0.1.0"
 

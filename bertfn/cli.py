@@ -28,9 +28,9 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from .dtypes import DTYPES
+from .checkpoint.dtypes import DTYPES
 from .errors import SURFACE, BertfnError, InputError
-from .pooling import POOLINGS
+from .tasks.embed import POOLINGS
 
 
 def emit(text: str) -> None:
@@ -64,9 +64,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def model_from_args(args: argparse.Namespace):
-    """The :class:`~bertfn.loading.Model` that the model options name, loaded as :func:`bertfn.load` does."""
-    from .loading import load
-    from .resolve import DEFAULT_MODEL
+    """The :class:`~bertfn.checkpoint.loading.Model` that the model options name, loaded as :func:`bertfn.load` does."""
+    from .checkpoint.loading import load
+    from .checkpoint.resolve import DEFAULT_MODEL
 
     return load(args.model or DEFAULT_MODEL, tokenizer=args.tokenizer, lowercase=args.lowercase,
                 device=args.device, dtype=args.dtype)
@@ -90,11 +90,11 @@ def add_file_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
-    """``bertfn TASK --input ...``: :func:`bertfn.corpus.run_file`, then its one-line summary on stderr.
+    """``bertfn TASK --input ...``: :func:`bertfn.corpus.files.run_file`, then its one-line summary on stderr.
 
     Exit code 0 when every line has a result, 2 (bad input) when any line holds an error instead.
     """
-    from .corpus import run_file
+    from .corpus.files import run_file
 
     if args.text:
         raise InputError("pass texts on the command line or --input FILE, not both")
@@ -145,7 +145,7 @@ def _joint_table(text: str, fills: list) -> str:
 
 
 def _run_fill_mask(args: argparse.Namespace) -> int:
-    from .pipelines import fill_mask
+    from .tasks.fill_mask import fill_mask
 
     options = dict(top_k=args.top_k, targets=args.targets, truncation=args.truncation, batch_size=args.batch_size,
                    joint=args.joint, beam_width=args.beam_width)
@@ -182,7 +182,7 @@ def _score_table(result: dict, per_token: bool) -> str:
 
 
 def _run_score(args: argparse.Namespace) -> int:
-    from .scoring import score
+    from .tasks.scoring import score
 
     if args.input is not None:
         return run_file_command(args, "score", method=args.method)
@@ -210,8 +210,8 @@ def _add_attention(sub) -> None:
 
 def _run_attention(args: argparse.Namespace) -> int:
     """Trace ``args.text`` and write the attention heatmap of one layer (all heads, or ``--head``)."""
-    from .inspect import trace
-    from .plots import attention_figure, require_matplotlib
+    from .inspect.plots import attention_figure, require_matplotlib
+    from .inspect.trace import trace
 
     require_matplotlib()  # before the model loads: a missing matplotlib is known at once
     fig = attention_figure(trace(args.text, model_from_args(args)), args.layer, args.head, args.scale.replace("-", "_"))
@@ -239,7 +239,7 @@ def _add_embed(sub) -> None:
 
 def _run_embed(args: argparse.Namespace) -> int:
     """Print the embeddings of ``args.text``: one line of H numbers per text, or JSON as bertfn.embed(...).tolist()."""
-    from .pooling import embed
+    from .tasks.embed import embed
 
     options = dict(pooling=args.pooling, normalize=args.normalize, max_length=args.max_length)
     if args.input is not None:
@@ -265,8 +265,8 @@ def _add_view(sub) -> None:
 
 
 def _run_view(args: argparse.Namespace) -> int:
-    """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.explorer`)."""
-    from .inspect import trace
+    """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.inspect.explorer`)."""
+    from .inspect.trace import trace
 
     rec = trace(args.text, model_from_args(args), pair=args.pair)
     path = rec.save_html(args.out, top_k=args.top_k)

@@ -160,7 +160,7 @@ def random_model(config: "bertfn.BertConfig", seed: int = 0, mlm: bool = True, p
     No transformers involved: fast enough for hypothesis to build one per example.
     """
     import bertfn
-    from bertfn.state import expected_shapes
+    from bertfn.checkpoint.state import expected_shapes
 
     wanted = {}
     if mlm:
@@ -187,7 +187,8 @@ def hf_params(model, requires_grad: bool = False) -> "bertfn.Params":
     copies that require grad, one per shared tensor, so tied weights stay tied (as in the HF model).
     """
     import bertfn
-    from bertfn.state import check_state, normalize_keys
+    from bertfn.checkpoint.state import check_state
+    from bertfn.model.params import normalize_keys
 
     config = bertfn.BertConfig.from_dict(model.config.to_dict())
     state = dict(model.state_dict())

@@ -1,4 +1,4 @@
-"""Corpora (bertfn/corpus.py): the iterator, files in and out with error lines, progress and resume."""
+"""Corpora (bertfn/corpus/): the iterator, files in and out with error lines, progress and resume."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import pytest
 
 import bertfn
 from bertfn.cli import main
-from bertfn.corpus import CHUNK, _malloc_trim, run_file, stream
+from bertfn.corpus import run_file, stream
+from bertfn.corpus.runner import CHUNK, _malloc_trim
 
 GOOD = ["the cat sat on the [MASK] .", "i [MASK] you [MASK] well", "paris is the [MASK] of france .",
         "[MASK]", "when in rome , do as the [MASK] do ."]

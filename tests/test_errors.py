@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 import bertfn
 from bertfn.cli import main
-from bertfn.pipelines import mask_windows, window_around_masks
+from bertfn.tasks.fill_mask import mask_windows, window_around_masks
 
 # --- inputs to fill_mask -------------------------------------------------------------------------
 
@@ -633,7 +633,7 @@ def test_cli_unexpected_failure_is_one_line_exit_1(capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("something deep\nwent wrong")
 
-    monkeypatch.setattr("bertfn.pipelines.fill_mask", broken)
+    monkeypatch.setattr("bertfn.tasks.fill_mask.fill_mask", broken)
     monkeypatch.setattr("bertfn.cli.model_from_args", lambda args: None)
     monkeypatch.delenv("BERTFN_DEBUG", raising=False)
     code, out, err = run_cli(capsys, "fill-mask", "a [MASK]")
@@ -648,7 +648,7 @@ def test_cli_ctrl_c(capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("bertfn.pipelines.fill_mask", interrupted)
+    monkeypatch.setattr("bertfn.tasks.fill_mask.fill_mask", interrupted)
     monkeypatch.setattr("bertfn.cli.model_from_args", lambda args: None)
     code, _, err = run_cli(capsys, "fill-mask", "a [MASK]")
     assert code == 130 and err == "bertfn: error: interrupted\n"

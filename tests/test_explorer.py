@@ -1,4 +1,4 @@
-"""The explorer (bertfn/explorer.py): its numbers against the trace, and the page itself in a real browser.
+"""The explorer (bertfn/inspect/explorer.py): its numbers against the trace, and the page itself in a real browser.
 
 The browser is Debian's Chromium (``apt-get install chromium``), driven by Playwright's Python package
 (in the test extra); Playwright's own browser download is never used. .ci/run installs both and sets
@@ -25,7 +25,7 @@ from conftest import VOCAB, WORDS, minilm_folder, random_model, write_vocab
 
 import bertfn
 from bertfn.cli import main
-from bertfn.explorer import PAGE_FILES, _ascii_script, page_data
+from bertfn.inspect.explorer import PAGE_FILES, _ascii_script, page_data
 
 TEXT = "when in rome, do as the [MASK] do."
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -119,7 +119,7 @@ def test_the_page_is_one_self_contained_file(rec):
     assert "<title>bertfn explorer: &lt;/script&gt;&lt;b&gt;rome&lt;/b&gt;</title>" in doc
     meta = json.loads(_script(doc, "bertfn-meta"))
     assert meta["title"] == "</script><b>rome</b>" and meta["tokens"] == rec.tokens
-    page = Path(bertfn.__file__).parent / "explorer_page"
+    page = Path(bertfn.__file__).parent / "inspect" / "explorer_page"
     assert (page / "explorer.css").read_text(encoding="utf-8") in doc
     assert _ascii_script((page / "explorer.js").read_text(encoding="utf-8")) in doc
     assert doc.isascii()  # reads the same whatever encoding a host page (a notebook's iframe) assumes
@@ -154,7 +154,8 @@ def test_cli_view_writes_the_page(tiny_folder, tmp_path, capsys):
 
 
 def test_the_wheel_ships_the_page(tmp_path):
-    """pyproject's package-data must name the page's files, or an installed bertfn could not write pages."""
+    """pyproject's package-data must name the page's files, or an installed bertfn could not write pages;
+    and the package list must take every sub-package, or an installed bertfn could not even be imported."""
     pytest.importorskip("setuptools")  # the build backend, used from this environment (no download)
     root = Path(__file__).parent.parent
     src = tmp_path / "src"  # a copy, so the build leaves no build/ folder in the checkout
@@ -167,7 +168,9 @@ def test_the_wheel_ships_the_page(tmp_path):
 
     (wheel,) = tmp_path.glob("bertfn-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {f"bertfn/explorer_page/{name}" for name in PAGE_FILES} <= names
+    assert {f"bertfn/inspect/explorer_page/{name}" for name in PAGE_FILES} <= names
+    modules = {p.relative_to(root).as_posix() for p in (root / "bertfn").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
 
 
 # --- the page in a real browser --------------------------------------------------------------------

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import bertfn
 
 pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
-from bertfn.functional import ACTIVATIONS
+from bertfn.model.functional import ACTIVATIONS
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 POSITION_TYPES = ("absolute", "relative_key", "relative_key_query")

@@ -90,7 +90,7 @@ def test_no_mask_is_an_input_error(both):
 
 
 def test_model_by_path_is_loaded_once(mlm_checkpoint):
-    from bertfn.pipelines import get_model
+    from bertfn.checkpoint.resolve import get_model
 
     folder, _ = mlm_checkpoint
     assert get_model(str(folder)) is get_model(str(folder))
@@ -98,7 +98,7 @@ def test_model_by_path_is_loaded_once(mlm_checkpoint):
 
 
 def test_device_is_part_of_the_cache_and_no_move_when_already_there(mlm_checkpoint):
-    from bertfn.pipelines import get_model
+    from bertfn.checkpoint.resolve import get_model
 
     folder, _ = mlm_checkpoint
     on_cpu = get_model(str(folder), "cpu")
@@ -108,7 +108,7 @@ def test_device_is_part_of_the_cache_and_no_move_when_already_there(mlm_checkpoi
 
 
 def test_dtype_loads_once_per_dtype_and_converts_a_given_model(mlm_checkpoint):
-    from bertfn.pipelines import get_model
+    from bertfn.checkpoint.resolve import get_model
 
     folder, _ = mlm_checkpoint
     bf16 = get_model(str(folder), dtype=torch.bfloat16)

@@ -176,7 +176,7 @@ def test_linear_weights_are_laid_out_in_out_with_the_files_values(safe, tmp_path
     folder = save_checkpoint(hf, tmp_path / "ckpt", safe=safe)
     model = bertfn.load(folder)
     expected = hf.state_dict()
-    linear = [k for k in model.state if bertfn.state.LINEAR_WEIGHT.search(k)]
+    linear = [k for k in model.state if bertfn.checkpoint.state.LINEAR_WEIGHT.search(k)]
     assert len(linear) == 6 * hf.config.num_hidden_layers + 3  # q, k, v, out, ffn in, ffn out; pooler, transform, NSP
     for k, t in model.state.items():
         torch.testing.assert_close(t, expected[k], atol=0, rtol=0)  # same values under the same name

@@ -19,7 +19,7 @@ from conftest import minilm_folder
 
 import bertfn
 from bertfn.cli import main
-from bertfn.pooling import POOLINGS
+from bertfn.tasks.embed import POOLINGS
 
 TEXTS = ["the cat sat on the mat .", "hello world !", "a big red dog and a small blue cat sat on the mat .", "i"]
 

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bertfn
-from bertfn import scoring
+from bertfn.tasks import scoring
 from bertfn.cli import main
 
 TOL = 1e-4

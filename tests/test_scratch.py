@@ -7,7 +7,7 @@ import torch
 from conftest import require_transformers
 
 import bertfn
-from bertfn.scratch import init_model, model_shapes, parameter_count
+from bertfn.checkpoint.scratch import init_model, model_shapes, parameter_count
 
 
 def test_bert_base_parameter_table():

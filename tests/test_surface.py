@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 import bertfn
 from bertfn.cli import main
-from bertfn.resolve import get_model
+from bertfn.checkpoint.resolve import get_model
 
 ROOT = Path(__file__).parent.parent
 TEXT = "when in rome , do as the [MASK] do ."
@@ -253,8 +253,8 @@ def test_numpy_is_a_dependency_not_a_filter():
 
 
 def test_trace_is_the_function_and_trace_the_recorder_class(tiny):
-    assert callable(bertfn.trace) and bertfn.trace.__module__ == "bertfn.inspect"
-    assert bertfn.Trace.__module__ == "bertfn.trace" and isinstance(bertfn.trace("the cat", tiny), bertfn.Recording)
+    assert callable(bertfn.trace) and bertfn.trace.__module__ == "bertfn.inspect.trace"
+    assert bertfn.Trace.__module__ == "bertfn.model.recorder" and isinstance(bertfn.trace("the cat", tiny), bertfn.Recording)
     for path in (ROOT / "bertfn").glob("*.py"):  # bertfn.trace is the function: no pointer may go through it
         assert "bertfn.trace.Trace" not in path.read_text(encoding="utf-8"), path
 
@@ -298,7 +298,7 @@ def no_downloads(monkeypatch) -> list:
 
 
 def test_unknown_name_fails_fast_when_the_hub_is_unreachable(online, monkeypatch, capsys):
-    monkeypatch.setattr(bertfn.loading, "hub_unreachable", lambda timeout=3.0: "huggingface.co: no route (test)")
+    monkeypatch.setattr(bertfn.checkpoint.loading, "hub_unreachable", lambda timeout=3.0: "huggingface.co: no route (test)")
     calls = no_downloads(monkeypatch)
     with pytest.raises(bertfn.ModelLoadError) as e:
         bertfn.load("bert-bsae-uncased")  # a typo of a local folder's name

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import bertfn
-from bertfn.pipelines import get_model
+from bertfn.checkpoint.resolve import get_model
 
 THREADS, CALLS = 4, 4
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import bertfn
-from bertfn.tokenizer import Tokenizer
+from bertfn.checkpoint.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here

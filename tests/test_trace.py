@@ -15,8 +15,8 @@ import torch
 from conftest import build_hf, minilm_folder, save_checkpoint
 
 import bertfn
-from bertfn.attention import extended_mask, merge_heads, relative_position_scores, split_heads
-from bertfn.functional import ACTIVATIONS, layer_norm, linear
+from bertfn.model.attention import extended_mask, merge_heads, relative_position_scores, split_heads
+from bertfn.model.functional import ACTIVATIONS, layer_norm, linear
 
 TEXT = "When in Rome, do as the [MASK] do."
 ATTENTION_STEPS = ("query", "key", "value", "q", "k", "v", "scores", "scaled_scores", "masked_scores", "probs",

@@ -17,7 +17,7 @@ from conftest import build_hf, hf_params
 import bertfn
 
 pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
-from bertfn.functional import dropout
+from bertfn.model.functional import dropout
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 

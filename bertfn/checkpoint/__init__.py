@@ -1,0 +1,12 @@
+"""From a hub id or a folder to a :class:`~bertfn.checkpoint.loading.Model`, and new Models made from one.
+
+    dtypes.py       the precisions a model runs in, as Python and the CLI spell them
+    tokenizer.py    text -> ids: vocab.txt or tokenizer.json through the tokenizers library
+    state.py        the checkpoint's tensors checked against the shapes the config implies, laid out for products
+    loading.py      load(): weights (safetensors, never pickled code), config and tokenizer -> Model
+    resolve.py      what the text-reading calls accept (a Model, a folder, a hub id; one text or many)
+    pruning.py      prune_heads(): a Model without some attention heads
+    scratch.py      init_model(): a Model from a config alone, weights drawn as BERT initialises them
+
+Each module imports only those above it (and bertfn/model/, errors.py).
+"""

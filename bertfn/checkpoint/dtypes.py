@@ -1,0 +1,28 @@
+"""The precisions a model runs in, as Python calls and the ``--dtype`` option spell them alike."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import InputError
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+"""Every accepted spelling (``torch.`` in front is allowed too) and the dtype it names."""
+
+
+def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    """A floating-point ``torch.dtype`` from itself or a name in :data:`DTYPES` (``"bfloat16"``, ``"bf16"``, ...).
+
+    None stays None (keep the stored precision). Anything else raises :class:`InputError`.
+    """
+    if dtype is None or (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        return dtype
+    name = dtype.strip().lower().removeprefix("torch.") if isinstance(dtype, str) else None
+    if name in DTYPES:
+        return DTYPES[name]
+    raise InputError(f"dtype must be a floating-point torch.dtype or one of {', '.join(map(repr, DTYPES))}, "
+                     f"got {dtype!r}")

@@ -1,0 +1,346 @@
+"""From a hub id, a folder or a file to a :class:`Model`: config + flat HF-keyed weights + tokenizer.
+
+``load(name_or_path)`` accepts
+  * a local folder with ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``) and
+    ``tokenizer.json`` (or ``vocab.txt``),
+  * a single ``.safetensors`` / ``.bin`` file, with ``config.json`` beside it or ``config=`` given,
+  * a hub id such as ``google-bert/bert-base-uncased``, fetched through ``huggingface_hub`` (its cache,
+    ``HF_HUB_OFFLINE=1`` and ``HF_HUB_CACHE`` work as everywhere in the ecosystem).
+
+Weights are read with ``safetensors`` or ``torch.load(weights_only=True)``: loading never runs
+pickled code. Keys are normalised to the names ``BertForPreTraining`` uses (``bert.`` prefix,
+``LayerNorm.weight|bias``, tied decoder present) and checked against the shapes the config implies.
+Linear weights are then laid out (in, out) in memory for faster products (:func:`matmul_layout`):
+names, shapes and values stay the checkpoint's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from ..errors import CheckpointError, InputError, ModelLoadError, require_readable, syntax, unreadable
+from ..model.config import BertConfig
+from ..model.params import Params, normalize_keys
+from .dtypes import resolve_dtype
+from .state import check_state, group_keys, matmul_layout, unused_keys
+from .tokenizer import Tokenizer
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+                   "sentence_bert_config.json")  # sentence-transformers' max_seq_length, read by bertfn.embed
+
+
+@dataclass(frozen=True, repr=False)
+class Model:
+    """A loaded BERT: the flat HF-keyed ``state`` is the model; ``params`` is its root view."""
+
+    config: BertConfig
+    state: dict[str, torch.Tensor]
+    tokenizer: Tokenizer | None
+    name: str
+
+    @property
+    def params(self) -> Params:
+        return Params(self.state, self.config)
+
+    @property
+    def device(self) -> torch.device:
+        return self.state["bert.embeddings.word_embeddings.weight"].device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.state["bert.embeddings.word_embeddings.weight"].dtype
+
+    def __repr__(self) -> str:
+        """A summary (the full state would print every weight): sizes, parts, precision, device, tokenizer."""
+        c = self.config
+        unique = {id(t): t for t in self.state.values()}  # tied weights count once
+        parts = [name for name, key in (("MLM head", "cls.predictions.decoder.weight"), ("pooler", "bert.pooler.dense.weight"),
+                                        ("NSP head", "cls.seq_relationship.weight"), ("classifier", "classifier.weight"),
+                                        ("QA head", "qa_outputs.weight")) if key in self.state]
+        tok = "none" if self.tokenizer is None else \
+            f"{self.tokenizer.vocab_size} tokens{', lowercased' if self.tokenizer.lowercase else ''}"
+        return (f"Model({self.name!r}: {c.num_hidden_layers} layers, {c.num_attention_heads} heads, hidden "
+                f"{c.hidden_size}, FFN {c.intermediate_size}, vocab {c.vocab_size}, {c.max_position_embeddings} "
+                f"positions ({c.position_embedding_type}); {len(self.state)} tensors, "
+                f"{sum(t.numel() for t in unique.values()):,} parameters, {self.dtype} on {self.device}; "
+                f"parts: encoder{''.join(', ' + p for p in parts)}; tokenizer: {tok})")
+
+    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | str | None = None) -> Model:
+        """A copy of the model with its weights on ``device`` / in ``dtype`` (tied weights stay tied,
+        and each weight keeps its memory layout, see :func:`matmul_layout`).
+
+        Raises :class:`InputError` for a device this torch cannot use or a dtype that is not floating point.
+        """
+        dtype = resolve_dtype(dtype)
+        if device is not None:
+            try:
+                torch.empty(0, device=device)
+            except (RuntimeError, AssertionError, TypeError) as e:  # unknown name, or a backend torch lacks
+                raise InputError(f"device {str(device)!r} cannot be used here ({str(e).splitlines()[0]}); "
+                                 f"pass 'cpu'{' or cuda' if torch.cuda.is_available() else ''}") from None
+        moved: dict[int, torch.Tensor] = {}
+        state = {}
+        for k, t in self.state.items():
+            if id(t) not in moved:
+                moved[id(t)] = t.to(device=device, dtype=dtype if t.is_floating_point() else None)
+            state[k] = moved[id(t)]
+        return replace(self, state=state)
+
+
+# --- reading files --------------------------------------------------------------------------------
+
+
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors of one weights file. ``.safetensors`` via safetensors; ``.bin`` via ``weights_only`` torch.load.
+
+    Raises :class:`CheckpointError` for a file this user may not read, a corrupt file, or one that holds code.
+    """
+    path = Path(path)
+    require_readable(path)
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            # read into memory, not mapped: matmul_layout replaces most weights by copies, and the
+            # mapped pages would stay resident beside them
+            return load_file(str(path), backend="pread")
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(
+                f"{path} is not a readable safetensors file ({e}); it may be truncated or corrupt, download it again"
+            ) from e
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # UnpicklingError from the restricted unpickler, RuntimeError / EOFError for broken zips
+        reason = _torch_load_reason(e)
+        if "global" in reason.lower():  # the pickle names a function or class to call: code, refused unrun
+            raise CheckpointError(
+                f"{path} holds more than plain tensors ({reason}); bertfn reads .bin files with "
+                "torch.load(weights_only=True) and never runs code a pickle carries. If you trust the file, "
+                "convert it to model.safetensors; if you do not, delete it"
+            ) from e
+        raise CheckpointError(
+            f"{path} is not a PyTorch checkpoint bertfn can read ({reason}); it may be truncated or corrupt "
+            "(download it again) or not written by torch.save"
+        ) from e
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a flat state_dict of tensors")
+    return state
+
+
+def _torch_load_reason(e: Exception) -> str:
+    """The informative line of a torch.load error (its message wraps the reason in paragraphs of advice)."""
+    boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    reason = next((line for line in lines if not line.startswith(boilerplate)), lines[0] if lines else "")
+    return f"{type(e).__name__}: {reason}"
+
+
+# --- finding files --------------------------------------------------------------------------------
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "on", "yes", "true"}
+
+
+def _local_folder_hint(name: str) -> str:
+    """How to pass a local folder instead, in the caller's syntax (Python or the CLI)."""
+    short = name.rstrip("/").split("/")[-1]
+    return syntax(python=f"bertfn.load('./{short}')", cli=f"--model ./{short}")
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the hub cannot be reached right now (one connection attempt of ``timeout`` seconds), or None."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
+    except OSError as e:
+        return f"{url.hostname}: {e.strerror or e}"
+    return None
+
+
+def download(repo_id: str, revision: str | None = None) -> Path:
+    """Fetch config, weights and tokenizer files of a hub repo into the HF cache; returns the snapshot folder.
+
+    Honours ``HF_HUB_OFFLINE`` (cache only) and the usual cache variables. Prefers safetensors. When
+    the hub cannot be reached (one short connection attempt, :func:`hub_unreachable`), the cache is
+    used if it has the model, and otherwise the error says so at once instead of retrying.
+    """
+    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    how = (f"pass a local folder with config.json, model.safetensors and vocab.txt (or tokenizer.json) "
+           f"instead, e.g. {_local_folder_hint(repo_id)}")
+    try:
+        cached = isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    except (HFValidationError, ValueError) as e:
+        raise ModelLoadError(f"{repo_id!r} is neither a local folder nor a model on the hub "
+                             f"({type(e).__name__}); check the spelling, or {how}") from e
+    local_only = _offline()
+    unreachable = None if local_only else hub_unreachable()
+    if unreachable and not cached:
+        raise ModelLoadError(f"there is no folder named {repo_id!r} here, and the Hugging Face hub cannot be "
+                             f"reached to download it ({unreachable}); check the folder's name, or connect to "
+                             f"the network and try again, or {how}")
+    local_only = local_only or unreachable is not None
+
+    def fetch(filename: str) -> Path | None:
+        try:
+            return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=local_only))
+        except LocalEntryNotFoundError:
+            return None  # offline or unreachable, and not in the cache
+        except EntryNotFoundError:
+            return None  # the repo has no such file
+
+    try:
+        config = fetch("config.json")
+        if config is None:
+            fix = syntax(python="unset HF_HUB_OFFLINE", cli="run without HF_HUB_OFFLINE=1") + " to download it, or "
+            raise ModelLoadError(f"there is no folder named {repo_id!r} here, and HF_HUB_OFFLINE is set while the "
+                                 f"Hugging Face cache ({constants.HF_HUB_CACHE}) has no copy of it; {fix}{how}")
+        weights = next((w for w in map(fetch, WEIGHT_FILES) if w is not None), None)
+        if weights is None:
+            raise ModelLoadError(f"{repo_id!r} has no {' or '.join(WEIGHT_FILES)} available here; {how}")
+        for name in TOKENIZER_FILES:
+            fetch(name)
+    except (RepositoryNotFoundError, RevisionNotFoundError, HFValidationError) as e:
+        raise ModelLoadError(f"{repo_id!r} is neither a local folder nor a model on the hub "
+                             f"({type(e).__name__}); check the spelling, or {how}") from e
+    except (HfHubHTTPError, OSError) as e:  # the hub answered with an error, or the cache cannot be written
+        first_line = str(e).splitlines()[0] if str(e) else ""
+        raise ModelLoadError(f"cannot get {repo_id!r} ({type(e).__name__}: {first_line}); try again later, or {how}") from e
+    return config.parent
+
+
+def _looks_like_path(name: str) -> bool:
+    """Hub ids are ``name`` or ``org/name``; anything else that does not exist is a wrong path."""
+    return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or name.endswith((".safetensors", ".bin", ".json"))
+
+
+def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path, Path]:
+    """The checkpoint's folder and weights file: a local folder or file first, else a hub id (:func:`download`).
+
+    Raises :class:`ModelLoadError` when nothing is found or a folder cannot be read (permissions).
+    """
+    path = Path(name_or_path).expanduser()
+    try:
+        if path.is_dir():
+            weights = next((path / w for w in WEIGHT_FILES if (path / w).is_file()), None)
+            if weights is None:
+                raise CheckpointError(f"{path} has no {' or '.join(WEIGHT_FILES)}; put the model's weights there")
+            return path, weights
+        if path.is_file():
+            return path.parent, path
+    except PermissionError:  # the folder, or one above it, that this user may not search or list
+        raise unreadable(path, ModelLoadError) from None
+    if _looks_like_path(str(name_or_path)):
+        raise ModelLoadError(f"{str(name_or_path)!r} does not exist (no such folder or file here); pass an existing "
+                             "folder, file or a hub id")
+    folder = download(str(name_or_path), revision)
+    return folder, next(folder / w for w in WEIGHT_FILES if (folder / w).is_file())
+
+
+def load(
+    name_or_path: str | Path,
+    *,
+    tokenizer: Tokenizer | str | Path | None = None,
+    lowercase: bool | None = None,
+    config: BertConfig | dict | str | Path | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    revision: str | None = None,
+    strict: bool = False,
+) -> Model:
+    """Load a BERT checkpoint from a hub id, a folder or a weights file (see the module docstring).
+
+    tokenizer: where the vocabulary is when it is not beside the weights: a ``vocab.txt``, a
+    ``tokenizer.json``, a folder holding one, or a :class:`Tokenizer` (default: the checkpoint's folder).
+    lowercase: False keeps the text's case (a cased ``vocab.txt`` without tokenizer_config.json,
+    e.g. AntiBERTy's), True lowercases; default: as the tokenizer's files say.
+    config: overrides ``config.json`` (a :class:`BertConfig`, a dict, or a path). device / dtype: where
+    the weights go (default: as stored, on the CPU); dtype also as a string such as ``"bfloat16"``.
+    Keys that no BERT part reads (other heads such as AntiBERTy's ``cls.species.*``) are kept in
+    ``model.state``, unused, with a one-line warning; ``strict=True`` refuses them instead. Missing or
+    mis-shaped keys are always errors.
+    Raises :class:`ModelLoadError`, :class:`ConfigError` or :class:`CheckpointError` with what to do.
+    """
+    folder, weights = locate(name_or_path, revision)
+    config_file = folder / "config.json" if config is None else config if isinstance(config, (str, Path)) else None
+    if config_file is not None:
+        config = BertConfig.from_file(config_file)
+    elif isinstance(config, dict):
+        config = BertConfig.from_dict(config)
+    elif not isinstance(config, BertConfig):
+        raise InputError(f"config= takes a BertConfig, a dict or the path of a config.json, got {type(config).__name__}")
+
+    state = normalize_keys(read_weights(weights), config)
+    check_state(state, config, strict, str(weights), str(config_file) if config_file is not None else None)
+    unused = unused_keys(state)
+    if unused:
+        warnings.warn(f"{weights} has {len(unused)} key(s) that no BERT part reads ({', '.join(group_keys(unused))}): "
+                      "kept in model.state, skipped by the forward pass", stacklevel=2)
+    matmul_layout(state)
+    model = Model(config, state, load_tokenizer(tokenizer, folder, lowercase, config), str(name_or_path))
+    return model.to(device, dtype) if device is not None or dtype is not None else model
+
+
+def load_tokenizer(tokenizer: Tokenizer | str | Path | None, folder: Path, lowercase: bool | None,
+                   config: BertConfig) -> Tokenizer | None:
+    """The model's tokenizer: given, read from ``tokenizer`` (a file or folder), or found in ``folder``.
+
+    None, with a warning, when there is none: the model can still run on ids.
+    Raises :class:`CheckpointError` when its vocabulary is larger than the model's embedding table.
+    """
+    if isinstance(tokenizer, Tokenizer):
+        if lowercase is not None:
+            raise InputError("lowercase= applies to a tokenizer read from files; a Tokenizer object keeps its own "
+                             "settings (build it with Tokenizer.from_path(path, lowercase=...))")
+        tok = tokenizer
+    elif tokenizer is not None:
+        tok = Tokenizer.from_path(tokenizer, config.max_position_embeddings, lowercase)
+    else:
+        tok = Tokenizer.from_folder(folder, config.max_position_embeddings, lowercase)
+        if tok is None:
+            near = next((p for p in (folder.parent / "vocab.txt", folder.parent / "tokenizer.json") if p.is_file()), None)
+            example = ""
+            if near is not None:
+                cased = near.name == "vocab.txt" and _has_capitals(near)  # a bare vocab.txt would be lowercased
+                example = f", e.g. {near}{syntax(python=' with lowercase=False', cli=' with --cased') if cased else ''}"
+            warnings.warn(f"{folder} has no tokenizer.json or vocab.txt, so the model can read ids but not text; pass "
+                          f"{syntax(python='tokenizer=', cli='--tokenizer ')}PATH (a vocab.txt, tokenizer.json or "
+                          f"folder){example}", stacklevel=3)
+            return None
+    if tok.vocab_size > config.vocab_size:
+        raise CheckpointError(
+            f"the tokenizer {tok.source} has {tok.vocab_size} tokens but the model's vocab_size is "
+            f"{config.vocab_size}, so some ids would have no embedding; use the tokenizer files that came with "
+            "these weights"
+        )
+    return tok
+
+
+def _has_capitals(vocab: Path) -> bool:
+    """Whether a vocab.txt holds capital letters outside its [SPECIAL] tokens: a cased vocabulary."""
+    try:
+        tokens = vocab.read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return False  # only a hint depends on it
+    return any(t != t.lower() for t in tokens if not t.startswith("["))

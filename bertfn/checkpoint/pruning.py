@@ -1,0 +1,102 @@
+"""Removing attention heads from the weights (``PreTrainedModel.prune_heads`` / ``BertAttention.prune_heads``).
+
+Head h of a self-attention block owns a slice of hd = H / nh consecutive rows of the query, key and
+value weights and biases, and the same hd columns of the output dense weight:
+
+    self.query|key|value.weight  (nh*hd, H)  ->  rows    h*hd .. (h+1)*hd - 1  belong to head h
+    output.dense.weight          (H, nh*hd)  ->  columns h*hd .. (h+1)*hd - 1  belong to head h
+
+Deleting those slices removes the head for good; the layer then computes exactly what the full
+layer computes with that head's probabilities multiplied by 0 (a head mask). Only self-attention is
+pruned (cross-attention keeps its heads), as in transformers. Head numbers always mean the
+*original* heads 0 .. nh-1, and ``config.pruned_heads`` records which ones are gone, so pruning twice
+or loading a pruned checkpoint (transformers' ``save_pretrained`` writes ``pruned_heads`` to
+config.json) works the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+import torch
+
+from ..errors import CheckpointError, InputError
+from ..model.params import Params
+from .loading import Model
+from .state import in_out, is_in_out
+
+Tensor = torch.Tensor
+
+
+def kept_rows(present: list[int], drop: set[int], hd: int) -> Tensor:
+    """Indices of the weight rows (or columns) that stay when the heads in ``drop`` go.
+
+    present: the original numbers of the heads the weights still hold, in weight order.
+    Mirrors ``find_pruneable_heads_and_indices``. -> (len(kept heads) * hd,) long.
+    """
+    keep = [slot for slot, head in enumerate(present) if head not in drop]  # positions in the weights
+    return torch.cat([torch.arange(slot * hd, (slot + 1) * hd) for slot in keep])
+
+
+def kept(t: Tensor, dim: int, rows: Tensor) -> Tensor:
+    """``t.index_select(dim, rows)``, laid out in memory as ``t`` is: a weight that ``bertfn.load`` stored
+    (in, out) (:func:`bertfn.checkpoint.state.matmul_layout`) stays so, and keeps its faster products."""
+    out = t.index_select(dim, rows)
+    return in_out(out) if is_in_out(t) else out
+
+
+def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, Iterable[int]]) -> Params | Model:
+    """A copy of the model without the given self-attention heads (``BertModel.prune_heads``).
+
+    params_or_model: a loaded :class:`Model` or its root :class:`Params` (``model.params``).
+    heads_to_prune: ``{layer: [head, ...]}`` in original head numbers; heads already pruned are skipped.
+    Returns the same kind of object with a new state dict (tensors not touched are shared, so tied
+    weights stay tied) and ``config.pruned_heads`` extended. For each pruned layer i the new
+    ``bert.encoder.layer.{i}.attention.self.{query,key,value}.{weight,bias}`` lose rows and
+    ``...attention.output.dense.weight`` loses columns; attention reads the smaller head count from them.
+    """
+    if isinstance(params_or_model, Model):
+        state, cfg = params_or_model.state, params_or_model.config
+    elif isinstance(params_or_model, Params) and params_or_model.prefix == "":
+        state, cfg = params_or_model.state, params_or_model.config
+    else:
+        raise InputError(f"prune_heads takes a bertfn Model or its root params (model.params), "
+                         f"got {params_or_model!r}")
+
+    nh, hd, L = cfg.num_attention_heads, cfg.head_dim, cfg.num_hidden_layers
+    new_state = dict(state)
+    pruned = dict(cfg.pruned_heads)
+    for layer, heads in heads_to_prune.items():
+        heads = set(heads)
+        if not (isinstance(layer, int) and 0 <= layer < L) or not all(isinstance(h, int) and 0 <= h < nh for h in heads):
+            raise InputError(f"heads_to_prune maps a layer in 0..{L - 1} to heads in 0..{nh - 1}; "
+                             f"got {layer!r}: {sorted(heads, key=repr)}")
+        already = set(pruned.get(layer, ()))
+        present = [h for h in range(nh) if h not in already]  # original numbers, in weight order
+        drop = heads - already
+        if not drop:
+            continue
+        if len(drop) == len(present):
+            raise InputError(f"pruning heads {sorted(drop)} would leave layer {layer} with no attention heads; "
+                             f"keep at least one")
+
+        prefix = f"bert.encoder.layer.{layer}.attention."
+        if state[prefix + "self.query.weight"].shape[0] != len(present) * hd:
+            raise CheckpointError(
+                f"{prefix}self.query.weight has {state[prefix + 'self.query.weight'].shape[0] // hd} heads but the "
+                f"config says {len(present)} (pruned_heads={sorted(already)}); the config does not belong to these weights"
+            )
+        rows = kept_rows(present, drop, hd).to(state[prefix + "self.query.weight"].device)
+        for name in ("query", "key", "value"):
+            for leaf in ("weight", "bias"):
+                key = f"{prefix}self.{name}.{leaf}"
+                new_state[key] = kept(state[key], 0, rows)  # (kept*hd, H) or (kept*hd,)
+        key = f"{prefix}output.dense.weight"
+        new_state[key] = kept(state[key], 1, rows)  # (H, kept*hd); the bias (H,) is unchanged
+        pruned[layer] = tuple(sorted(already | drop))
+
+    new_cfg = replace(cfg, pruned_heads=pruned)
+    if isinstance(params_or_model, Model):
+        return replace(params_or_model, config=new_cfg, state=new_state)
+    return Params(new_state, new_cfg)

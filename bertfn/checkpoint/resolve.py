@@ -1,0 +1,115 @@
+"""What the pipeline-level calls accept, turned into what the functions need.
+
+Every call that reads text (``fill_mask``, ``trace``, ``score``, ``embed``, the explorer, the plots)
+takes the texts first and the model second, and the model as a loaded :class:`~bertfn.checkpoint.loading.Model`,
+a local folder or a hub id (:func:`get_model`). A dtype may be a ``torch.dtype`` or the string a
+user would type (:func:`~bertfn.checkpoint.dtypes.resolve_dtype`). When a model lacks a part the call needs, the error is
+always a :class:`~bertfn.errors.MissingPartError` saying which part and what to load instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..errors import InputError, MissingPartError, syntax
+from ..model.params import Params
+from .dtypes import resolve_dtype
+from .loading import Model, load
+from .tokenizer import Tokenizer, check_text
+
+DEFAULT_MODEL = "google-bert/bert-base-uncased"
+
+_models: dict[tuple, Model] = {}  # (name, device, dtype) -> model
+_models_lock = threading.Lock()
+
+
+def get_model(model: Model | str | Path | None, device: str | torch.device | None = None,
+              dtype: torch.dtype | str | None = None) -> Model:
+    """A loaded model on ``device`` in ``dtype``: given, or loaded once per process by name, device and
+    dtype (default: bert-base-uncased, as stored). A given :class:`Model` on another device or in
+    another dtype is converted for this call only; load it with ``device=`` / ``dtype=`` to avoid that."""
+    dtype = resolve_dtype(dtype)
+    if isinstance(model, Model):
+        same_device = device is None or model.device == torch.device(device)
+        return model if same_device and dtype in (None, model.dtype) else model.to(device, dtype)
+    if isinstance(model, (Params, dict)):
+        raise InputError(f"this call reads text, so it needs a loaded model with its tokenizer, got {type(model).__name__}; "
+                         "pass the Model from bertfn.load(...), a local folder or a hub id")
+    if model is not None and not isinstance(model, (str, Path)):
+        raise InputError(f"model must be a Model from bertfn.load, a local folder or a hub id, got {type(model).__name__}")
+    name = str(model) if model is not None else DEFAULT_MODEL
+    key = (name, None if device is None else str(device), dtype)
+    with _models_lock:
+        if key not in _models:
+            _models[key] = load(name, device=device, dtype=dtype)
+        return _models[key]
+
+
+def require_tokenizer(m: Model, what: str) -> Tokenizer:
+    """``m.tokenizer``, or :class:`MissingPartError` saying that ``what`` needs one and how to give it."""
+    if m.tokenizer is None:
+        raise MissingPartError(
+            f"{what} needs a tokenizer, and model {m.name!r} has none; load it with "
+            f"{syntax(python='bertfn.load(..., tokenizer=PATH)', cli='--tokenizer PATH')} "
+            "(a vocab.txt, tokenizer.json or a folder holding one)")
+    return m.tokenizer
+
+
+def require_mlm_head(m: Model, what: str) -> None:
+    """:class:`MissingPartError` unless ``m`` has the masked-LM head (``cls.predictions.*``) that ``what`` needs."""
+    if "cls.predictions.decoder.weight" not in m.state:
+        raise MissingPartError(
+            f"{what} needs the masked-LM head (cls.predictions.*), and model {m.name!r} has none (an encoder-only "
+            "checkpoint); load a *ForMaskedLM or *ForPreTraining checkpoint")
+
+
+def _looks_like_text(s: object) -> bool:
+    """A string with inner spaces or a [MASK] that names no file or folder here."""
+    if not (isinstance(s, str) and (any(c.isspace() for c in s.strip()) or "[MASK]" in s)):
+        return False
+    try:
+        return not Path(s).exists()
+    except (OSError, ValueError):  # too long for a file name, or a NUL in it: text
+        return True
+
+
+def texts_and_model(texts, model, what: str, *, old_order: bool = False):
+    """``(texts, model)`` of a call written ``what(texts, model)``, checking the order.
+
+    A model first and texts second is the old order of ``trace(model, text)``: with ``old_order`` it
+    still works, with a DeprecationWarning; elsewhere it is an :class:`InputError`. Two strings are
+    taken as swapped when the second reads like text (spaces or a [MASK]) and is no path here.
+    """
+    swapped = isinstance(texts, (Model, Params)) or (texts is None and isinstance(model, str)) or (
+        _looks_like_text(model) and isinstance(texts, (str, Path)) and not _looks_like_text(str(texts)))
+    if not swapped:
+        return texts, model
+    if old_order:
+        warnings.warn(f"{what}(model, text) is the old argument order and will stop working in the next release; "
+                      f"write {what}(text, model): texts first, model second, as in every bertfn call",
+                      DeprecationWarning, stacklevel=3)
+        return model, texts
+    name = texts.name if isinstance(texts, Model) else str(texts)[:80] if isinstance(texts, (str, Path)) else "Params"
+    raise InputError(f"{what} takes the texts first and the model second: {what}(texts, model); "
+                     f"got the model ({name!r}) first")
+
+
+def text_list(inputs: str | list[str], what: str) -> tuple[list[str], bool]:
+    """``(texts, single)``: the texts of a call given one text or a list, and whether it was one.
+
+    Raises :class:`InputError` for anything but a string or a non-empty list of non-empty strings.
+    """
+    single = isinstance(inputs, str)
+    texts = [inputs] if single else inputs
+    if not isinstance(texts, (list, tuple)) or not texts:
+        raise InputError(f"{what} takes a string or a non-empty list of strings, got {inputs!r:.80}")
+    for i, t in enumerate(texts):
+        check_text(t, f"text {i}")
+        if not t.strip():
+            raise InputError(f"text {i} is empty; write a sentence"
+                             f"{' with [MASK] where the word to predict goes' if what == 'fill_mask' else f' to {what}'}")
+    return list(texts), single

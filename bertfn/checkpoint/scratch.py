@@ -1,0 +1,110 @@
+"""A BERT from its config alone: the parameter count, and fresh weights for training from scratch.
+
+Both start from the shapes the config implies (:func:`bertfn.checkpoint.state.expected_shapes`, the same
+table that checks a loaded checkpoint), so nothing here needs a checkpoint or transformers.
+
+* :func:`parameter_count` counts the parameters by part of the model, e.g. the bert-base table of the
+  walkthroughs: per layer 2.36M in attention and 4.72M in the feed-forward block, 110M in all;
+* :func:`init_model` draws new weights as transformers does for ``BertForPreTraining(config)``
+  (``BertPreTrainedModel._init_weights``) and returns a :class:`~bertfn.checkpoint.loading.Model` to train.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import torch
+
+from ..errors import InputError
+from ..model.config import BertConfig
+from .loading import Model
+from .state import expected_shapes
+from .tokenizer import Tokenizer
+
+PARTS = {
+    "pooler": "bert.pooler.dense.weight",  # BertPooler
+    "mlm": "cls.predictions.transform.dense.weight",  # BertLMPredictionHead (its decoder tied to the word embeddings)
+    "nsp": "cls.seq_relationship.weight",  # BertOnlyNSPHead
+    "classifier": "classifier.weight",  # BertFor{Sequence,Token}Classification, config.num_labels outputs
+}
+"""The optional parts above the encoder, by name, and a key that stands for each."""
+
+TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias"}
+"""Keys that name the same tensor as another key (one parameter, two names)."""
+
+
+def model_shapes(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict[str, tuple[int, ...]]:
+    """Every key of the encoder plus ``parts`` (names from :data:`PARTS`) with its shape, tied keys included."""
+    parts = tuple(parts)
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise InputError(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
+    return expected_shapes(config, {PARTS[p]: None for p in parts})
+
+
+def part_of(key: str) -> str:
+    """Which part of BERT a state_dict key belongs to: embeddings, attention (self- and cross-),
+    feed-forward, pooler, mlm head, nsp head, or task heads (classifier, qa_outputs and any other)."""
+    if key.startswith("bert.embeddings."):
+        return "embeddings"
+    if re.search(r"\.layer\.\d+\.(attention|crossattention)\.", key):
+        return "attention"
+    if re.search(r"\.layer\.\d+\.(intermediate|output)\.", key):
+        return "feed-forward"
+    if key.startswith("bert.pooler."):
+        return "pooler"
+    if key.startswith("cls.predictions."):
+        return "mlm head"
+    if key.startswith("cls.seq_relationship."):
+        return "nsp head"
+    return "task heads"
+
+
+def parameter_count(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict[str, int]:
+    """Parameters by part for ``config`` with the optional ``parts``, from the shapes alone (no weights).
+
+    Each tensor counts once, as ``model.num_parameters()`` counts it in transformers: the MLM decoder
+    shares the word embeddings' tensor. The LayerNorm after a block belongs to the block.
+    Returns ``{part: count}`` in model order (see :func:`part_of`) and ``"total"``. For the default
+    config (bert-base) with the pooler: attention 12 x 2,363,904, feed-forward 12 x 4,723,968,
+    total 109,482,240.
+    """
+    counts: dict[str, int] = {}
+    for key, shape in model_shapes(config, parts).items():
+        if key not in TIED:
+            counts[part_of(key)] = counts.get(part_of(key), 0) + torch.Size(shape).numel()
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def init_model(config: BertConfig, parts: Iterable[str] = ("pooler", "mlm"), *,
+               generator: torch.Generator | None = None, tokenizer: Tokenizer | None = None) -> Model:
+    """A new model with random weights, as transformers initialises one (``BertPreTrainedModel._init_weights``).
+
+    Linear weights and embedding tables ~ N(0, ``config.initializer_range``), biases 0, LayerNorm
+    weight 1 and bias 0, the [PAD] row (``config.pad_token_id``) of the word embeddings 0; the MLM
+    decoder is the word-embedding tensor itself (tied). ``parts`` as in :func:`model_shapes`; the
+    default gives ``BertForMaskedLM`` with a pooler. Draws from ``generator`` (default: seeded with 0),
+    so one seed gives one model. The keys are those :func:`bertfn.load` gives; fp32 on the CPU
+    (``model.to(...)`` moves it). To train it, see README "Features" (dropout / training).
+    """
+    parts = tuple(parts)
+    g = generator if generator is not None else torch.Generator().manual_seed(0)
+    state: dict[str, torch.Tensor] = {}
+    for key, shape in model_shapes(config, parts).items():
+        if key in TIED:
+            continue
+        if key.endswith("LayerNorm.weight"):
+            state[key] = torch.ones(shape)
+        elif key.endswith("bias"):  # every bias, cls.predictions.bias included
+            state[key] = torch.zeros(shape)
+        else:  # linear weights and embedding tables
+            state[key] = torch.empty(shape).normal_(0.0, config.initializer_range, generator=g)
+    if config.pad_token_id is not None:
+        state["bert.embeddings.word_embeddings.weight"][config.pad_token_id] = 0.0
+    if "mlm" in parts:  # the decoder is the word-embedding tensor itself, its bias cls.predictions.bias
+        for key, same in TIED.items():
+            state[key] = state[same]
+    return Model(config, state, tokenizer, "init_model")

@@ -1,0 +1,279 @@
+"""Running a task over texts of any number: the task registry, the runner, :func:`stream` and the Ray / datasets classes.
+
+A *task* is a pipeline call that takes a list of texts and a model and returns one result per
+text, in order: :func:`~bertfn.tasks.fill_mask.fill_mask`, :func:`~bertfn.tasks.scoring.score` and
+:func:`~bertfn.tasks.embed.embed`, each plugged in by one :func:`register` line (the end of this file).
+This module runs a task over texts of any number:
+
+    stream(texts, model, top_k=3)              an iterator: texts in, results out, lazily, in order
+    FillMask(model)                            a callable class for ray.data.Dataset.map_batches and
+                                               datasets.Dataset.map(batched=True): rows in, rows + result out
+
+and :func:`bertfn.corpus.files.run_file` runs it from a file to JSON Lines, with progress and ``--resume``.
+
+Texts are read a chunk (:data:`CHUNK` texts) at a time and handed to the task in one call, so the
+task's own batching does the work (fill_mask sorts a chunk by length and lays it end to end in
+groups); memory holds one chunk, however long the input. A text the task refuses (no [MASK], too
+long, not a string) must not cost the others their results: when a chunk raises
+:class:`~bertfn.errors.InputError`, it is split in halves and each half run again, down to the
+single texts at fault (:meth:`Runner.__call__`). Errors about the model (:class:`MissingPartError`)
+or anything unexpected stop the run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.loading import Model, load
+from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
+from ..errors import InputError, MissingPartError
+from ..tasks.embed import embed
+from ..tasks.fill_mask import fill_mask
+from ..tasks.scoring import score
+
+CHUNK = 256
+"""Texts per call of the task: enough for fill_mask's length-sorted groups to fill up (2048 tokens
+each), few enough that a chunk's results are a few MB and a killed run loses little."""
+
+# --- tasks ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    """A pipeline call this room can run: ``function(texts, model, **options)`` -> one result per text.
+
+    probe: a text the function accepts with any model that can run it at all (fill-mask: ``"[MASK]"``).
+    Runs that turn refused texts into error lines call the function on it once before the first
+    text, so that a bad option or a model without the part it needs stops the run at once instead
+    of marking every line as failed.
+    """
+
+    name: str
+    function: Callable[..., object]
+    probe: str
+
+
+TASKS: dict[str, Task] = {}
+"""Task name (the CLI subcommand, e.g. ``"fill-mask"``) -> :class:`Task`; filled by :func:`register`."""
+
+
+def register(name: str, function: Callable[..., object], probe: str) -> type[Mapper]:
+    """Make ``function`` a task named ``name``; returns its callable class for ``map_batches``.
+
+    ``FillMask = register("fill-mask", fill_mask, probe="[MASK]")`` (the end of this file) is all it takes: :func:`stream`,
+    :func:`run_file` (``bertfn NAME --input``) and the returned :class:`Mapper` subclass then run it.
+    """
+    TASKS[name] = Task(name, function, probe)
+    class_name = "".join(part.capitalize() for part in name.split("-"))  # "fill-mask" -> "FillMask"
+    return type(class_name, (Mapper,), {
+        "task": name, "__module__": __name__, "__qualname__": class_name,
+        "__doc__": f"The {name!r} task as a callable class for ray.data.Dataset.map_batches: see :class:`Mapper`."})
+
+
+def task_named(name: str) -> Task:
+    if name not in TASKS:
+        raise InputError(f"task must be one of {', '.join(map(repr, TASKS))}, got {name!r}")
+    return TASKS[name]
+
+
+def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None = None, lowercase: bool | None = None,
+               device: str | torch.device | None = None, dtype: torch.dtype | str | None = None) -> Model:
+    """The model a run uses: :func:`~bertfn.checkpoint.resolve.get_model`, or :func:`~bertfn.checkpoint.loading.load` when a
+    tokenizer or a case rule is given (as ``--tokenizer`` / ``--cased`` do in the CLI)."""
+    if tokenizer is None and lowercase is None or isinstance(model, Model):
+        return get_model(model, device, dtype)
+    return load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
+
+
+def jsonable(result: object) -> object:
+    """One result as JSON can hold it: tensors and arrays (embed's vectors) become lists."""
+    return result.tolist() if hasattr(result, "tolist") else result
+
+
+def relabel(error: InputError, label: str) -> InputError:
+    """The error of a text run alone ("text 0 has no [MASK] ...") naming the text as ``label`` ("line 7")."""
+    return InputError(re.sub(r"\btext 0\b", label, str(error), count=1))
+
+
+class Runner:
+    """A task bound to a loaded model and its options: a list of texts in, one result or one
+    :class:`InputError` per text out, in order.
+
+    model: a :class:`Model`, a folder or a hub id (loaded once, here); tokenizer / lowercase / device /
+    dtype: as in :func:`open_model`; options: the task's own (fill-mask: ``top_k``, ``targets``,
+    ``truncation``, ``batch_size``, ...). probe: check the model and the options once now, on the
+    task's :attr:`Task.probe` (raises their error) so that an error later is always a text's.
+    """
+
+    def __init__(self, task: str, model: Model | str | Path | None = None, *, tokenizer: str | Path | None = None,
+                 lowercase: bool | None = None, device: str | torch.device | None = None,
+                 dtype: torch.dtype | str | None = None, probe: bool = True, **options) -> None:
+        self.task = task_named(task)
+        self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
+        self.options = options
+        if probe:
+            with warnings.catch_warnings():  # the probe's own text may be all [UNK] (e.g. "a" for capitals)
+                warnings.simplefilter("ignore")
+                self.task.function([self.task.probe], self.model, **options)
+
+    def __call__(self, texts: list) -> list:
+        """One result (or the :class:`InputError` that refused it) per text of ``texts``.
+
+        The texts run in one call; when it raises InputError, the halves run again, recursively, so
+        that only the texts at fault fail and the rest keep large batches. A refused text's error
+        speaks of it as "text 0" (it ran alone): :func:`relabel` names it for the caller. Afterwards
+        the memory the call freed goes back to the system (:func:`release_memory`).
+        """
+        results = self._run(texts)
+        release_memory()
+        return results
+
+    def _run(self, texts: list) -> list:
+        if not texts:
+            return []
+        try:
+            return list(self.task.function(list(texts), self.model, **self.options))
+        except MissingPartError:
+            raise
+        except InputError as e:
+            if len(texts) == 1:
+                return [e]
+        half = len(texts) // 2
+        return self._run(texts[:half]) + self._run(texts[half:])
+
+    def tokens(self, texts: list) -> int:
+        """How many tokens ``texts`` hold, [CLS] and [SEP] included (for the progress bar's tokens/s)."""
+        strings = [t for t in texts if isinstance(t, str)]
+        tok = self.model.tokenizer
+        if tok is None or not strings:
+            return 0
+        return sum(sum(e.attention_mask) for e in tok.backend.encode_batch(strings))
+
+
+_malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
+
+
+def release_memory() -> None:
+    """Hand the C heap's free pages back to the system: glibc's ``malloc_trim(0)``; elsewhere nothing.
+
+    Each chunk's tensors come in sizes of their own (its texts' lengths), and glibc keeps the holes
+    they leave in its heap when freed, so without this the resident memory of a long run creeps up
+    chunk after chunk: +300 MB in 20 chunks in tests/test_corpus.py's check, +500 MB over the 10,000
+    lines of bench/files.py. Trimmed after each chunk, it stays flat, at the same speed within noise.
+    """
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def chunks(items: Iterable, size: int = CHUNK) -> Iterator[list]:
+    """``items`` in lists of ``size`` (the last one shorter), read lazily."""
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+# --- Python: an iterator ----------------------------------------------------------------------------
+
+
+def stream(
+    texts: Iterable[str],
+    model: Model | str | Path | None = None,
+    *,
+    task: str = "fill-mask",
+    errors: str = "raise",
+    chunk_size: int = CHUNK,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    **options,
+) -> Iterator:
+    """Results of ``task`` for each of ``texts``, lazily and in order: what ``fill_mask(list(texts), model,
+    **options)`` returns, one item at a time, without holding the texts or the results in memory.
+
+    texts: any iterable of strings (a list, an open file's lines, a generator, a dataset column);
+    it is read :data:`CHUNK` texts ahead. model, device, dtype and ``**options`` are the task's
+    (fill-mask: ``top_k``, ``targets``, ``truncation``, ``batch_size``).
+    errors: ``"raise"`` raises the :class:`InputError` of the first text the task refuses, naming it
+    by its index ("text 1234 has no [MASK] ..."), after yielding every result before it;
+    ``"return"`` yields that InputError in the text's place and goes on (the model and options are
+    checked once first, so such an error is always the text's own).
+    """
+    texts, model = texts_and_model(texts, model, "stream")
+    if isinstance(texts, str):
+        raise InputError("stream takes an iterable of texts, got one string; pass [text], or call fill_mask for one text")
+    if errors not in ("raise", "return"):
+        raise InputError(f"errors must be 'raise' or 'return', got {errors!r}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise InputError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    runner = Runner(task, model, device=device, dtype=dtype, probe=errors == "return", **options)
+    return _stream(runner, texts, errors, chunk_size)
+
+
+def _stream(runner: Runner, texts: Iterable[str], errors: str, chunk_size: int) -> Iterator:
+    """The generator behind :func:`stream` (its checks run at the call, not at the first ``next``)."""
+    start = 0
+    for chunk in chunks(texts, chunk_size):
+        for i, r in enumerate(runner(chunk), start):
+            if isinstance(r, InputError):
+                r = relabel(r, f"text {i}")
+                if errors == "raise":
+                    raise r
+            yield r
+        start += len(chunk)
+
+
+# --- Ray Data and datasets: rows in, the same rows with result columns out ---------------------------
+
+
+class Mapper:
+    """A task as a callable class: a batch of rows in, the same rows with ``result`` and ``error`` out.
+
+    For ``ray.data.Dataset.map_batches`` (each worker builds one instance, so the model loads once
+    per worker) and ``datasets.Dataset.map(batched=True)``::
+
+        ds.map_batches(bertfn.corpus.FillMask, fn_constructor_kwargs={"model": "/models/bert", "top_k": 3},
+                       batch_size=256, concurrency=4)
+
+    model, tokenizer, lowercase, device, dtype: as in :func:`open_model`; column: the column that
+    holds the texts; options: the task's (fill-mask: ``top_k``, ``targets``, ``truncation``, ...).
+    A batch is a dict of columns (numpy arrays or lists) or a pandas DataFrame; what comes back is
+    of the same kind with two more columns: ``result``, the task's result for the row as JSON text
+    (what ``run_file`` writes under "result"; None where the text was refused), and ``error``, the
+    refusal's message or None. JSON text because results need not share one Arrow type (fill-mask
+    gives a list of answers for a text with one [MASK] and a list of such lists for several), and
+    Ray Data and datasets store columns in Arrow: a string column writes to Parquet or JSON as is.
+    """
+
+    task: str = ""  # set by register()
+
+    def __init__(self, model: Model | str | Path | None = None, *, column: str = "text", **options) -> None:
+        self.runner = Runner(self.task, model, **options)
+        self.column = column
+
+    def __call__(self, batch):
+        try:
+            texts = list(batch[self.column])
+        except KeyError:
+            raise InputError(f"the batch has no column {self.column!r} (it has {', '.join(map(repr, list(batch)))}); "
+                             "pass column= naming the one that holds the texts") from None
+        texts = [str(t) if isinstance(t, str) else t for t in texts]  # numpy's str_ -> str
+        results = [relabel(r, "the text") if isinstance(r, InputError) else r for r in self.runner(texts)]
+        out = batch.copy() if hasattr(batch, "iloc") else dict(batch)  # a pandas DataFrame, or a dict of columns
+        out["result"] = [None if isinstance(r, InputError) else json.dumps(jsonable(r), ensure_ascii=False)
+                         for r in results]
+        out["error"] = [str(r) if isinstance(r, InputError) else None for r in results]
+        return out
+
+
+FillMask = register("fill-mask", fill_mask, probe="[MASK]")
+Embed = register("embed", embed, probe="a")
+Score = register("score", score, probe="a")

@@ -1,0 +1,9 @@
+"""The fast path: the numbers of bertfn/model/ for many texts at once, with no padding and chosen kernels.
+
+    kernels.py      the matrix products: oneDNN with packed bf16 weights, or F.linear
+    unpadded.py     the encoder over texts laid end to end (each text attends to itself only), the MLM head
+    batching.py     texts sorted by length and cut into groups of up to 2048 tokens, through unpadded.py
+
+fill_mask, score (joint filling and whole-word targets included) and embed run here.
+tests/test_fast_path.py checks every function against the reference it stands for.
+"""

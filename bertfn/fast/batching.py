@@ -1,0 +1,75 @@
+"""Many texts through the fast path: sorted by length, laid end to end, a group of texts per encoder pass.
+
+fill_mask, score (and the joint filling and whole-word targets built on it) and embed all read their
+texts this way: :func:`text_groups` sorts them by length and cuts them into groups of at most
+:data:`GROUP_TOKENS` tokens, :func:`end_to_end` lays a group's tokens one after another without
+padding, and :func:`encoded_groups` runs each group through :func:`~bertfn.fast.unpadded.unpadded_encoder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+from ..checkpoint.loading import Model
+from ..checkpoint.tokenizer import Encoding
+from .unpadded import unpadded_encoder
+
+GROUP_TOKENS = 2048
+"""Tokens per encoder pass: enough rows for the matrix products to run at
+their peak (bench/kernels.py; the (T, 4H) intermediate is 25 MB for bert-base). Models with
+relative positions take at most ``max_position_embeddings``, the longest input their embeddings accept."""
+
+
+def text_groups(lengths: list[int], batch_size: int, max_tokens: int) -> list[list[int]]:
+    """Which texts run through the encoder together: indices sorted by length, cut into groups.
+
+    A group holds at most ``batch_size`` texts and, laid end to end, at most ``max_tokens`` tokens
+    (a text longer than that runs alone). Sorting puts similar lengths together, so the last groups
+    hold few long texts and the first many short ones.
+    """
+    groups: list[list[int]] = []
+    tokens = 0
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if groups and len(groups[-1]) < batch_size and tokens + lengths[i] <= max_tokens:
+            groups[-1].append(i)
+            tokens += lengths[i]
+        else:
+            groups.append([i])
+            tokens = lengths[i]
+    return groups
+
+
+def end_to_end(enc: Encoding, rows: list[int], lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The texts ``rows`` of ``enc`` one after another, without padding: the inputs of ``unpadded_encoder``.
+
+    Returns input_ids, token_type_ids and position_ids, each (1, T) with T the sum of the texts'
+    lengths; positions restart at 0 for each text.
+    """
+    ns = [lengths[i] for i in rows]
+    ids = torch.cat([enc.input_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
+    types = torch.cat([enc.token_type_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
+    positions = torch.cat([torch.arange(n) for n in ns])[None]  # (1, T)
+    return ids, types, positions
+
+
+def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
+                   read: Callable[[list[int], torch.Tensor], torch.Tensor] | None = None,
+                   ) -> Iterator[tuple[list[int], torch.Tensor | None, torch.Tensor]]:
+    """The texts of ``enc`` through the encoder on the fast path, a group at a time (:func:`text_groups`).
+
+    lengths: each text's tokens (a text longer than its row's real tokens is not allowed; a shorter
+    one is cut there). read(rows, ids): the positions of a group whose last hidden states the caller
+    wants, (N,) indices into its input ids end to end ``ids`` (1, T); the encoder's last layer runs
+    at those alone. Yields ``(rows, where, h)`` per group: the texts' indices in ``enc``, those
+    positions (N,) and the last hidden states there (N, H); without ``read``, where is None and h is
+    every position's (T, H). Either way each text's tokens sit where :func:`end_to_end` put them.
+    Call it under ``torch.inference_mode()``.
+    """
+    P = m.config.max_position_embeddings
+    group_tokens = GROUP_TOKENS if m.config.position_embedding_type == "absolute" else min(GROUP_TOKENS, P)
+    for rows in text_groups(lengths, batch_size, group_tokens):
+        ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
+        where = read(rows, ids) if read is not None else None  # (N,) or all T
+        yield rows, where, unpadded_encoder(m.params, ids, types, positions, [lengths[i] for i in rows], where)[0]

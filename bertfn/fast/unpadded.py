@@ -1,0 +1,110 @@
+"""BERT over several texts laid end to end, with no padding anywhere: the fast path of fill_mask.
+
+A padded batch (B, S) spends its matrix products on padding tokens; one long sequence with a
+block-diagonal mask instead spends attention on pairs of tokens from different texts. Here the
+texts' tokens form one sequence (1, T, H), T = the sum of their lengths, for everything that treats
+tokens one at a time (embeddings, the Q/K/V and output projections, the feed-forward, LayerNorm),
+so the products run on T real rows; attention alone runs on each text's slice, as if the text
+were by itself.
+
+Built from the reference functions (``embeddings``, ``split_heads``, ``sdpa_attention``, ``layer_norm``,
+...) in the same order, except that heads are merged text by text straight into the (1, T, H)
+layout, and the products run on the kernels :mod:`bertfn.fast.kernels` picks, so each text's hidden
+states equal the reference encoder's on that text (tests/test_fast_path.py). Inference only: no
+dropout, cache, cross-attention, head mask or trace.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..model.attention import (
+    causal_keep_mask,
+    extended_mask,
+    relative_position_scores,
+    sdpa_attention,
+    split_heads,
+)
+from ..model.embeddings import embeddings
+from ..model.functional import ACTIVATIONS, layer_norm
+from ..model.params import Params
+from .kernels import linear
+
+Tensor = torch.Tensor
+
+
+def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | None = None) -> Tensor:
+    """:func:`~bertfn.model.attention.attention` (SDPA path) for texts laid end to end: each attends to itself only.
+
+    p: one layer's ``attention.`` scope. x: (1, T, H), the texts one after another, T = sum(lengths)
+    -> (1, T, H). Relative positions count from each text's start; a decoder's texts see only
+    their earlier tokens. rows: (r,) positions whose output is wanted (default: all T); every
+    position is still attended to, but the output projection and LayerNorm run at these alone -> (1, r, H).
+    """
+    cfg = p.config
+    hd = cfg.head_dim
+    nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned
+    q = split_heads(linear(x, p["self.query.weight"], p["self.query.bias"]), nh)  # (1, nh, T, hd)
+    k = split_heads(linear(x, p["self.key.weight"], p["self.key.bias"]), nh)
+    v = split_heads(linear(x, p["self.value.weight"], p["self.value.bias"]), nh)
+
+    contexts = []  # each text's (1, n, nh, hd), merged into (1, T, nh*hd) by one copy
+    for qi, ki, vi in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2)):
+        n = qi.shape[2]  # this text's (1, nh, n, hd) slice
+        bias = None
+        if cfg.position_embedding_type != "absolute":
+            bias = relative_position_scores(qi, ki, p["self.distance_embedding.weight"], cfg.position_embedding_type, 0)
+        mask = None
+        if cfg.is_decoder:
+            mask = extended_mask(causal_keep_mask(torch.ones(1, n, device=x.device), n), x.dtype)  # (1, 1, n, n)
+        contexts.append(sdpa_attention(qi, ki, vi, mask, bias).transpose(1, 2))  # (1, n, nh, hd)
+    merged = torch.cat(contexts, dim=1).flatten(2)  # (1, T, nh*hd), as merge_heads of the whole
+    if rows is not None:
+        merged, x = merged[:, rows], x[:, rows]  # (1, r, nh*hd), (1, r, H): the wanted positions only
+
+    out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (1, T, H)
+    return layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
+
+
+def unpadded_feed_forward(p: Params, x: Tensor) -> Tensor:
+    """:func:`~bertfn.model.encoder.feed_forward` on the fast path's kernels. p: one layer's scope; x: (1, T, H) -> (1, T, H)."""
+    act = ACTIVATIONS[p.config.hidden_act]
+    h = act(linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"]))  # (1, T, I)
+    h = linear(h, p["output.dense.weight"], p["output.dense.bias"])  # (1, T, H)
+    return layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], p.config.layer_norm_eps)
+
+
+def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor,
+                     lengths: list[int], rows: Tensor | None = None) -> Tensor:
+    """The last hidden states of :func:`~bertfn.model.encoder.encoder` for texts laid end to end.
+
+    params: the root view of a loaded model. input_ids, token_type_ids, position_ids: (1, T), the
+    texts one after another, positions restarting at 0 for each; lengths: the texts' lengths,
+    summing to T. Returns (1, T, H). Each text must fit the model's positions, and so must T with
+    relative positions (the embeddings check).
+
+    rows: (r,) the positions the caller reads (fill_mask: the masks; scoring: one per copy). Then the
+    last layer's attention output and feed-forward run at those alone (its keys and values still
+    at all T), which spares most of that layer, and the result is (1, r, H).
+    """
+    cfg = params.config
+    p = params.scope("bert")
+    x = embeddings(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
+    last = cfg.num_hidden_layers - 1
+    for i in range(cfg.num_hidden_layers):
+        layer = p.scope(f"encoder.layer.{i}")
+        x = unpadded_attention(layer.scope("attention"), x, lengths, rows if i == last else None)  # (1, T or r, H)
+        x = unpadded_feed_forward(layer, x)  # (1, T or r, H)
+    return x
+
+
+def fast_mlm_head(params: Params, h: Tensor) -> Tensor:
+    """:func:`~bertfn.model.heads.mlm_head` on the fast path's kernels (its decoder is most of the head's cost).
+
+    params: the root view of a loaded model; h: (..., H) hidden states at the positions read -> (..., V) logits.
+    """
+    cfg = params.config
+    p = params.scope("cls.predictions")
+    t = ACTIVATIONS[cfg.hidden_act](linear(h, p["transform.dense.weight"], p["transform.dense.bias"]))  # (..., H)
+    t = layer_norm(t, p["transform.LayerNorm.weight"], p["transform.LayerNorm.bias"], cfg.layer_norm_eps)
+    return linear(t, p["decoder.weight"], p["bias"])  # (..., V)

@@ -1,0 +1,6 @@
+"""Seeing what the model computed.
+
+    explorer.py     a recording as one self-contained HTML page (the explorer_page/ folder holds its script)
+    trace.py        trace(): one text through the model with every intermediate kept, as a Recording
+    plots.py        attention maps and activation plots with matplotlib (imported only when drawn)
+"""

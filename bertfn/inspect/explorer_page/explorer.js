@@ -1,0 +1,687 @@
+/* bertfn explorer: draws what bertfn/inspect/explorer.py stored in this page. No network, no libraries.
+ *
+ * Data: #bertfn-meta (JSON: tokens, sizes, predictions, where each array sits) and #bertfn-data
+ * (base64 of one zlib block of little-endian arrays, unpacked with the browser's DecompressionStream):
+ *   attention (L, nh, S, S) uint8 = round(255 p);  q, k (L, nh, S, hd) int8 with q_scale, k_scale (L, nh, S);
+ *   entropy (L, nh, S);  norms (L+1, S);  lens_ids, lens_probs (L+1, S, k) when the model has an MLM head.
+ *
+ * Every view draws through a "painter" (rect, line, text, image), so the same code draws the screen
+ * (CanvasPainter) and the saved SVG (SvgPainter); the PNG is the screen's canvas.
+ * window.bertfnExplorer exposes the state and what was last drawn, for tests and the console.
+ */
+"use strict";
+
+const FONT = 'system-ui, "Segoe UI", "Liberation Sans", "DejaVu Sans", sans-serif';
+const ACCENT = "#1f5fbf";
+const INK = "#1d2430";
+const MUTED = "#5b6675";
+
+// ---- colours -------------------------------------------------------------------------------------
+
+function ramp(stops) {  // [[t, [r, g, b]], ...] -> 256 css colours
+  const out = [];
+  for (let n = 0; n < 256; n++) {
+    const t = n / 255;
+    let k = 0;
+    while (k < stops.length - 2 && t > stops[k + 1][0]) k++;
+    const [t0, c0] = stops[k], [t1, c1] = stops[k + 1];
+    const f = (t - t0) / (t1 - t0);
+    out.push(c0.map((c, m) => Math.round(c + f * (c1[m] - c))));
+  }
+  return out;
+}
+const BLUES = ramp([[0, [255, 255, 255]], [0.25, [198, 219, 239]], [0.5, [107, 174, 214]], [0.75, [33, 113, 181]], [1, [8, 48, 107]]]);
+const PURPLES = ramp([[0, [255, 255, 255]], [0.5, [158, 154, 200]], [1, [63, 0, 125]]]);
+const DIVERGING = ramp([[0, [33, 102, 172]], [0.5, [247, 247, 247]], [1, [178, 24, 43]]]);  // -1 blue, 0 white, +1 red
+const rgb = (c) => `rgb(${c[0]},${c[1]},${c[2]})`;
+const blue = (p) => rgb(BLUES[Math.max(0, Math.min(255, Math.round(p * 255)))]);
+const purple = (t) => rgb(PURPLES[Math.max(0, Math.min(255, Math.round(t * 255)))]);
+const diverging = (v, vmax) => rgb(DIVERGING[Math.max(0, Math.min(255, Math.round((v / (vmax || 1) + 1) * 127.5)))]);
+
+// ---- painters: one drawing API, two targets ---------------------------------------------------------
+
+const measurer = document.createElement("canvas").getContext("2d");
+function textWidth(s, size = 12, weight = "normal") {
+  measurer.font = `${weight} ${size}px ${FONT}`;
+  return measurer.measureText(s).width;
+}
+function clip(s, width, size = 12) {  // shorten s with an ellipsis until it fits width
+  if (textWidth(s, size) <= width) return s;
+  let n = s.length;
+  while (n > 1 && textWidth(s.slice(0, n) + "…", size) > width) n--;
+  return s.slice(0, n) + "…";
+}
+
+class CanvasPainter {
+  constructor(ctx) { this.ctx = ctx; }
+  rect(x, y, w, h, fill) { this.ctx.fillStyle = fill; this.ctx.fillRect(x, y, w, h); }
+  frame(x, y, w, h, stroke, width = 1) {
+    const c = this.ctx; c.strokeStyle = stroke; c.lineWidth = width; c.strokeRect(x, y, w, h);
+  }
+  line(x1, y1, x2, y2, stroke, width = 1, alpha = 1) {
+    const c = this.ctx;
+    c.globalAlpha = alpha; c.strokeStyle = stroke; c.lineWidth = width;
+    c.beginPath(); c.moveTo(x1, y1); c.lineTo(x2, y2); c.stroke();
+    c.globalAlpha = 1;
+  }
+  text(s, x, y, { size = 12, color = INK, align = "left", weight = "normal", rotate = 0 } = {}) {
+    const c = this.ctx;
+    c.save();
+    c.font = `${weight} ${size}px ${FONT}`; c.fillStyle = color; c.textAlign = align; c.textBaseline = "middle";
+    c.translate(x, y); if (rotate) c.rotate(rotate * Math.PI / 180);
+    c.fillText(s, 0, 0);
+    c.restore();
+  }
+  image(source, x, y, w, h) { this.ctx.imageSmoothingEnabled = false; this.ctx.drawImage(source, x, y, w, h); }
+}
+
+const escapeXml = (s) => String(s).replace(/[&<>"]/g, (ch) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[ch]);
+const num = (v) => (Math.round(v * 100) / 100).toString();
+
+class SvgPainter {
+  constructor(width, height) { this.width = width; this.height = height; this.parts = []; }
+  rect(x, y, w, h, fill) { this.parts.push(`<rect x="${num(x)}" y="${num(y)}" width="${num(w)}" height="${num(h)}" fill="${fill}"/>`); }
+  frame(x, y, w, h, stroke, width = 1) {
+    this.parts.push(`<rect x="${num(x)}" y="${num(y)}" width="${num(w)}" height="${num(h)}" fill="none" stroke="${stroke}" stroke-width="${width}"/>`);
+  }
+  line(x1, y1, x2, y2, stroke, width = 1, alpha = 1) {
+    this.parts.push(`<line x1="${num(x1)}" y1="${num(y1)}" x2="${num(x2)}" y2="${num(y2)}" stroke="${stroke}" stroke-width="${width}" stroke-opacity="${num(alpha)}"/>`);
+  }
+  text(s, x, y, { size = 12, color = INK, align = "left", weight = "normal", rotate = 0 } = {}) {
+    const anchor = { left: "start", center: "middle", right: "end" }[align];
+    const turn = rotate ? ` transform="rotate(${rotate} ${num(x)} ${num(y)})"` : "";
+    this.parts.push(`<text x="${num(x)}" y="${num(y)}" font-size="${size}" font-weight="${weight}" fill="${color}" ` +
+      `text-anchor="${anchor}" dominant-baseline="central"${turn}>${escapeXml(s)}</text>`);
+  }
+  image(source, x, y, w, h) {
+    this.parts.push(`<image x="${num(x)}" y="${num(y)}" width="${num(w)}" height="${num(h)}" preserveAspectRatio="none" ` +
+      `style="image-rendering:pixelated" href="${source.toDataURL("image/png")}"/>`);
+  }
+  toString() {
+    return `<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="${this.width}" height="${this.height}" ` +
+      `viewBox="0 0 ${this.width} ${this.height}" font-family='${FONT}'>\n${this.parts.join("\n")}\n</svg>\n`;
+  }
+}
+
+// ---- the data -------------------------------------------------------------------------------------
+
+const TYPES = { uint8: Uint8Array, int8: Int8Array, int32: Int32Array, float32: Float32Array };
+
+async function unpack(meta) {
+  if (typeof DecompressionStream === "undefined") {
+    throw new Error("this browser cannot unpack the data (no DecompressionStream; Chrome 80+, Firefox 113+ and Safari 16.4+ have it)");
+  }
+  const text = atob(document.getElementById("bertfn-data").textContent.trim());
+  const bytes = new Uint8Array(text.length);
+  for (let n = 0; n < text.length; n++) bytes[n] = text.charCodeAt(n);
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+  const buffer = await new Response(stream).arrayBuffer();
+  const out = {};
+  for (const [name, a] of Object.entries(meta.arrays)) {
+    const size = a.shape.reduce((x, y) => x * y, 1);
+    out[name] = new TYPES[a.dtype](buffer, a.offset, size);
+  }
+  return out;
+}
+
+function explorer(meta, data) {
+  const { S, L, nh, hd, tokens } = meta;
+  const att = data.attention;
+  const hasLens = !!data.lens_ids;
+  const maskSet = new Set(meta.masks);
+
+  /** Probabilities of query i over all keys in layer l, head h (h = -1: the mean of the heads): Float32Array(S). */
+  function probRow(l, h, i) {
+    const row = new Float32Array(S);
+    const heads = h < 0 ? [...Array(nh).keys()] : [h];
+    for (const hh of heads) {
+      const base = ((l * nh + hh) * S + i) * S;
+      for (let j = 0; j < S; j++) row[j] += att[base + j];
+    }
+    const scale = 255 * heads.length;
+    for (let j = 0; j < S; j++) row[j] /= scale;
+    return row;
+  }
+  /** Probabilities with which every query attends to key j: Float32Array(S). */
+  function probCol(l, h, j) {
+    const col = new Float32Array(S);
+    const heads = h < 0 ? [...Array(nh).keys()] : [h];
+    for (const hh of heads) {
+      const base = (l * nh + hh) * S * S;
+      for (let i = 0; i < S; i++) col[i] += att[base + i * S + j];
+    }
+    for (let i = 0; i < S; i++) col[i] /= 255 * heads.length;
+    return col;
+  }
+  /** A query or key vector of token i, from its int8 codes and scale: Float32Array(hd). */
+  function vector(name, l, h, i) {
+    const codes = data[name], scale = data[name + "_scale"][(l * nh + h) * S + i];
+    const base = ((l * nh + h) * S + i) * hd, v = new Float32Array(hd);
+    for (let d = 0; d < hd; d++) v[d] = codes[base + d] * scale;
+    return v;
+  }
+  const headName = (h) => (h < 0 ? "mean of the heads" : `head ${h}`);
+  const tokenName = (i) => `"${tokens[i]}" (${i})`;
+
+  // ---- state and DOM ----
+  const state = { view: "head", layer: 0, head: 0, token: meta.masks.length ? meta.masks[0] : Math.min(1, S - 1), hover: null };
+  const scroller = document.getElementById("scroller");
+  const canvas = document.getElementById("canvas");
+  const spacer = document.getElementById("spacer");
+  const readout = document.getElementById("readout");
+  const api = { meta, state, lastDraw: null };
+  const scrollTops = { head: 0, model: 0, neuron: 0 };
+
+  // ---- head view: queries left, keys right, a line per pair as strong as the attention ----
+  const head = {
+    rowH: 20, top: 50, bottom: 18,  // header band above the rows, a band below for what lies off screen
+    layout(W) {
+      const widest = Math.min(150, Math.max(...tokens.map((t) => textWidth(t))) + 6);
+      const mapW = 14, xL = 12 + widest;
+      const xR = xL + Math.max(120, Math.min(340, W - 2 * widest - mapW - 60));  // lines span at most 340 px
+      return { widest, xL, xR, mapX: xR + widest + 24, mapW };
+    },
+    contentHeight() { return this.top + S * this.rowH + this.bottom; },
+    rows(H, sc) {  // the tokens whose rows are wholly on screen
+      const first = Math.max(0, Math.ceil(sc / this.rowH));
+      const last = Math.min(S - 1, Math.floor((sc + H - this.top - this.bottom) / this.rowH) - 1);
+      return [first, last];
+    },
+    y(i, sc) { return this.top + i * this.rowH + this.rowH / 2 - sc; },
+    mapHeight(H) { return Math.min(H - this.top - this.bottom, S * this.rowH); },  // beside the rows when all fit
+    draw(g, W, H, sc) {
+      const { widest, xL, xR, mapX, mapW } = this.layout(W);
+      const l = state.layer, h = state.head, hov = state.hover && state.hover.view === "head" ? state.hover : null;
+      const [first, last] = this.rows(H, sc);
+      const lines = [];
+      const focusRow = hov && hov.side === "q" ? probRow(l, h, hov.i) : null;
+      const focusCol = hov && hov.side === "k" ? probCol(l, h, hov.i) : null;
+      for (let i = first; i <= last; i++) {
+        if (hov && hov.side === "q" && i !== hov.i) continue;
+        const row = focusRow || (focusCol ? null : probRow(l, h, i));
+        for (let j = first; j <= last; j++) {
+          if (hov && hov.side === "k" && j !== hov.i) continue;
+          const p = row ? row[j] : focusCol[i];
+          if (p <= 0) continue;
+          g.line(xL + 6, this.y(i, sc), xR - 6, this.y(j, sc), ACCENT, hov ? 2 : 1.5, Math.sqrt(p));
+          lines.push([i, j, p]);
+        }
+      }
+      for (let i = first; i <= last; i++) {
+        const y = this.y(i, sc);
+        const weight = i === state.token ? "bold" : "normal";
+        const color = maskSet.has(i) ? ACCENT : INK;
+        if (focusCol) g.rect(xL - widest * focusCol[i], y - 8, widest * focusCol[i], 16, "rgba(31,95,191,0.35)");
+        if (focusRow) g.rect(xR + 2, y - 8, widest * focusRow[i], 16, "rgba(31,95,191,0.35)");
+        if (hov && hov.i === i) g.rect(hov.side === "q" ? xL - widest - 2 : xR, y - 9, widest + 4, 18, "rgba(31,95,191,0.12)");
+        g.text(clip(tokens[i], widest - 4), xL - 2, y, { align: "right", weight, color });
+        g.text(clip(tokens[i], widest - 4), xR + 4, y, { weight, color });
+      }
+      // off-screen attention of the hovered token, above and below the rows shown
+      const focus = focusRow || focusCol;
+      let above = 0, below = 0;
+      if (focus) {
+        for (let j = 0; j < first; j++) above += focus[j];
+        for (let j = last + 1; j < S; j++) below += focus[j];
+        const x = focusRow ? xR + 4 : xL - 2, align = focusRow ? "left" : "right";
+      }
+      // the whole sequence at a glance: the focus token's attention over all S tokens, the rows shown framed
+      const mapTop = this.top, mapH = this.mapHeight(H);
+      const overview = focus || probRow(l, h, state.token), top = Math.max(...overview) || 1;
+      for (let j = 0; j < S; j++) {  // darkest = the row's largest probability
+        const y0 = mapTop + (j * mapH) / S, y1 = mapTop + ((j + 1) * mapH) / S;
+        g.rect(mapX, y0, mapW, Math.max(1, y1 - y0), blue(overview[j] / top));
+      }
+      g.frame(mapX - 1, mapTop + (first * mapH) / S, mapW + 2, ((last - first + 1) * mapH) / S, INK, 1);
+      // header and footer bands, drawn last so the rows scroll under them
+      g.rect(0, 0, W, this.top - 4, "#ffffff");
+      g.rect(0, H - this.bottom, mapX - 4, this.bottom, "#ffffff");
+      if (focus) {
+        const x = focusRow ? xR + 4 : xL - 2, align = focusRow ? "left" : "right";
+        if (above >= 0.005) g.text(`▲ ${above.toFixed(2)} above`, x, this.top - 9, { size: 11, color: MUTED, align });
+        if (below >= 0.005) g.text(`▼ ${below.toFixed(2)} below`, x, H - this.bottom / 2, { size: 11, color: MUTED, align });
+      }
+      g.text(`Layer ${l}, ${headName(h)}: each query (left) attends to the keys (right)`, 12, 12, { weight: "bold" });
+      g.text(`tokens ${first}–${last} of ${S} · line opacity √p · hover a token for its lines, click to choose it · ` +
+        "the strip at the right: all tokens", 12, 27, { size: 11, color: MUTED });
+      api.lastDraw = { view: "head", layer: l, head: h, hover: hov && { side: hov.side, i: hov.i }, first, last, lines, above, below };
+    },
+    pick(x, y, W, H, sc) {
+      const { widest, xL, xR, mapX, mapW } = this.layout(W);
+      if (x >= mapX - 2 && x <= mapX + mapW + 2 && y >= this.top && y < this.top + this.mapHeight(H)) {
+        return { map: Math.min(S - 1, Math.floor(((y - this.top) / this.mapHeight(H)) * S)) };
+      }
+      if (y < this.top || y > H - this.bottom) return null;
+      const i = Math.floor((y - this.top + sc) / this.rowH);
+      if (i < 0 || i >= S) return null;
+      if (x >= xL - widest - 4 && x <= xL + 6) return { side: "q", i };
+      if (x >= xR - 6 && x <= xR + widest + 4) return { side: "k", i };
+      return null;
+    },
+    point(side, i, W, sc) {
+      const { widest, xL, xR } = this.layout(W);
+      return { x: side === "q" ? xL - Math.min(widest, textWidth(tokens[i])) / 2 : xR + 4 + Math.min(widest, textWidth(tokens[i])) / 2, y: this.y(i, sc) };
+    },
+    describe(hov) {
+      const l = state.layer, h = state.head;
+      const v = hov.side === "q" ? probRow(l, h, hov.i) : probCol(l, h, hov.i);
+      let best = 0;
+      for (let j = 1; j < S; j++) if (v[j] > v[best]) best = j;
+      return hov.side === "q"
+        ? `query ${tokenName(hov.i)} attends most to ${tokenName(best)}: p = ${v[best].toFixed(3)}`
+        : `key ${tokenName(hov.i)} gets the most attention from ${tokenName(best)}: p = ${v[best].toFixed(3)}`;
+    },
+  };
+
+  // ---- model view: every layer x head as a small map, one opened large ----
+  const thumbs = new Map();
+  const large = new Map();  // a few full-size maps, newest last
+  function mapCanvas(l, h, n) {  // (S x S) probabilities max-pooled to n x n pixels
+    const key = `${l},${h},${n}`;
+    const cache = n === S ? large : thumbs;
+    if (cache.has(key)) return cache.get(key);
+    const c = document.createElement("canvas");
+    c.width = c.height = n;
+    const img = c.getContext("2d").createImageData(n, n), px = img.data;
+    const pooled = new Float32Array(n * n);
+    for (let i = 0; i < S; i++) {
+      const row = probRow(l, h, i), r = Math.floor((i * n) / S) * n;
+      for (let j = 0; j < S; j++) {
+        const at = r + Math.floor((j * n) / S);
+        if (row[j] > pooled[at]) pooled[at] = row[j];
+      }
+    }
+    for (let m = 0; m < n * n; m++) {
+      const col = BLUES[Math.round(pooled[m] * 255)];
+      px[4 * m] = col[0]; px[4 * m + 1] = col[1]; px[4 * m + 2] = col[2]; px[4 * m + 3] = 255;
+    }
+    c.getContext("2d").putImageData(img, 0, 0);
+    cache.set(key, c);
+    if (cache === large && large.size > 4) large.delete(large.keys().next().value);
+    return c;
+  }
+  const model = {
+    layout(W, H) {
+      const labelW = 34, gap = 4, x0 = labelW + 8, y0 = 60;
+      const wide = W >= 760;
+      const gridW = wide ? Math.floor(W * 0.5) : W - 16;
+      const t = Math.max(14, Math.min(80, Math.floor((gridW - x0 - nh * gap) / nh)));
+      const gridBottom = y0 + L * (t + gap);
+      const labels = S <= 48;
+      const margin = labels ? Math.min(110, Math.max(...tokens.map((s) => textWidth(s, 11))) + 10) : 64;
+      const mx = (wide ? x0 + nh * (t + gap) + 30 : x0) + margin;
+      const top = wide ? y0 - 16 : gridBottom + 24;  // the large map's title line
+      const my = top + 10 + (labels ? margin : 16);
+      const M = Math.max(160, Math.min(620, W - mx - 16, H - my - 46));
+      return { gap, x0, y0, t, gridBottom, labels, margin, mx, my, M, top };
+    },
+    contentHeight(W, H) { const o = this.layout(W, H); return Math.max(o.gridBottom, o.my + o.M + 50) + 10; },
+    draw(g, W, H, sc) {
+      const o = this.layout(W, H);
+      const hov = state.hover && state.hover.view === "model" ? state.hover : null;
+      const dy = -sc;
+      g.text("Every layer × head (rows: layers, columns: heads); click a map to open it large", 12, 12 + dy, { weight: "bold" });
+      g.text("colour: attention probability, white 0 to dark blue 1 (small maps keep the largest value of each block)", 12, 27 + dy, { size: 11, color: MUTED });
+      const n = Math.min(S, Math.max(8, Math.round(o.t * (window.devicePixelRatio || 1))));
+      for (let h = 0; h < nh; h++) g.text(`h${h}`, o.x0 + h * (o.t + o.gap) + o.t / 2, o.y0 - 8 + dy, { size: 11, color: MUTED, align: "center" });
+      for (let l = 0; l < L; l++) {
+        const y = o.y0 + l * (o.t + o.gap) + dy;
+        if (y > H || y + o.t < 0) continue;
+        g.text(`L${l}`, o.x0 - 6, y + o.t / 2, { size: 11, color: MUTED, align: "right" });
+        for (let h = 0; h < nh; h++) {
+          const x = o.x0 + h * (o.t + o.gap);
+          g.image(mapCanvas(l, h, n), x, y, o.t, o.t);
+          g.frame(x, y, o.t, o.t, "#c9d3e0", 1);
+        }
+      }
+      const sel = state.head;
+      if (sel >= 0) g.frame(o.x0 + sel * (o.t + o.gap) - 2, o.y0 + state.layer * (o.t + o.gap) - 2 + dy, o.t + 4, o.t + 4, ACCENT, 2.5);
+      if (hov && hov.thumb) g.frame(o.x0 + hov.thumb[1] * (o.t + o.gap) - 1, o.y0 + hov.thumb[0] * (o.t + o.gap) - 1 + dy, o.t + 2, o.t + 2, INK, 1.5);
+      // the large map of the chosen layer and head
+      const l = state.layer, mx = o.mx, my = o.my + dy, M = o.M, cell = M / S;
+      g.text(`Layer ${l}, ${headName(sel)}: rows are queries, columns keys`, mx - o.margin, o.top + dy, { weight: "bold" });
+      g.image(mapCanvas(l, sel, S), mx, my, M, M);
+      g.frame(mx, my, M, M, "#c9d3e0", 1);
+      if (o.labels) {
+        const every = Math.ceil(12 / cell);  // labels 12 px apart at least
+        for (let i = 0; i < S; i++) {
+          if (i % every && i !== state.token) continue;
+          const c = i === state.token ? ACCENT : INK;
+          g.text(clip(tokens[i], o.margin - 8, 11), mx - 4, my + (i + 0.5) * cell, { size: 11, align: "right", color: c });
+          g.text(clip(tokens[i], o.margin - 8, 11), mx + (i + 0.5) * cell, my - 4, { size: 11, rotate: -90, color: c });
+        }
+      } else {
+        g.text(`keys 0 … ${S - 1} →`, mx, my - 8, { size: 11, color: MUTED });
+        g.text("queries ↓", mx - 6, my + 8, { size: 11, color: MUTED, align: "right" });
+      }
+      let detail = "";
+      if (hov && hov.cell) {
+        const [i, j] = hov.cell;
+        g.frame(mx, my + i * cell, M, Math.max(1, cell), INK, 1);
+        g.frame(mx + j * cell, my, Math.max(1, cell), M, INK, 1);
+        detail = `query ${tokenName(i)} → key ${tokenName(j)}: p = ${probRow(l, sel, i)[j].toFixed(3)}`;
+      }
+      // a colour key under the map
+      for (let k = 0; k < 100; k++) g.rect(mx + k * 1.6, my + M + 12, 1.7, 8, blue(k / 99));
+      g.text("0", mx, my + M + 30, { size: 11, color: MUTED });
+      g.text("1", mx + 160, my + M + 30, { size: 11, color: MUTED, align: "right" });
+      g.text(detail, mx + 180, my + M + 16, { size: 12 });
+      api.lastDraw = { view: "model", layer: l, head: sel, n, hover: hov && (hov.cell || hov.thumb) };
+    },
+    pick(x, y, W, H, sc) {
+      const o = this.layout(W, H);
+      const yc = y + sc;
+      const h = Math.floor((x - o.x0) / (o.t + o.gap)), l = Math.floor((yc - o.y0) / (o.t + o.gap));
+      if (h >= 0 && h < nh && l >= 0 && l < L && x - o.x0 - h * (o.t + o.gap) <= o.t && yc - o.y0 - l * (o.t + o.gap) <= o.t) {
+        return { thumb: [l, h] };
+      }
+      const i = Math.floor(((yc - o.my) / o.M) * S), j = Math.floor(((x - o.mx) / o.M) * S);
+      if (i >= 0 && i < S && j >= 0 && j < S) return { cell: [i, j] };
+      return null;
+    },
+    thumbPoint(l, h, W, H, sc) {
+      const o = this.layout(W, H);
+      return { x: o.x0 + h * (o.t + o.gap) + o.t / 2, y: o.y0 + l * (o.t + o.gap) + o.t / 2 - sc };
+    },
+  };
+
+  // ---- neuron view: one query's q, each key's k, q*k elementwise, q.k, / sqrt(hd), softmax ----
+  function neuronNumbers(l, h, i) {
+    const q = vector("q", l, h, i), keys = [], dots = new Float64Array(S), scaled = new Float64Array(S);
+    let vmax = 0, pmax = 0, best = -Infinity;
+    for (let d = 0; d < hd; d++) vmax = Math.max(vmax, Math.abs(q[d]));
+    for (let j = 0; j < S; j++) {
+      const k = vector("k", l, h, j);
+      keys.push(k);
+      let dot = 0;
+      for (let d = 0; d < hd; d++) {
+        dot += q[d] * k[d];
+        vmax = Math.max(vmax, Math.abs(k[d]));
+        pmax = Math.max(pmax, Math.abs(q[d] * k[d]));
+      }
+      dots[j] = dot;
+      scaled[j] = dot / Math.sqrt(hd);
+      if (!(meta.causal && j > i)) best = Math.max(best, scaled[j]);
+    }
+    const probs = new Float64Array(S);
+    let total = 0;
+    for (let j = 0; j < S; j++) { probs[j] = meta.causal && j > i ? 0 : Math.exp(scaled[j] - best); total += probs[j]; }
+    for (let j = 0; j < S; j++) probs[j] /= total;
+    const stored = probRow(l, h, i);
+    return { q, keys, dots, scaled, probs, stored, vmax, pmax };
+  }
+  const neuron = {
+    rowH: 16, top: 92,
+    layout(W) {
+      const labelW = Math.min(120, Math.max(...tokens.map((t) => textWidth(t, 11))) + 8);
+      const cw = Math.max(2, Math.min(7, Math.floor((W - labelW - 430) / (2 * hd))));
+      const kx = labelW + 14, px = kx + hd * cw + 18, nx = px + hd * cw + 18;
+      return { labelW, cw, kx, px, nx };
+    },
+    contentHeight() { return this.top + S * this.rowH + 8; },
+    draw(g, W, H, sc) {
+      const o = this.layout(W);
+      const l = state.layer, h = Math.max(0, state.head), i = state.token;
+      const nb = neuronNumbers(l, h, i);
+      const hov = state.hover && state.hover.view === "neuron" ? state.hover : null;
+      const first = Math.max(0, Math.floor(sc / this.rowH)), last = Math.min(S - 1, Math.floor((sc + H - this.top) / this.rowH));
+      const ch = this.rowH - 3, cols = { dot: o.nx, scaled: o.nx + 62, bar: o.nx + 130, stored: o.nx + 250 };
+      let argmax = 0;
+      for (let j = 1; j < S; j++) if (nb.probs[j] > nb.probs[argmax]) argmax = j;
+      for (let j = first; j <= last; j++) {
+        const y = this.top + j * this.rowH - sc;
+        if (hov && hov.i === j) g.rect(0, y - 1, W, this.rowH, "rgba(31,95,191,0.10)");
+        const masked = meta.causal && j > i;
+        g.text(clip(tokens[j], o.labelW - 4, 11), o.labelW, y + ch / 2, { size: 11, align: "right", weight: j === argmax ? "bold" : "normal", color: maskSet.has(j) ? ACCENT : INK });
+        const k = nb.keys[j];
+        for (let d = 0; d < hd; d++) {
+          g.rect(o.kx + d * o.cw, y, o.cw, ch, diverging(k[d], nb.vmax));
+          g.rect(o.px + d * o.cw, y, o.cw, ch, diverging(nb.q[d] * k[d], nb.pmax));
+        }
+        g.text(nb.dots[j].toFixed(2), cols.dot + 54, y + ch / 2, { size: 11, align: "right" });
+        g.text(masked ? "masked" : nb.scaled[j].toFixed(2), cols.scaled + 54, y + ch / 2, { size: 11, align: "right", color: masked ? MUTED : INK });
+        g.rect(cols.bar, y + 2, 76 * nb.probs[j], ch - 4, ACCENT);
+        g.text(nb.probs[j].toFixed(3), cols.bar + 84, y + ch / 2, { size: 11 });
+        g.text(nb.stored[j].toFixed(3), cols.stored + 54, y + ch / 2, { size: 11, align: "right", color: MUTED });
+      }
+      // fixed header: the query vector above the key column, and the column names
+      g.rect(0, 0, W, this.top - 2, "#ffffff");
+      g.text(`Layer ${l}, head ${h}: query ${tokenName(i)} against every key`, 12, 12, { weight: "bold" });
+      const extra = (meta.relative ? "; this model also adds relative-position scores, not shown here" : "") +
+        (meta.causal ? "; keys after the query are masked (decoder)" : "");
+      g.text(`score = q·k / √${hd}, probability = softmax over the keys; colours: blue < 0 < red${extra}`, 12, 27, { size: 11, color: MUTED });
+      g.text("q", o.labelW, 50, { align: "right", weight: "bold" });
+      for (let d = 0; d < hd; d++) g.rect(o.kx + d * o.cw, 43, o.cw, ch, diverging(nb.q[d], nb.vmax));
+      g.text(`query vector of ${clip(tokens[i], 90)} (${hd} numbers)`, o.px, 50, { size: 11, color: MUTED });
+      const hy = this.top - 12;
+      g.text("key", o.labelW, hy, { size: 11, color: MUTED, align: "right" });
+      g.text("k (key vector)", o.kx, hy, { size: 11, color: MUTED });
+      g.text("q × k, elementwise", o.px, hy, { size: 11, color: MUTED });
+      g.text("q·k", cols.dot + 54, hy, { size: 11, color: MUTED, align: "right" });
+      g.text(`÷ √${hd}`, cols.scaled + 54, hy, { size: 11, color: MUTED, align: "right" });
+      g.text("softmax", cols.bar, hy, { size: 11, color: MUTED });
+      g.text("stored p", cols.stored + 54, hy, { size: 11, color: MUTED, align: "right" });
+      g.line(0, this.top - 3, W, this.top - 3, "#d8dde4", 1);
+      api.lastDraw = {
+        view: "neuron", layer: l, head: h, query: i, first, last,
+        dots: Array.from(nb.dots), scaled: Array.from(nb.scaled), probs: Array.from(nb.probs), stored: Array.from(nb.stored),
+      };
+    },
+    pick(x, y, W, H, sc) {
+      if (y < this.top) return null;
+      const j = Math.floor((y - this.top + sc) / this.rowH);
+      return j >= 0 && j < S ? { i: j } : null;
+    },
+    point(side, j, W, sc) { return { x: this.layout(W).kx + 10, y: this.top + j * this.rowH + this.rowH / 2 - sc }; },
+    describe(hov) {
+      const l = state.layer, h = Math.max(0, state.head), nb = neuronNumbers(l, h, state.token), j = hov.i;
+      return `${tokenName(state.token)} · ${tokenName(j)}: q·k = ${nb.dots[j].toFixed(3)}, ÷ √${hd} = ${nb.scaled[j].toFixed(3)}, ` +
+        `softmax = ${nb.probs[j].toFixed(3)} (the model's: ${nb.stored[j].toFixed(3)})`;
+    },
+  };
+
+  const views = { head, model, neuron };
+
+  // ---- drawing the screen ----
+  let pending = false;
+  function render() {
+    pending = false;
+    const view = views[state.view];
+    const W = scroller.clientWidth, H = scroller.clientHeight, ratio = window.devicePixelRatio || 1;
+    spacer.style.height = `${Math.max(0, view.contentHeight(W, H) - H)}px`;
+    if (canvas.width !== Math.round(W * ratio) || canvas.height !== Math.round(H * ratio)) {
+      canvas.width = Math.round(W * ratio); canvas.height = Math.round(H * ratio);
+      canvas.style.width = `${W}px`; canvas.style.height = `${H}px`;
+    }
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    const g = new CanvasPainter(ctx);
+    g.rect(0, 0, W, H, "#ffffff");
+    view.draw(g, W, H, scroller.scrollTop);
+  }
+  const redraw = () => { if (!pending) { pending = true; requestAnimationFrame(render); } };
+
+  // ---- controls ----
+  const layerSel = document.getElementById("layer"), headSel = document.getElementById("head"), tokenSel = document.getElementById("token");
+  for (let l = 0; l < L; l++) layerSel.add(new Option(String(l), String(l)));
+  headSel.add(new Option("mean", "-1"));
+  for (let h = 0; h < nh; h++) headSel.add(new Option(String(h), String(h)));
+  tokens.forEach((t, i) => tokenSel.add(new Option(`${i}: ${t}`, String(i))));
+  function syncControls() {
+    layerSel.value = String(state.layer); headSel.value = String(state.head); tokenSel.value = String(state.token);
+    headSel.options[0].disabled = state.view === "neuron";
+    for (const b of document.querySelectorAll("#tabs button")) b.setAttribute("aria-selected", String(b.dataset.view === state.view));
+    document.body.dataset.view = state.view;
+    strip();
+  }
+  function set(change) {
+    Object.assign(state, change);
+    if (state.view === "neuron" && state.head < 0) state.head = 0;  // the arithmetic is per head
+    syncControls();
+    redraw();
+  }
+  function showToken(i) {  // scroll the head and neuron views so row i is on screen
+    const view = views[state.view];
+    if (!view.rowH) return;
+    const y = view.top + i * view.rowH - scroller.scrollTop, H = scroller.clientHeight;
+    if (y < view.top || y + view.rowH > H - (view.bottom || 0)) scroller.scrollTop = Math.max(0, i * view.rowH - (H - view.top) / 2);
+  }
+  layerSel.addEventListener("change", () => set({ layer: Number(layerSel.value) }));
+  headSel.addEventListener("change", () => set({ head: Number(headSel.value) }));
+  tokenSel.addEventListener("change", () => { set({ token: Number(tokenSel.value) }); showToken(state.token); });
+  for (const b of document.querySelectorAll("#tabs button")) {
+    b.addEventListener("click", () => {
+      scrollTops[state.view] = scroller.scrollTop;
+      set({ view: b.dataset.view, hover: null });
+      scroller.scrollTop = scrollTops[state.view];
+      readout.textContent = "\u00a0";
+    });
+  }
+  scroller.addEventListener("scroll", redraw);
+  window.addEventListener("resize", redraw);
+
+  function pointer(event) {
+    const r = canvas.getBoundingClientRect();
+    return views[state.view].pick(event.clientX - r.left, event.clientY - r.top, scroller.clientWidth, scroller.clientHeight, scroller.scrollTop);
+  }
+  canvas.addEventListener("mousemove", (event) => {
+    const hit = pointer(event), view = views[state.view];
+    const hover = hit && !hit.map ? { view: state.view, ...hit } : null;
+    const same = JSON.stringify(hover) === JSON.stringify(state.hover);
+    state.hover = hover;
+    if (hover && view.describe && hover.i !== undefined) readout.textContent = view.describe(hover);
+    else if (hover && hover.thumb) readout.textContent = `layer ${hover.thumb[0]}, head ${hover.thumb[1]}: click to open`;
+    else if (!hover) readout.textContent = "\u00a0";
+    if (!same) redraw();
+  });
+  canvas.addEventListener("mouseleave", () => { state.hover = null; redraw(); });
+  canvas.addEventListener("click", (event) => {
+    const hit = pointer(event);
+    if (!hit) return;
+    if (hit.map !== undefined) { scroller.scrollTop = Math.max(0, head.top + hit.map * head.rowH - scroller.clientHeight / 2); return; }
+    if (hit.thumb) set({ layer: hit.thumb[0], head: hit.thumb[1] });
+    else if (hit.cell) set({ token: hit.cell[0] });
+    else if (state.view === "head") set({ token: hit.i });
+    else if (state.view === "neuron") set({ token: hit.i });
+  });
+
+  // ---- saving the view on screen ----
+  function download(blob, name) {
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = name;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+  }
+  const fileName = (ext) => `bertfn-${state.view}-layer${state.layer}-${state.head < 0 ? "mean" : "head" + state.head}.${ext}`;
+  document.getElementById("save-svg").addEventListener("click", () => {
+    const W = scroller.clientWidth, H = scroller.clientHeight, g = new SvgPainter(W, H);
+    g.rect(0, 0, W, H, "#ffffff");
+    const last = api.lastDraw;
+    views[state.view].draw(g, W, H, scroller.scrollTop);
+    api.lastDraw = last;
+    download(new Blob([g.toString()], { type: "image/svg+xml" }), fileName("svg"));
+  });
+  document.getElementById("save-png").addEventListener("click", () => {
+    render();
+    canvas.toBlob((blob) => download(blob, fileName("png")), "image/png");
+  });
+
+  // ---- the side panels: predictions at [MASK] and the per-layer strip ----
+  const predictions = document.getElementById("prediction-list");
+  if (!meta.predictions) {
+    predictions.innerHTML = `<p class="note">${escapeXml(meta.no_predictions || "")}</p>`;
+  } else if (!meta.predictions.length) {
+    predictions.innerHTML = '<p class="note">no [MASK] in the text: put one in to see what the model predicts there</p>';
+  } else {
+    for (const m of meta.predictions) {
+      const box = document.createElement("div");
+      box.className = "mask";
+      box.innerHTML = `<h3 title="choose this token">[MASK] at ${m.position}</h3>` + m.top.map(([w, p]) =>
+        `<div class="pred"><span class="word" title="${escapeXml(w)}">${escapeXml(w)}</span>` +
+        `<span><div class="bar" style="width:${(100 * p).toFixed(1)}%"></div></span><span class="pct">${(100 * p).toFixed(1)}%</span></div>`).join("");
+      box.querySelector("h3").addEventListener("click", () => { set({ token: m.position }); showToken(m.position); });
+      predictions.appendChild(box);
+    }
+  }
+  const stripBox = document.getElementById("layer-strip");
+  const maxNorm = Math.max(...data.norms);
+  function strip() {
+    const i = state.token, k = meta.top_k, lnS = Math.log(S);
+    document.getElementById("layers-title").textContent = `Layer by layer at ${tokenName(i)}`;
+    let rows = '<table><tr><th>layer</th><th>entropy per head</th><th>‖h‖</th><th>MLM head says</th></tr>';
+    for (let r = 0; r <= L; r++) {
+      const l = r - 1;  // row 0 is the embeddings' output
+      let cells = "";
+      if (l >= 0) {
+        for (let h = 0; h < nh; h++) {
+          const e = data.entropy[(l * nh + h) * S + i];
+          cells += `<span style="background:${purple(e / lnS)}" title="head ${h}: ${e.toFixed(2)} nats (uniform: ${lnS.toFixed(2)})"></span>`;
+        }
+      }
+      const norm = data.norms[r * S + i];
+      let lens = "";
+      if (hasLens) {
+        const words = [];
+        for (let t = 0; t < k; t++) {
+          const at = (r * S + i) * k + t;
+          words.push(`${meta.vocab[data.lens_ids[at]]} ${data.lens_probs[at].toFixed(2)}`);
+        }
+        lens = `<td class="lens" title="${escapeXml(words.join("\n"))}">${escapeXml(words.slice(0, 3).join(" · "))}</td>`;
+      } else {
+        lens = r === 0 ? `<td class="lens top" rowspan="${L + 1}" title="${escapeXml(meta.no_predictions || "")}">no MLM head</td>` : "";
+      }
+      rows += `<tr class="row${l === state.layer ? " current" : ""}" data-layer="${l}"><td>${l < 0 ? "emb" : l}</td>` +
+        `<td><div class="cells">${cells}</div></td><td><span class="normbar" style="width:${(30 * norm / maxNorm).toFixed(1)}px"></span>${norm.toFixed(1)}</td>${lens}</tr>`;
+    }
+    stripBox.innerHTML = rows + "</table>";
+    for (const tr of stripBox.querySelectorAll("tr.row")) {
+      const l = Number(tr.dataset.layer);
+      if (l >= 0) tr.addEventListener("click", () => set({ layer: l }));
+    }
+  }
+
+  // ---- header and notes ----
+  document.getElementById("summary").textContent =
+    `${meta.model ? meta.model + " · " : ""}${S} tokens · ${L} layers × ${nh} heads of width ${hd}`;
+  document.getElementById("text").textContent = meta.text;
+  document.getElementById("notes").innerHTML =
+    "<p>Stored in this file: attention probabilities rounded to multiples of 1/255 (off by at most 0.002; smaller " +
+    "values show as 0); queries and keys as 8-bit integers with one scale per vector (off by at most 1/254 of the " +
+    "vector's largest entry), from which the neuron view recomputes q·k; entropies, norms and predictions computed " +
+    "in full precision by bertfn before saving.</p><p>Made by bertfn: the numbers come from bertfn.trace; nothing is fetched.</p>";
+
+  // ---- for tests and the console ----
+  api.set = set;
+  api.render = render;
+  api.tokenPoint = (side, i) => {  // page coordinates of token i (side "q" or "k") in the head or neuron view, scrolled into view
+    showToken(i); render();
+    const r = canvas.getBoundingClientRect(), p = views[state.view].point(side, i, scroller.clientWidth, scroller.scrollTop);
+    return { x: r.left + p.x, y: r.top + p.y };
+  };
+  api.thumbPoint = (l, h) => {  // page coordinates of the small map of layer l, head h in the model view
+    const r = canvas.getBoundingClientRect(), p = model.thumbPoint(l, h, scroller.clientWidth, scroller.clientHeight, scroller.scrollTop);
+    return { x: r.left + p.x, y: r.top + p.y };
+  };
+  syncControls();
+  render();
+  return api;
+}
+
+(async function main() {
+  const readout = document.getElementById("readout");
+  try {
+    const meta = JSON.parse(document.getElementById("bertfn-meta").textContent);
+    readout.textContent = "unpacking…";
+    const data = await unpack(meta);
+    readout.textContent = "\u00a0";
+    window.bertfnExplorer = explorer(meta, data);
+    document.body.dataset.ready = "1";
+  } catch (error) {
+    readout.className = "error";
+    readout.textContent = `The explorer could not start: ${error.message}`;
+    throw error;
+  }
+})();

@@ -1,0 +1,211 @@
+"""Pictures of a forward pass: attention heatmaps with token labels, histograms, activation curves.
+
+matplotlib is an optional dependency (``pip install "bertfn[plot]"``), imported only when one of
+these functions runs, so ``import bertfn`` stays light. Each function draws on a new
+``matplotlib.figure.Figure`` attached to the Agg canvas (no pyplot, no window, no global state)
+and returns it: a notebook displays it, ``fig.savefig("attn.png")`` writes it to a file.
+The tensors usually come from :func:`bertfn.trace`. Without matplotlib, every function raises
+:class:`~bertfn.errors.DependencyError` naming the extra to install.
+
+Attention maps choose their colour scale (``scale=``, :data:`SCALES`): each head from 0 to its own
+largest probability (the default), every head of the layer on one scale, or the fixed 0..1. On the
+fixed scale, the many heads of late layers that spread their attention thinly draw near-blank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..errors import DependencyError, InputError
+from ..model.functional import ACTIVATIONS
+from .trace import Recording
+
+Tensor = torch.Tensor
+
+
+SCALES = ("per_head", "shared", "fixed")
+"""Colour scales of the attention maps: 0 to each head's own largest probability; 0 to the largest of
+all heads drawn together; 0 to 1."""
+
+
+def require_matplotlib():
+    """matplotlib's ``Figure`` and Agg canvas classes, or :class:`DependencyError` (exit 6) saying how to
+    install them (``pip install "bertfn[plot]"``)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise DependencyError(f"plotting needs matplotlib, which cannot be imported here ({e}); install the plot "
+                              'extra: pip install "bertfn[plot]"') from None
+    return Figure, FigureCanvasAgg
+
+
+def new_figure(width: float, height: float):
+    """An empty matplotlib ``Figure`` on the Agg canvas (:func:`require_matplotlib`)."""
+    Figure, FigureCanvasAgg = require_matplotlib()
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _matrix(x: Tensor, what: str) -> Tensor:
+    x = torch.as_tensor(x).detach().float().cpu()
+    if x.dim() != 2:
+        raise InputError(f"{what} must be a 2-D (rows, columns) tensor, got shape {tuple(x.shape)}")
+    return x
+
+
+def heatmap(
+    matrix: Tensor,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    *,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    cmap: str = "viridis",
+    ax=None,
+    colorbar: bool = True,
+    vmin: float | None = None,
+    vmax: float | None = None,
+):
+    """Draw a (R, C) matrix as colored cells, rows top to bottom, with optional tick labels.
+
+    Draws into ``ax`` when given (e.g. one panel of a grid), else on a new figure; returns the figure.
+    vmin / vmax: the values at the two ends of the colour scale (default: the matrix's min and max).
+    """
+    m = _matrix(matrix, "heatmap's matrix")
+    R, C = m.shape
+    if ax is None:
+        side = min(max(3.0, 0.35 * max(R, C) + 1.5), 12.0)
+        ax = new_figure(side + (1.0 if colorbar else 0.0), side).add_subplot()
+    image = ax.imshow(m.numpy(), cmap=cmap, aspect="auto", interpolation="nearest", vmin=vmin, vmax=vmax)
+    for labels, n, set_ticks, set_labels, rotation in (
+        (row_labels, R, ax.set_yticks, ax.set_yticklabels, 0),
+        (col_labels, C, ax.set_xticks, ax.set_xticklabels, 90),
+    ):
+        if labels is not None:
+            if len(labels) != n:
+                raise InputError(f"heatmap got {len(labels)} labels for {n} rows/columns; pass one label each")
+            set_ticks(range(n))
+            set_labels(list(labels), rotation=rotation, fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    return ax.figure
+
+
+def color_limits(probs: Tensor, scale: str) -> list[float]:
+    """The top of the colour scale of each head's map, for probabilities (nh, S, S) -> nh numbers
+    (the bottom is 0): its own largest probability ("per_head"), the largest of all ("shared"), or 1 ("fixed")."""
+    if scale not in SCALES:
+        raise InputError(f"scale must be one of {', '.join(map(repr, SCALES))}, got {scale!r}")
+    if scale == "fixed":
+        return [1.0] * probs.shape[0]
+    top = probs.flatten(1).amax(dim=1)  # (nh,)
+    if scale == "shared":
+        top = top.max().expand(probs.shape[0])
+    return [t if t > 0 else 1.0 for t in top.tolist()]  # an all-zero map still gets a scale
+
+
+def attention_heatmap(probs: Tensor, tokens: Sequence[str], *, title: str | None = None, ax=None, colorbar: bool = True,
+                      scale: str = "per_head"):
+    """One head's attention probabilities (S_q, S_k): row i shows where query token i looks.
+
+    scale: "per_head" or "shared" colour it from 0 to its largest probability, "fixed" from 0 to 1.
+    """
+    (top,) = color_limits(_matrix(probs, "attention_heatmap's probabilities")[None], scale)
+    return heatmap(probs, tokens, tokens, title=title, xlabel="key (attended to)", ylabel="query",
+                   cmap="Blues", ax=ax, colorbar=colorbar, vmin=0.0, vmax=top)
+
+
+def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None = None, columns: int = 4,
+                    scale: str = "per_head"):
+    """Every head of one layer, (nh, S, S), as a grid of heatmaps.
+
+    scale (:data:`SCALES`): "per_head" colours each head from 0 to its own largest probability, with a
+    colour bar per panel; "shared" puts every head on one scale, 0 to the largest of them all, and
+    "fixed" on 0..1, each with one colour bar for the grid.
+    """
+    probs = torch.as_tensor(probs).detach().float().cpu()
+    if probs.dim() != 3:
+        raise InputError(f"attention_heads takes (heads, S, S) probabilities, got shape {tuple(probs.shape)}")
+    tops = color_limits(probs, scale)
+    nh = probs.shape[0]
+    cols = min(columns, nh)
+    rows = -(-nh // cols)  # ceil
+    panel = min(max(2.2, 0.22 * len(tokens) + 1.0), 5.0)
+    fig = new_figure(cols * panel + 1.0, rows * panel + (0.4 if title else 0.0))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for h, ax in enumerate(axes.flat):
+        if h >= nh:
+            ax.set_axis_off()
+            continue
+        image = ax.imshow(probs[h].numpy(), cmap="Blues", vmin=0.0, vmax=tops[h], aspect="auto", interpolation="nearest")
+        ax.set_title(f"head {h}", fontsize=9)
+        ax.set_xticks(range(len(tokens)))
+        ax.set_yticks(range(len(tokens)))
+        ax.set_xticklabels(tokens if h + cols >= nh else [], rotation=90, fontsize=6)
+        ax.set_yticklabels(tokens if h % cols == 0 else [], fontsize=6)
+        if scale == "per_head":
+            cbar = fig.colorbar(image, ax=ax, shrink=0.8)
+            cbar.ax.tick_params(labelsize=6)
+    if scale != "per_head":
+        fig.colorbar(image, ax=axes, shrink=0.6, label="probability")
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def attention_figure(rec: Recording, layer: int, head: int | None = None, scale: str = "per_head"):
+    """The picture ``bertfn attention`` writes: one head of ``layer``, or all of its heads (on ``scale``)."""
+    probs = rec.attention(layer, head)  # checks both indices
+    title = f"attention probabilities, layer {layer % rec.config.num_hidden_layers}"
+    if head is None:
+        return attention_heads(probs, rec.tokens, title=title, scale=scale)
+    nh = rec.attention(layer).shape[0]
+    return attention_heatmap(probs, rec.tokens, title=f"{title}, head {head % nh}", scale=scale)
+
+
+def histograms(values: dict[str, Tensor], *, bins: int = 80, title: str | None = None, xlabel: str | None = None,
+               log: bool = False, ax=None):
+    """Overlaid histograms (outlines) of several tensors, one per label, e.g. scores before and after scaling."""
+    if ax is None:
+        ax = new_figure(6.0, 3.6).add_subplot()
+    for label, v in values.items():
+        flat = torch.as_tensor(v).detach().float().cpu().flatten()
+        ax.hist(flat.numpy(), bins=bins, histtype="step", linewidth=1.5, label=f"{label} (n={flat.numel()})")
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel("count")
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return ax.figure
+
+
+def activation_curves(names: Sequence[str] = ("gelu", "relu"), lo: float = -4.0, hi: float = 4.0, *, ax=None):
+    """The activations BERT configs name (``config.hidden_act``), drawn over ``[lo, hi]``."""
+    unknown = [n for n in names if n not in ACTIVATIONS]
+    if unknown:
+        raise InputError(f"unknown activation(s) {unknown}; expected names from {sorted(ACTIVATIONS)}")
+    x = torch.linspace(lo, hi, 401)
+    if ax is None:
+        ax = new_figure(6.0, 3.6).add_subplot()
+    for n in names:
+        ax.plot(x.numpy(), ACTIVATIONS[n](x).numpy(), label=n, linewidth=1.8)
+    ax.axhline(0.0, color="grey", linewidth=0.6)
+    ax.axvline(0.0, color="grey", linewidth=0.6)
+    ax.set_xlabel("x")
+    ax.set_ylabel("act(x)")
+    ax.legend()
+    return ax.figure

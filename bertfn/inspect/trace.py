@@ -1,0 +1,178 @@
+"""One call that runs a text through BERT and keeps every intermediate: ``bertfn.trace(text, model)``.
+
+:func:`trace` tokenizes the text, runs :func:`~bertfn.model.encoder.encoder` and, at the ``[MASK]``
+positions, :func:`~bertfn.model.heads.mlm_head`: the same functions, in the same order, that
+:func:`~bertfn.tasks.fill_mask.fill_mask` runs. The only difference is the attention path: the eager
+reference, because the fused one never forms the probabilities. Each function writes what it
+computes into a :class:`bertfn.Trace` (bertfn/model/recorder.py); nothing here computes a number of its own.
+
+The names, for one text of S tokens (B = 1), H hidden units, nh heads of width hd, I = FFN width:
+
+==========================================  ================  ==============================================
+name                                        shape             what it is
+==========================================  ================  ==============================================
+``embeddings.word``                         (B, S, H)         rows of the word-embedding table
+``embeddings.token_type``                   (B, S, H)         rows of the segment table
+``embeddings.position``                     (B, S, H)         rows of the position table (absolute only)
+``embeddings.sum``                          (B, S, H)         their sum, before LayerNorm
+``embeddings.output``                       (B, S, H)         after LayerNorm: the input of layer 0
+``layer.{i}.attention.query|key|value``     (B, S, nh*hd)     ``x W^T + b``, all heads side by side
+``layer.{i}.attention.q|k|v``               (B, nh, S, hd)    the same, split into heads
+``layer.{i}.attention.relative_scores``     (B, nh, S, S)     relative-position scores (if any)
+``layer.{i}.attention.scores``              (B, nh, S, S)     ``q k^T``
+``layer.{i}.attention.scaled_scores``       (B, nh, S, S)     ``(scores [+ relative_scores]) / sqrt(hd)``
+``layer.{i}.attention.masked_scores``       (B, nh, S, S)     plus the additive padding mask
+``layer.{i}.attention.probs``               (B, nh, S, S)     softmax over the keys (last axis)
+``layer.{i}.attention.context``             (B, nh, S, hd)    ``probs @ v``
+``layer.{i}.attention.merged``              (B, S, nh*hd)     the heads side by side again
+``layer.{i}.attention.dense``               (B, S, H)         the output projection
+``layer.{i}.attention.output``              (B, S, H)         ``LayerNorm(dense + layer input)``
+``layer.{i}.ffn.intermediate``              (B, S, I)         ``act(W_1 a + b_1)``, a = attention output
+``layer.{i}.ffn.dense``                     (B, S, H)         ``W_2 intermediate + b_2``
+``layer.{i}.ffn.output``                    (B, S, H)         ``LayerNorm(dense + a)``; with
+                                                              ``chunk_size_feed_forward`` the three
+                                                              ``ffn.*`` are per slice: ``ffn.chunk.{n}.*``
+``layer.{i}.output``                        (B, S, H)         the layer's output (the FFN block's)
+``pooler``                                  (B, H)            ``tanh(W h_[CLS] + b)``, if the model has one
+``mlm.transform``                           (N, H)            MLM transform at the N ``[MASK]`` positions
+``mlm.logits``                              (N, V)            vocabulary logits at those positions
+==========================================  ================  ==============================================
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.loading import Model
+from ..checkpoint.resolve import get_model, require_tokenizer, texts_and_model
+from ..errors import InputError
+from ..model.config import BertConfig
+from ..model.encoder import encoder
+from ..model.heads import mlm_head
+from ..model.recorder import Trace
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True, repr=False)
+class Recording:
+    """What :func:`trace` returns: the tokens and every recorded tensor, keyed by name.
+
+    ``rec["layer.0.attention.probs"]`` reads one tensor (see the module docstring for the names);
+    ``rec.keys()`` lists them all in the order they were computed; ``repr(rec)`` is a short summary.
+    """
+
+    tokens: list[str]  # S word pieces, [CLS] ... [SEP]
+    input_ids: Tensor  # (1, S)
+    mask_positions: list[int]  # positions of the [MASK]s: row n of mlm.* belongs to mask_positions[n]
+    tensors: dict[str, Tensor]
+    config: BertConfig
+    model: Model | None = field(default=None, repr=False, compare=False)  # the model traced (the explorer reads its heads)
+
+    def __getitem__(self, name: str) -> Tensor:
+        if name not in self.tensors:
+            close = difflib.get_close_matches(name, self.tensors, n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else "see rec.keys() for the names"
+            raise InputError(f"the trace holds no {name!r}; {hint}")
+        return self.tensors[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tensors
+
+    def keys(self) -> list[str]:
+        return list(self.tensors)
+
+    def __repr__(self) -> str:
+        """The tokens and the recorded names grouped per layer, e.g. ``layer.{0..11}.attention.*``:
+        a few hundred characters, not the tensors (``rec.keys()`` lists every name)."""
+        S, where = len(self.tokens), self.mask_positions
+        shown = [t[:20] for t in self.tokens] if S <= 20 else \
+            [*(t[:20] for t in self.tokens[:16]), f"... ({S - 17} more)", self.tokens[-1]]
+        masks = f", [MASK] at {', '.join(map(str, where[:8]))}{' ...' if len(where) > 8 else ''}" if where else ""
+        return (f"Recording({S} tokens: {' '.join(shown)}{masks}; {len(self.tensors)} tensors: "
+                f"{', '.join(group_names(self.tensors))})")
+
+    def attention(self, layer: int, head: int | None = None) -> Tensor:
+        """Attention probabilities of one layer: (nh, S, S), or (S, S) for one ``head``.
+
+        Rows are queries, columns keys. Negative indices count from the end, as in Python.
+        """
+        L = self.config.num_hidden_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not -L <= layer < L:
+            raise InputError(f"layer must be an integer from 0 to {L - 1} (this model has {L} layers), got {layer!r}")
+        probs = self[f"layer.{layer % L}.attention.probs"][0]  # (nh, S, S)
+        if head is None:
+            return probs
+        nh = probs.shape[0]
+        if isinstance(head, bool) or not isinstance(head, int) or not -nh <= head < nh:
+            raise InputError(f"head must be an integer from 0 to {nh - 1} (layer {layer} has {nh} heads), got {head!r}")
+        return probs[head]  # (S, S)
+
+    def to_html(self, *, top_k: int = 5, title: str | None = None) -> str:
+        """This pass as one self-contained HTML page: the explorer (head, model and neuron views, MLM
+        predictions, a per-layer strip). See :mod:`bertfn.inspect.explorer` for what it stores and how precisely."""
+        from .explorer import to_html  # here, not at the top: import bertfn does not need the page's code
+
+        return to_html(self, top_k=top_k, title=title)
+
+    def save_html(self, path: str | Path, *, top_k: int = 5, title: str | None = None) -> Path:
+        """Write :meth:`to_html` to ``path`` (e.g. ``"view.html"``) and return the path."""
+        from .explorer import save_html
+
+        return save_html(self, path, top_k=top_k, title=title)
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a recording as the explorer, in an iframe of its own."""
+        from .explorer import notebook_html
+
+        return notebook_html(self)
+
+
+def group_names(names) -> list[str]:
+    """Recorded names in groups, in order: ``embeddings.*``, ``layer.{0..11}.attention.*``, ``pooler``, ..."""
+    layers: list[int] = []
+    groups: dict[str, None] = {}  # an ordered set
+    for name in names:
+        numbered = re.match(r"layer\.(\d+)\.(.*)", name)
+        if numbered:
+            layers.append(int(numbered[1]))
+            name = "layer.{i}." + numbered[2]
+        parts = name.split(".")
+        depth = 3 if numbered else 1  # layer.{i}.attention.* / embeddings.*
+        groups[".".join(parts[:depth]) + (".*" if len(parts) > depth else "")] = None
+    span = f"{{{min(layers)}..{max(layers)}}}" if layers else ""
+    return [g.replace("{i}", span) for g in groups]
+
+
+def trace(text: str, model: Model | str | Path | None = None, pair: str | None = None) -> Recording:
+    """Run ``text`` (and an optional second segment ``pair``) through the model, recording every step.
+
+    model: a loaded :class:`~bertfn.checkpoint.loading.Model`, a hub id or a local folder (None: the
+    fill-mask default, google-bert/bert-base-uncased). The MLM head runs at the ``[MASK]``
+    positions when the model has one and the text has masks; ``mlm.logits`` then holds the logits
+    fill_mask turns into its scores. Returns a :class:`Recording`; tensors have the batch axis (B = 1).
+    The old order ``trace(model, text)`` still works, with a DeprecationWarning.
+    """
+    text, model = texts_and_model(text, model, "trace", old_order=True)
+    m = get_model(model)
+    tok = require_tokenizer(m, "trace")
+    if not isinstance(text, str):
+        raise InputError(f"trace takes one text as a string, got {type(text).__name__}: {text!r:.60}")
+    for what, t in (("the text", text), ("the second segment (pair)", pair)):
+        if isinstance(t, str) and not t.strip():
+            raise InputError(f"{what} is empty; write a sentence to run through the model")
+    enc = tok([text], [pair] if pair is not None else None)
+    ids = enc.input_ids.to(m.device)  # (1, S)
+    record = Trace()
+    with torch.no_grad():
+        out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
+                      impl="eager", trace=record)
+        where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,) positions of the [MASK]s
+        if len(where) and "cls.predictions.decoder.weight" in m.state:
+            mlm_head(m.params, out.last_hidden_state[0, where], trace=record)  # (N, V)
+    return Recording(enc.tokens[0], ids, where.tolist(), record.store, m.config, m)

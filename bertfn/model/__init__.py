@@ -1,0 +1,28 @@
+"""The forward pass of BERT, one pure function per step, read top to bottom in this order:
+
+    functional.py   linear, layer_norm, the activations, dropout: the building blocks
+    embeddings.py   word + position + token-type embeddings, then LayerNorm      (BertEmbeddings)
+    attention.py    multi-head self- and cross-attention, the masks, the two paths (BertAttention)
+    encoder.py      the feed-forward block, one layer, the stack of layers         (BertLayer, BertEncoder)
+    heads.py        the pooler and the task heads on top: MLM, NSP, classification (BertPooler, BertLMPredictionHead, ...)
+
+and beside them, read by every step:
+
+    config.py       BertConfig: the sizes and settings of config.json
+    params.py       Params: a read-only view of the flat HF-keyed state_dict, scoped to one part
+    recorder.py     Trace: where each step writes what it computes, under its name (bertfn.trace reads it)
+
+Sizes are named by the same letters everywhere, in shapes and comments:
+
+    B    texts in a batch                 S    tokens per text (padded to the longest)
+    H    hidden size (768 in bert-base)   L    layers (12)
+    nh   attention heads (12)             hd   width of one head, H / nh (64)
+    I    feed-forward width (4H = 3072)   V    vocabulary entries (30522)
+    S_q  query positions                  S_k  key positions (S_q plus any cached ones)
+    S_e  positions of the encoder states a decoder's cross-attention reads
+    N    selected positions (the [MASK]s the MLM head reads)
+    T    tokens of several texts laid end to end (the fast path, bertfn/fast/)
+
+Nothing here loads a file or tokenizes text (checkpoint/ does), and nothing here is tuned for speed
+(fast/ is): this folder is the definition the rest of bertfn is tested against.
+"""

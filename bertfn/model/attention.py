@@ -1,0 +1,250 @@
+"""Multi-head attention (``transformers.BertAttention`` = ``BertSelfAttention`` + ``BertSelfOutput``).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + M) V             (Vaswani et al. 2017, eq. 1)
+    MultiHead(x)       = LayerNorm(x + Concat(head_1..head_nh) W_O)   (eq. 2, plus BERT's residual + LN)
+
+Keys read (under ``bert.encoder.layer.{i}.attention.`` or ``...crossattention.``):
+``self.query|key|value.weight`` (nh*hd, H) and ``.bias``, ``output.dense.weight`` (H, nh*hd) and
+``.bias``, ``output.LayerNorm.weight|bias`` (H,), and for relative positions
+``self.distance_embedding.weight`` (2P-1, hd).
+
+Masks here are *additive*: 0 where a key may be attended, ``finfo(dtype).min`` where it may not,
+shaped (B, 1, S_q or 1, S_k) so they broadcast over heads. :func:`extended_mask` builds one from the
+0/1 padding mask a tokenizer gives. A query whose every key is masked gets finite outputs on both
+paths in fp32, fp16 and bf16 (in fp32 it attends uniformly to all keys, as in transformers).
+
+Two paths compute the same numbers. :func:`eager_attention` is the reference, written step by step.
+``impl="sdpa"`` hands the same Q, K, V and additive mask to ``torch.nn.functional.scaled_dot_product_attention``
+(fused, faster, but it never materialises the probabilities). The eager path is used whenever the
+probabilities are needed: ``output_attentions``, a head mask, or attention dropout.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import InputError
+from .functional import dropout, layer_norm, linear
+from .params import Params, scoped
+from .recorder import NO_TRACE, Trace
+
+Tensor = torch.Tensor
+KV = tuple[Tensor, Tensor]
+"""One layer's cached keys and values, each (B, nh, S_k, hd)."""
+
+ATTENTION_IMPLS = ("eager", "sdpa")
+
+
+# --- masks -------------------------------------------------------------------------------------
+
+
+def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """0/1 keep-mask -> additive mask ``(1 - m) * finfo(dtype).min`` that broadcasts over heads.
+
+    Mirrors ``ModuleUtilsMixin.get_extended_attention_mask`` / ``invert_attention_mask``.
+    mask: (B, S_k) padding mask, (B, S_q, S_k) per-query mask, or (B, 1 or nh, S_q, S_k)
+    -> (B, 1, 1, S_k), (B, 1, S_q, S_k) or unchanged 4D, in ``dtype``.
+    """
+    if mask.dim() == 2:
+        mask = mask[:, None, None, :]  # (B, 1, 1, S_k)
+    elif mask.dim() == 3:
+        mask = mask[:, None, :, :]  # (B, 1, S_q, S_k)
+    elif mask.dim() != 4:
+        raise InputError(
+            f"attention_mask must be (batch, seq), (batch, q, k) or (batch, heads, q, k); got {tuple(mask.shape)}"
+        )
+    return (1.0 - mask.to(dtype)) * torch.finfo(dtype).min
+
+
+def causal_keep_mask(mask: Tensor, seq: int) -> Tensor:
+    """Padding mask + "no peeking ahead": the decoder's 0/1 keep-mask.
+
+    Mirrors ``ModuleUtilsMixin.create_extended_attention_mask_for_decoder``. Query i (at absolute
+    position past+i) may see every cached key and the new keys 0..i.
+    mask: (B, past + S) 0/1 -> (B, S, past + S) 0/1.
+    """
+    B, S_k = mask.shape
+    past = S_k - seq
+    q_pos = torch.arange(past, S_k, device=mask.device)[:, None]  # (S, 1) absolute query positions
+    k_pos = torch.arange(S_k, device=mask.device)[None, :]  # (1, S_k)
+    causal = (k_pos <= q_pos).to(mask.dtype)  # (S, S_k)
+    return causal[None, :, :] * mask[:, None, :]  # (B, S, S_k)
+
+
+# --- heads ---------------------------------------------------------------------------------------
+
+
+def split_heads(x: Tensor, nh: int) -> Tensor:
+    """(B, S, nh*hd) -> (B, nh, S, hd): one slice of width hd per head (HF ``transpose_for_scores``)."""
+    B, S, _ = x.shape
+    return x.view(B, S, nh, -1).transpose(1, 2)  # view: (B, S, nh, hd); transpose: (B, nh, S, hd)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, nh, S, hd) -> (B, S, nh*hd), the inverse of :func:`split_heads`.
+
+    The transpose makes the tensor non-contiguous, so this needs ``reshape`` (a copy), not ``view``.
+    """
+    B, nh, S, hd = x.shape
+    return x.transpose(1, 2).reshape(B, S, nh * hd)
+
+
+def relative_position_scores(q: Tensor, k: Tensor, distance_weight: Tensor, kind: str, past: int) -> Tensor:
+    """Scores from relative-position embeddings (Shaw et al. 2018; Huang et al. 2020, "method 4").
+
+    Query i sits at absolute position ``past + i`` and key j at ``j``; their distance ``i - j`` is
+    shifted by ``P - 1`` to index ``distance_weight`` (2P-1, hd). ``relative_key`` adds q·e(i-j),
+    ``relative_key_query`` adds q·e(i-j) + k·e(i-j). Mirrors the ``distance_embedding`` branch
+    of ``BertSelfAttention``; with a KV cache and one new token HF's ``key_length - 1`` equals our
+    ``past + 0``.
+    q: (B, nh, S_q, hd), k: (B, nh, S_k, hd) -> (B, nh, S_q, S_k), *before* the 1/sqrt(d) scaling.
+    """
+    S_q, S_k = q.shape[2], k.shape[2]
+    P = (distance_weight.shape[0] + 1) // 2
+    pos_q = torch.arange(past, past + S_q, device=q.device)[:, None]  # (S_q, 1)
+    pos_k = torch.arange(S_k, device=q.device)[None, :]  # (1, S_k)
+    e = distance_weight[pos_q - pos_k + P - 1].to(q.dtype)  # (S_q, S_k, hd)
+    scores = torch.einsum("bhld,lrd->bhlr", q, e)
+    if kind == "relative_key_query":
+        scores = scores + torch.einsum("bhrd,lrd->bhlr", k, e)
+    return scores
+
+
+def eager_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    head_mask: Tensor | None = None,
+    p_drop: float = 0.0,
+    generator: torch.Generator | None = None,
+    trace: Trace = NO_TRACE,
+) -> tuple[Tensor, Tensor]:
+    """The reference scaled dot-product attention, one step per line.
+
+    q: (B, nh, S_q, hd); k, v: (B, nh, S_k, hd); mask: additive, broadcastable to (B, nh, S_q, S_k);
+    bias: relative-position scores added before scaling; head_mask: (nh,) or broadcastable to the
+    probabilities, multiplies them (1 keeps a head, 0 silences it).
+    Returns context (B, nh, S_q, hd) and probabilities (B, nh, S_q, S_k).
+    """
+    hd = q.shape[-1]
+    scores = q @ k.transpose(-1, -2)  # (B, nh, S_q, S_k)
+    trace["scores"] = scores
+    if bias is not None:
+        scores = scores + bias
+    scores = scores / math.sqrt(hd)  # keeps the logits' spread independent of hd
+    trace["scaled_scores"] = scores
+    if mask is not None:
+        # Masked keys get finfo.min, i.e. probability 0 after softmax. In fp16 finfo.min plus a negative
+        # score overflows to -inf, and a row with every key masked would softmax to NaN: the clamp puts
+        # such scores back at finfo.min (a no-op in fp32, where no score comes near it).
+        scores = (scores + mask).clamp(min=torch.finfo(scores.dtype).min)
+    trace["masked_scores"] = scores
+    probs = torch.softmax(scores, dim=-1)  # (B, nh, S_q, S_k), each row sums to 1
+    probs = dropout(probs, p_drop, generator)
+    if head_mask is not None:
+        probs = probs * (head_mask.view(-1, 1, 1) if head_mask.dim() == 1 else head_mask)
+    trace["probs"] = probs
+    context = probs @ v  # (B, nh, S_q, hd)
+    return context, probs
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None) -> Tensor:
+    """The same attention as :func:`eager_attention` through torch's fused kernel (no probabilities).
+
+    A relative-position ``bias`` is folded into the additive mask as ``bias / sqrt(hd)``.
+    Shapes as in :func:`eager_attention`; returns context (B, nh, S_q, hd).
+    """
+    if bias is not None:
+        bias = bias / math.sqrt(q.shape[-1])
+        mask = bias if mask is None else (bias + mask).clamp(min=torch.finfo(mask.dtype).min)  # as in eager
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def chosen_impl(impl: str, need_probs: bool, head_mask: Tensor | None, p_drop: float) -> str:
+    """The attention path that runs: ``impl``, except eager whenever the probabilities themselves are
+    needed (returned, multiplied by a head mask, or dropped out), which the fused kernel cannot give."""
+    if impl not in ATTENTION_IMPLS:
+        raise InputError(f"impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    return "eager" if need_probs or head_mask is not None or p_drop > 0 else impl
+
+
+class AttentionOutput(NamedTuple):
+    hidden: Tensor  # (B, S_q, H) after output dense, residual and LayerNorm
+    probs: Tensor | None  # (B, nh, S_q, S_k) when the eager path ran, else None
+    kv: KV  # the keys and values attended to, each (B, nh, S_k, hd): the new cache entry
+
+
+def attention(
+    p: Params,
+    x: Tensor,
+    mask: Tensor | None = None,
+    *,
+    encoder_hidden: Tensor | None = None,
+    past_kv: KV | None = None,
+    past_length: int = 0,
+    head_mask: Tensor | None = None,
+    impl: str = "eager",
+    need_probs: bool = False,
+    generator: torch.Generator | None = None,
+    trace: Trace = NO_TRACE,
+) -> AttentionOutput:
+    """One BERT attention block: Q/K/V, heads, attention, merge, output dense, residual + LayerNorm.
+
+    p: the ``attention.`` (or ``crossattention.``) scope of one layer, e.g.
+    ``model.params.layer(0).scope("attention")``. x: (B, S_q, H).
+    mask: additive mask from :func:`extended_mask`, broadcastable to (B, nh, S_q, S_k).
+    Self-attention: keys/values come from x, appended to ``past_kv`` (the cache) when given, and
+    ``past_length`` is the absolute position of x's first token (for relative positions).
+    Cross-attention: ``encoder_hidden`` (B, S_e, H) gives keys/values; a ``past_kv`` is reused as is
+    (the encoder states do not change while decoding). Relative positions apply to self-attention only.
+    """
+    p = scoped(p, "attention()", "model.params.layer(0).scope('attention')")
+    cfg = p.config
+    hd = cfg.head_dim
+    nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned
+    cross = encoder_hidden is not None
+
+    query = linear(x, p["self.query.weight"], p["self.query.bias"])  # (B, S_q, nh*hd)
+    trace["query"] = query
+    q = split_heads(query, nh)  # (B, nh, S_q, hd)
+    if cross and past_kv is not None:
+        k, v = past_kv  # (B, nh, S_e, hd) each, computed on the first decoding step
+    else:
+        source = encoder_hidden if cross else x
+        key = linear(source, p["self.key.weight"], p["self.key.bias"])  # (B, S_k, nh*hd)
+        value = linear(source, p["self.value.weight"], p["self.value.bias"])  # (B, S_k, nh*hd)
+        trace["key"], trace["value"] = key, value
+        k = split_heads(key, nh)  # (B, nh, S_k, hd)
+        v = split_heads(value, nh)
+        if past_kv is not None:
+            k = torch.cat([past_kv[0], k], dim=2)  # (B, nh, past + S_q, hd)
+            v = torch.cat([past_kv[1], v], dim=2)
+    trace["q"], trace["k"], trace["v"] = q, k, v
+
+    bias = None
+    if not cross and cfg.position_embedding_type != "absolute":
+        bias = relative_position_scores(q, k, p["self.distance_embedding.weight"],
+                                        cfg.position_embedding_type, past_length)
+        trace["relative_scores"] = bias
+
+    p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
+    if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
+        context, probs = eager_attention(q, k, v, mask, bias, head_mask, p_drop, generator, trace)
+    else:
+        context, probs = sdpa_attention(q, k, v, mask, bias), None
+    trace["context"] = context
+
+    merged = merge_heads(context)  # (B, S_q, nh*hd)
+    trace["merged"] = merged
+    out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S_q, H)
+    out = dropout(out, cfg.hidden_dropout_prob, generator)
+    trace["dense"] = out
+    out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
+    trace["output"] = out
+    return AttentionOutput(out, probs, (k, v))

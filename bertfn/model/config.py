@@ -1,0 +1,132 @@
+"""The model's hyper-parameters: ``config.json`` read into a small immutable record.
+
+Mirrors ``transformers.BertConfig``: the same field names and the same defaults for fields a
+file leaves out, so any BERT ``config.json`` from the hub reads as transformers reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, unreadable
+from .functional import ACTIVATIONS
+
+POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """Hyper-parameters of one BERT model (``transformers.BertConfig``, same names and defaults)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int | None = 0
+    position_embedding_type: str = "absolute"
+    is_decoder: bool = False
+    add_cross_attention: bool = False
+    use_cache: bool = True
+    chunk_size_feed_forward: int = 0
+    classifier_dropout: float | None = None
+    num_labels: int = 2
+    pruned_heads: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"config {name} must be a positive integer, got {value!r}; fix config.json")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"config hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads}) so every head gets the same width; fix config.json"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ConfigError(
+                f"config hidden_act {self.hidden_act!r} is not an activation bertfn knows; "
+                f"expected one of {sorted(ACTIVATIONS)}"
+            )
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ConfigError(
+                f"config position_embedding_type {self.position_embedding_type!r} is unknown; "
+                f"expected one of {list(POSITION_EMBEDDING_TYPES)}"
+            )
+        if self.add_cross_attention and not self.is_decoder:
+            raise ConfigError("config add_cross_attention=true needs is_decoder=true (as in transformers)")
+        pad = self.pad_token_id
+        if pad is not None and (not isinstance(pad, int) or isinstance(pad, bool) or not -self.vocab_size <= pad < self.vocab_size):
+            raise ConfigError(f"config pad_token_id must be a row of the word embeddings (0..{self.vocab_size - 1}) "
+                              f"or null, got {pad!r}; fix config.json")
+        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+            raise ConfigError(f"config layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head, ``hidden_size / num_attention_heads`` (64 for bert-base)."""
+        return self.hidden_size // self.num_attention_heads
+
+    def heads_in_layer(self, layer: int) -> int:
+        """Attention heads left in ``layer`` after the config's ``pruned_heads``."""
+        return self.num_attention_heads - len(self.pruned_heads.get(layer, ()))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BertConfig:
+        """Build from a ``config.json`` dict; unknown keys are ignored, absent keys take HF defaults."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"a config must be a JSON object, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if "num_labels" not in d and isinstance(d.get("id2label"), dict):
+            kwargs["num_labels"] = len(d["id2label"])
+        if kwargs.get("chunk_size_feed_forward") is None:
+            kwargs.pop("chunk_size_feed_forward", None)
+        pruned = kwargs.pop("pruned_heads", None) or {}
+        try:
+            kwargs["pruned_heads"] = {int(k): tuple(sorted(int(h) for h in v)) for k, v in pruned.items()}
+        except (AttributeError, TypeError, ValueError) as e:
+            raise ConfigError(f"config pruned_heads must map layer -> list of heads, got {pruned!r}") from e
+        try:
+            return cls(**kwargs)
+        except TypeError as e:  # a field with a value of the wrong kind
+            raise ConfigError(f"config.json has a field bertfn cannot read: {e}") from e
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> BertConfig:
+        """Read ``config.json``; a missing or unreadable file raises :class:`ConfigError` naming it."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(
+                f"no config.json at {path}; a BERT checkpoint folder needs one next to its weights "
+                "(transformers' save_pretrained writes it)"
+            ) from None
+        except PermissionError:
+            raise unreadable(path, ConfigError) from None
+        except (OSError, UnicodeDecodeError) as e:  # a folder, binary garbage
+            raise ConfigError(f"cannot read {path} as a JSON text file ({e}); re-download or fix it") from e
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path} is not valid JSON ({e}); re-download or fix the file") from e
+        except ConfigError as e:  # a value the model cannot be built from: say which file holds it
+            raise ConfigError(f"{path}: {e}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a ``config.json``-style dict."""
+        d = asdict(self)
+        d["pruned_heads"] = {str(k): list(v) for k, v in self.pruned_heads.items()}
+        return d

@@ -1,0 +1,120 @@
+"""Token ids -> the first hidden states (``transformers.BertEmbeddings``).
+
+    e = LayerNorm(word[ids] + token_type[type_ids] + position[pos_ids])      (BERT paper, fig. 2)
+
+Keys read (under ``bert.embeddings.``): ``word_embeddings.weight`` (V, H),
+``position_embeddings.weight`` (P, H), ``token_type_embeddings.weight`` (T, H),
+``LayerNorm.weight`` / ``LayerNorm.bias`` (H,).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import InputError
+from .functional import dropout, layer_norm
+from .params import Params, scoped
+from .recorder import NO_TRACE, Trace
+
+Tensor = torch.Tensor
+
+
+INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str, shape: tuple[int, int] | None = None) -> None:
+    """Raise :class:`InputError` unless ``ids`` is an integer tensor whose values index an embedding table.
+
+    Every id must lie in ``[0, limit)`` (the table's rows). With ``shape`` = (B, S) given, ``ids``
+    must also fit the batch: (B, S), (1, S) or (S,).
+    """
+    if not isinstance(ids, Tensor) or ids.dtype not in INTEGER_DTYPES:
+        kind = f"a {ids.dtype} tensor" if isinstance(ids, Tensor) else f"a {type(ids).__name__}"
+        raise InputError(f"{name} must be an integer tensor (torch.long), got {kind}; "
+                         f"e.g. torch.tensor(ids, dtype=torch.long)")
+    if shape is not None and (ids.dim() not in (1, 2) or ids.shape[-1] != shape[1]
+                              or (ids.dim() == 2 and ids.shape[0] not in (1, shape[0]))):
+        raise InputError(f"{name} must have shape {shape} (batch, seq) like the input, or ({shape[1]},); "
+                         f"got {tuple(ids.shape)}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+        raise InputError(
+            f"{name} must lie in [0, {limit}), got values from {int(ids.min())} to {int(ids.max())}; {what_to_do}"
+        )
+
+
+def default_position_ids(batch: int, seq: int, past: int, device: torch.device) -> Tensor:
+    """Positions ``past, past+1, ..., past+seq-1`` for every row -> (B, S) (HF's ``position_ids`` buffer)."""
+    return torch.arange(past, past + seq, device=device).expand(batch, seq)
+
+
+def embeddings(
+    p: Params,
+    input_ids: Tensor | None = None,
+    token_type_ids: Tensor | None = None,
+    position_ids: Tensor | None = None,
+    inputs_embeds: Tensor | None = None,
+    past_length: int = 0,
+    generator: torch.Generator | None = None,
+    trace: Trace = NO_TRACE,
+) -> Tensor:
+    """Word + token-type (+ absolute position) embeddings, then LayerNorm and dropout.
+
+    p: ``bert.embeddings.`` scope. input_ids: (B, S) int, or inputs_embeds: (B, S, H) instead.
+    token_type_ids: (B, S), default all zeros (segment A). position_ids: (B, S) or (S,), default
+    ``past_length .. past_length+S-1`` (``past_length`` is the KV cache's length when decoding).
+    With relative position embeddings no absolute positions are added (HF does the same).
+    Returns (B, S, H).
+    """
+    p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
+    cfg = p.config
+    if (input_ids is None) == (inputs_embeds is None):
+        raise InputError("pass exactly one of input_ids (B, S) or inputs_embeds (B, S, H)")
+    if input_ids is not None:
+        check_ids("input_ids", input_ids, cfg.vocab_size, "use the tokenizer that came with the model")
+        if input_ids.dim() != 2 or not input_ids.numel():
+            raise InputError(f"input_ids must have shape (batch, seq) with at least one token, "
+                             f"got {tuple(input_ids.shape)}")
+        B, S = input_ids.shape
+        # a row lookup; padding_idx leaves the [PAD] row out of the gradient, as HF's
+        # nn.Embedding(V, H, padding_idx=pad_token_id) does (the forward values are the same)
+        words = F.embedding(input_ids, p["word_embeddings.weight"], padding_idx=cfg.pad_token_id)  # (B, S, H)
+    else:
+        if not isinstance(inputs_embeds, Tensor) or inputs_embeds.dim() != 3 or not inputs_embeds.numel() \
+                or inputs_embeds.shape[-1] != cfg.hidden_size:
+            got = tuple(inputs_embeds.shape) if isinstance(inputs_embeds, Tensor) else type(inputs_embeds).__name__
+            raise InputError(f"inputs_embeds must be a tensor of shape (batch, seq, {cfg.hidden_size}), got {got}")
+        weight_dtype = p["word_embeddings.weight"].dtype
+        if inputs_embeds.dtype != weight_dtype:
+            raise InputError(f"inputs_embeds must have the model's dtype {weight_dtype}, got {inputs_embeds.dtype}; "
+                             f"convert it with .to({weight_dtype})")
+        B, S, _ = inputs_embeds.shape
+        words = inputs_embeds
+    device = words.device
+    trace["word"] = words
+
+    if token_type_ids is None:
+        token_type_ids = torch.zeros(B, S, dtype=torch.long, device=device)
+    check_ids("token_type_ids", token_type_ids, cfg.type_vocab_size,
+              f"this model has {cfg.type_vocab_size} segment types (0 = first text, 1 = second)", (B, S))
+    token_types = p["token_type_embeddings.weight"][token_type_ids]  # (B, S, H)
+    trace["token_type"] = token_types
+    x = words + token_types
+
+    if cfg.position_embedding_type == "absolute":
+        if position_ids is None:
+            position_ids = default_position_ids(B, S, past_length, device)
+        check_ids("position_ids", position_ids, cfg.max_position_embeddings,
+                  f"this model has {cfg.max_position_embeddings} positions; shorten the input", (B, S))
+        positions = p["position_embeddings.weight"][position_ids]  # (B, S, H)
+        trace["position"] = positions
+        x = x + positions
+    elif past_length + S > cfg.max_position_embeddings:  # relative: attention looks up distances up to P - 1
+        raise InputError(f"the input reaches position {past_length + S} but this model has "
+                         f"{cfg.max_position_embeddings} positions; shorten the input")
+    trace["sum"] = x
+
+    x = layer_norm(x, p["LayerNorm.weight"], p["LayerNorm.bias"], cfg.layer_norm_eps)  # (B, S, H)
+    x = dropout(x, cfg.hidden_dropout_prob, generator)
+    trace["output"] = x
+    return x

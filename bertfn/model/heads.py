@@ -1,0 +1,108 @@
+"""What sits on top of the encoder: the pooler and the task heads.
+
+Each head reads its own HF keys from the root params and mirrors one transformers class. Every head
+takes a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config=``:
+
+| function                   | keys                                   | mirrors                                  |
+|----------------------------|----------------------------------------|------------------------------------------|
+| ``pooler``                 | ``bert.pooler.dense.*``                | ``BertPooler``                           |
+| ``mlm_head``               | ``cls.predictions.*``                  | ``BertLMPredictionHead`` (MLM and causal LM) |
+| ``nsp_head``               | ``cls.seq_relationship.*``             | ``BertOnlyNSPHead``                      |
+| ``sequence_classification``| ``classifier.*`` on the pooled output  | ``BertForSequenceClassification``        |
+| ``token_classification``   | ``classifier.*`` on every position     | ``BertForTokenClassification``           |
+| ``question_answering``     | ``qa_outputs.*``                       | ``BertForQuestionAnswering``             |
+| ``multiple_choice``        | ``classifier.*`` (1 logit per choice)  | ``BertForMultipleChoice``                |
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .config import BertConfig
+from .functional import ACTIVATIONS, dropout, layer_norm, linear
+from .params import Params, as_params
+from .recorder import NO_TRACE, Trace
+
+Tensor = torch.Tensor
+
+
+def pooler(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: BertConfig | dict | None = None) -> Tensor:
+    """``tanh(W h_[CLS] + b)``: the [CLS] vector through a dense layer (``BertPooler``).
+
+    h: (B, S, H) last hidden states -> (B, H).
+    """
+    params = as_params(params, config, "pooler")
+    p = params.scope("bert.pooler")
+    pooled = torch.tanh(linear(h[:, 0], p["dense.weight"], p["dense.bias"]))  # (B, H)
+    trace["pooler"] = pooled
+    return pooled
+
+
+def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: BertConfig | dict | None = None) -> Tensor:
+    """Vocabulary logits: dense + act + LayerNorm, then the decoder tied to the word embeddings.
+
+    Mirrors ``BertLMPredictionHead`` (used by BertForMaskedLM, BertForPreTraining, BertLMHeadModel).
+    Reads ``cls.predictions.transform.dense.*``, ``cls.predictions.transform.LayerNorm.*``,
+    ``cls.predictions.decoder.weight`` (V, H; the word embeddings when the checkpoint ties them)
+    and ``cls.predictions.bias`` (V,).
+    h: (..., H) -> (..., V). Pass only the positions you need (e.g. the [MASK]s): the head treats
+    each position alone, and the (V, H) decoder is most of its cost.
+    """
+    params = as_params(params, config, "mlm_head")
+    cfg = params.config
+    p = params.scope("cls.predictions")
+    t = linear(h, p["transform.dense.weight"], p["transform.dense.bias"])  # (..., H)
+    t = ACTIVATIONS[cfg.hidden_act](t)
+    t = layer_norm(t, p["transform.LayerNorm.weight"], p["transform.LayerNorm.bias"], cfg.layer_norm_eps)
+    trace["mlm.transform"] = t
+    logits = linear(t, p["decoder.weight"], p["bias"])  # (..., V)
+    trace["mlm.logits"] = logits
+    return logits
+
+
+def nsp_head(params: Params, pooled: Tensor, *, config: BertConfig | dict | None = None) -> Tensor:
+    """Is sentence B the continuation of A? (``BertOnlyNSPHead``). pooled: (B, H) -> (B, 2), index 0 = yes."""
+    params = as_params(params, config, "nsp_head")
+    p = params.scope("cls.seq_relationship")
+    return linear(pooled, p["weight"], p["bias"])
+
+
+def _classifier_dropout(params: Params) -> float:
+    cfg = params.config
+    return cfg.classifier_dropout if cfg.classifier_dropout is not None else cfg.hidden_dropout_prob
+
+
+def sequence_classification(params: Params, pooled: Tensor, generator: torch.Generator | None = None, *,
+                            config: BertConfig | dict | None = None) -> Tensor:
+    """One label per text (``BertForSequenceClassification``). pooled: (B, H) -> (B, num_labels)."""
+    params = as_params(params, config, "sequence_classification")
+    x = dropout(pooled, _classifier_dropout(params), generator)
+    return linear(x, params["classifier.weight"], params["classifier.bias"])
+
+
+def token_classification(params: Params, h: Tensor, generator: torch.Generator | None = None, *,
+                         config: BertConfig | dict | None = None) -> Tensor:
+    """One label per token (``BertForTokenClassification``). h: (B, S, H) -> (B, S, num_labels)."""
+    params = as_params(params, config, "token_classification")
+    x = dropout(h, _classifier_dropout(params), generator)
+    return linear(x, params["classifier.weight"], params["classifier.bias"])
+
+
+def question_answering(params: Params, h: Tensor, *, config: BertConfig | dict | None = None) -> tuple[Tensor, Tensor]:
+    """Answer-span start and end logits (``BertForQuestionAnswering``). h: (B, S, H) -> 2 x (B, S)."""
+    params = as_params(params, config, "question_answering")
+    logits = linear(h, params["qa_outputs.weight"], params["qa_outputs.bias"])  # (B, S, 2)
+    start, end = logits.unbind(dim=-1)
+    return start, end
+
+
+def multiple_choice(params: Params, pooled: Tensor, num_choices: int,
+                    generator: torch.Generator | None = None, *, config: BertConfig | dict | None = None) -> Tensor:
+    """Score each choice (``BertForMultipleChoice``).
+
+    pooled: (B*C, H), the pooled outputs of the B*C flattened (text, choice) pairs -> (B, C).
+    """
+    params = as_params(params, config, "multiple_choice")
+    x = dropout(pooled, _classifier_dropout(params), generator)
+    scores = linear(x, params["classifier.weight"], params["classifier.bias"])  # (B*C, 1)
+    return scores.view(-1, num_choices)  # (B, C)

@@ -1,0 +1,133 @@
+"""A prefix-scoped, read-only view of the flat HF-keyed state_dict.
+
+The checkpoint *is* the model: one flat ``dict[str, Tensor]`` keyed by Hugging Face names such as
+``bert.encoder.layer.0.attention.self.query.weight``. Functions receive a :class:`Params` view
+scoped to the part they mirror, so ``attention(p, x, mask)`` reads ``p["self.query.weight"]`` and
+the full key it touched is ``p.key("self.query.weight")`` (candle's ``vb.pp(...)`` idea).
+The view also carries the model's :class:`~bertfn.model.config.BertConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import torch
+
+from ..errors import CheckpointError, InputError
+from .config import BertConfig
+
+
+class Params(Mapping):
+    """``params["a.b"]`` reads ``state[prefix + "a.b"]``; ``params.scope("a")`` narrows the prefix.
+
+    A mapping over the keys below its prefix (relative names), so ``dict(p)`` or ``len(p)`` work.
+    A key that is not there raises :class:`CheckpointError` naming the full HF key.
+    """
+
+    __slots__ = ("state", "config", "prefix")
+
+    def __init__(self, state: Mapping[str, torch.Tensor], config: BertConfig, prefix: str = ""):
+        self.state = state
+        self.config = config
+        self.prefix = prefix
+
+    def key(self, name: str) -> str:
+        """Full HF key of a name relative to this scope."""
+        return self.prefix + name
+
+    def scope(self, name: str) -> Params:
+        """A view one level down: ``p.scope("attention")["self.query.weight"]``."""
+        return Params(self.state, self.config, f"{self.prefix}{name}.")
+
+    def layer(self, i: int) -> Params:
+        """Layer ``i``'s weights (``bert.encoder.layer.{i}.``), what :func:`~bertfn.model.encoder.layer` reads."""
+        L = self.config.num_hidden_layers
+        if isinstance(i, bool) or not isinstance(i, int) or not -L <= i < L:
+            raise InputError(f"layer must be an integer from 0 to {L - 1} (this model has {L} layers), got {i!r}")
+        return Params(self.state, self.config, f"{self.prefix}bert.encoder.layer.{i % L}.")
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        try:
+            return self.state[self.prefix + name]
+        except KeyError:
+            raise CheckpointError(
+                f"the weights have no {self.prefix + name!r}; this step of the model needs it "
+                "(load a checkpoint that contains this part, e.g. a *ForMaskedLM one for the MLM head)"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (self.prefix + name) in self.state
+
+    def __iter__(self) -> Iterator[str]:
+        n = len(self.prefix)
+        return (k[n:] for k in self.state if k.startswith(self.prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"Params(prefix={self.prefix!r}, {len(self)} tensors)"
+
+
+def as_params(model: object, config: BertConfig | dict | None = None, what: str = "this function") -> Params:
+    """The root :class:`Params` of what a caller passes as the model: a loaded ``Model``, its ``Params``,
+    or a bare flat state_dict keyed by HF names together with its ``config`` (a BertConfig or a
+    config.json dict; keys are normalised as at load: ``bert.`` prefix, gamma/beta, tied decoder).
+
+    Raises :class:`InputError` saying how to pass a model when it is none of these.
+    """
+    if isinstance(model, Params):
+        return model
+    if isinstance(getattr(model, "params", None), Params):  # a loaded Model (imported lazily: loading imports this)
+        return model.params
+    if isinstance(model, Mapping) and all(isinstance(k, str) for k in model):
+        if config is None:
+            raise InputError(f"{what} got a bare state_dict without its config; pass config=BertConfig.from_file("
+                             "'config.json') (or the dict), or wrap both as bertfn.Params(state, config), or pass "
+                             "the Model from bertfn.load(...)")
+        config = config if isinstance(config, BertConfig) else BertConfig.from_dict(config)
+        return Params(normalize_keys(dict(model), config), config)
+    raise InputError(f"{what} takes a Model from bertfn.load(...), its .params, or a state_dict with config=...; "
+                     f"got {type(model).__name__}")
+
+
+def scoped(p: object, what: str, example: str) -> Params:
+    """``p`` if it is a :class:`Params` view of one part of the model; else :class:`InputError` naming the
+    view to pass (``example``), e.g. ``model.params.layer(0)`` for :func:`~bertfn.model.encoder.layer`."""
+    if isinstance(p, Params) and p.prefix:
+        return p
+    got = "the whole model" if isinstance(p, (Params, Mapping)) or hasattr(p, "params") else type(p).__name__
+    raise InputError(f"{what} reads one part of the weights, so it takes the Params of that part, e.g. {example}; "
+                     f"got {got}")
+
+
+BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")  # non-weights some files carry
+
+
+def normalize_keys(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
+    """Rename to ``BertForPreTraining`` names and tie the decoder; returns a new dict (same tensors).
+
+    * bare ``BertModel`` keys (``embeddings.…``, ``encoder.…``, ``pooler.…``) get the ``bert.`` prefix;
+    * TF-era ``LayerNorm.gamma`` / ``LayerNorm.beta`` become ``LayerNorm.weight`` / ``LayerNorm.bias``;
+    * buffers (``position_ids``, ``token_type_ids``) are dropped: bertfn computes them;
+    * a missing ``cls.predictions.decoder.weight`` is the word embeddings (tied), and
+      ``cls.predictions.decoder.bias`` and ``cls.predictions.bias`` are one tensor.
+    """
+    out = {}
+    for k, t in state.items():
+        if k.startswith(("embeddings.", "encoder.", "pooler.")):
+            k = "bert." + k
+        if k.endswith(".gamma"):
+            k = k[: -len("gamma")] + "weight"
+        elif k.endswith(".beta"):
+            k = k[: -len("beta")] + "bias"
+        if k not in BUFFERS:
+            out[k] = t
+    if "cls.predictions.transform.dense.weight" in out:
+        if "cls.predictions.decoder.weight" not in out and "bert.embeddings.word_embeddings.weight" in out:
+            out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
+        if "cls.predictions.bias" not in out and "cls.predictions.decoder.bias" in out:
+            out["cls.predictions.bias"] = out["cls.predictions.decoder.bias"]
+        if "cls.predictions.decoder.bias" not in out and "cls.predictions.bias" in out:
+            out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
+    return out

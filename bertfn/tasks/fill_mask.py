@@ -1,0 +1,256 @@
+"""fill-mask: predict the words behind ``[MASK]``, shaped like transformers' ``pipeline("fill-mask")``.
+
+The whole pipeline is: tokenize -> :func:`~bertfn.model.encoder.encoder` -> take the hidden states at
+the ``[MASK]`` positions -> :func:`~bertfn.model.heads.mlm_head` -> softmax -> top k. It runs on the
+fast path: the texts of a batch sorted by length and laid end to end without padding
+(:func:`~bertfn.fast.batching.encoded_groups`), the same numbers as those reference functions.
+Beyond transformers' pipeline, and each in its own module: targets of several word pieces scored as
+whole words (:func:`bertfn.tasks.scoring.word_log_probs`), and all the masks of a text filled
+together (``joint=True``, :mod:`bertfn.tasks.joint`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.loading import Model
+from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
+from ..errors import InputError
+from ..fast.batching import encoded_groups
+from ..fast.unpadded import fast_mlm_head
+from .joint import joint_fill
+from .scoring import word_log_probs
+
+
+def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...]]:
+    """The word pieces of each of ``targets``: one id for a vocabulary entry, several for a longer word.
+
+    A target that is a vocabulary entry is used as is. Otherwise it is tokenized: one piece stands
+    for it with a warning (e.g. "Red" -> "red" in a lowercasing vocabulary), as in transformers;
+    several pieces (e.g. "tiramisu" -> "ti ##ram ##is ##u" in bert-base-uncased) make a whole-word target that
+    :func:`fill_mask` scores as a whole (transformers would use its first piece alone). A target
+    that tokenizes to nothing is skipped with a warning. Duplicates count once. No targets, or none
+    left after skipping, raise :class:`InputError`.
+    """
+    if not isinstance(targets, (str, list, tuple)):
+        raise InputError(f"targets must be a string or a list of strings, got {type(targets).__name__}")
+    targets = [targets] if isinstance(targets, str) else list(targets)
+    if not targets:
+        raise InputError("targets is empty; pass at least one word, or targets=None to rank the whole vocabulary")
+    tok = model.tokenizer
+    pieces: list[tuple[int, ...]] = []
+    for n, t in enumerate(targets):
+        check_text(t, f"target {n}")
+        i = tok.token_to_id(t)
+        word = (i,) if i is not None else tuple(tok.backend.encode(t, add_special_tokens=False).ids)
+        if not word:
+            warnings.warn(f"target {t!r} is not in the vocabulary and tokenizes to nothing; skipped", stacklevel=3)
+            continue
+        if i is None and len(word) == 1:
+            warnings.warn(f"target {t!r} is not in the vocabulary; using its word piece "
+                          f"{tok.id_to_token(word[0])!r} instead", stacklevel=3)
+        if word not in pieces:
+            pieces.append(word)
+    if not pieces:
+        raise InputError(f"none of the targets {targets!r} maps to a vocabulary entry; pass whole words "
+                         "or word pieces of the model's vocabulary")
+    return pieces
+
+
+def fill_mask(
+    inputs: str | list[str],
+    model: Model | str | Path | None = None,
+    *,
+    top_k: int = 5,
+    targets: str | list[str] | None = None,
+    batch_size: int = 16,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    truncation: bool = False,
+    joint: bool = False,
+    beam_width: int = 5,
+) -> list:
+    """Fill every ``[MASK]`` in a text (or a list of texts) with the model's most likely tokens.
+
+    Returns what ``transformers.pipeline("fill-mask")`` returns: for a text with one mask, a list of
+    ``top_k`` dicts ``{"score", "token", "token_str", "sequence"}`` best first; with several masks,
+    one such list per mask; for a list of texts, a list of those. ``model``: a hub id, a local folder
+    or a loaded :class:`Model` (default: google-bert/bert-base-uncased, loaded once per process).
+    device / dtype: where and in what precision the model runs (:func:`~bertfn.checkpoint.resolve.get_model`);
+    ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the faster bf16 mode (README, Speed).
+
+    top_k: answers per mask, at least 1. More than there are candidates (the vocabulary, or the
+    targets) is clamped to that number: every candidate is returned, best first.
+    targets: restrict the answers to these words. A word of several word pieces is scored as a whole
+    word: the mask widened to its k pieces, P(piece 1 | all k masked) x P(piece 2 | piece 1 shown,
+    the rest masked) x ... (the within-word rule of :mod:`bertfn.tasks.scoring`), ranked with the single
+    pieces' probabilities; its answer has ``"token"`` a list of ids and ``"pieces": k``. Single-piece
+    answers are transformers' (which scores a longer word by its first piece; see :func:`target_pieces`).
+    joint: fill all the masks of a text together (:mod:`bertfn.tasks.joint`): a text's answer is the
+    ``top_k`` best combinations, each ``{"score", "tokens", "token_strs", "sequence"}``, where score
+    is the PLL of the filled text at the masked positions (sum over the masks of log P(token | the
+    filled text with that position alone masked)); found by a left-to-right beam search of width
+    ``max(beam_width, top_k)`` and rescored; ``beam_width=1, top_k=1`` is greedy left to right.
+    truncation: a text longer than the model's ``max_position_embeddings`` (P) tokens raises
+    :class:`InputError` unless this is True. Then the text is cut to a window of P tokens ([CLS],
+    P - 2 tokens of the text, [SEP]) that holds every [MASK], centred on the masks and starting and
+    ending at word boundaries where it can; ``"sequence"`` in the results is that window. Masks
+    further apart than P - 2 tokens fit no window: :class:`InputError` (split the text instead).
+    Every problem with the inputs raises :class:`InputError` saying which text and what to do.
+    """
+    inputs, model = texts_and_model(inputs, model, "fill_mask")
+    texts, single = text_list(inputs, "fill_mask")
+    if not isinstance(truncation, bool):
+        raise InputError(f"truncation must be True or False, got {truncation!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise InputError(f"top_k must be a positive integer, got {top_k!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not isinstance(joint, bool):
+        raise InputError(f"joint must be True or False, got {joint!r}")
+    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or beam_width < 1:
+        raise InputError(f"beam_width must be a positive integer, got {beam_width!r}")
+    if joint and targets is not None:
+        raise InputError("joint filling searches the whole vocabulary at every mask, so it takes no targets; "
+                         "drop targets, or fill without joint")
+
+    m = get_model(model, device, dtype)
+    tok = require_tokenizer(m, "fill_mask")
+    require_mlm_head(m, "fill_mask")
+    pieces = target_pieces(m, targets) if targets is not None else None
+    wanted = [p[0] for p in pieces if len(p) == 1] if pieces is not None else None  # single-piece targets
+    words = [p for p in pieces if len(p) > 1] if pieces is not None else []  # whole-word targets
+    k = min(top_k, len(pieces) if pieces is not None else tok.vocab_size, m.config.vocab_size)
+
+    enc = tok(list(texts))
+    lengths = enc.attention_mask.sum(dim=1).tolist()
+    P = m.config.max_position_embeddings
+    for i, n in enumerate(lengths):
+        if not (enc.input_ids[i, :n] == tok.mask_token_id).any():
+            raise InputError(f"text {i} has no {tok.mask_token} token: {texts[i]!r:.80}; "
+                             f"put {tok.mask_token} where the word to predict goes")
+        if n > P and not truncation:
+            raise InputError(f"text {i} is {n} tokens long but the model reads at most {P}; shorten it, or pass "
+                             f"truncation=True (CLI: --truncation) to keep a {P}-token window around its masks")
+    if truncation and max(lengths) > P:
+        enc = mask_windows(tok, enc, lengths, P)
+        lengths = enc.attention_mask.sum(dim=1).tolist()
+
+    if joint:
+        results = joint_fill(m, enc, lengths, top_k, beam_width, batch_size)
+        return results[0] if single else results
+
+    answers: list = [None] * len(texts)  # per text: [(mask position, [(score, pieces), ...] best first), ...]
+    with torch.inference_mode():
+        def masks(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (N,): the position of every [MASK]
+            return (ids[0] == tok.mask_token_id).nonzero()[:, 0]
+
+        for rows, where, h in encoded_groups(m, enc, lengths, batch_size, masks):
+            logits = fast_mlm_head(m.params, h)  # (N, V): the head at the masks only
+            probs = logits.float().softmax(dim=-1)
+            if wanted is not None:
+                probs = probs[:, wanted]  # (N, len(single-piece targets))
+            scores, picks = probs.topk(min(k, probs.shape[-1]), dim=-1)  # (N, k) each
+            scores, picks, where = scores.tolist(), picks.tolist(), where.tolist()
+            start = 0
+            for i in rows:
+                n = lengths[i]
+                answers[i] = [(pos - start, [(s, (wanted[p] if wanted is not None else p,)) for s, p in zip(sc, pk)])
+                              for pos, sc, pk in zip(where, scores, picks) if start <= pos < start + n]
+                start += n
+    if words:
+        where = [(i, pos) for i, per_mask in enumerate(answers) for pos, _ in per_mask]
+        probs = word_log_probs(m, enc, lengths, where, words, batch_size).exp().tolist()  # (masks, words)
+        for (_, candidates), row in zip((a for per_mask in answers for a in per_mask), probs):
+            candidates += zip(row, words)
+            candidates.sort(key=lambda c: -c[0])
+            del candidates[k:]
+    results = [_propositions(tok, enc.input_ids[i, :n].tolist(), answers[i]) for i, n in enumerate(lengths)]
+    return results[0] if single else results
+
+
+def window_around_masks(ids: list[int], tokens: list[str], mask_id: int, width: int) -> tuple[int, int]:
+    """The span ``[start, end)`` of at most ``width`` tokens of ``ids`` that holds every ``mask_id``.
+
+    Centred on the masks (as much context on each side as the text allows), then moved off ``##``
+    continuations so that it neither starts nor ends inside a word, as long as every mask stays in.
+    ids, tokens: one text's tokens without [CLS] / [SEP]. The caller checks that the masks fit.
+    """
+    masks = [j for j, t in enumerate(ids) if t == mask_id]
+    first, last = masks[0], masks[-1]
+    spare = width - (last - first + 1)  # context tokens the window holds besides the masks' span
+    start = min(max(first - spare // 2, 0), len(ids) - width)
+    end = start + width
+    while start < first and tokens[start].startswith("##"):  # do not begin in the middle of a word
+        start += 1
+    while end > last + 1 and end < len(ids) and tokens[end].startswith("##"):  # nor end in one
+        end -= 1
+    return start, end
+
+
+def mask_windows(tok: Tokenizer, enc: Encoding, lengths: list[int], limit: int) -> Encoding:
+    """``enc`` with every row longer than ``limit`` tokens cut to a window that keeps all its masks.
+
+    A cut row is [CLS] + :func:`window_around_masks` of its text tokens + [SEP]; shorter rows stay.
+    enc: a padded single-text batch (B, S) -> a padded batch (B, S') with S' <= ``limit``.
+    Raises :class:`InputError` when a row's masks are further apart than ``limit - 2`` tokens.
+    """
+    width = limit - 2  # room for [CLS] and [SEP]
+    rows = []  # (ids, token types, tokens, offsets) of each row, unpadded
+    for i, n in enumerate(lengths):
+        ids, types = enc.input_ids[i, :n].tolist(), enc.token_type_ids[i, :n].tolist()
+        tokens, offsets = enc.tokens[i][:n], enc.offsets[i][:n]
+        if n > limit:
+            masks = [j for j, t in enumerate(ids) if t == tok.mask_token_id]
+            if masks[-1] - masks[0] + 1 > width:
+                raise InputError(
+                    f"text {i} has masks {masks[-1] - masks[0] + 1} tokens apart (first to last) but the model "
+                    f"reads {limit} tokens at a time ({width} besides [CLS] and [SEP]), so no window holds them "
+                    "all; split the text into pieces whose masks are closer together"
+                )
+            start, end = window_around_masks(ids[1:-1], tokens[1:-1], tok.mask_token_id, width)
+            keep = [0, *range(start + 1, end + 1), n - 1]  # [CLS], the window, [SEP]
+            ids, types = [ids[j] for j in keep], [types[j] for j in keep]
+            tokens, offsets = [tokens[j] for j in keep], [offsets[j] for j in keep]
+        rows.append((ids, types, tokens, offsets))
+    S = max(len(r[0]) for r in rows)
+    input_ids = torch.full((len(rows), S), tok.pad_token_id, dtype=torch.long)  # (B, S)
+    token_type_ids = torch.zeros(len(rows), S, dtype=torch.long)
+    attention_mask = torch.zeros(len(rows), S, dtype=torch.long)
+    pad = tok.id_to_token(tok.pad_token_id)
+    for i, (ids, types, _, _) in enumerate(rows):
+        input_ids[i, :len(ids)] = torch.tensor(ids)
+        token_type_ids[i, :len(ids)] = torch.tensor(types)
+        attention_mask[i, :len(ids)] = 1
+    tokens = [r[2] + [pad] * (S - len(r[2])) for r in rows]
+    offsets = [r[3] + [(0, 0)] * (S - len(r[3])) for r in rows]
+    return Encoding(input_ids, token_type_ids, attention_mask, tokens, offsets)
+
+
+def _propositions(tok, row_ids: list[int], masks: list) -> list:
+    """One text's answers in the pipeline's shape: a list of dicts, or a list of them per mask.
+
+    masks: per [MASK], ``(position, [(score, pieces), ...])``; a whole-word answer (several pieces)
+    has ``"token"`` the list of its ids and ``"pieces"`` their number.
+    """
+    one_mask = len(masks) == 1
+    out = []
+    for pos, candidates in masks:
+        answers = []
+        for score, pieces in candidates:
+            filled = [t for t in row_ids[:pos] + list(pieces) + row_ids[pos + 1:] if t != tok.pad_token_id]
+            answer = {
+                "score": score,
+                "token": pieces[0] if len(pieces) == 1 else list(pieces),
+                "token_str": tok.decode(list(pieces)),
+                "sequence": tok.decode(filled, skip_special_tokens=one_mask),
+            }
+            if len(pieces) > 1:
+                answer["pieces"] = len(pieces)
+            answers.append(answer)
+        out.append(answers)
+    return out[0] if one_mask else out
