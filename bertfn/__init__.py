@@ -10,6 +10,7 @@ The house, one room per part a reader would name, each importing only the rooms 
     fast/         the same numbers, faster: texts end to end without padding, kernels chosen per call
     tasks/        fill-mask, scoring and joint filling, embeddings
     inspect/      trace (every intermediate of a pass), plots, the explorer page
+    interventions/  edits by name: ablation of heads and neurons, steering, activation patching
     corpus/       tasks over texts of any number: streams, files, Ray (not imported here)
     cli.py        the ``bertfn`` command, a thin layer over the above
 
@@ -30,6 +31,7 @@ from .errors import (
     MissingPartError,
     ModelLoadError,
 )
+from . import interventions  # edits by name: ablation, steering, activation patching
 from .inspect import plots  # matplotlib itself is imported only when a plot is drawn
 from .inspect.trace import Recording, trace  # bertfn.trace is this function; the recorder class is bertfn.Trace
 from .model.attention import attention, eager_attention, extended_mask, sdpa_attention
@@ -59,5 +61,5 @@ __all__ = [
     "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
     "embed", "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
     "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "score", "sdpa_attention",
-    "sequence_classification", "token_classification", "trace", "plots",
+    "sequence_classification", "token_classification", "trace", "plots", "interventions",
 ]

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "bertfn"
 
-ROOMS = ["errors", "model", "checkpoint", "fast", "tasks", "inspect", "corpus", "__init__", "cli", "__main__"]
+ROOMS = ["errors", "model", "checkpoint", "fast", "tasks", "inspect", "interventions", "corpus", "__init__", "cli", "__main__"]
 """The top-level rooms from the bottom up: a module may import its own room and the rooms before it.
 tasks and inspect are neighbours: neither imports the other. ``__init__`` is the package's public
 face (``bertfn.fill_mask``, ...), which the command line reads its version from."""

@@ -14,6 +14,8 @@ import torch
 
 from ..checkpoint.loading import Model
 from ..checkpoint.tokenizer import Encoding
+from ..model.encoder import encoder
+from ..model.recorder import NO_TRACE, Trace
 from .unpadded import unpadded_encoder
 
 GROUP_TOKENS = 2048
@@ -56,7 +58,7 @@ def end_to_end(enc: Encoding, rows: list[int], lengths: list[int]) -> tuple[torc
 
 def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
                    read: Callable[[list[int], torch.Tensor], torch.Tensor] | None = None,
-                   ) -> Iterator[tuple[list[int], torch.Tensor | None, torch.Tensor]]:
+                   points: Trace = NO_TRACE) -> Iterator[tuple[list[int], torch.Tensor | None, torch.Tensor]]:
     """The texts of ``enc`` through the encoder on the fast path, a group at a time (:func:`text_groups`).
 
     lengths: each text's tokens (a text longer than its row's real tokens is not allowed; a shorter
@@ -65,11 +67,29 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
     at those alone. Yields ``(rows, where, h)`` per group: the texts' indices in ``enc``, those
     positions (N,) and the last hidden states there (N, H); without ``read``, where is None and h is
     every position's (T, H). Either way each text's tokens sit where :func:`end_to_end` put them.
-    Call it under ``torch.inference_mode()``.
+    points: a :class:`~bertfn.model.recorder.Trace` with edits: then each group runs through the
+    reference :func:`~bertfn.model.encoder.encoder` instead, as a padded batch (b, S) of its texts, so
+    that the edits see the named tensors with the shapes :func:`bertfn.trace` shows (b <= batch_size
+    texts, sorted by length). Call it under ``torch.inference_mode()`` (or ``torch.no_grad()``).
     """
     P = m.config.max_position_embeddings
     group_tokens = GROUP_TOKENS if m.config.position_embedding_type == "absolute" else min(GROUP_TOKENS, P)
     for rows in text_groups(lengths, batch_size, group_tokens):
         ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
         where = read(rows, ids) if read is not None else None  # (N,) or all T
-        yield rows, where, unpadded_encoder(m.params, ids, types, positions, [lengths[i] for i in rows], where)[0]
+        ns = [lengths[i] for i in rows]
+        if points:
+            h = padded_encoder(m, enc, rows, ns, points)  # (T, H)
+            yield rows, where, h if where is None else h[where]
+        else:
+            yield rows, where, unpadded_encoder(m.params, ids, types, positions, ns, where)[0]
+
+
+def padded_encoder(m: Model, enc: Encoding, rows: list[int], ns: list[int], points: Trace) -> torch.Tensor:
+    """The last hidden states of texts ``rows`` (their first ``ns`` tokens) by the reference encoder on a
+    padded batch (b, S), with ``points``' edits, laid end to end as :func:`end_to_end` lays them: (T, H)."""
+    S = max(ns)
+    keep = (torch.arange(S)[None, :] < torch.tensor(ns)[:, None]).long()  # (b, S): 1 for each text's tokens
+    ids, types = enc.input_ids[rows, :S] * keep, enc.token_type_ids[rows, :S] * keep  # (b, S) each
+    out = encoder(m.params, ids.to(m.device), keep.to(m.device), types.to(m.device), trace=points)
+    return torch.cat([h[:n] for h, n in zip(out.last_hidden_state, ns)])  # (T, H)

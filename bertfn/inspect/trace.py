@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +55,7 @@ from ..errors import InputError
 from ..model.config import BertConfig
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
-from ..model.recorder import Trace
+from ..model.recorder import Edit, Trace, check_edits
 
 Tensor = torch.Tensor
 
@@ -149,26 +150,31 @@ def group_names(names) -> list[str]:
     return [g.replace("{i}", span) for g in groups]
 
 
-def trace(text: str, model: Model | str | Path | None = None, pair: str | None = None) -> Recording:
+def trace(text: str, model: Model | str | Path | None = None, pair: str | None = None, *,
+          edits: Mapping[str, Edit] | None = None) -> Recording:
     """Run ``text`` (and an optional second segment ``pair``) through the model, recording every step.
 
     model: a loaded :class:`~bertfn.checkpoint.loading.Model`, a hub id or a local folder (None: the
     fill-mask default, google-bert/bert-base-uncased). The MLM head runs at the ``[MASK]``
     positions when the model has one and the text has masks; ``mlm.logits`` then holds the logits
     fill_mask turns into its scores. Returns a :class:`Recording`; tensors have the batch axis (B = 1).
+    edits: ``{point name: edit(tensor, point) -> tensor}`` changes the pass at those points (the names
+    above; see :mod:`bertfn.interventions`); the recording then holds what the edited pass computed.
     The old order ``trace(model, text)`` still works, with a DeprecationWarning.
     """
     text, model = texts_and_model(text, model, "trace", old_order=True)
     m = get_model(model)
     tok = require_tokenizer(m, "trace")
     if not isinstance(text, str):
-        raise InputError(f"trace takes one text as a string, got {type(text).__name__}: {text!r:.60}")
+        raise InputError(f"trace takes one text as a string, got {type(text).__name__}: {text!r:.60}; for several "
+                         "texts trace each one, or record a padded batch with bertfn.encoder(model, enc.input_ids, "
+                         "enc.attention_mask, trace=bertfn.Trace()) where enc = model.tokenizer(texts)")
     for what, t in (("the text", text), ("the second segment (pair)", pair)):
         if isinstance(t, str) and not t.strip():
             raise InputError(f"{what} is empty; write a sentence to run through the model")
     enc = tok([text], [pair] if pair is not None else None)
     ids = enc.input_ids.to(m.device)  # (1, S)
-    record = Trace()
+    record = Trace(edits=check_edits(edits, m.config))
     with torch.no_grad():
         out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
                       impl="eager", trace=record)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from ..errors import InputError
 from .functional import dropout, layer_norm, linear
 from .params import Params, scoped
-from .recorder import NO_TRACE, Trace
+from .recorder import NO_TRACE, WEIGHT_POINTS, Trace
 
 Tensor = torch.Tensor
 KV = tuple[Tensor, Tensor]
@@ -134,22 +134,22 @@ def eager_attention(
     """
     hd = q.shape[-1]
     scores = q @ k.transpose(-1, -2)  # (B, nh, S_q, S_k)
-    trace["scores"] = scores
+    scores = trace("scores", scores)
     if bias is not None:
         scores = scores + bias
     scores = scores / math.sqrt(hd)  # keeps the logits' spread independent of hd
-    trace["scaled_scores"] = scores
+    scores = trace("scaled_scores", scores)
     if mask is not None:
         # Masked keys get finfo.min, i.e. probability 0 after softmax. In fp16 finfo.min plus a negative
         # score overflows to -inf, and a row with every key masked would softmax to NaN: the clamp puts
         # such scores back at finfo.min (a no-op in fp32, where no score comes near it).
         scores = (scores + mask).clamp(min=torch.finfo(scores.dtype).min)
-    trace["masked_scores"] = scores
+    scores = trace("masked_scores", scores)
     probs = torch.softmax(scores, dim=-1)  # (B, nh, S_q, S_k), each row sums to 1
     probs = dropout(probs, p_drop, generator)
     if head_mask is not None:
         probs = probs * (head_mask.view(-1, 1, 1) if head_mask.dim() == 1 else head_mask)
-    trace["probs"] = probs
+    probs = trace("probs", probs)
     context = probs @ v  # (B, nh, S_q, hd)
     return context, probs
 
@@ -211,7 +211,7 @@ def attention(
     cross = encoder_hidden is not None
 
     query = linear(x, p["self.query.weight"], p["self.query.bias"])  # (B, S_q, nh*hd)
-    trace["query"] = query
+    query = trace("query", query)
     q = split_heads(query, nh)  # (B, nh, S_q, hd)
     if cross and past_kv is not None:
         k, v = past_kv  # (B, nh, S_e, hd) each, computed on the first decoding step
@@ -219,32 +219,33 @@ def attention(
         source = encoder_hidden if cross else x
         key = linear(source, p["self.key.weight"], p["self.key.bias"])  # (B, S_k, nh*hd)
         value = linear(source, p["self.value.weight"], p["self.value.bias"])  # (B, S_k, nh*hd)
-        trace["key"], trace["value"] = key, value
+        key, value = trace("key", key), trace("value", value)
         k = split_heads(key, nh)  # (B, nh, S_k, hd)
         v = split_heads(value, nh)
         if past_kv is not None:
             k = torch.cat([past_kv[0], k], dim=2)  # (B, nh, past + S_q, hd)
             v = torch.cat([past_kv[1], v], dim=2)
-    trace["q"], trace["k"], trace["v"] = q, k, v
+    q, k, v = trace("q", q), trace("k", k), trace("v", v)
 
     bias = None
     if not cross and cfg.position_embedding_type != "absolute":
         bias = relative_position_scores(q, k, p["self.distance_embedding.weight"],
                                         cfg.position_embedding_type, past_length)
-        trace["relative_scores"] = bias
+        bias = trace("relative_scores", bias)
 
     p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
+    need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)  # an edit of the weights needs them formed
     if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
         context, probs = eager_attention(q, k, v, mask, bias, head_mask, p_drop, generator, trace)
     else:
         context, probs = sdpa_attention(q, k, v, mask, bias), None
-    trace["context"] = context
+    context = trace("context", context)
 
     merged = merge_heads(context)  # (B, S_q, nh*hd)
-    trace["merged"] = merged
+    merged = trace("merged", merged)
     out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S_q, H)
     out = dropout(out, cfg.hidden_dropout_prob, generator)
-    trace["dense"] = out
+    out = trace("dense", out)
     out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
-    trace["output"] = out
+    out = trace("output", out)
     return AttentionOutput(out, probs, (k, v))

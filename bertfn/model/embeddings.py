@@ -91,14 +91,14 @@ def embeddings(
         B, S, _ = inputs_embeds.shape
         words = inputs_embeds
     device = words.device
-    trace["word"] = words
+    words = trace("word", words)
 
     if token_type_ids is None:
         token_type_ids = torch.zeros(B, S, dtype=torch.long, device=device)
     check_ids("token_type_ids", token_type_ids, cfg.type_vocab_size,
               f"this model has {cfg.type_vocab_size} segment types (0 = first text, 1 = second)", (B, S))
     token_types = p["token_type_embeddings.weight"][token_type_ids]  # (B, S, H)
-    trace["token_type"] = token_types
+    token_types = trace("token_type", token_types)
     x = words + token_types
 
     if cfg.position_embedding_type == "absolute":
@@ -107,14 +107,14 @@ def embeddings(
         check_ids("position_ids", position_ids, cfg.max_position_embeddings,
                   f"this model has {cfg.max_position_embeddings} positions; shorten the input", (B, S))
         positions = p["position_embeddings.weight"][position_ids]  # (B, S, H)
-        trace["position"] = positions
+        positions = trace("position", positions)
         x = x + positions
     elif past_length + S > cfg.max_position_embeddings:  # relative: attention looks up distances up to P - 1
         raise InputError(f"the input reaches position {past_length + S} but this model has "
                          f"{cfg.max_position_embeddings} positions; shorten the input")
-    trace["sum"] = x
+    x = trace("sum", x)
 
     x = layer_norm(x, p["LayerNorm.weight"], p["LayerNorm.bias"], cfg.layer_norm_eps)  # (B, S, H)
     x = dropout(x, cfg.hidden_dropout_prob, generator)
-    trace["output"] = x
+    x = trace("output", x)
     return x

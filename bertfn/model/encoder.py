@@ -10,7 +10,7 @@ Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (see at
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -25,7 +25,7 @@ from .embeddings import embeddings
 from .functional import ACTIVATIONS, dropout, layer_norm, linear
 from .heads import pooler
 from .params import Params, as_params, scoped
-from .recorder import NO_TRACE, Trace
+from .recorder import NO_TRACE, WEIGHT_POINTS, Edit, Trace, point_names, with_edits
 
 Tensor = torch.Tensor
 
@@ -58,12 +58,12 @@ def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None,
     cfg = p.config
     act = ACTIVATIONS[cfg.hidden_act]
     h = act(linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"]))  # (B, S, I)
-    trace["intermediate"] = h
+    h = trace("intermediate", h)
     h = linear(h, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
     h = dropout(h, cfg.hidden_dropout_prob, generator)
-    trace["dense"] = h
+    h = trace("dense", h)
     h = layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
-    trace["output"] = h
+    h = trace("output", h)
     return h
 
 
@@ -126,7 +126,7 @@ def layer(
                       past_kv=past_cross_kv, trace=trace.scope("crossattention"), **common)
         h, cross_probs, cross_kv = c.hidden, c.probs, c.kv
     h = chunked_feed_forward(p, h, p.config.chunk_size_feed_forward, generator, trace.scope("ffn"))
-    trace["output"] = h
+    h = trace("output", h)
     return LayerOutput(h, a.probs, cross_probs, a.kv, cross_kv)
 
 
@@ -201,6 +201,7 @@ def encoder(
     generator: torch.Generator | None = None,
     checkpoint: bool = False,
     trace: Trace = NO_TRACE,
+    edits: Mapping[str, Edit] | None = None,
     config: BertConfig | dict | None = None,
 ) -> EncoderOutput:
     """BERT's forward pass (``BertModel.forward``): embeddings, L layers, pooler.
@@ -215,9 +216,15 @@ def encoder(
     (``output_attentions``, head_mask, dropout), and ``EncoderOutput.attn_impl`` says which ran.
     generator: turns dropout on (training); checkpoint: recompute each layer in backward
     (activation checkpointing) to save memory.
+    trace: a :class:`~bertfn.model.recorder.Trace` that keeps every intermediate by name;
+    edits: ``{point name: edit(tensor, point) -> tensor}`` replaces the tensor at those points (names
+    as :func:`bertfn.trace` records them, ``*`` matching any run of characters; see
+    :mod:`bertfn.model.recorder` and :mod:`bertfn.interventions`). An edit of the attention scores or
+    probabilities makes every layer run the eager path, which forms them.
     """
     params = as_params(params, config, "encoder")
     cfg = params.config
+    trace = with_edits(trace, edits, cfg)
     p = params.scope("bert")
     past = cache.length if cache is not None else 0
 
@@ -252,7 +259,8 @@ def encoder(
             raise InputError("head_mask needs every layer to have all its heads, but this model was pruned "
                              f"({cfg.pruned_heads}); mask heads of the unpruned model, or prune more instead")
         head_mask = head_mask.to(x.dtype).expand(L, nh)  # (L, nh)
-    need_probs = output_attentions
+    weights = [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]
+    need_probs = output_attentions or trace.edits_any(weights)  # edited probabilities: every layer runs eager
     ran = chosen_impl(impl, need_probs, head_mask, cfg.attention_probs_dropout_prob if generator is not None else 0.0)
 
     hidden, attns, cross_attns, self_kvs, cross_kvs = [x], [], [], [], []

@@ -34,7 +34,7 @@ def pooler(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: BertCo
     params = as_params(params, config, "pooler")
     p = params.scope("bert.pooler")
     pooled = torch.tanh(linear(h[:, 0], p["dense.weight"], p["dense.bias"]))  # (B, H)
-    trace["pooler"] = pooled
+    pooled = trace("pooler", pooled)
     return pooled
 
 
@@ -54,9 +54,9 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
     t = linear(h, p["transform.dense.weight"], p["transform.dense.bias"])  # (..., H)
     t = ACTIVATIONS[cfg.hidden_act](t)
     t = layer_norm(t, p["transform.LayerNorm.weight"], p["transform.LayerNorm.bias"], cfg.layer_norm_eps)
-    trace["mlm.transform"] = t
+    t = trace("mlm.transform", t)
     logits = linear(t, p["decoder.weight"], p["bias"])  # (..., V)
-    trace["mlm.logits"] = logits
+    logits = trace("mlm.logits", logits)
     return logits
 
 

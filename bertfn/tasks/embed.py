@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from ..checkpoint.loading import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError, syntax
 from ..fast.batching import encoded_groups
+from ..model.recorder import NO_TRACE, Edit, with_edits
 
 Tensor = torch.Tensor
 
@@ -83,6 +85,7 @@ def embed(
     max_length: int | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
+    edits: Mapping[str, Edit] | None = None,
 ) -> Tensor:
     """Sentence embeddings of ``texts``: (N, H) float32 for a list of N texts, (H,) for one string.
 
@@ -93,6 +96,9 @@ def embed(
     laid end to end without padding; the vectors come back in the order of ``texts``, on the model's device.
     max_length: tokens per text at most, [CLS] and [SEP] included (see the module docstring for the
     default); longer texts are cut to their start, with a warning.
+    edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
+    takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the texts run through
+    the reference functions, each group of texts as a padded batch, instead of the fast path.
     """
     texts, model = texts_and_model(texts, model, "embed")
     batch, single = text_list(texts, "embed")
@@ -105,6 +111,7 @@ def embed(
 
     m = get_model(model, device, dtype)
     tok = require_tokenizer(m, "embed")
+    points = with_edits(NO_TRACE, edits, m.config)
     P = m.config.max_position_embeddings
     settings = sentence_settings(m)
     if max_length is None:
@@ -128,7 +135,7 @@ def embed(
     enc = enc._replace(input_ids=ids)
     out = torch.empty(len(batch), m.config.hidden_size, device=m.device)  # (N, H) float32
     with torch.inference_mode():
-        for rows, _, h in encoded_groups(m, enc, lengths, batch_size):  # h: (T, H), the group's texts end to end
+        for rows, _, h in encoded_groups(m, enc, lengths, batch_size, points=points):  # h: (T, H), the group's texts end to end
             for i, h_i in zip(rows, h.split([lengths[i] for i in rows])):  # text i's (n, H)
                 out[i] = pool(h_i[None].float(), torch.ones(1, len(h_i), device=m.device), pooling)[0]
     if normalize:

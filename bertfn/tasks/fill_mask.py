@@ -12,6 +12,7 @@ together (``joint=True``, :mod:`bertfn.tasks.joint`).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -22,6 +23,8 @@ from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
 from ..errors import InputError
 from ..fast.batching import encoded_groups
 from ..fast.unpadded import fast_mlm_head
+from ..model.heads import mlm_head
+from ..model.recorder import NO_TRACE, Edit, with_edits
 from .joint import joint_fill
 from .scoring import word_log_probs
 
@@ -73,6 +76,7 @@ def fill_mask(
     truncation: bool = False,
     joint: bool = False,
     beam_width: int = 5,
+    edits: Mapping[str, Edit] | None = None,
 ) -> list:
     """Fill every ``[MASK]`` in a text (or a list of texts) with the model's most likely tokens.
 
@@ -100,6 +104,9 @@ def fill_mask(
     P - 2 tokens of the text, [SEP]) that holds every [MASK], centred on the masks and starting and
     ending at word boundaries where it can; ``"sequence"`` in the results is that window. Masks
     further apart than P - 2 tokens fit no window: :class:`InputError` (split the text instead).
+    edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
+    takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the texts run through
+    the reference functions, each group of texts as a padded batch, instead of the fast path.
     Every problem with the inputs raises :class:`InputError` saying which text and what to do.
     """
     inputs, model = texts_and_model(inputs, model, "fill_mask")
@@ -121,6 +128,7 @@ def fill_mask(
     m = get_model(model, device, dtype)
     tok = require_tokenizer(m, "fill_mask")
     require_mlm_head(m, "fill_mask")
+    points = with_edits(NO_TRACE, edits, m.config)
     pieces = target_pieces(m, targets) if targets is not None else None
     wanted = [p[0] for p in pieces if len(p) == 1] if pieces is not None else None  # single-piece targets
     words = [p for p in pieces if len(p) > 1] if pieces is not None else []  # whole-word targets
@@ -141,7 +149,7 @@ def fill_mask(
         lengths = enc.attention_mask.sum(dim=1).tolist()
 
     if joint:
-        results = joint_fill(m, enc, lengths, top_k, beam_width, batch_size)
+        results = joint_fill(m, enc, lengths, top_k, beam_width, batch_size, points)
         return results[0] if single else results
 
     answers: list = [None] * len(texts)  # per text: [(mask position, [(score, pieces), ...] best first), ...]
@@ -149,8 +157,8 @@ def fill_mask(
         def masks(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (N,): the position of every [MASK]
             return (ids[0] == tok.mask_token_id).nonzero()[:, 0]
 
-        for rows, where, h in encoded_groups(m, enc, lengths, batch_size, masks):
-            logits = fast_mlm_head(m.params, h)  # (N, V): the head at the masks only
+        for rows, where, h in encoded_groups(m, enc, lengths, batch_size, masks, points):
+            logits = mlm_head(m.params, h, points) if points else fast_mlm_head(m.params, h)  # (N, V): at the masks only
             probs = logits.float().softmax(dim=-1)
             if wanted is not None:
                 probs = probs[:, wanted]  # (N, len(single-piece targets))
@@ -164,7 +172,7 @@ def fill_mask(
                 start += n
     if words:
         where = [(i, pos) for i, per_mask in enumerate(answers) for pos, _ in per_mask]
-        probs = word_log_probs(m, enc, lengths, where, words, batch_size).exp().tolist()  # (masks, words)
+        probs = word_log_probs(m, enc, lengths, where, words, batch_size, points).exp().tolist()  # (masks, words)
         for (_, candidates), row in zip((a for per_mask in answers for a in per_mask), probs):
             candidates += zip(row, words)
             candidates.sort(key=lambda c: -c[0])

@@ -33,6 +33,7 @@ import torch
 
 from ..checkpoint.loading import Model
 from ..checkpoint.tokenizer import Encoding
+from ..model.recorder import NO_TRACE, Trace
 from .scoring import copies_of, log_probs, target_log_softmax
 
 
@@ -45,7 +46,7 @@ def filled(row: list[int], masks: list[int], tokens: tuple[int, ...]) -> list[in
 
 
 def beam_search(m: Model, rows: list[list[int]], types: list[list[int]], masks: list[list[int]],
-                width: int, batch_size: int) -> list[list[tuple[tuple[int, ...], float]]]:
+                width: int, batch_size: int, points: Trace = NO_TRACE) -> list[list[tuple[tuple[int, ...], float]]]:
     """Step 1 of the module docstring for every text at once: per text, ``width`` complete fills
     ``(tokens, search score)``, best first. rows, types: each text's ids and token types;
     masks: each text's [MASK] positions, in order."""
@@ -61,7 +62,7 @@ def beam_search(m: Model, rows: list[list[int]], types: list[list[int]], masks: 
         copies = copies_of(copy_rows, copy_types, target, [mask_id] * len(target), pad_id)
         grown: dict[int, list] = {i: [] for i, _, _ in owners}
         with torch.inference_mode():
-            for group, lp in target_log_softmax(m, copies, batch_size):
+            for group, lp in target_log_softmax(m, copies, batch_size, points):
                 best, picks = lp.topk(min(width, lp.shape[-1]), dim=-1)  # (n, width) each
                 for c, values, ids in zip(group, best.tolist(), picks.tolist()):
                     i, tokens, s = owners[c]
@@ -72,7 +73,7 @@ def beam_search(m: Model, rows: list[list[int]], types: list[list[int]], masks: 
 
 
 def joint_fill(m: Model, enc: Encoding, lengths: list[int], top_k: int, beam_width: int,
-               batch_size: int) -> list[list[dict]]:
+               batch_size: int, points: Trace = NO_TRACE) -> list[list[dict]]:
     """The ``top_k`` best fills of all the masks of each text of ``enc`` (see the module docstring).
 
     Returns per text a list of dicts, best first: ``{"score": PLL of the masked positions,
@@ -82,7 +83,7 @@ def joint_fill(m: Model, enc: Encoding, lengths: list[int], top_k: int, beam_wid
     rows = [enc.input_ids[i, :n].tolist() for i, n in enumerate(lengths)]
     types = [enc.token_type_ids[i, :n].tolist() for i, n in enumerate(lengths)]
     masks = [[j for j, t in enumerate(r) if t == tok.mask_token_id] for r in rows]
-    beams = beam_search(m, rows, types, masks, max(beam_width, top_k), batch_size)
+    beams = beam_search(m, rows, types, masks, max(beam_width, top_k), batch_size, points)
 
     # step 2: each complete fill's PLL at its masked positions, one copy per (text, fill, mask)
     copy_rows, copy_types, target, truth = [], [], [], []
@@ -92,7 +93,7 @@ def joint_fill(m: Model, enc: Encoding, lengths: list[int], top_k: int, beam_wid
             for pos, t in zip(ms, tokens):
                 copy_rows.append(filled(full, [pos], (tok.mask_token_id,)))
                 copy_types.append(types[i]), target.append(pos), truth.append(t)
-    lp = log_probs(m, copies_of(copy_rows, copy_types, target, truth, tok.pad_token_id), batch_size).tolist()
+    lp = log_probs(m, copies_of(copy_rows, copy_types, target, truth, tok.pad_token_id), batch_size, points).tolist()
 
     results, c = [], 0
     for i, ms in enumerate(masks):

@@ -28,7 +28,7 @@ filling (:mod:`bertfn.tasks.joint`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,6 +42,7 @@ from ..fast.batching import encoded_groups
 from ..fast.unpadded import fast_mlm_head
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
+from ..model.recorder import NO_TRACE, Edit, Trace, with_edits
 
 METHODS = ("original", "within_word_l2r")
 BATCH_SIZE = 256
@@ -124,11 +125,13 @@ def log_probs_reference(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) 
     return torch.cat(out)
 
 
-def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) -> Iterator[tuple[list[int], torch.Tensor]]:
+def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE,
+                       points: Trace = NO_TRACE) -> Iterator[tuple[list[int], torch.Tensor]]:
     """The fast path, a group of copies at a time: ``(rows, log-softmax (len(rows), V) at each copy's target)``.
 
     Copies are laid end to end without padding (:func:`~bertfn.fast.batching.encoded_groups`); the last
     layer's attention output and feed-forward, and the MLM head, run at one position per copy.
+    points: a Trace with edits runs the copies through the reference functions with them instead.
     Call it under ``torch.inference_mode()``.
     """
     def targets(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (n,): each copy's scored position, end to end
@@ -137,15 +140,16 @@ def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) -
             starts.append(starts[-1] + copies.lengths[i])
         return torch.tensor([s + copies.target[i] for s, i in zip(starts, rows)], device=ids.device)
 
-    for rows, _, h in encoded_groups(m, copies.enc, copies.lengths, batch_size, targets):
-        yield rows, fast_mlm_head(m.params, h).float().log_softmax(dim=-1)  # (n, V)
+    for rows, _, h in encoded_groups(m, copies.enc, copies.lengths, batch_size, targets, points):
+        logits = mlm_head(m.params, h, points) if points else fast_mlm_head(m.params, h)  # (n, V)
+        yield rows, logits.float().log_softmax(dim=-1)
 
 
-def log_probs(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) -> torch.Tensor:
+def log_probs(m: Model, copies: Copies, batch_size: int = BATCH_SIZE, points: Trace = NO_TRACE) -> torch.Tensor:
     """:func:`log_probs_reference`'s numbers on the fast path (:func:`target_log_softmax`). (N,) float32, CPU."""
     out = torch.empty(len(copies.lengths))
     with torch.inference_mode():
-        for rows, lp in target_log_softmax(m, copies, batch_size):
+        for rows, lp in target_log_softmax(m, copies, batch_size, points):
             truth = torch.tensor([copies.truth[i] for i in rows], device=lp.device)[:, None]  # (n, 1)
             out[rows] = lp.gather(1, truth)[:, 0].cpu()
     return out
@@ -159,6 +163,7 @@ def score(
     batch_size: int = BATCH_SIZE,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
+    edits: Mapping[str, Edit] | None = None,
 ) -> dict | list[dict]:
     """The pseudo-log-likelihood of a text (or of each text of a list) under a masked LM.
 
@@ -177,6 +182,9 @@ def score(
     model, device, dtype: as in :func:`~bertfn.tasks.fill_mask.fill_mask` (``dtype="bfloat16"`` is the
     faster bf16 mode; its scores are within about 1% of fp32's, bench/README.md).
     A text costs one encoder pass per token: n tokens read n copies of n tokens.
+    edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
+    takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the masked copies run through
+    the reference functions, each group of copies as a padded batch, instead of the fast path.
     """
     texts, model = texts_and_model(texts, model, "score")
     texts, single = text_list(texts, "score")
@@ -187,12 +195,13 @@ def score(
     m = get_model(model, device, dtype)
     tok = require_tokenizer(m, "score")
     require_mlm_head(m, "score")
+    points = with_edits(NO_TRACE, edits, m.config)
 
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
     check_scorable(tok, enc, lengths, texts, m.config.max_position_embeddings)
     copies, owner = masked_copies(enc, lengths, tok.mask_token_id, method, tok.pad_token_id)
-    lp = log_probs(m, copies, batch_size).tolist()
+    lp = log_probs(m, copies, batch_size, points).tolist()
 
     results = [{"text": t, "method": method, "pll": 0.0, "num_tokens": 0, "pseudo_perplexity": 0.0, "tokens": []}
                for t in texts]
@@ -220,7 +229,7 @@ def check_scorable(tok: Tokenizer, enc: Encoding, lengths: list[int], texts: lis
 
 
 def word_log_probs(m: Model, enc: Encoding, lengths: list[int], where: list[tuple[int, int]],
-                   words: list[tuple[int, ...]], batch_size: int = BATCH_SIZE) -> torch.Tensor:
+                   words: list[tuple[int, ...]], batch_size: int = BATCH_SIZE, points: Trace = NO_TRACE) -> torch.Tensor:
     """log P(word) at each [MASK] ``where`` = (text, position) of ``enc``, for words of several pieces.
 
     The mask is widened to the word's k pieces and the word scored by the within-word rule, left to
@@ -239,7 +248,7 @@ def word_log_probs(m: Model, enc: Encoding, lengths: list[int], where: list[tupl
                 rows.append(ids[:pos] + list(w[:c]) + [m.tokenizer.mask_token_id] * (len(w) - c) + ids[pos + 1:])
                 types.append(tt[:pos] + [tt[pos]] * len(w) + tt[pos + 1:])
                 target.append(pos + c), truth.append(w[c])
-    lp = log_probs(m, copies_of(rows, types, target, truth, m.tokenizer.pad_token_id), batch_size).tolist()
+    lp = log_probs(m, copies_of(rows, types, target, truth, m.tokenizer.pad_token_id), batch_size, points).tolist()
     per_word, s = [], 0  # the copies of each (mask, word) follow one another, one per piece
     for _ in where:
         for w in words:

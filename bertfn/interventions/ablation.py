@@ -1,0 +1,131 @@
+"""Ready-made edits: ablation of heads and neurons, and adding a vector (steering).
+
+Each function returns an ``edits`` dict for any call that takes one (``bertfn.encoder``, ``fill_mask``,
+``score``, ``embed``, ``trace``); dicts combine with ``{**a, **b}`` when their names differ.
+
+    edits = bertfn.interventions.zero_heads({3: [0, 5], 7: [2]})      # heads 0 and 5 of layer 3, head 2 of layer 7
+    bertfn.fill_mask("The capital of France is [MASK].", model, edits=edits)
+
+A head is ablated at its context, ``layer.{i}.attention.context`` (B, nh, S, hd), before the output
+projection: zeroing it is exactly what a head mask of 0 and :func:`bertfn.prune_heads` do
+(tests/test_interventions.py). A neuron is one of the I units of ``layer.{i}.ffn.intermediate``.
+Mean ablation puts the mean activation over some texts (:func:`head_means`, :func:`neuron_means`) in
+place of the head's or neuron's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.loading import Model
+from ..checkpoint.resolve import get_model, require_tokenizer, text_list
+from ..errors import InputError
+from ..model.encoder import encoder
+from ..model.recorder import Edit, Point, Trace
+from .points import select
+
+Tensor = torch.Tensor
+
+
+def _layers(spec: Mapping[int, Iterable[int]], what: str) -> dict[int, list[int]]:
+    if not isinstance(spec, Mapping):
+        raise InputError(f"{what} must be a dict {{layer: [indices]}}, e.g. {{3: [0, 5]}}, got {type(spec).__name__}")
+    out = {}
+    for layer, items in spec.items():
+        if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+            raise InputError(f"{what}: layers are integers from 0, got {layer!r}")
+        items = [items] if isinstance(items, int) else list(items)
+        if not items or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+            raise InputError(f"{what}: layer {layer} must map to a list of integers, got {items!r}")
+        out[layer] = items
+    return out
+
+
+def replace_with(value: Tensor | float, *, positions=None, heads=None, neurons=None) -> Edit:
+    """An edit that puts ``value`` (a number, or a tensor broadcasting to the selection's axes) at the
+    selected ``positions`` / ``heads`` / ``neurons`` of whatever point it runs at; the rest stays."""
+    def edit(x: Tensor, point: Point) -> Tensor:
+        keep = select(x, point.name, positions, heads, neurons)
+        new = value.to(x.device, x.dtype) if isinstance(value, Tensor) else torch.full_like(x, value)
+        return torch.where(keep, new, x)
+
+    return edit
+
+
+def zero_heads(heads: Mapping[int, Iterable[int]], *, positions: int | Sequence[int] | None = None) -> dict[str, Edit]:
+    """Zero ablation: the context of each head in ``{layer: [heads]}`` set to 0 (at ``positions`` only, if given)."""
+    return {f"layer.{i}.attention.context": replace_with(0.0, heads=hs, positions=positions)
+            for i, hs in _layers(heads, "zero_heads").items()}
+
+
+def zero_neurons(neurons: Mapping[int, Iterable[int]], *, positions: int | Sequence[int] | None = None) -> dict[str, Edit]:
+    """Zero ablation of feed-forward neurons ``{layer: [neurons]}`` (their activation ``act(W_1 a + b_1)``)."""
+    return {f"layer.{i}.ffn.intermediate": replace_with(0.0, neurons=ns, positions=positions)
+            for i, ns in _layers(neurons, "zero_neurons").items()}
+
+
+def mean_heads(heads: Mapping[int, Iterable[int]], means: Tensor) -> dict[str, Edit]:
+    """Mean ablation: each head's context replaced by its mean ``means[layer, head]`` (hd,), everywhere.
+
+    means: (L, nh, hd), e.g. :func:`head_means` over texts like the ones studied.
+    """
+    out = {}
+    for i, hs in _layers(heads, "mean_heads").items():
+        value = means[i][None, :, None, :]  # (1, nh, 1, hd): broadcasts over texts and positions
+        out[f"layer.{i}.attention.context"] = replace_with(value, heads=hs)
+    return out
+
+
+def mean_neurons(neurons: Mapping[int, Iterable[int]], means: Tensor) -> dict[str, Edit]:
+    """Mean ablation of feed-forward neurons: each replaced by ``means[layer, neuron]``. means: (L, I)."""
+    return {f"layer.{i}.ffn.intermediate": replace_with(means[i], neurons=ns)
+            for i, ns in _layers(neurons, "mean_neurons").items()}
+
+
+def steer(name: str, vector: Tensor, *, scale: float = 1.0, positions: int | Sequence[int] | None = None) -> dict[str, Edit]:
+    """Activation addition: ``x + scale * vector`` at point ``name`` (a (B, S, H)-shaped one such as
+    ``layer.6.output``), at ``positions`` (None: every position). vector: (H,) or broadcastable to x."""
+    if not isinstance(vector, Tensor):
+        raise InputError(f"steer adds a tensor, got {type(vector).__name__}; e.g. torch.tensor(...) of the point's width")
+
+    def edit(x: Tensor, point: Point) -> Tensor:
+        keep = select(x, point.name, positions=positions)
+        return torch.where(keep, x + scale * vector.to(x.device, x.dtype), x)
+
+    return {name: edit}
+
+
+def activation_means(texts: str | Sequence[str], model: Model | str | Path, names: list[str]) -> dict[str, Tensor]:
+    """The mean of the tensors at ``names`` over every real token of ``texts`` (padding left out):
+    per name, the tensor's shape without its batch and position axes. The reference for mean ablation."""
+    texts, _ = text_list(texts, "activation_means")
+    m = get_model(model)
+    enc = require_tokenizer(m, "activation_means")(list(texts))
+    record = Trace()
+    with torch.no_grad():
+        encoder(m.params, enc.input_ids.to(m.device), enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
+                trace=record)
+    real = enc.attention_mask.to(m.device).bool()  # (B, S)
+    out = {}
+    for name in names:
+        x = record.store[name].float()
+        x = x.transpose(1, 2) if x.dim() == 4 else x  # (B, nh, S, hd) -> (B, S, nh, hd)
+        out[name] = x[real].mean(dim=0)  # the real tokens' mean
+    return out
+
+
+def head_means(texts: str | Sequence[str], model: Model | str | Path) -> Tensor:
+    """Each head's mean context over the real tokens of ``texts``: (L, nh, hd), for :func:`mean_heads`."""
+    m = get_model(model)
+    names = [f"layer.{i}.attention.context" for i in range(m.config.num_hidden_layers)]
+    return torch.stack([v for v in activation_means(texts, m, names).values()])
+
+
+def neuron_means(texts: str | Sequence[str], model: Model | str | Path) -> Tensor:
+    """Each feed-forward neuron's mean activation over the real tokens of ``texts``: (L, I), for :func:`mean_neurons`."""
+    m = get_model(model)
+    names = [f"layer.{i}.ffn.intermediate" for i in range(m.config.num_hidden_layers)]
+    return torch.stack([v for v in activation_means(texts, m, names).values()])

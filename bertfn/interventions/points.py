@@ -1,0 +1,90 @@
+"""Where in a named tensor a head, a position or a neuron sits: the selection every intervention shares.
+
+The points of a pass (:func:`~bertfn.model.recorder.point_names`) come in a few shapes:
+
+=================================================  =================  =================  ========  =========
+points                                             shape              positions          heads     neurons
+=================================================  =================  =================  ========  =========
+``layer.{i}.attention.q|k|v|context``              (B, nh, S, hd)     axis 2             axis 1
+``layer.{i}.attention.scores|...|probs``           (B, nh, S_q, S_k)  axis 2 (queries)   axis 1
+``embeddings.*``, ``layer.{i}.attention.query|``   (B, S, X)          axis 1                       last axis
+``key|value|merged|dense|output``,
+``layer.{i}.ffn.*``, ``layer.{i}.output``
+``mlm.transform``, ``mlm.logits``                  (N, X)             axis 0 (the N                last axis
+                                                                      [MASK]s)
+``pooler``                                         (B, H)                                          last axis
+=================================================  =================  =================  ========  =========
+
+(The same for ``crossattention``.) Heads are picked where they are split: ``q|k|v|context`` and the
+attention weights; ``query|key|value|merged`` hold them side by side, nh*hd columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..errors import InputError
+
+PER_HEAD = ("q", "k", "v", "context", "relative_scores", "scores", "scaled_scores", "masked_scores", "probs")
+
+
+def per_head(name: str) -> bool:
+    """Whether the tensor at point ``name`` is split into heads, (B, nh, S, ...)."""
+    block = name.split(".")[2] if name.startswith("layer.") and name.count(".") >= 3 else ""
+    return block in ("attention", "crossattention") and name.rpartition(".")[2] in PER_HEAD
+
+
+def axes(name: str) -> dict[str, int | None]:
+    """The axis of positions, heads and neurons in the tensor at point ``name`` (None: it has none)."""
+    if per_head(name):
+        return {"positions": 2, "heads": 1, "neurons": None}
+    if name.startswith("mlm."):
+        return {"positions": 0, "heads": None, "neurons": -1}
+    if name == "pooler":
+        return {"positions": None, "heads": None, "neurons": -1}
+    return {"positions": 1, "heads": None, "neurons": -1}
+
+
+def as_list(values: int | Sequence[int] | None, what: str) -> list[int] | None:
+    """None, or ``values`` (an integer or a sequence of them) as a list; :class:`InputError` otherwise."""
+    if values is None:
+        return None
+    values = [values] if isinstance(values, int) and not isinstance(values, bool) else values
+    if not isinstance(values, Sequence) or isinstance(values, str) or \
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise InputError(f"{what} must be an integer or a list of integers, got {values!r}")
+    return list(values)
+
+
+def select(x: torch.Tensor, name: str, positions: int | Sequence[int] | None = None,
+           heads: int | Sequence[int] | None = None, neurons: int | Sequence[int] | None = None) -> torch.Tensor:
+    """A boolean tensor that broadcasts to ``x``'s shape, True at ``positions`` x ``heads`` x ``neurons``
+    (None: all of that axis) of the tensor ``x`` at point ``name``.
+
+    Raises :class:`InputError` for an axis the point does not have, or an index out of its range
+    (naming the range).
+    """
+    keep = torch.ones([1] * x.dim(), dtype=torch.bool, device=x.device)
+    where = axes(name)
+    for what, values in (("positions", positions), ("heads", heads), ("neurons", neurons)):
+        values = as_list(values, what)
+        if values is None:
+            continue
+        axis = where[what]
+        if axis is None:
+            hint = {"heads": "pick heads at layer.{i}.attention.q|k|v|scores|probs|context",
+                    "neurons": "pick neurons of (B, S, X) points such as layer.{i}.ffn.intermediate",
+                    "positions": "it has one vector per text"}[what]
+            raise InputError(f"{name} has no {what} to pick ({hint})")
+        n = x.shape[axis]
+        bad = [v for v in values if not -n <= v < n]
+        if bad:
+            raise InputError(f"{what} {bad} out of range at {name}, which has {n} {what} (0 to {n - 1})")
+        picked = torch.zeros(n, dtype=torch.bool, device=x.device)
+        picked[values] = True
+        shape = [1] * x.dim()
+        shape[axis] = n
+        keep = keep & picked.view(shape)
+    return keep
