@@ -670,3 +670,14 @@ def test_every_error_class_has_its_own_exit_code():
     assert all(issubclass(c, bertfn.BertfnError) for c in classes)
     # InputError and ConfigError are ValueErrors too, so callers' `except ValueError` still catches them
     assert issubclass(bertfn.InputError, ValueError) and issubclass(bertfn.ConfigError, ValueError)
+
+
+def test_the_model_functions_say_what_they_take(tiny_folder):
+    """The edges a user meets when calling the model functions directly (issue #26, item 7)."""
+    tiny = bertfn.load(tiny_folder)
+    with pytest.raises(bertfn.InputError, match=r"token ids, got text .*model\.tokenizer\(\[text"):
+        bertfn.encoder(tiny, "a sentence")
+    with pytest.raises(bertfn.InputError, match=r"scope of a whole layer .*scope\('attention'\)"):
+        bertfn.attention(tiny.params.layer(0), torch.randn(1, 3, 48))
+    with pytest.raises(bertfn.InputError, match="trace each one, or record a padded batch"):
+        bertfn.trace(["the cat", "a dog"], tiny)

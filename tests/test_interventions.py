@@ -210,3 +210,4 @@ def test_point_names_cover_relative_positions_and_cross_attention():
     ids = torch.tensor([[1, 2, 3]])
     bertfn.encoder(m, ids, encoder_hidden_states=torch.randn(1, 4, 8), impl="eager", trace=rec)
     assert set(rec.store) <= set(names)
+

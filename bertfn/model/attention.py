@@ -205,6 +205,9 @@ def attention(
     (the encoder states do not change while decoding). Relative positions apply to self-attention only.
     """
     p = scoped(p, "attention()", "model.params.layer(0).scope('attention')")
+    if "self.query.weight" not in p and "attention.self.query.weight" in p:
+        raise InputError(f"attention() reads one attention block, but got the scope of a whole layer ({p.prefix!r}); "
+                         "pass its attention scope, e.g. model.params.layer(0).scope('attention')")
     cfg = p.config
     hd = cfg.head_dim
     nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned

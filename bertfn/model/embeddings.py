@@ -29,6 +29,10 @@ def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str, shape: tuple[
     Every id must lie in ``[0, limit)`` (the table's rows). With ``shape`` = (B, S) given, ``ids``
     must also fit the batch: (B, S), (1, S) or (S,).
     """
+    if isinstance(ids, str) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], str)):
+        raise InputError(f"{name} must be token ids, got text ({ids!r:.40}); the model functions read ids: "
+                         "enc = model.tokenizer([text, ...]), then pass enc.input_ids and enc.attention_mask "
+                         "(or call bertfn.fill_mask / score / embed / trace, which take text)")
     if not isinstance(ids, Tensor) or ids.dtype not in INTEGER_DTYPES:
         kind = f"a {ids.dtype} tensor" if isinstance(ids, Tensor) else f"a {type(ids).__name__}"
         raise InputError(f"{name} must be an integer tensor (torch.long), got {kind}; "

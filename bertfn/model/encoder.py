@@ -176,7 +176,8 @@ class EncoderOutput:
     last_hidden_state: Tensor  # (B, S, H)
     pooler_output: Tensor | None  # (B, H) when the checkpoint has a pooler
     hidden_states: tuple[Tensor, ...] | None  # L+1 of (B, S, H): embeddings, then every layer
-    attentions: tuple[Tensor, ...] | None  # L of (B, nh, S, S_k)
+    attentions: tuple[Tensor, ...] | None  # L of (B, nh, S, S_k); a padding query's row is kept as computed
+    # (it attends to the real keys and sums to 1, as in transformers): read only the rows of real tokens
     cross_attentions: tuple[Tensor, ...] | None  # L of (B, nh, S, S_e)
     cache: Cache | None  # pass back as ``cache=`` for the next decoding step
     attn_impl: str  # the attention path that ran: "eager" or "sdpa"
@@ -213,7 +214,9 @@ def encoder(
     to a 2D mask. head_mask: (nh,) for every layer or (L, nh), 1 keeps a head.
     cache / use_cache: continue from / return the keys and values for token-by-token decoding.
     impl: "sdpa" (fast) or "eager" (reference); eager runs anyway where probabilities are needed
-    (``output_attentions``, head_mask, dropout), and ``EncoderOutput.attn_impl`` says which ran.
+    (``output_attentions``, head_mask, dropout), and ``EncoderOutput.attn_impl`` says which ran. In a
+    padded batch the probabilities of a padding position's query row are what the softmax gives (they
+    sum to 1 over the real keys, as in transformers) and mean nothing: read the real tokens' rows.
     generator: turns dropout on (training); checkpoint: recompute each layer in backward
     (activation checkpointing) to save memory.
     trace: a :class:`~bertfn.model.recorder.Trace` that keeps every intermediate by name;
