@@ -26,20 +26,29 @@ What is stored, and how precisely (S tokens, L layers, nh heads of width hd, k p
 ==================================  ==============  ====================================================
 what                                shape           stored as
 ==================================  ==============  ====================================================
-attention probabilities             (L, nh, S, S)   uint8 ``round(255 p)``: off by at most 1/510 (0.002)
+attention probabilities             (L, nh, S, S)   uint8 ``round(255 sqrt(p))``, read back as ``(c / 255)^2``:
+                                                    off by at most ``sqrt(p) / 255 + 1 / 510^2`` (0.004 at
+                                                    p = 1, 0.0004 at p = 0.01); only entries below
+                                                    ``1 / 510^2`` (3.8e-6) read as 0, at most 0.2% of a
+                                                    row's mass at 512 tokens
 queries and keys, split into heads  (L, nh, S, hd)  int8 times one float32 scale per vector
                                                     (``max|x| / 127``): off by at most 1/254 of the
                                                     vector's largest entry
 attention entropy ``-sum p ln p``   (L, nh, S)      float32, from the full-precision probabilities
 hidden-state norms                  (L + 1, S)      float32 (embeddings' output, then each layer's)
-MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and probabilities (float32)
+MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and probabilities (float32),
+                                                    the head run in bf16 (fill_mask's bf16 mode): the
+                                                    probabilities within 0.03 of fp32's (AntiBERTy, 68
+                                                    tokens: 0.024 at most, the same top-1 everywhere)
 MLM predictions at each [MASK]      (N, k)          as :func:`~bertfn.tasks.fill_mask.fill_mask` computes them
 ==================================  ==============  ====================================================
 
-The attention is the largest array: 12 x 12 x 512 x 512 bytes for bert-base at 512 tokens, which zlib shrinks
-to 1-2 bits a probability (rows that sum to 1 are mostly zeros at this precision), and the queries and
-keys (9.4 MB as int8) barely shrink; the whole file stays under 25 MB, 24.1 MB when built from the least
-compressible attention, queries and keys we know (tests/test_explorer.py checks the bound).
+Why square roots: at S tokens a head that spreads its attention evenly gives each key 1/S, and
+``round(255 p)`` would store every such entry as 0 (at 500 tokens up to half a row's mass vanished on
+real MiniLM). The square root keeps 8 bits but spends them where the small probabilities are:
+``tests/test_explorer.py`` checks on real MiniLM weights and a 510-token text that no row loses more
+than 1% of its mass. The price is size: the codes of a diffuse row are no longer mostly zeros, so zlib
+shrinks them to 3-4 bits, not 1-2 (bench/README.md gives the sizes at 512 tokens).
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ import torch
 
 from ..errors import InputError
 from ..model.heads import mlm_head
+from ..model.params import Params
 
 if TYPE_CHECKING:  # for the annotations only: trace.py imports this module (Recording.to_html), not the reverse
     from .trace import Recording
@@ -67,7 +77,11 @@ Tensor = torch.Tensor
 PAGE_FILES = ("page.html", "explorer.css", "explorer.js")
 """The page's template, style and script, shipped in ``bertfn/inspect/explorer_page/``."""
 
-_CHUNK = 64  # rows per mlm_head call in the per-layer predictions: a (64, V) block of logits at a time
+_CHUNK = 128  # rows per mlm_head call in the per-layer predictions: a (128, V) block of logits at a time
+
+PAGE_READS = re.compile(r"embeddings\.output|layer\.\d+\.(attention\.(q|k|probs)|output)|mlm\.logits")
+"""The recorded names the page reads; ``bertfn view`` traces with ``keep=PAGE_READS.fullmatch`` and so
+never holds the rest (at 512 tokens on bert-base's shape, the scores alone are 450 MB)."""
 
 
 def _numpy(x: Tensor) -> np.ndarray:
@@ -80,6 +94,11 @@ def _quantise_vectors(x: Tensor) -> tuple[np.ndarray, np.ndarray]:
     scale = x.abs().amax(dim=-1) / 127  # (...,)
     codes = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny)[..., None])
     return codes.to(torch.int8).numpy(), scale.numpy()
+
+
+def _quantise_probs(p: Tensor) -> np.ndarray:
+    """Probabilities in [0, 1] -> uint8 codes ``round(255 sqrt(p))``, any shape; the page reads ``(c / 255)^2``."""
+    return torch.round(p.sqrt() * 255).to(torch.uint8).numpy()
 
 
 def _entropy(p: Tensor) -> Tensor:
@@ -96,14 +115,18 @@ def _layer_predictions(rec: Recording, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The MLM head applied to the embeddings' output and to each layer's output, at every position.
 
     Returns top-k ids (L + 1, S, k) int32 and probabilities (L + 1, S, k) float32. The last row at a
-    [MASK] is the model's own prediction there.
+    [MASK] is the model's own prediction there (as fill_mask's bf16 mode gives it). The head runs in
+    bf16, on a bf16 copy of its weights: (L + 1) x S products with the (V, H) decoder are most of the
+    page's cost, and bf16 takes a third of fp32's time on a CPU with AVX-512-bf16.
     """
     L = rec.config.num_hidden_layers
-    params = rec.model.params
+    state = rec.model.state
+    params = Params({name: state[name].to(torch.bfloat16) for name in state if name.startswith("cls.predictions.")},
+                    rec.config)
     ids, probs = [], []
     with torch.inference_mode():
         for name in ["embeddings.output"] + [f"layer.{i}.output" for i in range(L)]:
-            h = rec[name][0]  # (S, H)
+            h = rec[name][0].to(torch.bfloat16)  # (S, H)
             top = [_top_k(mlm_head(params, h[s:s + _CHUNK]), k) for s in range(0, h.shape[0], _CHUNK)]
             probs.append(torch.cat([p for p, _ in top]))  # (S, k)
             ids.append(torch.cat([i for _, i in top]))
@@ -123,12 +146,13 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
     cfg = rec.config
     L, nh, hd = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim
     S = len(rec.tokens)
-    probs = torch.stack([rec.attention(i).detach().to("cpu", torch.float32) for i in range(L)])  # (L, nh, S, S)
-    arrays = {"attention": torch.round(probs * 255).to(torch.uint8).numpy()}
+    arrays = {"attention": np.empty((L, nh, S, S), np.uint8), "entropy": np.empty((L, nh, S), np.float32)}
+    for i in range(L):  # a layer at a time: at 512 tokens the (L, nh, S, S) floats would be 150 MB a copy
+        probs = rec.attention(i).detach().to("cpu", torch.float32)  # (nh, S, S)
+        arrays["attention"][i], arrays["entropy"][i] = _quantise_probs(probs), _entropy(probs).numpy()
     for name in ("q", "k"):
         codes, scale = _quantise_vectors(torch.stack([rec[f"layer.{i}.attention.{name}"][0] for i in range(L)]))
         arrays[name], arrays[f"{name}_scale"] = codes, scale  # (L, nh, S, hd), (L, nh, S)
-    arrays["entropy"] = _entropy(probs).numpy()  # (L, nh, S)
     hidden = [rec["embeddings.output"]] + [rec[f"layer.{i}.output"] for i in range(L)]
     arrays["norms"] = np.stack([_numpy(torch.linalg.vector_norm(h[0].float(), dim=-1)) for h in hidden])  # (L+1, S)
 
@@ -184,7 +208,8 @@ def _pack(arrays: dict[str, np.ndarray]) -> tuple[dict, str]:
         pad = -len(data) % 4
         chunks += [data, b"\0" * pad]
         offset += len(data) + pad
-    return index, base64.b64encode(zlib.compress(b"".join(chunks), 6)).decode("ascii")
+    # level 3: at 512 tokens on bert-base's shape a quarter of level 6's time for a file 3% larger
+    return index, base64.b64encode(zlib.compress(b"".join(chunks), 3)).decode("ascii")
 
 
 def _script_json(value: object) -> str:
