@@ -597,6 +597,6 @@ def test_the_explorer_benchmark_runs(chromium, tiny_folder):
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert re.fullmatch(r"tiny\d*: 12 tokens, 2 layers x 3 heads; trace \d+\.\d s", lines[0])
-    assert re.fullmatch(r"bertfn view \(the whole process\): \d+\.\d s, peak RSS \d+ MB", lines[1])
+    assert re.fullmatch(r"bertfn view \(the whole process\): \d+\.\d s, \d+\.\d CPU s, peak RSS \d+ MB", lines[1])
     assert [line.split(" | ")[:1] for line in lines[4:]] == [["| the model's"], ["| least compressible"]]
     assert all(float(line.split(" | ")[2]) < 1 for line in lines[4:])  # MB
