@@ -47,8 +47,9 @@ Why square roots: at S tokens a head that spreads its attention evenly gives eac
 ``round(255 p)`` would store every such entry as 0 (at 500 tokens up to half a row's mass vanished on
 real MiniLM). The square root keeps 8 bits but spends them where the small probabilities are:
 ``tests/test_explorer.py`` checks on real MiniLM weights and a 510-token text that no row loses more
-than 1% of its mass. The price is size: the codes of a diffuse row are no longer mostly zeros, so zlib
-shrinks them to 3-4 bits, not 1-2 (bench/README.md gives the sizes at 512 tokens).
+than 1% of its mass (0.03% at most). The price is size: a diffuse row's codes are no longer mostly
+zeros, so zlib shrinks them to 3-5 bits, not 1-2: at 512 tokens on bert-base's shape the page is up to
+45 MB (bench/README.md).
 """
 
 from __future__ import annotations
