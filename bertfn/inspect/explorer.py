@@ -7,8 +7,10 @@
 The page has three views of the attention and two panels beside them:
 
 * head view: the tokens in two columns, queries left and keys right, joined by lines as strong as
-  the attention; pick a layer and a head (or the mean of the heads), hover a token to see only its lines;
-* model view: every layer x head as a small map; click one to open it large;
+  the attention; pick a layer and a head (or the mean of the heads), hover a token to see only its lines,
+  click it to keep them so; it opens on the first ``[MASK]``, with a strip of the whole text beside it;
+* model view: every layer x head as a small map, each on its own colour scale (as :mod:`bertfn.inspect.plots`
+  draws by default; a switch sets one scale for all, or fixed 0..1); click one to open it large;
 * neuron view: for one query token, its query vector, every key vector, their elementwise product,
   the sum (``q.k``), the scaled score and the softmax, per head: the arithmetic of one row of attention;
 * the MLM head's predictions at each ``[MASK]``, with probabilities;

@@ -285,16 +285,9 @@ function explorer(meta, data) {
   let sharedTop = 0;  // the largest probability in any head of any layer (the "shared" scale)
   for (let m = 0; m < att.length; m++) if (att[m] > sharedTop) sharedTop = att[m];
   sharedTop = SQUARES[sharedTop];
-  function mapTop(l, h) {  // the probability drawn darkest in the map of layer l, head h (h = -1: the mean)
-    if (state.scale === "fixed") return 1;
-    if (state.scale === "shared") return sharedTop;
-    let top = 0;
-    for (let i = 0; i < S; i++) { const row = probRow(l, h, i); for (let j = 0; j < S; j++) if (row[j] > top) top = row[j]; }
-    return top || 1;
-  }
-  const tops = new Map();
-  const topOf = (l, h) => { const key = `${state.scale},${l},${h}`; if (!tops.has(key)) tops.set(key, mapTop(l, h)); return tops.get(key); };
-  function mapCanvas(l, h, n) {  // (S x S) probabilities max-pooled to n x n pixels, coloured on the scale chosen
+  /** The (S x S) probabilities of layer l, head h (-1: the mean) max-pooled to n x n pixels and coloured on
+   *  the scale chosen; its .top is the probability drawn darkest (on a map's own scale, its largest). */
+  function mapCanvas(l, h, n) {
     const key = `${state.scale},${l},${h},${n}`;
     const cache = n === S ? large : thumbs;
     if (cache.has(key)) return cache.get(key);
@@ -309,7 +302,13 @@ function explorer(meta, data) {
         if (row[j] > pooled[at]) pooled[at] = row[j];
       }
     }
-    const top = topOf(l, h);
+    let top = { fixed: 1, shared: sharedTop }[state.scale];
+    if (top === undefined) {  // the map's own scale: max-pooling keeps its largest value
+      top = 0;
+      for (let m = 0; m < n * n; m++) if (pooled[m] > top) top = pooled[m];
+    }
+    top = top || 1;
+    c.top = top;
     for (let m = 0; m < n * n; m++) {
       const col = BLUES[Math.min(255, Math.round((pooled[m] / top) * 255))];
       px[4 * m] = col[0]; px[4 * m + 1] = col[1]; px[4 * m + 2] = col[2]; px[4 * m + 3] = 255;
@@ -385,7 +384,7 @@ function explorer(meta, data) {
       }
       // a colour key under the map
       for (let k = 0; k < 100; k++) g.rect(mx + k * 1.6, my + M + 12, 1.7, 8, blue(k / 99));
-      const top = topOf(l, sel);
+      const top = mapCanvas(l, sel, S).top;
       g.text("0", mx, my + M + 30, { size: 11, color: MUTED });
       g.text(top === 1 ? "1" : top.toPrecision(3), mx + 160, my + M + 30, { size: 11, color: MUTED, align: "right" });
       g.text(detail, mx + 180, my + M + 16, { size: 12 });
