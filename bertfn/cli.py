@@ -266,9 +266,10 @@ def _add_view(sub) -> None:
 
 def _run_view(args: argparse.Namespace) -> int:
     """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.inspect.explorer`)."""
+    from .inspect.explorer import PAGE_READS
     from .inspect.trace import trace
 
-    rec = trace(args.text, model_from_args(args), pair=args.pair)
+    rec = trace(args.text, model_from_args(args), pair=args.pair, keep=PAGE_READS.fullmatch)
     path = rec.save_html(args.out, top_k=args.top_k)
     size = path.stat().st_size
     emit(f"wrote {path} ({len(rec.tokens)} tokens, "

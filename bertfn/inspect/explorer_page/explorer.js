@@ -2,7 +2,7 @@
  *
  * Data: #bertfn-meta (JSON: tokens, sizes, predictions, where each array sits) and #bertfn-data
  * (base64 of one zlib block of little-endian arrays, unpacked with the browser's DecompressionStream):
- *   attention (L, nh, S, S) uint8 = round(255 p);  q, k (L, nh, S, hd) int8 with q_scale, k_scale (L, nh, S);
+ *   attention (L, nh, S, S) uint8 = round(255 sqrt(p)), read back as (c / 255)^2;  q, k (L, nh, S, hd) int8 with q_scale, k_scale (L, nh, S);
  *   entropy (L, nh, S);  norms (L+1, S);  lens_ids, lens_probs (L+1, S, k) when the model has an MLM head.
  *
  * Every view draws through a "painter" (rect, line, text, image), so the same code draws the screen
@@ -36,6 +36,7 @@ const DIVERGING = ramp([[0, [33, 102, 172]], [0.5, [247, 247, 247]], [1, [178, 2
 const rgb = (c) => `rgb(${c[0]},${c[1]},${c[2]})`;
 const blue = (p) => rgb(BLUES[Math.max(0, Math.min(255, Math.round(p * 255)))]);
 const purple = (t) => rgb(PURPLES[Math.max(0, Math.min(255, Math.round(t * 255)))]);
+const SQUARES = Float32Array.from({ length: 256 }, (_, c) => (c / 255) ** 2);  // attention code -> probability
 const diverging = (v, vmax) => rgb(DIVERGING[Math.max(0, Math.min(255, Math.round((v / (vmax || 1) + 1) * 127.5)))]);
 
 // ---- painters: one drawing API, two targets ---------------------------------------------------------
@@ -136,10 +137,9 @@ function explorer(meta, data) {
     const heads = h < 0 ? [...Array(nh).keys()] : [h];
     for (const hh of heads) {
       const base = ((l * nh + hh) * S + i) * S;
-      for (let j = 0; j < S; j++) row[j] += att[base + j];
+      for (let j = 0; j < S; j++) row[j] += SQUARES[att[base + j]];
     }
-    const scale = 255 * heads.length;
-    for (let j = 0; j < S; j++) row[j] /= scale;
+    for (let j = 0; j < S; j++) row[j] /= heads.length;
     return row;
   }
   /** Probabilities with which every query attends to key j: Float32Array(S). */
@@ -148,9 +148,9 @@ function explorer(meta, data) {
     const heads = h < 0 ? [...Array(nh).keys()] : [h];
     for (const hh of heads) {
       const base = (l * nh + hh) * S * S;
-      for (let i = 0; i < S; i++) col[i] += att[base + i * S + j];
+      for (let i = 0; i < S; i++) col[i] += SQUARES[att[base + i * S + j]];
     }
-    for (let i = 0; i < S; i++) col[i] /= 255 * heads.length;
+    for (let i = 0; i < S; i++) col[i] /= heads.length;
     return col;
   }
   /** A query or key vector of token i, from its int8 codes and scale: Float32Array(hd). */
@@ -164,7 +164,8 @@ function explorer(meta, data) {
   const tokenName = (i) => `"${tokens[i]}" (${i})`;
 
   // ---- state and DOM ----
-  const state = { view: "head", layer: 0, head: 0, token: meta.masks.length ? meta.masks[0] : Math.min(1, S - 1), hover: null };
+  const state = { view: "head", layer: 0, head: 0, token: meta.masks.length ? meta.masks[0] : Math.min(1, S - 1), hover: null,
+                  pinned: null, scale: "map" };  // pinned: the clicked token whose lines stay isolated; scale: map | shared | fixed
   const scroller = document.getElementById("scroller");
   const canvas = document.getElementById("canvas");
   const spacer = document.getElementById("spacer");
@@ -191,7 +192,8 @@ function explorer(meta, data) {
     mapHeight(H) { return Math.min(H - this.top - this.bottom, S * this.rowH); },  // beside the rows when all fit
     draw(g, W, H, sc) {
       const { widest, xL, xR, mapX, mapW } = this.layout(W);
-      const l = state.layer, h = state.head, hov = state.hover && state.hover.view === "head" ? state.hover : null;
+      const l = state.layer, h = state.head;
+      const hov = state.hover && state.hover.view === "head" && state.hover.i !== undefined ? state.hover : state.pinned;
       const [first, last] = this.rows(H, sc);
       const lines = [];
       const focusRow = hov && hov.side === "q" ? probRow(l, h, hov.i) : null;
@@ -209,7 +211,7 @@ function explorer(meta, data) {
       }
       for (let i = first; i <= last; i++) {
         const y = this.y(i, sc);
-        const weight = i === state.token ? "bold" : "normal";
+        const weight = i === state.token || (hov && hov.i === i) ? "bold" : "normal";
         const color = maskSet.has(i) ? ACCENT : INK;
         if (focusCol) g.rect(xL - widest * focusCol[i], y - 8, widest * focusCol[i], 16, "rgba(31,95,191,0.35)");
         if (focusRow) g.rect(xR + 2, y - 8, widest * focusRow[i], 16, "rgba(31,95,191,0.35)");
@@ -233,6 +235,9 @@ function explorer(meta, data) {
         g.rect(mapX, y0, mapW, Math.max(1, y1 - y0), blue(overview[j] / top));
       }
       g.frame(mapX - 1, mapTop + (first * mapH) / S, mapW + 2, ((last - first + 1) * mapH) / S, INK, 1);
+      const focusI = hov ? hov.i : state.token;
+      const stripLabel = `${hov && hov.side === "k" ? "attention to" : "attention of"} ${clip(tokens[focusI], 80, 11)} (${focusI}) over all ${S} tokens (darkest: its largest)`;
+      g.text(stripLabel, mapX + mapW + 10, mapTop + mapH / 2, { size: 11, color: MUTED, align: "center", rotate: 90 });
       // header and footer bands, drawn last so the rows scroll under them
       g.rect(0, 0, W, this.top - 4, "#ffffff");
       g.rect(0, H - this.bottom, mapX - 4, this.bottom, "#ffffff");
@@ -242,9 +247,10 @@ function explorer(meta, data) {
         if (below >= 0.005) g.text(`▼ ${below.toFixed(2)} below`, x, H - this.bottom / 2, { size: 11, color: MUTED, align });
       }
       g.text(`Layer ${l}, ${headName(h)}: each query (left) attends to the keys (right)`, 12, 12, { weight: "bold" });
-      g.text(`tokens ${first}–${last} of ${S} · line opacity √p · hover a token for its lines, click to choose it · ` +
-        "the strip at the right: all tokens", 12, 27, { size: 11, color: MUTED });
-      api.lastDraw = { view: "head", layer: l, head: h, hover: hov && { side: hov.side, i: hov.i }, first, last, lines, above, below };
+      g.text(`tokens ${first}–${last} of ${S} · line opacity √p · hover a token for its lines, click to keep them ` +
+        "(click it again to let go) · the strip at the right: all tokens", 12, 27, { size: 11, color: MUTED });
+      api.lastDraw = { view: "head", layer: l, head: h, hover: hov && { side: hov.side, i: hov.i }, pinned: state.pinned && { ...state.pinned },
+                       first, last, lines, above, below, stripLabel };
     },
     pick(x, y, W, H, sc) {
       const { widest, xL, xR, mapX, mapW } = this.layout(W);
@@ -276,8 +282,13 @@ function explorer(meta, data) {
   // ---- model view: every layer x head as a small map, one opened large ----
   const thumbs = new Map();
   const large = new Map();  // a few full-size maps, newest last
-  function mapCanvas(l, h, n) {  // (S x S) probabilities max-pooled to n x n pixels
-    const key = `${l},${h},${n}`;
+  let sharedTop = 0;  // the largest probability in any head of any layer (the "shared" scale)
+  for (let m = 0; m < att.length; m++) if (att[m] > sharedTop) sharedTop = att[m];
+  sharedTop = SQUARES[sharedTop];
+  /** The (S x S) probabilities of layer l, head h (-1: the mean) max-pooled to n x n pixels and coloured on
+   *  the scale chosen; its .top is the probability drawn darkest (on a map's own scale, its largest). */
+  function mapCanvas(l, h, n) {
+    const key = `${state.scale},${l},${h},${n}`;
     const cache = n === S ? large : thumbs;
     if (cache.has(key)) return cache.get(key);
     const c = document.createElement("canvas");
@@ -291,8 +302,15 @@ function explorer(meta, data) {
         if (row[j] > pooled[at]) pooled[at] = row[j];
       }
     }
+    let top = { fixed: 1, shared: sharedTop }[state.scale];
+    if (top === undefined) {  // the map's own scale: max-pooling keeps its largest value
+      top = 0;
+      for (let m = 0; m < n * n; m++) if (pooled[m] > top) top = pooled[m];
+    }
+    top = top || 1;
+    c.top = top;
     for (let m = 0; m < n * n; m++) {
-      const col = BLUES[Math.round(pooled[m] * 255)];
+      const col = BLUES[Math.min(255, Math.round((pooled[m] / top) * 255))];
       px[4 * m] = col[0]; px[4 * m + 1] = col[1]; px[4 * m + 2] = col[2]; px[4 * m + 3] = 255;
     }
     c.getContext("2d").putImageData(img, 0, 0);
@@ -321,7 +339,10 @@ function explorer(meta, data) {
       const hov = state.hover && state.hover.view === "model" ? state.hover : null;
       const dy = -sc;
       g.text("Every layer × head (rows: layers, columns: heads); click a map to open it large", 12, 12 + dy, { weight: "bold" });
-      g.text("colour: attention probability, white 0 to dark blue 1 (small maps keep the largest value of each block)", 12, 27 + dy, { size: 11, color: MUTED });
+      const scaleNote = { map: "each map on its own scale, white 0 to dark blue at its largest value",
+        shared: `one scale for all maps, white 0 to dark blue ${sharedTop.toFixed(3)} (the largest anywhere)`,
+        fixed: "one fixed scale, white 0 to dark blue 1" }[state.scale];
+      g.text(`colour: attention probability; ${scaleNote} (small maps keep the largest value of each block)`, 12, 27 + dy, { size: 11, color: MUTED });
       const n = Math.min(S, Math.max(8, Math.round(o.t * (window.devicePixelRatio || 1))));
       for (let h = 0; h < nh; h++) g.text(`h${h}`, o.x0 + h * (o.t + o.gap) + o.t / 2, o.y0 - 8 + dy, { size: 11, color: MUTED, align: "center" });
       for (let l = 0; l < L; l++) {
@@ -363,10 +384,11 @@ function explorer(meta, data) {
       }
       // a colour key under the map
       for (let k = 0; k < 100; k++) g.rect(mx + k * 1.6, my + M + 12, 1.7, 8, blue(k / 99));
+      const top = mapCanvas(l, sel, S).top;
       g.text("0", mx, my + M + 30, { size: 11, color: MUTED });
-      g.text("1", mx + 160, my + M + 30, { size: 11, color: MUTED, align: "right" });
+      g.text(top === 1 ? "1" : top.toPrecision(3), mx + 160, my + M + 30, { size: 11, color: MUTED, align: "right" });
       g.text(detail, mx + 180, my + M + 16, { size: 12 });
-      api.lastDraw = { view: "model", layer: l, head: sel, n, hover: hov && (hov.cell || hov.thumb) };
+      api.lastDraw = { view: "model", layer: l, head: sel, n, hover: hov && (hov.cell || hov.thumb), scale: state.scale, top };
     },
     pick(x, y, W, H, sc) {
       const o = this.layout(W, H);
@@ -503,12 +525,13 @@ function explorer(meta, data) {
 
   // ---- controls ----
   const layerSel = document.getElementById("layer"), headSel = document.getElementById("head"), tokenSel = document.getElementById("token");
+  const scaleSel = document.getElementById("scale");
   for (let l = 0; l < L; l++) layerSel.add(new Option(String(l), String(l)));
   headSel.add(new Option("mean", "-1"));
   for (let h = 0; h < nh; h++) headSel.add(new Option(String(h), String(h)));
   tokens.forEach((t, i) => tokenSel.add(new Option(`${i}: ${t}`, String(i))));
   function syncControls() {
-    layerSel.value = String(state.layer); headSel.value = String(state.head); tokenSel.value = String(state.token);
+    layerSel.value = String(state.layer); headSel.value = String(state.head); tokenSel.value = String(state.token); scaleSel.value = state.scale;
     headSel.options[0].disabled = state.view === "neuron";
     for (const b of document.querySelectorAll("#tabs button")) b.setAttribute("aria-selected", String(b.dataset.view === state.view));
     document.body.dataset.view = state.view;
@@ -528,7 +551,8 @@ function explorer(meta, data) {
   }
   layerSel.addEventListener("change", () => set({ layer: Number(layerSel.value) }));
   headSel.addEventListener("change", () => set({ head: Number(headSel.value) }));
-  tokenSel.addEventListener("change", () => { set({ token: Number(tokenSel.value) }); showToken(state.token); });
+  tokenSel.addEventListener("change", () => { set({ token: Number(tokenSel.value), pinned: null }); showToken(state.token); });
+  scaleSel.addEventListener("change", () => set({ scale: scaleSel.value }));
   for (const b of document.querySelectorAll("#tabs button")) {
     b.addEventListener("click", () => {
       scrollTops[state.view] = scroller.scrollTop;
@@ -557,11 +581,14 @@ function explorer(meta, data) {
   canvas.addEventListener("mouseleave", () => { state.hover = null; redraw(); });
   canvas.addEventListener("click", (event) => {
     const hit = pointer(event);
-    if (!hit) return;
+    if (!hit) { if (state.pinned) set({ pinned: null }); return; }
     if (hit.map !== undefined) { scroller.scrollTop = Math.max(0, head.top + hit.map * head.rowH - scroller.clientHeight / 2); return; }
     if (hit.thumb) set({ layer: hit.thumb[0], head: hit.thumb[1] });
     else if (hit.cell) set({ token: hit.cell[0] });
-    else if (state.view === "head") set({ token: hit.i });
+    else if (state.view === "head") {  // a click keeps the token's lines isolated until it is clicked again
+      const again = state.pinned && state.pinned.side === hit.side && state.pinned.i === hit.i;
+      set({ token: hit.i, pinned: again ? null : { view: "head", side: hit.side, i: hit.i } });
+    }
     else if (state.view === "neuron") set({ token: hit.i });
   });
 
@@ -648,10 +675,12 @@ function explorer(meta, data) {
     `${meta.model ? meta.model + " · " : ""}${S} tokens · ${L} layers × ${nh} heads of width ${hd}`;
   document.getElementById("text").textContent = meta.text;
   document.getElementById("notes").innerHTML =
-    "<p>Stored in this file: attention probabilities rounded to multiples of 1/255 (off by at most 0.002; smaller " +
-    "values show as 0); queries and keys as 8-bit integers with one scale per vector (off by at most 1/254 of the " +
-    "vector's largest entry), from which the neuron view recomputes q·k; entropies, norms and predictions computed " +
-    "in full precision by bertfn before saving.</p><p>Made by bertfn: the numbers come from bertfn.trace; nothing is fetched.</p>";
+    "<p>Stored in this file: attention probabilities as the square root rounded to multiples of 1/255 (a probability " +
+    "p is off by at most √p/255 + 1/510², 0.004 at p = 1 and 0.0004 at p = 0.01; only values below 1/510² = 3.8e-6 " +
+    "show as 0, at most 0.2% of a row at 512 tokens); queries and keys as 8-bit integers with one scale per vector (off by at most 1/254 of the " +
+    "vector's largest entry), from which the neuron view recomputes q·k; entropies, norms and the predictions at [MASK] " +
+    "computed in full precision by bertfn before saving, the per-layer predictions by the MLM head in bf16 (within 0.03 " +
+    "of full precision).</p><p>Made by bertfn: the numbers come from bertfn.trace; nothing is fetched.</p>";
 
   // ---- for tests and the console ----
   api.set = set;
@@ -666,6 +695,8 @@ function explorer(meta, data) {
     return { x: r.left + p.x, y: r.top + p.y };
   };
   syncControls();
+  render();
+  showToken(state.token);  // open on the chosen token (the first [MASK]), not on token 0
   render();
   return api;
 }
