@@ -3,7 +3,8 @@
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
     bertfn fill-mask "The [MASK] [MASK] barked." --joint [--beam-width N]
     bertfn score "When in Rome, do as the Romans do." [--method within_word_l2r] [--per-token] [--json]
-    bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume] [--progress|--no-progress]
+    bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume [--retry-errors]]
+                     [--flush-every SECONDS] [--no-echo] [--progress|--no-progress]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--scale per-head|shared|fixed] --out attn.png
     bertfn embed "A sentence." "Another one." [--pooling mean|cls|max] [--normalize] [--json]
     bertfn score|embed --input sentences.txt --output results.jsonl [...the same file options]
@@ -11,7 +12,7 @@
     bertfn --version
 
 Every subcommand that runs a model takes the same model options (:func:`add_model_options`):
-``--model ID_OR_PATH --tokenizer PATH --cased|--lowercase --device cpu|cuda --dtype float32|bfloat16|...``.
+``--model ID_OR_PATH --tokenizer PATH --cased|--lowercase --device cpu|cuda --dtype float32|bfloat16|... --quiet``.
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
 arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, missing
@@ -29,6 +30,7 @@ import warnings
 from collections.abc import Callable
 
 from .checkpoint.dtypes import DTYPES
+from .corpus.files import FLUSH_SECONDS
 from .errors import SURFACE, BertfnError, InputError
 from .tasks.embed import POOLINGS
 
@@ -61,6 +63,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default=None, help="e.g. cpu or cuda")
     group.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                        help="precision to run in (default: as stored); bfloat16 is the faster bf16 mode")
+    group.add_argument("--quiet", action="store_true",
+                       help="print no warnings (a checkpoint's unused keys, [UNK]-heavy texts, ...); errors still print")
 
 
 def model_from_args(args: argparse.Namespace):
@@ -76,7 +80,8 @@ def model_from_args(args: argparse.Namespace):
 
 
 def add_file_options(parser: argparse.ArgumentParser) -> None:
-    """``--input --output --field --resume --progress/--no-progress`` (read back by :func:`run_file_command`)."""
+    """``--input --output --field --resume --retry-errors --flush-every --no-echo --progress/--no-progress``
+    (read back by :func:`run_file_command`)."""
     group = parser.add_argument_group("files (instead of texts on the command line)")
     group.add_argument("--input", metavar="FILE",
                        help="read the texts from FILE: one a line, or JSON Lines with --field; - for stdin")
@@ -84,7 +89,14 @@ def add_file_options(parser: argparse.ArgumentParser) -> None:
                        help="write one JSON line per input line to FILE (default -: stdout)")
     group.add_argument("--field", metavar="NAME", help="--input is JSON Lines whose field NAME holds the text")
     group.add_argument("--resume", action="store_true",
-                       help="continue an interrupted run after the last complete line of --output")
+                       help="continue an interrupted run after the last complete line of --output, once the run "
+                            "record beside it (FILE.run.json) and every written line agree with this run")
+    group.add_argument("--retry-errors", action="store_true",
+                       help="with --resume: first run the lines of --output that hold errors again, in place")
+    group.add_argument("--flush-every", type=float, default=FLUSH_SECONDS, metavar="SECONDS",
+                       help=f"write results out at least this often (default {FLUSH_SECONDS:g}): a kill loses at most that much work")
+    group.add_argument("--no-echo", dest="echo", action="store_false",
+                       help="leave the text out of each output line (the input's other fields, e.g. an id, stay)")
     group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar on stderr (default: when stderr is a terminal)")
 
@@ -92,17 +104,19 @@ def add_file_options(parser: argparse.ArgumentParser) -> None:
 def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
     """``bertfn TASK --input ...``: :func:`bertfn.corpus.files.run_file`, then its one-line summary on stderr.
 
-    Exit code 0 when every line has a result, 2 (bad input) when any line holds an error instead.
+    Exit code 0 when every line of the output has a result, 2 (bad input) when any line holds an error
+    instead, this run's or one kept from the run it resumed.
     """
     from .corpus.files import run_file
 
     if args.text:
         raise InputError("pass texts on the command line or --input FILE, not both")
     summary = run_file(args.input, args.output, args.model, task=task, field=args.field, resume=args.resume,
+                       retry_errors=args.retry_errors, flush_every=args.flush_every, echo=args.echo,
                        progress=args.progress, tokenizer=args.tokenizer, lowercase=args.lowercase,
                        device=args.device, dtype=args.dtype, **options)
     _one_line("done", summary)
-    return 0 if summary.errors == 0 else InputError.exit_code
+    return 0 if summary.errors + summary.kept_errors == 0 else InputError.exit_code
 
 
 # --- the subcommands: each an _add_X(sub) / _run_X(args) pair listed in COMMANDS ---------------------
@@ -320,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = lambda message, *_, **__: _one_line("warning", message)
             args = build_parser().parse_args(argv)
+            if getattr(args, "quiet", False):
+                warnings.simplefilter("ignore")
             return COMMANDS[args.command][1](args)
     except BertfnError as e:
         _one_line("error", e)

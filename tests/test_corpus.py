@@ -19,6 +19,7 @@ import bertfn
 from bertfn.cli import main
 from bertfn.corpus import run_file, stream
 from bertfn.corpus.runner import CHUNK, _malloc_trim
+from conftest import random_model, write_folder
 
 GOOD = ["the cat sat on the [MASK] .", "i [MASK] you [MASK] well", "paris is the [MASK] of france .",
         "[MASK]", "when in rome , do as the [MASK] do ."]
@@ -217,11 +218,15 @@ def test_jsonl_fields_carried_and_bad_lines(tiny_folder, tmp_path, capsys):
     assert "not an object" in rows[2]["error"]
     assert rows[3]["id"] == "d" and "no field 'sentence'" in rows[3]["error"]
     assert "is a JSON int, not a string" in rows[4]["error"]
-    assert rows[5]["error"].startswith("line 6 has no [MASK]")
+    assert rows[5]["error"].startswith("line 6 (id 'f') has no [MASK]")  # a text's error names its line and id
     assert "'error', which the output uses" in rows[6]["error"]
     assert rows[7]["sentence"] == "é [MASK] ü" and "result" in rows[7]
+    assert rows[7]["warning"].startswith("line 8 (id 'h'): 2 of its 2 tokens are [UNK]")  # flagged in its line
+    assert all("warning" not in r for i, r in enumerate(rows) if i != 7)
     assert "not valid UTF-8" in rows[8]["error"]
-    assert "bertfn: done: 9 texts, 7 with errors" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "bertfn: done: 9 texts, 7 with errors, 1 with warnings" in err
+    assert "bertfn: warning: line 8 (id 'h'): 2 of its 2 tokens are [UNK]" in err
 
 
 def test_every_line_good_exits_0_and_jsonl_needs_field(tiny_folder, tmp_path, capsys):
@@ -328,24 +333,132 @@ def test_resume_refuses_what_it_cannot_continue(tiny_folder, tmp_path, capsys):
     argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder), "--top-k", "1"]
     assert main(argv) == 0
     complete = out.read_bytes()
+    record = json.loads((tmp_path / "out.jsonl.run.json").read_text(encoding="utf-8"))
+    assert record["task"] == "fill-mask" and record["options"]["top_k"] == 1 and record["field"] is None
+    assert record["model"]["weights"].startswith("blake2b:") and record["input"]["lines"] == 5
     assert main(argv) == 2 and "already exists; pass --resume" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 0  # nothing left to do
     assert out.read_bytes() == complete and "0 texts (resumed after line 5)" in capsys.readouterr().err
 
+    # the input changed: at its last line, and at a line in the middle (each written line is checked)
     other = tmp_path / "other.txt"
-    other.write_text("\n".join(reversed(GOOD)) + "\n", encoding="utf-8")
-    assert main(["fill-mask", "--input", str(other), *argv[3:], "--resume"]) == 2
-    assert "not the text that line 5" in capsys.readouterr().err
+    for changed in (GOOD[:4] + ["a [MASK] b"], GOOD[:2] + ["a [MASK] b"] + GOOD[3:]):
+        other.write_text("\n".join(changed) + "\n", encoding="utf-8")
+        assert main(["fill-mask", "--input", str(other), *argv[3:], "--resume"]) == 2
+        line = 1 + changed.index("a [MASK] b")
+        assert f"line {line} of {other} is not the input that line {line}" in capsys.readouterr().err
     short = tmp_path / "short.txt"
     short.write_text(GOOD[0] + "\n", encoding="utf-8")
     assert main(["fill-mask", "--input", str(short), *argv[3:], "--resume"]) == 2
     assert "has 1 lines but" in capsys.readouterr().err
 
+    # another option, task, model or field: refused, naming the difference, the output untouched
+    assert main([*argv[:-1], "3", "--resume"]) == 2
+    assert "was written with option top_k 1, and this run has 3" in capsys.readouterr().err
+    assert main(["score", *argv[1:-2], "--resume"]) == 2
+    assert "was written with task 'fill-mask', and this run has 'score'" in capsys.readouterr().err
+    assert main([*argv, "--dtype", "bfloat16", "--resume"]) == 2
+    assert "dtype 'torch.float32', and this run has 'torch.bfloat16'" in capsys.readouterr().err
+    other_model = write_folder(random_model(bertfn.load(folder).config, seed=1), tmp_path / "other_model")
+    assert main([*argv[:5], "--model", str(other_model), *argv[7:], "--resume"]) == 2
+    assert "the weights of model" in capsys.readouterr().err
+    assert out.read_bytes() == complete
+
+    (tmp_path / "out.jsonl.run.json").unlink()
+    assert main([*argv, "--resume"]) == 2 and "has no run record beside it" in capsys.readouterr().err
+    (tmp_path / "out.jsonl.run.json").write_text(json.dumps(record), encoding="utf-8")
     out.write_text("some notes of mine\n", encoding="utf-8")
-    assert main([*argv, "--resume"]) == 2 and "does not end with an output line" in capsys.readouterr().err
+    assert main([*argv, "--resume"]) == 2 and "is not an output line of bertfn" in capsys.readouterr().err
     assert out.read_text(encoding="utf-8") == "some notes of mine\n"  # left as it was
     out.write_bytes(complete.splitlines(keepends=True)[0] + complete.splitlines(keepends=True)[2])
     assert main([*argv, "--resume"]) == 2 and "not one output line per input line" in capsys.readouterr().err
+
+
+def test_resume_checks_the_input_fingerprint_when_the_text_is_not_echoed(tiny_folder, tmp_path, capsys):
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--top-k", "1",
+            "--no-echo"]
+    assert main(argv) == 0
+    rows = read_jsonl(out)
+    assert [set(r) for r in rows] == [{"line", "result"}] * 5  # the text left out
+    src.write_text("\n".join(["a [MASK] b"] + GOOD[1:]) + "\n", encoding="utf-8")
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "the first 5 lines of" in err and "fingerprint differs from its run record's" in err
+
+
+def test_field_is_probed_before_the_first_line(tiny_folder, tmp_path, capsys):
+    """A typo in --field stops the run before any model loads or any line is written."""
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(json.dumps({"id": i, "sentence": t}) for i, t in enumerate(GOOD)) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(tmp_path / "nowhere")]
+    assert main([*argv, "--field", "sequence"]) == 2
+    err = capsys.readouterr().err
+    assert "--field sequence reads JSON Lines, but line 1 has no field 'sequence' (it has 'id', 'sentence')" in err
+    assert not out.exists()
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(text), *argv[3:], "--field", "sentence"]) == 2
+    assert "line 1 is not valid JSON" in capsys.readouterr().err and not out.exists()
+
+
+def test_retry_errors_in_place(tiny_folder, tmp_path, capsys):
+    """Lines that failed (here: empty, or no [MASK]) are run again in place once the input is fixed; the
+    summary counts error lines kept from before, and the exit code says the output is not clean."""
+    texts = corpus_lines(40, bad_every=7)
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--top-k", "2"]
+    assert main(argv) == 2
+    first = read_jsonl(out)
+    failed = [r["line"] for r in first if "error" in r]
+    assert len(failed) == 5
+    assert main([*argv, "--resume"]) == 2  # nothing new to run, and the errors are still there
+    assert "5 error lines from before kept (--retry-errors runs them again)" in capsys.readouterr().err
+    fixed = [GOOD[0] if i + 1 in failed else t for i, t in enumerate(texts)]
+    src.write_text("\n".join(fixed + ["[MASK] ."]) + "\n", encoding="utf-8")
+    assert main([*argv, "--resume", "--retry-errors"]) == 0
+    assert "6 texts (resumed after line 40, 5 error lines retried), 0 with errors" in capsys.readouterr().err
+    rows = read_jsonl(out)
+    assert [r["line"] for r in rows] == list(range(1, 42)) and all("result" in r for r in rows)
+    for r in rows[:40]:
+        if r["line"] not in failed:
+            assert r == first[r["line"] - 1]  # kept as they were
+    whole = tmp_path / "whole.jsonl"
+    assert main([*argv[:4], str(whole), *argv[5:]]) == 0
+    for a, b in zip(rows, read_jsonl(whole)):
+        assert a["text"] == b["text"]
+        same_answers(a["result"], b["result"])
+    assert main([*argv, "--resume"]) == 0 and "0 texts (resumed after line 41)" in capsys.readouterr().err
+
+
+def test_kill_during_a_slow_scoring_run_loses_nothing(tiny_folder, tmp_path):
+    """Scoring long texts with --flush-every 0.3: results reach the file while the run goes, a SIGKILL
+    in the middle loses at most the piece in flight, and the resumed output equals an uninterrupted run."""
+    words = "the cat sat on the mat and paris is the capital of france".split()
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(24)]  # ~0.1 s a text here
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    argv = [sys.executable, "-m", "bertfn", "score", "--input", str(src), "--output", str(out),
+            "--model", str(tiny_folder), "--flush-every", "0.3"]
+    run = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env=_env())
+    deadline = time.monotonic() + 120
+    while (not out.exists() or out.read_bytes().count(b"\n") < 3) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    written = out.read_bytes().count(b"\n")
+    assert 3 <= written < 24  # flushed mid-chunk, long before the chunk's end
+    resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300, env=_env())
+    assert resumed.returncode == 0, resumed.stderr
+    rows = read_jsonl(out)
+    assert [r["line"] for r in rows] == list(range(1, 25))  # nothing lost, nothing doubled
+    assert f"{24 - written} texts (resumed after line {written})" in resumed.stderr
+    expected = bertfn.score(texts, bertfn.load(tiny_folder))
+    for row, want in zip(rows, expected):
+        assert row["text"] == want["text"] and row["result"]["pll"] == pytest.approx(want["pll"], abs=1e-4)
 
 
 def test_run_file_python(model, tmp_path):

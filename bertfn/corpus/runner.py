@@ -151,13 +151,21 @@ class Runner:
         half = len(texts) // 2
         return self._run(texts[:half]) + self._run(texts[half:])
 
-    def tokens(self, texts: list) -> int:
-        """How many tokens ``texts`` hold, [CLS] and [SEP] included (for the progress bar's tokens/s)."""
-        strings = [t for t in texts if isinstance(t, str)]
+    def read(self, texts: list[str]) -> list[tuple[int, str | None]]:
+        """Per text: how many tokens the task reads ([CLS] and [SEP] included; at most the task's
+        ``max_length`` or the model's positions, what truncation keeps), and the tokenizer's [UNK]
+        warning for it (speaking of it as "text 0"), or None when most of its tokens are known."""
         tok = self.model.tokenizer
-        if tok is None or not strings:
-            return 0
-        return sum(sum(e.attention_mask) for e in tok.backend.encode_batch(strings))
+        if tok is None or not texts:
+            return [(0, None)] * len(texts)
+        limit = self.options.get("max_length") or self.model.config.max_position_embeddings
+        out = []
+        for text, e in zip(texts, tok.backend.encode_batch(list(texts))):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                tok.warn_unknown([text], None, [e])
+            out.append((min(sum(e.attention_mask), limit), str(caught[0].message) if caught else None))
+        return out
 
 
 _malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
