@@ -3,6 +3,7 @@
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
     bertfn fill-mask "The [MASK] [MASK] barked." --joint [--beam-width N]
     bertfn score "When in Rome, do as the Romans do." [--method within_word_l2r] [--per-token] [--json]
+    bertfn score --reference "E V Q L" "E V K L" ... [--pll-change] [--matrix subs.csv|.npy|.parquet]
     bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume [--retry-errors]]
                      [--flush-every SECONDS] [--no-echo] [--progress|--no-progress]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--scale per-head|shared|fixed] --out attn.png
@@ -182,6 +183,15 @@ def _add_score(sub) -> None:
                     help="original: each token masked alone; within_word_l2r: also the later pieces of its word")
     sc.add_argument("--per-token", action="store_true", help="list every token's log-probability")
     sc.add_argument("--json", action="store_true", help="print the results of bertfn.score as JSON")
+    mut = sc.add_argument_group("mutations (the texts are variants of a reference)")
+    mut.add_argument("--reference", metavar="TEXT",
+                     help="score each text against TEXT by masked marginals: TEXT's positions masked once each, a "
+                          "variant's score the sum of log P(its token) - log P(TEXT's token) where they differ")
+    mut.add_argument("--pll-change", action="store_true",
+                     help="with --reference: score each variant by its PLL minus TEXT's instead (a pass per token per variant)")
+    mut.add_argument("--matrix", metavar="FILE",
+                     help="with --reference: write TEXT's substitution matrix (positions x vocabulary log-probabilities) "
+                          "to FILE: .npy, .csv, .tsv or .parquet")
     add_model_options(sc)
     add_file_options(sc)
 
@@ -195,9 +205,19 @@ def _score_table(result: dict, per_token: bool) -> str:
     return "\n".join(lines)
 
 
+def _mutations_table(result: dict) -> str:
+    codes = " ".join(x["code"] for x in result["mutations"]) or "(the reference)"
+    return f"{result['score']:9.3f}  {codes}  {result['text']}"
+
+
 def _run_score(args: argparse.Namespace) -> int:
     from .tasks.scoring import score
 
+    if args.reference is None and (args.pll_change or args.matrix):
+        raise InputError(f"--{'pll-change' if args.pll_change else 'matrix'} goes with --reference TEXT, the text "
+                         "the others are variants of")
+    if args.reference is not None:
+        return _run_mutations(args)
     if args.input is not None:
         return run_file_command(args, "score", method=args.method)
     if not args.text:
@@ -207,6 +227,33 @@ def _run_score(args: argparse.Namespace) -> int:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
         emit(("\n\n" if args.per_token else "\n").join(_score_table(r, args.per_token) for r in results))
+    return 0
+
+
+def _run_mutations(args: argparse.Namespace) -> int:
+    """``bertfn score --reference TEXT [variants | --input FILE] [--matrix FILE]``: :func:`bertfn.score_mutations`
+    (and :func:`bertfn.substitution_matrix`'s ``save``)."""
+    from .tasks.mutations import score_mutations, substitution_matrix
+
+    if args.method != "original" or args.per_token:
+        raise InputError("--method and --per-token are options of the PLL; with --reference each variant gets its "
+                         "mutations' masked marginals (or --pll-change)")
+    if not args.text and args.input is None and args.matrix is None:
+        raise InputError("pass the variants of --reference (texts, or --input FILE), or --matrix FILE")
+    model = model_from_args(args) if args.text or args.matrix else None
+    if args.matrix:
+        wrote = f"wrote {substitution_matrix(args.reference, model).save(args.matrix)}"
+        _one_line("done", wrote) if args.input is not None else emit(wrote)  # stdout may be the JSON Lines
+    method = "pll" if args.pll_change else "masked_marginal"
+    if args.input is not None:
+        return run_file_command(args, "score-mutations", reference=args.reference, method=method)
+    if not args.text:
+        return 0
+    results = score_mutations(list(args.text), model, reference=args.reference, method=method)
+    if args.json:
+        emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
+    else:
+        emit("\n".join(_mutations_table(r) for r in results))
     return 0
 
 

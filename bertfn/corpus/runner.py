@@ -39,6 +39,7 @@ from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..errors import InputError, MissingPartError
 from ..tasks.embed import embed
 from ..tasks.fill_mask import fill_mask
+from ..tasks.mutations import score_mutations
 from ..tasks.scoring import score
 
 CHUNK = 256
@@ -52,7 +53,8 @@ each), few enough that a chunk's results are a few MB and a killed run loses lit
 class Task:
     """A pipeline call this room can run: ``function(texts, model, **options)`` -> one result per text.
 
-    probe: a text the function accepts with any model that can run it at all (fill-mask: ``"[MASK]"``).
+    probe: a text the function accepts with any model that can run it at all (fill-mask: ``"[MASK]"``),
+    or a function of the task's options that gives one (score-mutations: the reference itself).
     Runs that turn refused texts into error lines call the function on it once before the first
     text, so that a bad option or a model without the part it needs stops the run at once instead
     of marking every line as failed.
@@ -60,14 +62,14 @@ class Task:
 
     name: str
     function: Callable[..., object]
-    probe: str
+    probe: str | Callable[[dict], str]
 
 
 TASKS: dict[str, Task] = {}
 """Task name (the CLI subcommand, e.g. ``"fill-mask"``) -> :class:`Task`; filled by :func:`register`."""
 
 
-def register(name: str, function: Callable[..., object], probe: str) -> type[Mapper]:
+def register(name: str, function: Callable[..., object], probe: str | Callable[[dict], str]) -> type[Mapper]:
     """Make ``function`` a task named ``name``; returns its callable class for ``map_batches``.
 
     ``FillMask = register("fill-mask", fill_mask, probe="[MASK]")`` (the end of this file) is all it takes: :func:`stream`,
@@ -124,7 +126,8 @@ class Runner:
         if probe:
             with warnings.catch_warnings():  # the probe's own text may be all [UNK] (e.g. "a" for capitals)
                 warnings.simplefilter("ignore")
-                self.task.function([self.task.probe], self.model, **options)
+                probe = self.task.probe(options) if callable(self.task.probe) else self.task.probe
+                self.task.function([probe], self.model, **options)
 
     def __call__(self, texts: list) -> list:
         """One result (or the :class:`InputError` that refused it) per text of ``texts``.
@@ -285,3 +288,4 @@ class Mapper:
 FillMask = register("fill-mask", fill_mask, probe="[MASK]")
 Embed = register("embed", embed, probe="a")
 Score = register("score", score, probe="a")
+ScoreMutations = register("score-mutations", score_mutations, probe=lambda options: options.get("reference") or "a")
