@@ -94,8 +94,8 @@ def add_file_options(parser: argparse.ArgumentParser) -> None:
                             "record beside it (FILE.run.json) and every written line agree with this run")
     group.add_argument("--retry-errors", action="store_true",
                        help="with --resume: first run the lines of --output that hold errors again, in place")
-    group.add_argument("--flush-every", type=float, default=FLUSH_SECONDS, metavar="SECONDS",
-                       help=f"write results out at least this often (default {FLUSH_SECONDS:g}): a kill loses at most that much work")
+    group.add_argument("--flush-every", type=float, default=FLUSH_SECONDS, metavar="SECONDS", help="write results "
+                       f"out at least this often (default {FLUSH_SECONDS:g}): a kill loses at most that much work")
     group.add_argument("--no-echo", dest="echo", action="store_false",
                        help="leave the text out of each output line (the input's other fields, e.g. an id, stay)")
     group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -187,8 +187,7 @@ def _add_score(sub) -> None:
     mut.add_argument("--reference", metavar="TEXT",
                      help="score each text against TEXT by masked marginals: TEXT's positions masked once each, a "
                           "variant's score the sum of log P(its token) - log P(TEXT's token) where they differ")
-    mut.add_argument("--pll-change", action="store_true",
-                     help="with --reference: score each variant by its PLL minus TEXT's instead (a pass per token per variant)")
+    mut.add_argument("--pll-change", action="store_true", help="with --reference: score by PLL minus TEXT's instead")
     mut.add_argument("--matrix", metavar="FILE",
                      help="with --reference: write TEXT's substitution matrix (positions x vocabulary log-probabilities) "
                           "to FILE: .npy, .csv, .tsv or .parquet")
@@ -203,11 +202,6 @@ def _score_table(result: dict, per_token: bool) -> str:
         lines.append(f"  {'token':<16} {'word':>4}  {'log-prob':>9}")
         lines += [f"  {t['token']:<16} {t['word']:>4}  {t['log_prob']:>9.4f}" for t in r["tokens"]]
     return "\n".join(lines)
-
-
-def _mutations_table(result: dict) -> str:
-    codes = " ".join(x["code"] for x in result["mutations"]) or "(the reference)"
-    return f"{result['score']:9.3f}  {codes}  {result['text']}"
 
 
 def _run_score(args: argparse.Namespace) -> int:
@@ -235,11 +229,9 @@ def _run_mutations(args: argparse.Namespace) -> int:
     (and :func:`bertfn.substitution_matrix`'s ``save``)."""
     from .tasks.mutations import score_mutations, substitution_matrix
 
-    if args.method != "original" or args.per_token:
-        raise InputError("--method and --per-token are options of the PLL; with --reference each variant gets its "
-                         "mutations' masked marginals (or --pll-change)")
-    if not args.text and args.input is None and args.matrix is None:
-        raise InputError("pass the variants of --reference (texts, or --input FILE), or --matrix FILE")
+    if args.method != "original" or args.per_token or not (args.text or args.input or args.matrix):
+        raise InputError("with --reference pass its variants (texts, or --input FILE) or --matrix FILE; --method and "
+                         "--per-token are options of the PLL (for a variant's PLL change pass --pll-change)")
     model = model_from_args(args) if args.text or args.matrix else None
     if args.matrix:
         wrote = f"wrote {substitution_matrix(args.reference, model).save(args.matrix)}"
@@ -247,13 +239,14 @@ def _run_mutations(args: argparse.Namespace) -> int:
     method = "pll" if args.pll_change else "masked_marginal"
     if args.input is not None:
         return run_file_command(args, "score-mutations", reference=args.reference, method=method)
-    if not args.text:
+    if not args.text:  # the matrix alone
         return 0
     results = score_mutations(list(args.text), model, reference=args.reference, method=method)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
-        emit("\n".join(_mutations_table(r) for r in results))
+        emit("\n".join(f"{r['score']:9.3f}  {' '.join(x['code'] for x in r['mutations']) or '(the reference)'}  "
+                       f"{r['text']}" for r in results))
     return 0
 
 
