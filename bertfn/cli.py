@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from .checkpoint.dtypes import DTYPES
 from .corpus.files import FLUSH_SECONDS
+from .corpus.formats import FORMATS
 from .errors import SURFACE, BertfnError, InputError
 from .tasks.embed import POOLINGS
 
@@ -64,8 +65,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default=None, help="e.g. cpu or cuda")
     group.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                        help="precision to run in (default: as stored); bfloat16 is the faster bf16 mode")
-    group.add_argument("--quiet", action="store_true",
-                       help="print no warnings (a checkpoint's unused keys, [UNK]-heavy texts, ...); errors still print")
+    group.add_argument("--quiet", action="store_true", help="print no warnings (a checkpoint's unused keys, [UNK]-heavy texts, ...)")
 
 
 def model_from_args(args: argparse.Namespace):
@@ -92,14 +92,15 @@ def add_file_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--resume", action="store_true",
                        help="continue an interrupted run after the last complete line of --output, once the run "
                             "record beside it (FILE.run.json) and every written line agree with this run")
-    group.add_argument("--retry-errors", action="store_true",
-                       help="with --resume: first run the lines of --output that hold errors again, in place")
+    group.add_argument("--retry-errors", action="store_true", help="with --resume: first run again, in place, the lines of --output that hold errors")
     group.add_argument("--flush-every", type=float, default=FLUSH_SECONDS, metavar="SECONDS", help="write results "
                        f"out at least this often (default {FLUSH_SECONDS:g}): a kill loses at most that much work")
     group.add_argument("--no-echo", dest="echo", action="store_false",
                        help="leave the text out of each output line (the input's other fields, e.g. an id, stay)")
-    group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="progress bar on stderr (default: when stderr is a terminal)")
+    group.add_argument("--no-detail", dest="detail", action="store_false", help="leave per-token detail out (score)")
+    group.add_argument("--format", nargs="+", choices=FORMATS, default=["jsonl"], help="also write the finished "
+                       "output as FILE.npy (embed's vectors, float32) or FILE.parquet, beside the JSON Lines")
+    group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar on stderr (default: when stderr is a terminal)")
 
 
 def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
@@ -114,6 +115,7 @@ def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
         raise InputError("pass texts on the command line or --input FILE, not both")
     summary = run_file(args.input, args.output, args.model, task=task, field=args.field, resume=args.resume,
                        retry_errors=args.retry_errors, flush_every=args.flush_every, echo=args.echo,
+                       detail=args.detail, formats=tuple(args.format),
                        progress=args.progress, tokenizer=args.tokenizer, lowercase=args.lowercase,
                        device=args.device, dtype=args.dtype, **options)
     _one_line("done", summary)

@@ -535,3 +535,69 @@ def test_score_file_and_mapper(tiny_folder, model, tmp_path, capsys):
     mapped = Score(model, method="within_word_l2r")(batch)
     assert list(mapped.columns) == ["id", "text", "result", "error"] and mapped["error"][1].startswith("the text ")
     assert json.loads(mapped["result"][2])["pll"] == pytest.approx(expected[1]["pll"], abs=1e-4)
+
+
+# --- compact outputs, warnings ----------------------------------------------------------------------
+
+
+def test_compact_outputs(tiny_folder, model, tmp_path, capsys):
+    """Floats at float32 precision (shortest round trip); --format npy / parquet beside the JSON Lines;
+    --no-echo and --no-detail leave the text and score's per-token detail out."""
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    texts = ["the cat sat on the mat .", "", "paris is the capital of france ."]
+    src, out = tmp_path / "in.txt", tmp_path / "vectors.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    argv = ["embed", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--format", "npy", "parquet"]
+    assert main(argv) == 2  # line 2 is empty
+    rows = read_jsonl(out)
+    vector = rows[0]["result"]
+    assert all(str(np.float32(x)) == repr(x) for x in vector)  # the shortest decimal of the float32 value
+    expected = bertfn.embed([texts[0], texts[2]], model).numpy()
+    array = np.load(tmp_path / "vectors.npy")
+    assert array.dtype == np.float32 and array.shape == (3, expected.shape[1]) and np.isnan(array[1]).all()
+    assert np.array_equal(array[0], np.array(vector, dtype=np.float32))  # the JSON's float32 values, exactly
+    # 1e-5: the file run embeds the texts in pieces of other sizes than one call of both, which moves the last bits
+    np.testing.assert_allclose(array[[0, 2]], expected, atol=1e-5, rtol=0)
+    table = pd.read_parquet(tmp_path / "vectors.parquet")
+    assert table["line"].tolist() == [1, 2, 3] and table["error"][1].startswith("line 2 is empty")
+    np.testing.assert_array_equal(np.stack(table["result"][[0, 2]]), array[[0, 2]])
+    assert "vectors.npy" in capsys.readouterr().err
+
+    scores = tmp_path / "scores.jsonl"
+    assert main(["score", "--input", str(src), "--output", str(scores), "--model", str(tiny_folder),
+                 "--no-echo", "--no-detail"]) == 2
+    first = read_jsonl(scores)[0]
+    assert set(first) == {"line", "result"} and set(first["result"]) == {"method", "pll", "num_tokens", "pseudo_perplexity"}
+    assert first["result"]["pll"] == pytest.approx(bertfn.score(texts[0], model)["pll"], abs=1e-4)
+    assert main(["fill-mask", "--input", str(src), "--output", str(tmp_path / "f.jsonl"), "--model", str(tiny_folder),
+                 "--format", "npy"]) == 2
+    assert "--format npy holds one vector per line" in capsys.readouterr().err
+
+    # Python calls take any sequence of strings
+    series = pd.Series([texts[0], texts[2]])
+    torch.testing.assert_close(bertfn.embed(series, model), torch.from_numpy(expected), atol=0, rtol=0)  # same call
+    assert bertfn.score(tuple(series), model)[1]["pll"] == bertfn.score(np.array(series), model)[1]["pll"]
+    with pytest.raises(bertfn.InputError, match="got generator: .*; pass list"):
+        bertfn.embed((t for t in texts), model)
+
+
+def test_warnings_name_the_line_once_per_run_and_quiet(tiny_folder, tmp_path, capsys):
+    lines = [json.dumps({"id": f"s{i}", "text": t}, ensure_ascii=False)
+             for i, t in enumerate(["the [MASK] sat", "é [MASK] ü", "the cat [MASK]", "ü [MASK] é é"])]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--field", "text",
+            "--top-k", "1", "--flush-every", "0"]  # a piece per text at first: each flagged line in its own call
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("bertfn: warning:") == 1 and "bertfn: warning: line 2 (id 's1'): 2 of its 2 tokens are [UNK]" in err
+    assert "2 with warnings" in err
+    rows = read_jsonl(out)
+    assert [("warning" in r) for r in rows] == [False, True, False, True]
+    assert rows[3]["warning"].startswith("line 4 (id 's3'): 3 of its 3 tokens are [UNK]")
+    out.unlink()
+    assert main([*argv, "--quiet"]) == 0
+    assert "bertfn: warning:" not in capsys.readouterr().err

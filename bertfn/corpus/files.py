@@ -25,6 +25,7 @@ import torch
 
 from ..checkpoint.loading import Model
 from ..errors import InputError, syntax
+from .formats import FORMATS, convert
 from .record import OWN_KEYS, InputPrint, check_record, make_record, read_record, scan_output, write_record
 from .runner import CHUNK, Runner, chunks, jsonable, relabel
 
@@ -161,9 +162,10 @@ class Tally:
         self.shown: set[str] = set()
         self.started = time.perf_counter()
 
-    def warn(self, message: str) -> None:
-        """Warn once per run per kind of message (the same words with other numbers, lines or ids count as one)."""
-        kind = re.sub(r"\d+|'[^']*'", "#", message)
+    def warn(self, message: str, kind: str | None = None) -> None:
+        """Warn once per run per ``kind`` of message (default: the message with its numbers and quoted words
+        blanked, so that the same words about other lines, ids or texts count as one)."""
+        kind = kind or re.sub(r"\d+|'[^']*'", "#", message)
         if kind not in self.shown:
             self.shown.add(kind)
             warnings.warn(message + " (said once per run)", stacklevel=4)
@@ -177,11 +179,12 @@ class Tally:
 
 
 def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], field: str | None, echo: bool,
-              tally: Tally, printed: InputPrint) -> list[str]:
+              drop: frozenset, tally: Tally, printed: InputPrint) -> list[str]:
     """The output lines of ``entries``, in order: ``(n, raw input line, the output line to keep or None to run)``.
 
     The texts to run go to ``runner`` in one call; the task's warnings are caught and said again naming
     the line (:meth:`Tally.warn`), and a text that is mostly [UNK] gets a ``"warning"`` in its line.
+    echo False leaves the text out; drop: keys left out of a result that is a dict (``"text"``, ``"tokens"``).
     """
     parsed = [(n, raw, kept, *parse_line(n, raw, field)) for n, raw, kept in entries if kept is None]
     runnable = [(n, text, carried) for n, _, _, text, carried, bad in parsed if bad is None]
@@ -209,21 +212,21 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
             record["error"] = str(relabel(result, label(n, carried)))
             tally.errors += 1
         else:
-            if not echo and isinstance(result, dict):
-                result = {k: v for k, v in result.items() if k != "text"}
+            if drop and isinstance(result, dict):
+                result = {k: v for k, v in result.items() if k not in drop}
             record["result"] = jsonable(result)
             printed.add(n, raw)
             tally.tokens += tokens
             if unk is not None:
                 record["warning"] = str(relabel(InputError(unk), label(n, carried)))
                 tally.warned += 1
-                tally.warn(record["warning"] + '; every line like it carries a "warning" in the output')
+                tally.warn(record["warning"] + '; every line like it carries a "warning" in the output', "[UNK]")
         lines.append(json.dumps(record, ensure_ascii=False))
     return lines
 
 
 def run_entries(runner: Runner, entries: Iterator[tuple[int, bytes, bytes | None]], output: Output, tally: Tally,
-                field: str | None, echo: bool, chunk_size: int) -> None:
+                field: str | None, echo: bool, drop: frozenset, chunk_size: int) -> None:
     """Run and write ``entries`` (see :func:`run_piece`) a chunk at a time, each chunk in pieces sized to take
     about ``output.flush_every`` seconds (from 1 text, growing as the texts' speed is measured), so that
     results are flushed that often even when a text takes seconds, and the bar moves per piece."""
@@ -236,7 +239,7 @@ def run_entries(runner: Runner, entries: Iterator[tuple[int, bytes, bytes | None
                 running += todo[0][2] is None
                 piece.append(todo.pop(0))
             began = time.monotonic()
-            output.write(run_piece(runner, piece, field, echo, tally, output.printed), force=not todo)
+            output.write(run_piece(runner, piece, field, echo, drop, tally, output.printed), force=not todo)
             tally.update(running)
             per_text = (time.monotonic() - began) / max(running, 1)
             size = max(1, min(chunk_size, 2 * size, int(output.flush_every / max(per_text, 1e-6))))
@@ -255,6 +258,8 @@ def run_file(
     chunk_size: int = CHUNK,
     flush_every: float = FLUSH_SECONDS,
     echo: bool = True,
+    detail: bool = True,
+    formats: tuple[str, ...] = (),
     tokenizer: str | Path | None = None,
     lowercase: bool | None = None,
     device: str | torch.device | None = None,
@@ -275,7 +280,10 @@ def run_file(
     flush_every: seconds between flushes of the output at most (and at every chunk's end): texts run
     in pieces sized to take about that long, so a kill loses at most that much work.
     echo: False leaves the text out of each output line (the input's other fields, e.g. an id, stay;
-    a result's own echo of the text goes too).
+    a result's own echo of the text goes too). detail: False leaves per-token detail out of results
+    (score's ``"tokens"``). Floats are written at float32 precision (:func:`~bertfn.corpus.runner.jsonable`).
+    formats: also write the finished output as ``"npy"`` and/or ``"parquet"`` beside it
+    (:func:`~bertfn.corpus.formats.convert`), once every line is written.
     resume: ``target`` holds the output of an interrupted run: check it against the run record beside
     it (:mod:`bertfn.corpus.record`: the same task, options, field, model weights and vocabulary, and
     input) and every written line against its input line, then continue after the last complete
@@ -302,6 +310,9 @@ def run_file(
         raise InputError("retrying error lines reads the input twice, so it cannot be standard input; pass the file")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InputError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    if any(fmt not in FORMATS for fmt in formats) or (to_stdout and any(fmt != "jsonl" for fmt in formats)):
+        raise InputError(f"formats are {', '.join(map(repr, FORMATS))}, written beside an --output file; got "
+                         f"{', '.join(map(repr, formats))}{' with standard output' if to_stdout else ''}")
     if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
         raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
     lines = enumerate(_read_lines(source), 1)
@@ -317,7 +328,8 @@ def run_file(
     runner = Runner(task, model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype, **options)
     recorded = {k: v for k, v in options.items() if k != "batch_size"}  # batching never changes a result
     record = None if to_stdout else make_record(task, {**recorded, "tokenizer": tokenizer, "lowercase": lowercase,
-                                                       "echo": echo}, field, runner.model)
+                                                       "echo": echo, "detail": detail}, field, runner.model)
+    drop = frozenset(() if echo else ("text",)) | frozenset(() if detail else ("tokens",))
     done, kept, printed = 0, [], InputPrint()
     if old is not None:
         check_record(old, record, target)
@@ -327,7 +339,7 @@ def run_file(
     tally, retried = Tally(bar), 0
     try:
         if retry_errors and kept:
-            retried, printed = _retry(runner, source, target, record, done, set(kept), tally, field, echo,
+            retried, printed = _retry(runner, source, target, done, set(kept), tally, field, echo, drop,
                                       chunk_size, flush_every)
             kept = []
             lines = itertools.islice(enumerate(_read_lines(source), 1), done, None)
@@ -336,19 +348,20 @@ def run_file(
         out = sys.stdout.buffer if to_stdout else open(target, "ab")
         try:
             output = Output(out, target, record, done, printed, flush_every)
-            run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, field, echo, chunk_size)
+            run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, field, echo, drop, chunk_size)
         finally:
             if not to_stdout:
                 out.close()
     finally:
         if bar is not None:
             bar.close()
+    written = [str(convert(target, fmt)) for fmt in formats if fmt != "jsonl"] if target is not None else []
     return Summary(tally.texts, tally.errors, tally.tokens, time.perf_counter() - started,
-                   "stdout" if to_stdout else str(target), done, retried, len(kept), tally.warned)
+                   ", ".join(["stdout" if to_stdout else str(target), *written]), done, retried, len(kept), tally.warned)
 
 
-def _retry(runner: Runner, source, target: Path, record: dict, done: int, errors: set[int], tally: Tally,
-           field: str | None, echo: bool, chunk_size: int, flush_every: float) -> tuple[int, InputPrint]:
+def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], tally: Tally, field: str | None,
+           echo: bool, drop: frozenset, chunk_size: int, flush_every: float) -> tuple[int, InputPrint]:
     """Run input lines ``errors`` (of the first ``done``) again and write the output anew, the other lines
     kept as they are; the new file replaces ``target`` when it is complete (a kill meanwhile leaves the
     old one). Returns how many lines were retried and the fingerprint of the inputs of the result lines."""
@@ -359,7 +372,7 @@ def _retry(runner: Runner, source, target: Path, record: dict, done: int, errors
         inputs = itertools.islice(enumerate(_read_lines(source), 1), done)
         entries = ((n, raw, None if n in errors else kept) for (n, raw), kept in zip(inputs, written))
         with open(fresh, "wb") as out:
-            run_entries(runner, entries, Output(out, target, None, 0, printed, flush_every), tally, field, echo,
+            run_entries(runner, entries, Output(out, target, None, 0, printed, flush_every), tally, field, echo, drop,
                         chunk_size)
     os.replace(fresh, target)
     return len(errors), printed

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json
+import math
 import re
 import sys
 import warnings
@@ -32,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy
 import torch
 
 from ..checkpoint.loading import Model, load
@@ -98,8 +100,22 @@ def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None
 
 
 def jsonable(result: object) -> object:
-    """One result as JSON can hold it: tensors and arrays (embed's vectors) become lists."""
-    return result.tolist() if hasattr(result, "tolist") else result
+    """One result as JSON holds it: tensors and arrays (embed's vectors) become lists, and every float is
+    written at float32 precision, the shortest decimal that reads back as the same float32 (the models
+    compute in float32 at best: the digits past it are noise, and they doubled the size of embed's lines)."""
+    if hasattr(result, "tolist"):
+        result = result.float().cpu().numpy() if isinstance(result, torch.Tensor) else result
+        if getattr(result, "dtype", None) is not None and result.dtype.kind == "f":
+            return [float(x) for x in map(str, result.astype(numpy.float32).ravel())] if result.ndim == 1 else \
+                [jsonable(row) for row in result]
+        return result.tolist()
+    if isinstance(result, float):
+        return float(str(numpy.float32(result))) if math.isfinite(result) else result
+    if isinstance(result, dict):
+        return {k: jsonable(v) for k, v in result.items()}
+    if isinstance(result, (list, tuple)):
+        return [jsonable(v) for v in result]
+    return result
 
 
 def relabel(error: InputError, label: str) -> InputError:
