@@ -51,7 +51,7 @@ def get_model(model: Model | str | Path | None, device: str | torch.device | Non
 
 def require_tokenizer(m: Model, what: str) -> Tokenizer:
     """``m.tokenizer``, or :class:`MissingPartError` saying that ``what`` needs one and how to give it."""
-    if m.tokenizer is None:
+    if not m.tokenizer:  # a NoTokenizer
         raise MissingPartError(
             f"{what} needs a tokenizer, and model {m.name!r} has none; load it with "
             f"{syntax(python='bertfn.load(..., tokenizer=PATH)', cli='--tokenizer PATH')} "

@@ -54,7 +54,7 @@ def weights_print(model: Model) -> str:
 def vocabulary_print(model: Model) -> str | None:
     """A fingerprint of the tokenizer's vocabulary and case rule (None: the model has no tokenizer)."""
     tok = model.tokenizer
-    if tok is None:
+    if not tok:
         return None
     h = _digest()
     h.update(json.dumps(sorted(tok.backend.get_vocab().items()), ensure_ascii=False).encode())

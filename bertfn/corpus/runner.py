@@ -175,7 +175,7 @@ class Runner:
         ``max_length`` or the model's positions, what truncation keeps), and the tokenizer's [UNK]
         warning for it (speaking of it as "text 0"), or None when most of its tokens are known."""
         tok = self.model.tokenizer
-        if tok is None or not texts:
+        if not tok or not texts:
             return [(0, None)] * len(texts)
         limit = self.options.get("max_length") or self.model.config.max_position_embeddings
         out = []
