@@ -123,8 +123,8 @@ def check_record(old: dict, new: dict, target: Path) -> None:
         refuse("task", old.get("task"), new["task"])
     before, now = old.get("options", {}), new["options"]
     for key in sorted(set(before) | set(now)):
-        if before.get(key) != now.get(key):
-            refuse(f"option {key}", before.get(key), now.get(key))
+        if before.get(key) != now.get(key):  # named as the caller writes it: top_k, or --top-k
+            refuse(f"option {syntax(python=key, cli='--' + key.replace('_', '-'))}", before.get(key), now.get(key))
     if old.get("field") != new["field"]:
         refuse("field", old.get("field"), new["field"])
     m_old, m_new = old.get("model", {}), new["model"]
