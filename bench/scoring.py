@@ -3,6 +3,7 @@
     python bench/scoring.py                    # bench.py's bert-base-shaped random checkpoint, 64 sentences
     python bench/scoring.py --model PATH       # a real checkpoint folder
     python bench/scoring.py --quick            # 8 short sentences, one round: checks the script, not the machine
+    python bench/scoring.py --mutations        # 30 point mutants of an AntiBERTy chain: masked marginals vs 30 PLLs
 
 The workload is bench.py's batch: 64 sentences (``--sentences``) evenly spread over 8-128 tokens ([CLS] and [SEP]
 included; bench/workload.py), here without their [MASK], each scored whole by the original PLL
@@ -17,6 +18,12 @@ side runs:
   * transformers: the plain way, one sentence at a time: its masked copies as one batch through
     ``BertForMaskedLM``, the log-softmax at the masked positions only, the true tokens' entries summed.
 
+``--mutations`` times another workload, on the real AntiBERTy weights (pip install antiberty): the 30
+point mutants of one heavy chain of tests/data/antibodies.tsv (:func:`point_mutants`) scored by
+masked marginals (``bertfn.score_mutations``: the reference's positions masked once, every mutant read
+off them) against their PLL change (the reference's and the 30 mutants' full PLLs), with the bf16
+mode's error on the *score differences* the study reads. It writes its own section of ``--out``.
+
 The sides take turns, one whole workload each, so that background load falls on all of them. The
 table gives median [min-max] of the rounds and the ratio of the medians; the notes give how far the
 scores are apart and each side's multiply-adds (:func:`multiply_adds`: at equal matrix-product speed,
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import statistics
 import sys
 import time
 import warnings
@@ -39,6 +47,10 @@ from bench import Row, load_average, machine, table, write_section  # noqa: E402
 from workload import batch_texts, random_checkpoint  # noqa: E402
 
 HEADING = "# bertfn scoring benchmark"
+MUTATIONS_HEADING = "# bertfn mutation scoring (bench/scoring.py --mutations)"
+AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+BF16_PLL_MUTANTS = 10
+"""Mutants whose PLL change --mutations also takes in the bf16 mode, for its error (all 30 would add many minutes)."""
 
 
 def multiply_adds(cfg, lengths: list[int], minicons_batch: int) -> dict[str, float]:
@@ -153,10 +165,87 @@ def run(model_dir: Path, quick: bool, threads: int, minicons_batches: list[int],
     return rows, notes
 
 
+def point_mutants(sequence: str, n: int = 30, seed: int = 0) -> list[str]:
+    """``n`` distinct single-residue mutants of ``sequence`` (positions and residues drawn with ``seed``),
+    spaced one residue per word as AntiBERTy reads them."""
+    import random
+
+    rng, seen, out = random.Random(seed), set(), []
+    while len(out) < n:
+        j = rng.randrange(len(sequence))
+        aa = rng.choice([a for a in AMINO_ACIDS if a != sequence[j]])
+        if (j, aa) not in seen:
+            seen.add((j, aa))
+            out.append(" ".join(sequence[:j] + aa + sequence[j + 1:]))
+    return out
+
+
+def run_mutations(threads: int, rounds: int) -> tuple[list[Row], list[str]]:
+    """The ``--mutations`` workload (module docstring): rows and notes."""
+    import torch
+
+    import bertfn
+    from bertfn.tasks import mutations
+
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from conftest import antiberty_paths
+    from test_antiberty import CHAINS
+
+    torch.set_num_threads(threads)
+    paths = antiberty_paths()
+    if paths is None:
+        sys.exit("--mutations needs the AntiBERTy weights: pip install antiberty")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # AntiBERTy's extra heads
+        fp32 = bertfn.load(paths[0], tokenizer=paths[1], lowercase=False)
+    bf16 = fp32.to(dtype=torch.bfloat16)
+    name, _, sequence = next(c for c in CHAINS if c[1] == "heavy")
+    reference, mutants = " ".join(sequence), point_mutants(sequence)
+    for model in (fp32, bf16):  # untimed warm-up on the chain's first 20 residues (first-call costs)
+        bertfn.substitution_matrix(reference[:39], model)
+
+    def marginals(model) -> list[float]:
+        return [r["score"] for r in bertfn.score_mutations(mutants, model, reference=reference)]
+
+    def pll_change(model, k: int = len(mutants)) -> list[float]:
+        return [r["score"] for r in bertfn.score_mutations(mutants[:k], model, reference=reference, method="pll")]
+
+    times: dict[str, list[float]] = {}
+    scores: dict[str, list[float]] = {}
+    sides = {"marginal": lambda: marginals(fp32), "marginal bf16": lambda: marginals(bf16),
+             "pll": lambda: pll_change(fp32), "pll bf16": lambda: pll_change(bf16, BF16_PLL_MUTANTS)}
+    for r in range(rounds):
+        for side, f in sides.items():
+            mutations._last = None  # each call computes the reference's matrix anew, as a first call does
+            start = time.perf_counter()
+            scores[side] = f()
+            times.setdefault(side, []).append(time.perf_counter() - start)
+            print(f"round {r + 1}: {side} {times[side][-1]:.1f} s", file=sys.stderr, flush=True)
+    gap = lambda a, b: max(abs(x - y) for x, y in zip(scores[a], scores[b]))  # noqa: E731  (zip: the shorter)
+    rank = lambda xs: [sorted(xs).index(x) for x in xs]  # noqa: E731
+    rho = statistics.correlation(rank(scores["marginal"]), rank(scores["pll"]))
+    n = len(mutants)
+    rows = [Row(f"{n} point mutants of a {len(sequence)}-residue chain, masked marginals, fp32", "s",
+                times["marginal"], f"their PLL change ({n + 1} full PLLs), fp32", times["pll"]),
+            Row("the same, masked marginals in the bf16 mode", "s", times["marginal bf16"],
+                f"their PLL change ({n + 1} full PLLs), fp32", times["pll"])]
+    notes = [f"chain: {name} ({len(sequence)} residues) of tests/data/antibodies.tsv; {n} mutants drawn by "
+             "bench/scoring.py: point_mutants (seed 0); AntiBERTy weights (pip install antiberty)",
+             f"bf16 mode's error on the mutants' scores (score differences, nats, at most): masked marginals "
+             f"{gap('marginal bf16', 'marginal'):.3f} (all {n}); PLL change {gap('pll bf16', 'pll'):.3f} (the first "
+             f"{BF16_PLL_MUTANTS}, {times['pll bf16'][-1]:.0f} s in the bf16 mode); the fp32 masked marginals range "
+             f"from {min(scores['marginal']):.2f} to {max(scores['marginal']):.2f}",
+             f"masked marginals vs PLL change in fp32: Spearman rank correlation {rho:.3f} over the {n} mutants "
+             "(two different scores, not two ways to one number)"]
+    return rows, notes
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="checkpoint folder (default: build a bert-base-shaped random one)")
     parser.add_argument("--quick", action="store_true", help="8 short sentences, one round: to test the script")
+    parser.add_argument("--mutations", action="store_true",
+                        help="the mutation workload instead (AntiBERTy): masked marginals vs PLL change")
     parser.add_argument("--threads", type=int, default=None, help="threads for every side (default: torch's)")
     parser.add_argument("--minicons-batch", type=int, nargs="+", default=[1, 8],
                         help="sentences per sequence_score call: one minicons side per value")
@@ -169,6 +258,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     threads = args.threads or torch.get_num_threads()
+    if args.mutations:
+        return _main_mutations(args, threads, argv)
     model_dir = args.model or random_checkpoint(args.workdir)
     started, load_before = datetime.datetime.now().astimezone(), load_average()
     rows, notes = run(model_dir, args.quick, threads, args.minicons_batch, args.sentences, args.rounds)
@@ -188,6 +279,24 @@ def main(argv: list[str] | None = None) -> None:
     ])
     print(text)
     write_section(args.out, HEADING, text)
+
+
+def _main_mutations(args: argparse.Namespace, threads: int, argv: list[str] | None) -> None:
+    started, load_before = datetime.datetime.now().astimezone(), load_average()
+    rows, notes = run_mutations(threads, args.rounds)
+    text = "\n".join([
+        MUTATIONS_HEADING, "",
+        f"- started {started:%Y-%m-%d %H:%M %Z}; load average (1, 5, 15 min) before {load_before}, "
+        f"after {load_average()}",
+        f"- machine: {machine(threads)}",
+        f"- command: python bench/scoring.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip(),
+        *(f"- {note}" for note in notes),
+        "", table(rows), "",
+        "Times are per call scoring all the mutants (the reference's matrix or PLL included); ratio = masked "
+        "marginals' median / the PLL change's: lower is better. No target: the issue asks for the comparison.",
+    ])
+    print(text)
+    write_section(args.out, MUTATIONS_HEADING, text)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ The house, one room per part a reader would name, each importing only the rooms 
     checkpoint/   a hub id or a folder becomes a Model: loading, state checks, tokenizer; new Models
                   made by pruning or from scratch
     fast/         the same numbers, faster: texts end to end without padding, kernels chosen per call
-    tasks/        fill-mask, scoring and joint filling, embeddings
+    tasks/        fill-mask, scoring (PLL, mutation effects) and joint filling, embeddings
     inspect/      trace (every intermediate of a pass), plots, the explorer page
     interventions/  edits by name: ablation of heads and neurons, steering, activation patching
     corpus/       tasks over texts of any number: streams, files, Ray (not imported here)
@@ -52,6 +52,7 @@ from .model.params import Params
 from .model.recorder import Trace
 from .tasks.embed import embed
 from .tasks.fill_mask import fill_mask
+from .tasks.mutations import Substitutions, score_mutations, substitution_matrix
 from .tasks.scoring import score
 
 __version__ = "0.1.0"
@@ -60,6 +61,6 @@ __all__ = [
     "BertConfig", "BertfnError", "Cache", "CheckpointError", "ConfigError", "DependencyError", "EncoderOutput",
     "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
     "embed", "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
-    "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "score", "sdpa_attention",
-    "sequence_classification", "token_classification", "trace", "plots", "interventions",
+    "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "score", "score_mutations", "sdpa_attention",
+    "sequence_classification", "Substitutions", "substitution_matrix", "token_classification", "trace", "plots", "interventions",
 ]

@@ -3,7 +3,9 @@
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
     bertfn fill-mask "The [MASK] [MASK] barked." --joint [--beam-width N]
     bertfn score "When in Rome, do as the Romans do." [--method within_word_l2r] [--per-token] [--json]
-    bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume] [--progress|--no-progress]
+    bertfn score --reference "E V Q L" "E V K L" ... [--pll-change] [--matrix subs.csv|.npy|.parquet]
+    bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume [--retry-errors]]
+                     [--flush-every SECONDS] [--no-echo] [--progress|--no-progress]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--scale per-head|shared|fixed] --out attn.png
     bertfn embed "A sentence." "Another one." [--pooling mean|cls|max] [--normalize] [--json]
     bertfn score|embed --input sentences.txt --output results.jsonl [...the same file options]
@@ -11,7 +13,7 @@
     bertfn --version
 
 Every subcommand that runs a model takes the same model options (:func:`add_model_options`):
-``--model ID_OR_PATH --tokenizer PATH --cased|--lowercase --device cpu|cuda --dtype float32|bfloat16|...``.
+``--model ID_OR_PATH --tokenizer PATH --cased|--lowercase --device cpu|cuda --dtype float32|bfloat16|... --quiet``.
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
 arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, missing
@@ -29,6 +31,8 @@ import warnings
 from collections.abc import Callable
 
 from .checkpoint.dtypes import DTYPES
+from .corpus.files import FLUSH_SECONDS
+from .corpus.formats import FORMATS
 from .errors import SURFACE, BertfnError, InputError
 from .tasks.embed import POOLINGS
 
@@ -61,6 +65,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default=None, help="e.g. cpu or cuda")
     group.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                        help="precision to run in (default: as stored); bfloat16 is the faster bf16 mode")
+    group.add_argument("--quiet", action="store_true", help="print no warnings (a checkpoint's unused keys, [UNK]-heavy texts, ...)")
 
 
 def model_from_args(args: argparse.Namespace):
@@ -76,7 +81,8 @@ def model_from_args(args: argparse.Namespace):
 
 
 def add_file_options(parser: argparse.ArgumentParser) -> None:
-    """``--input --output --field --resume --progress/--no-progress`` (read back by :func:`run_file_command`)."""
+    """``--input --output --field --resume --retry-errors --flush-every --no-echo --progress/--no-progress``
+    (read back by :func:`run_file_command`)."""
     group = parser.add_argument_group("files (instead of texts on the command line)")
     group.add_argument("--input", metavar="FILE",
                        help="read the texts from FILE: one a line, or JSON Lines with --field; - for stdin")
@@ -84,25 +90,36 @@ def add_file_options(parser: argparse.ArgumentParser) -> None:
                        help="write one JSON line per input line to FILE (default -: stdout)")
     group.add_argument("--field", metavar="NAME", help="--input is JSON Lines whose field NAME holds the text")
     group.add_argument("--resume", action="store_true",
-                       help="continue an interrupted run after the last complete line of --output")
-    group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="progress bar on stderr (default: when stderr is a terminal)")
+                       help="continue an interrupted run after the last complete line of --output, once the run "
+                            "record beside it (FILE.run.json) and every written line agree with this run")
+    group.add_argument("--retry-errors", action="store_true", help="with --resume: first run again, in place, the lines of --output that hold errors")
+    group.add_argument("--flush-every", type=float, default=FLUSH_SECONDS, metavar="SECONDS", help="write results "
+                       f"out at least this often (default {FLUSH_SECONDS:g}): a kill loses at most that much work")
+    group.add_argument("--no-echo", dest="echo", action="store_false",
+                       help="leave the text out of each output line (the input's other fields, e.g. an id, stay)")
+    group.add_argument("--no-detail", dest="detail", action="store_false", help="leave per-token detail out (score)")
+    group.add_argument("--format", nargs="+", choices=FORMATS, default=["jsonl"], help="also write the finished "
+                       "output as FILE.npy (embed's vectors, float32) or FILE.parquet, beside the JSON Lines")
+    group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar on stderr (default: when stderr is a terminal)")
 
 
 def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
     """``bertfn TASK --input ...``: :func:`bertfn.corpus.files.run_file`, then its one-line summary on stderr.
 
-    Exit code 0 when every line has a result, 2 (bad input) when any line holds an error instead.
+    Exit code 0 when every line of the output has a result, 2 (bad input) when any line holds an error
+    instead, this run's or one kept from the run it resumed.
     """
     from .corpus.files import run_file
 
     if args.text:
         raise InputError("pass texts on the command line or --input FILE, not both")
     summary = run_file(args.input, args.output, args.model, task=task, field=args.field, resume=args.resume,
+                       retry_errors=args.retry_errors, flush_every=args.flush_every, echo=args.echo,
+                       detail=args.detail, formats=tuple(args.format),
                        progress=args.progress, tokenizer=args.tokenizer, lowercase=args.lowercase,
                        device=args.device, dtype=args.dtype, **options)
     _one_line("done", summary)
-    return 0 if summary.errors == 0 else InputError.exit_code
+    return 0 if summary.errors + summary.kept_errors == 0 else InputError.exit_code
 
 
 # --- the subcommands: each an _add_X(sub) / _run_X(args) pair listed in COMMANDS ---------------------
@@ -168,6 +185,14 @@ def _add_score(sub) -> None:
                     help="original: each token masked alone; within_word_l2r: also the later pieces of its word")
     sc.add_argument("--per-token", action="store_true", help="list every token's log-probability")
     sc.add_argument("--json", action="store_true", help="print the results of bertfn.score as JSON")
+    mut = sc.add_argument_group("mutations (the texts are variants of a reference)")
+    mut.add_argument("--reference", metavar="TEXT",
+                     help="score each text against TEXT by masked marginals: TEXT's positions masked once each, a "
+                          "variant's score the sum of log P(its token) - log P(TEXT's token) where they differ")
+    mut.add_argument("--pll-change", action="store_true", help="with --reference: score by PLL minus TEXT's instead")
+    mut.add_argument("--matrix", metavar="FILE",
+                     help="with --reference: write TEXT's substitution matrix (positions x vocabulary log-probabilities) "
+                          "to FILE: .npy, .csv, .tsv or .parquet")
     add_model_options(sc)
     add_file_options(sc)
 
@@ -184,6 +209,11 @@ def _score_table(result: dict, per_token: bool) -> str:
 def _run_score(args: argparse.Namespace) -> int:
     from .tasks.scoring import score
 
+    if args.reference is None and (args.pll_change or args.matrix):
+        raise InputError(f"--{'pll-change' if args.pll_change else 'matrix'} goes with --reference TEXT, the text "
+                         "the others are variants of")
+    if args.reference is not None:
+        return _run_mutations(args)
     if args.input is not None:
         return run_file_command(args, "score", method=args.method)
     if not args.text:
@@ -193,6 +223,32 @@ def _run_score(args: argparse.Namespace) -> int:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
         emit(("\n\n" if args.per_token else "\n").join(_score_table(r, args.per_token) for r in results))
+    return 0
+
+
+def _run_mutations(args: argparse.Namespace) -> int:
+    """``bertfn score --reference TEXT [variants | --input FILE] [--matrix FILE]``: :func:`bertfn.score_mutations`
+    (and :func:`bertfn.substitution_matrix`'s ``save``)."""
+    from .tasks.mutations import score_mutations, substitution_matrix
+
+    if args.method != "original" or args.per_token or not (args.text or args.input or args.matrix):
+        raise InputError("with --reference pass its variants (texts, or --input FILE) or --matrix FILE; --method and "
+                         "--per-token are options of the PLL (for a variant's PLL change pass --pll-change)")
+    model = model_from_args(args) if args.text or args.matrix else None
+    if args.matrix:
+        wrote = f"wrote {substitution_matrix(args.reference, model).save(args.matrix)}"
+        _one_line("done", wrote) if args.input is not None else emit(wrote)  # stdout may be the JSON Lines
+    method = "pll" if args.pll_change else "masked_marginal"
+    if args.input is not None:
+        return run_file_command(args, "score-mutations", reference=args.reference, method=method)
+    if not args.text:  # the matrix alone
+        return 0
+    results = score_mutations(list(args.text), model, reference=args.reference, method=method)
+    if args.json:
+        emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
+    else:
+        emit("\n".join(f"{r['score']:9.3f}  {' '.join(x['code'] for x in r['mutations']) or '(the reference)'}  "
+                       f"{r['text']}" for r in results))
     return 0
 
 
@@ -321,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = lambda message, *_, **__: _one_line("warning", message)
             args = build_parser().parse_args(argv)
+            if getattr(args, "quiet", False):
+                warnings.simplefilter("ignore")
             return COMMANDS[args.command][1](args)
     except BertfnError as e:
         _one_line("error", e)

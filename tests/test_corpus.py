@@ -19,6 +19,7 @@ import bertfn
 from bertfn.cli import main
 from bertfn.corpus import run_file, stream
 from bertfn.corpus.runner import CHUNK, _malloc_trim
+from conftest import random_model, write_folder
 
 GOOD = ["the cat sat on the [MASK] .", "i [MASK] you [MASK] well", "paris is the [MASK] of france .",
         "[MASK]", "when in rome , do as the [MASK] do ."]
@@ -217,11 +218,15 @@ def test_jsonl_fields_carried_and_bad_lines(tiny_folder, tmp_path, capsys):
     assert "not an object" in rows[2]["error"]
     assert rows[3]["id"] == "d" and "no field 'sentence'" in rows[3]["error"]
     assert "is a JSON int, not a string" in rows[4]["error"]
-    assert rows[5]["error"].startswith("line 6 has no [MASK]")
+    assert rows[5]["error"].startswith("line 6 (id 'f') has no [MASK]")  # a text's error names its line and id
     assert "'error', which the output uses" in rows[6]["error"]
     assert rows[7]["sentence"] == "é [MASK] ü" and "result" in rows[7]
+    assert rows[7]["warning"].startswith("line 8 (id 'h'): 2 of its 2 tokens are [UNK]")  # flagged in its line
+    assert all("warning" not in r for i, r in enumerate(rows) if i != 7)
     assert "not valid UTF-8" in rows[8]["error"]
-    assert "bertfn: done: 9 texts, 7 with errors" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "bertfn: done: 9 texts, 7 with errors, 1 with warnings" in err
+    assert "bertfn: warning: line 8 (id 'h'): 2 of its 2 tokens are [UNK]" in err
 
 
 def test_every_line_good_exits_0_and_jsonl_needs_field(tiny_folder, tmp_path, capsys):
@@ -328,24 +333,132 @@ def test_resume_refuses_what_it_cannot_continue(tiny_folder, tmp_path, capsys):
     argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder), "--top-k", "1"]
     assert main(argv) == 0
     complete = out.read_bytes()
+    record = json.loads((tmp_path / "out.jsonl.run.json").read_text(encoding="utf-8"))
+    assert record["task"] == "fill-mask" and record["options"]["top_k"] == 1 and record["field"] is None
+    assert record["model"]["weights"].startswith("blake2b:") and record["input"]["lines"] == 5
     assert main(argv) == 2 and "already exists; pass --resume" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 0  # nothing left to do
     assert out.read_bytes() == complete and "0 texts (resumed after line 5)" in capsys.readouterr().err
 
+    # the input changed: at its last line, and at a line in the middle (each written line is checked)
     other = tmp_path / "other.txt"
-    other.write_text("\n".join(reversed(GOOD)) + "\n", encoding="utf-8")
-    assert main(["fill-mask", "--input", str(other), *argv[3:], "--resume"]) == 2
-    assert "not the text that line 5" in capsys.readouterr().err
+    for changed in (GOOD[:4] + ["a [MASK] b"], GOOD[:2] + ["a [MASK] b"] + GOOD[3:]):
+        other.write_text("\n".join(changed) + "\n", encoding="utf-8")
+        assert main(["fill-mask", "--input", str(other), *argv[3:], "--resume"]) == 2
+        line = 1 + changed.index("a [MASK] b")
+        assert f"line {line} of {other} is not the input that line {line}" in capsys.readouterr().err
     short = tmp_path / "short.txt"
     short.write_text(GOOD[0] + "\n", encoding="utf-8")
     assert main(["fill-mask", "--input", str(short), *argv[3:], "--resume"]) == 2
     assert "has 1 lines but" in capsys.readouterr().err
 
+    # another option, task, model or field: refused, naming the difference, the output untouched
+    assert main([*argv[:-1], "3", "--resume"]) == 2
+    assert "was written with option --top-k 1, and this run has 3" in capsys.readouterr().err
+    assert main(["score", *argv[1:-2], "--resume"]) == 2
+    assert "was written with task 'fill-mask', and this run has 'score'" in capsys.readouterr().err
+    assert main([*argv, "--dtype", "bfloat16", "--resume"]) == 2
+    assert "dtype 'torch.float32', and this run has 'torch.bfloat16'" in capsys.readouterr().err
+    other_model = write_folder(random_model(bertfn.load(folder).config, seed=1), tmp_path / "other_model")
+    assert main([*argv[:5], "--model", str(other_model), *argv[7:], "--resume"]) == 2
+    assert "the weights of model" in capsys.readouterr().err
+    assert out.read_bytes() == complete
+
+    (tmp_path / "out.jsonl.run.json").unlink()
+    assert main([*argv, "--resume"]) == 2 and "has no run record beside it" in capsys.readouterr().err
+    (tmp_path / "out.jsonl.run.json").write_text(json.dumps(record), encoding="utf-8")
     out.write_text("some notes of mine\n", encoding="utf-8")
-    assert main([*argv, "--resume"]) == 2 and "does not end with an output line" in capsys.readouterr().err
+    assert main([*argv, "--resume"]) == 2 and "is not an output line of bertfn" in capsys.readouterr().err
     assert out.read_text(encoding="utf-8") == "some notes of mine\n"  # left as it was
     out.write_bytes(complete.splitlines(keepends=True)[0] + complete.splitlines(keepends=True)[2])
     assert main([*argv, "--resume"]) == 2 and "not one output line per input line" in capsys.readouterr().err
+
+
+def test_resume_checks_the_input_fingerprint_when_the_text_is_not_echoed(tiny_folder, tmp_path, capsys):
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--top-k", "1",
+            "--no-echo"]
+    assert main(argv) == 0
+    rows = read_jsonl(out)
+    assert [set(r) for r in rows] == [{"line", "result"}] * 5  # the text left out
+    src.write_text("\n".join(["a [MASK] b"] + GOOD[1:]) + "\n", encoding="utf-8")
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "the first 5 lines of" in err and "fingerprint differs from its run record's" in err
+
+
+def test_field_is_probed_before_the_first_line(tiny_folder, tmp_path, capsys):
+    """A typo in --field stops the run before any model loads or any line is written."""
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(json.dumps({"id": i, "sentence": t}) for i, t in enumerate(GOOD)) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(tmp_path / "nowhere")]
+    assert main([*argv, "--field", "sequence"]) == 2
+    err = capsys.readouterr().err
+    assert "--field sequence reads JSON Lines, but line 1 has no field 'sequence' (it has 'id', 'sentence')" in err
+    assert not out.exists()
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(text), *argv[3:], "--field", "sentence"]) == 2
+    assert "line 1 is not valid JSON" in capsys.readouterr().err and not out.exists()
+
+
+def test_retry_errors_in_place(tiny_folder, tmp_path, capsys):
+    """Lines that failed (here: empty, or no [MASK]) are run again in place once the input is fixed; the
+    summary counts error lines kept from before, and the exit code says the output is not clean."""
+    texts = corpus_lines(40, bad_every=7)
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--top-k", "2"]
+    assert main(argv) == 2
+    first = read_jsonl(out)
+    failed = [r["line"] for r in first if "error" in r]
+    assert len(failed) == 5
+    assert main([*argv, "--resume"]) == 2  # nothing new to run, and the errors are still there
+    assert "5 error lines from before kept (--retry-errors runs them again)" in capsys.readouterr().err
+    fixed = [GOOD[0] if i + 1 in failed else t for i, t in enumerate(texts)]
+    src.write_text("\n".join(fixed + ["[MASK] ."]) + "\n", encoding="utf-8")
+    assert main([*argv, "--resume", "--retry-errors"]) == 0
+    assert "6 texts (resumed after line 40, 5 error lines retried), 0 with errors" in capsys.readouterr().err
+    rows = read_jsonl(out)
+    assert [r["line"] for r in rows] == list(range(1, 42)) and all("result" in r for r in rows)
+    for r in rows[:40]:
+        if r["line"] not in failed:
+            assert r == first[r["line"] - 1]  # kept as they were
+    whole = tmp_path / "whole.jsonl"
+    assert main([*argv[:4], str(whole), *argv[5:]]) == 0
+    for a, b in zip(rows, read_jsonl(whole)):
+        assert a["text"] == b["text"]
+        same_answers(a["result"], b["result"])
+    assert main([*argv, "--resume"]) == 0 and "0 texts (resumed after line 41)" in capsys.readouterr().err
+
+
+def test_kill_during_a_slow_scoring_run_loses_nothing(tiny_folder, tmp_path):
+    """Scoring long texts with --flush-every 0.3: results reach the file while the run goes, a SIGKILL
+    in the middle loses at most the piece in flight, and the resumed output equals an uninterrupted run."""
+    words = "the cat sat on the mat and paris is the capital of france".split()
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(24)]  # ~0.1 s a text here
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    argv = [sys.executable, "-m", "bertfn", "score", "--input", str(src), "--output", str(out),
+            "--model", str(tiny_folder), "--flush-every", "0.3"]
+    run = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env=_env())
+    deadline = time.monotonic() + 120
+    while (not out.exists() or out.read_bytes().count(b"\n") < 3) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    written = out.read_bytes().count(b"\n")
+    assert 3 <= written < 24  # flushed mid-chunk, long before the chunk's end
+    resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300, env=_env())
+    assert resumed.returncode == 0, resumed.stderr
+    rows = read_jsonl(out)
+    assert [r["line"] for r in rows] == list(range(1, 25))  # nothing lost, nothing doubled
+    assert f"{24 - written} texts (resumed after line {written})" in resumed.stderr
+    expected = bertfn.score(texts, bertfn.load(tiny_folder))
+    for row, want in zip(rows, expected):
+        assert row["text"] == want["text"] and row["result"]["pll"] == pytest.approx(want["pll"], abs=1e-4)
 
 
 def test_run_file_python(model, tmp_path):
@@ -422,3 +535,69 @@ def test_score_file_and_mapper(tiny_folder, model, tmp_path, capsys):
     mapped = Score(model, method="within_word_l2r")(batch)
     assert list(mapped.columns) == ["id", "text", "result", "error"] and mapped["error"][1].startswith("the text ")
     assert json.loads(mapped["result"][2])["pll"] == pytest.approx(expected[1]["pll"], abs=1e-4)
+
+
+# --- compact outputs, warnings ----------------------------------------------------------------------
+
+
+def test_compact_outputs(tiny_folder, model, tmp_path, capsys):
+    """Floats at float32 precision (shortest round trip); --format npy / parquet beside the JSON Lines;
+    --no-echo and --no-detail leave the text and score's per-token detail out."""
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    texts = ["the cat sat on the mat .", "", "paris is the capital of france ."]
+    src, out = tmp_path / "in.txt", tmp_path / "vectors.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    argv = ["embed", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--format", "npy", "parquet"]
+    assert main(argv) == 2  # line 2 is empty
+    rows = read_jsonl(out)
+    vector = rows[0]["result"]
+    assert all(str(np.float32(x)) == repr(x) for x in vector)  # the shortest decimal of the float32 value
+    expected = bertfn.embed([texts[0], texts[2]], model).numpy()
+    array = np.load(tmp_path / "vectors.npy")
+    assert array.dtype == np.float32 and array.shape == (3, expected.shape[1]) and np.isnan(array[1]).all()
+    assert np.array_equal(array[0], np.array(vector, dtype=np.float32))  # the JSON's float32 values, exactly
+    # 1e-5: the file run embeds the texts in pieces of other sizes than one call of both, which moves the last bits
+    np.testing.assert_allclose(array[[0, 2]], expected, atol=1e-5, rtol=0)
+    table = pd.read_parquet(tmp_path / "vectors.parquet")
+    assert table["line"].tolist() == [1, 2, 3] and table["error"][1].startswith("line 2 is empty")
+    np.testing.assert_array_equal(np.stack(table["result"][[0, 2]]), array[[0, 2]])
+    assert "vectors.npy" in capsys.readouterr().err
+
+    scores = tmp_path / "scores.jsonl"
+    assert main(["score", "--input", str(src), "--output", str(scores), "--model", str(tiny_folder),
+                 "--no-echo", "--no-detail"]) == 2
+    first = read_jsonl(scores)[0]
+    assert set(first) == {"line", "result"} and set(first["result"]) == {"method", "pll", "num_tokens", "pseudo_perplexity"}
+    assert first["result"]["pll"] == pytest.approx(bertfn.score(texts[0], model)["pll"], abs=1e-4)
+    assert main(["fill-mask", "--input", str(src), "--output", str(tmp_path / "f.jsonl"), "--model", str(tiny_folder),
+                 "--format", "npy"]) == 2
+    assert "--format npy holds one vector per line" in capsys.readouterr().err
+
+    # Python calls take any sequence of strings
+    series = pd.Series([texts[0], texts[2]])
+    torch.testing.assert_close(bertfn.embed(series, model), torch.from_numpy(expected), atol=0, rtol=0)  # same call
+    assert bertfn.score(tuple(series), model)[1]["pll"] == bertfn.score(np.array(series), model)[1]["pll"]
+    with pytest.raises(bertfn.InputError, match="got generator: .*; pass list"):
+        bertfn.embed((t for t in texts), model)
+
+
+def test_warnings_name_the_line_once_per_run_and_quiet(tiny_folder, tmp_path, capsys):
+    lines = [json.dumps({"id": f"s{i}", "text": t}, ensure_ascii=False)
+             for i, t in enumerate(["the [MASK] sat", "é [MASK] ü", "the cat [MASK]", "ü [MASK] é é"])]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--field", "text",
+            "--top-k", "1", "--flush-every", "0"]  # a piece per text at first: each flagged line in its own call
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("bertfn: warning:") == 1 and "bertfn: warning: line 2 (id 's1'): 2 of its 2 tokens are [UNK]" in err
+    assert "2 with warnings" in err
+    rows = read_jsonl(out)
+    assert [("warning" in r) for r in rows] == [False, True, False, True]
+    assert rows[3]["warning"].startswith("line 4 (id 's3'): 3 of its 3 tokens are [UNK]")
+    out.unlink()
+    assert main([*argv, "--quiet"]) == 0
+    assert "bertfn: warning:" not in capsys.readouterr().err

@@ -98,7 +98,9 @@ def test_single_file_with_config_beside_it_or_given(reference, tmp_path):
     shutil.copy(folder / "model.safetensors", alone / "weights.safetensors")
     config = json.loads((folder / "config.json").read_text())
     model = bertfn.load(alone / "weights.safetensors", config=config)
-    assert model.tokenizer is None
+    assert not model.tokenizer  # a NoTokenizer: false, and any use says what is missing
+    with pytest.raises(bertfn.MissingPartError, match="has no tokenizer, so it cannot read text; load it with"):
+        model.tokenizer(["a text"])
     torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
 
 

@@ -114,7 +114,9 @@ def test_weights_without_a_tokenizer_say_where_the_vocabulary_is(paths):
         model = load_quietly(weights)
     hint = next(str(w.message) for w in caught if "has no tokenizer" in str(w.message))
     assert "pass tokenizer=PATH" in hint and hint.endswith(f"e.g. {vocab} with lowercase=False")
-    assert model.tokenizer is None
+    assert not model.tokenizer
+    with pytest.raises(bertfn.MissingPartError, match="has no tokenizer"):
+        model.tokenizer.mask_token_id
     with pytest.raises(bertfn.MissingPartError):
         bertfn.fill_mask(MASKED, model)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import CheckpointError, InputError, ModelLoadError, require_readable, syntax, unreadable
+from ..errors import CheckpointError, InputError, MissingPartError, ModelLoadError, require_readable, syntax, unreadable
 from ..model.config import BertConfig
 from ..model.params import Params, normalize_keys
 from .dtypes import resolve_dtype
@@ -36,14 +36,50 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spec
                    "sentence_bert_config.json")  # sentence-transformers' max_seq_length, read by bertfn.embed
 
 
+class NoTokenizer:
+    """``model.tokenizer`` of a model that has none (its folder had no vocabulary): false in a test, and
+    any use of it (``model.tokenizer(["a text"])``, ``.mask_token_id``, ...) raises
+    :class:`MissingPartError` saying how to load one, instead of a bare TypeError on None."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"NoTokenizer({self.model_name!r})"
+
+    def _missing(self) -> MissingPartError:
+        return MissingPartError(
+            f"model {self.model_name!r} has no tokenizer, so it cannot read text; load it with "
+            f"{syntax(python='bertfn.load(..., tokenizer=PATH)', cli='--tokenizer PATH')} (a vocab.txt, tokenizer.json "
+            "or a folder holding one), or pass token ids to the functions that take them (encoder, mlm_head)")
+
+    def __call__(self, *args, **kwargs):
+        raise self._missing()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):  # copy, pickle and hasattr probes: no such attribute, as usual
+            raise AttributeError(name)
+        raise self._missing()
+
+
 @dataclass(frozen=True, repr=False)
 class Model:
-    """A loaded BERT: the flat HF-keyed ``state`` is the model; ``params`` is its root view."""
+    """A loaded BERT: the flat HF-keyed ``state`` is the model; ``params`` is its root view.
+
+    tokenizer: a :class:`Tokenizer`, or for a model without one (None given) a :class:`NoTokenizer`, which is
+    false (``if model.tokenizer:``) and raises :class:`MissingPartError` when used."""
 
     config: BertConfig
     state: dict[str, torch.Tensor]
-    tokenizer: Tokenizer | None
+    tokenizer: Tokenizer | NoTokenizer | None
     name: str
+
+    def __post_init__(self) -> None:
+        if self.tokenizer is None:
+            object.__setattr__(self, "tokenizer", NoTokenizer(self.name))
 
     @property
     def params(self) -> Params:
@@ -64,7 +100,7 @@ class Model:
         parts = [name for name, key in (("MLM head", "cls.predictions.decoder.weight"), ("pooler", "bert.pooler.dense.weight"),
                                         ("NSP head", "cls.seq_relationship.weight"), ("classifier", "classifier.weight"),
                                         ("QA head", "qa_outputs.weight")) if key in self.state]
-        tok = "none" if self.tokenizer is None else \
+        tok = "none" if not self.tokenizer else \
             f"{self.tokenizer.vocab_size} tokens{', lowercased' if self.tokenizer.lowercase else ''}"
         return (f"Model({self.name!r}: {c.num_hidden_layers} layers, {c.num_attention_heads} heads, hidden "
                 f"{c.hidden_size}, FFN {c.intermediate_size}, vocab {c.vocab_size}, {c.max_position_embeddings} "

@@ -51,7 +51,7 @@ def get_model(model: Model | str | Path | None, device: str | torch.device | Non
 
 def require_tokenizer(m: Model, what: str) -> Tokenizer:
     """``m.tokenizer``, or :class:`MissingPartError` saying that ``what`` needs one and how to give it."""
-    if m.tokenizer is None:
+    if not m.tokenizer:  # a NoTokenizer
         raise MissingPartError(
             f"{what} needs a tokenizer, and model {m.name!r} has none; load it with "
             f"{syntax(python='bertfn.load(..., tokenizer=PATH)', cli='--tokenizer PATH')} "
@@ -98,18 +98,29 @@ def texts_and_model(texts, model, what: str, *, old_order: bool = False):
                      f"got the model ({name!r}) first")
 
 
-def text_list(inputs: str | list[str], what: str) -> tuple[list[str], bool]:
-    """``(texts, single)``: the texts of a call given one text or a list, and whether it was one.
+def text_list(inputs, what: str) -> tuple[list[str], bool]:
+    """``(texts, single)``: the texts of a call given one text or a sequence of them, and whether it was one.
 
-    Raises :class:`InputError` for anything but a string or a non-empty list of non-empty strings.
+    A sequence is anything with a length and an order: a list, a tuple, a pandas Series (its values),
+    a numpy array of strings (its ``str_`` become ``str``). Raises :class:`InputError` for anything
+    else (a set has no order, a generator no length: pass ``list(...)``), an empty sequence, or an
+    item that is not a non-empty string.
     """
     single = isinstance(inputs, str)
-    texts = [inputs] if single else inputs
-    if not isinstance(texts, (list, tuple)) or not texts:
-        raise InputError(f"{what} takes a string or a non-empty list of strings, got {inputs!r:.80}")
+    if single:
+        texts = [inputs]
+    elif isinstance(inputs, (set, frozenset, dict, bytes)) or not hasattr(inputs, "__len__") \
+            or not hasattr(inputs, "__iter__") or getattr(inputs, "ndim", 1) != 1:
+        raise InputError(f"{what} takes a string or a non-empty list of strings (or another sequence: tuple, pandas "
+                         f"Series, numpy array), got {type(inputs).__name__}: {inputs!r:.80}"
+                         f"{'; pass list(...) of it' if hasattr(inputs, '__iter__') and getattr(inputs, 'ndim', 1) == 1 else ''}")
+    else:
+        texts = [str(t) if isinstance(t, str) else t for t in inputs]  # numpy's str_ -> str
+    if not texts:
+        raise InputError(f"{what} takes a string or a non-empty list of strings, got an empty {type(inputs).__name__}")
     for i, t in enumerate(texts):
         check_text(t, f"text {i}")
         if not t.strip():
             raise InputError(f"text {i} is empty; write a sentence"
                              f"{' with [MASK] where the word to predict goes' if what == 'fill_mask' else f' to {what}'}")
-    return list(texts), single
+    return texts, single

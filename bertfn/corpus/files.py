@@ -1,9 +1,11 @@
 """Corpora in files: text or JSON Lines in, JSON Lines out (``bertfn fill-mask --input``), with progress and resume.
 
-:func:`run_file` reads its input a line at a time, hands the texts to the task's :class:`~bertfn.corpus.runner.Runner`
-a chunk at a time, and writes one output line per input line, in order: the result, or the error
-that refused that line. A run that was stopped continues with ``resume=True`` after the last line
-written (:func:`resume_point`).
+:func:`run_file` reads its input a chunk of lines at a time, hands the texts to the task's
+:class:`~bertfn.corpus.runner.Runner` in pieces sized to take about ``flush_every`` seconds, and
+writes one output line per input line, in order: the result, or the error that refused that line.
+Beside the output lies the run's record (:mod:`bertfn.corpus.record`); a run that was stopped
+continues with ``resume=True`` after the last line written, once every written line and the record
+agree with the run asked for, and ``retry_errors=True`` re-runs the lines that hold errors, in place.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,27 +25,42 @@ import torch
 
 from ..checkpoint.loading import Model
 from ..errors import InputError, syntax
+from .formats import FORMATS, convert
+from .record import OWN_KEYS, InputPrint, check_record, make_record, read_record, scan_output, write_record
 from .runner import CHUNK, Runner, chunks, jsonable, relabel
 
-OWN_KEYS = ("line", "result", "error")
-"""Keys every output line may hold besides the input's own fields (see :func:`run_file`)."""
+FLUSH_SECONDS = 5.0
+"""Default of ``flush_every``: results reach the output file at least this often (a kill loses at most this much work)."""
 
 
 @dataclass
 class Summary:
-    """What :func:`run_file` did: texts run this time, how many failed, tokens, seconds."""
+    """What :func:`run_file` did: texts run this time, how many failed, tokens read, seconds.
+
+    resumed_after: lines already in the output when the run started (resume); retried: of those,
+    the error lines run again (retry_errors); kept_errors: error lines left from before, not run
+    again; warned: lines this run flagged with a ``"warning"``. The output is complete and clean when
+    ``errors + kept_errors == 0``.
+    """
 
     texts: int
     errors: int
     tokens: int
     seconds: float
     output: str
-    resumed_after: int = 0  # input lines already in the output when the run started (--resume)
+    resumed_after: int = 0
+    retried: int = 0
+    kept_errors: int = 0
+    warned: int = 0
 
     def __str__(self) -> str:
         s = max(self.seconds, 1e-9)
-        resumed = f" (resumed after line {self.resumed_after})" if self.resumed_after else ""
-        return (f"{self.texts} texts{resumed}, {self.errors} with errors, {self.seconds:.1f} s "
+        resumed = f" (resumed after line {self.resumed_after}" + (
+            f", {self.retried} error lines retried" if self.retried else "") + ")" if self.resumed_after else ""
+        kept = (f"; {self.kept_errors} error lines from before kept "
+                f"({syntax(python='retry_errors=True', cli='--retry-errors')} runs them again)") if self.kept_errors else ""
+        warned = f", {self.warned} with warnings" if self.warned else ""
+        return (f"{self.texts} texts{resumed}, {self.errors} with errors{warned}{kept}, {self.seconds:.1f} s "
                 f"({self.texts / s:.1f} texts/s, {self.tokens / s:.0f} tokens/s) -> {self.output}")
 
 
@@ -95,40 +114,135 @@ def _count_lines(path: Path) -> int:
     return count + (last != b"\n")
 
 
-def resume_point(target: Path) -> tuple[int, dict | None]:
-    """How many input lines an interrupted run already wrote to ``target``, and its last output line.
+def probe_input(first: bytes | None, field: str | None, source: str | Path) -> None:
+    """Check the input's first line before any model loads: with ``field``, it must be a JSON object
+    holding that field (a typo in ``--field`` stops the run here, not after a file of error lines)."""
+    if field is None or first is None:
+        return
+    _, record, bad = parse_line(1, first, field)
+    if bad is not None and (not record or field not in record):
+        raise InputError(f"{syntax(python='field=', cli='--field ')}{field} reads JSON Lines, but {bad}; "
+                         f"nothing was run: check {source} and the field's name")
 
-    The file is cut after its last newline (a line the run was writing when it stopped is dropped,
-    to be written again). Every complete line must be one JSON object and the last must say which
-    input line it is for (``"line": n``), with n equal to the number of complete lines: otherwise
-    the file is not the output of a run like this one, and :class:`InputError` says so.
+
+def label(n: int, carried: dict) -> str:
+    """How messages name input line ``n``: ``line 7``, or ``line 7 (id 'P01')`` when the line has an id."""
+    return f"line {n}" + (f" (id {carried['id']!r})" if "id" in carried else "")
+
+
+class Output:
+    """The output file as a run writes it: lines appended, flushed at least every ``flush_every`` seconds
+    (and when asked), the run's record beside it rewritten at each flush (``record``: None writes none)."""
+
+    def __init__(self, out, target: Path | None, record: dict | None, lines: int, printed: InputPrint,
+                 flush_every: float) -> None:
+        self.out, self.target, self.record = out, target, record
+        self.lines, self.printed, self.flush_every = lines, printed, flush_every
+        self.flushed_at = time.monotonic()
+
+    def write(self, lines: list[str], force: bool = False) -> None:
+        if lines:
+            self.out.write(("\n".join(lines) + "\n").encode("utf-8"))
+            self.lines += len(lines)
+        if force or time.monotonic() - self.flushed_at >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        self.out.flush()
+        if self.record is not None:
+            write_record(self.target, self.record, self.lines, self.printed)
+        self.flushed_at = time.monotonic()
+
+
+class Tally:
+    """Counts, warnings and the progress bar of a run: texts, errors, tokens read, lines warned."""
+
+    def __init__(self, bar) -> None:
+        self.bar, self.texts, self.errors, self.tokens, self.warned = bar, 0, 0, 0, 0
+        self.shown: set[str] = set()
+        self.started = time.perf_counter()
+
+    def warn(self, message: str, kind: str | None = None) -> None:
+        """Warn once per run per ``kind`` of message (default: the message with its numbers and quoted words
+        blanked, so that the same words about other lines, ids or texts count as one)."""
+        kind = kind or re.sub(r"\d+|'[^']*'", "#", message)
+        if kind not in self.shown:
+            self.shown.add(kind)
+            warnings.warn(message + " (said once per run)", stacklevel=4)
+
+    def update(self, texts: int) -> None:
+        self.texts += texts
+        if self.bar is not None:
+            self.bar.update(texts)
+            rate = self.tokens / max(time.perf_counter() - self.started, 1e-9)
+            self.bar.set_postfix_str(f"{rate:,.0f} tokens/s, {self.errors} errors", refresh=False)
+
+
+def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], field: str | None, echo: bool,
+              drop: frozenset, tally: Tally, printed: InputPrint) -> list[str]:
+    """The output lines of ``entries``, in order: ``(n, raw input line, the output line to keep or None to run)``.
+
+    The texts to run go to ``runner`` in one call; the task's warnings are caught and said again naming
+    the line (:meth:`Tally.warn`), and a text that is mostly [UNK] gets a ``"warning"`` in its line.
+    echo False leaves the text out; drop: keys left out of a result that is a dict (``"text"``, ``"tokens"``).
     """
-    count, start, end = 0, 0, 0  # complete lines; where the last complete line starts, and where it ends
-    with open(target, "rb") as f:
-        pos = 0
-        while block := f.read(1 << 20):
-            newlines = block.count(b"\n")
-            if newlines:
-                cut = block.rindex(b"\n")
-                start = pos + block.rindex(b"\n", 0, cut) + 1 if newlines > 1 else end
-                count, end = count + newlines, pos + cut + 1
-            pos += len(block)
-        f.seek(start)
-        last = f.read(end - 1 - start)
-    if count == 0:  # nothing complete: start again
-        os.truncate(target, 0)
-        return 0, None
-    try:
-        record = json.loads(last)
-        n = record["line"]
-    except (ValueError, KeyError, TypeError):
-        raise InputError(f"{target} does not end with an output line of bertfn (a JSON object with \"line\"); "
-                         "--resume continues only a file this command wrote: pass another --output") from None
-    if n != count:
-        raise InputError(f"{target} holds {count} lines but its last is for input line {n}; it is not one output "
-                         "line per input line, so it cannot be resumed: pass another --output")
-    os.truncate(target, end)
-    return count, record
+    parsed = [(n, raw, kept, *parse_line(n, raw, field)) for n, raw, kept in entries if kept is None]
+    runnable = [(n, text, carried) for n, _, _, text, carried, bad in parsed if bad is None]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = iter(runner([text for _, text, _ in runnable]))
+        read = runner.read([text for _, text, _ in runnable])
+    names = {str(i): label(n, carried) for i, (n, _, carried) in enumerate(runnable)}
+    for w in caught:
+        if "tokens are [UNK]" not in str(w.message):  # said per line below
+            tally.warn(re.sub(r"\btext (\d+)\b", lambda m: names.get(m.group(1), m.group(0)), str(w.message)))
+    by_line = {n: (next(results), tokens, unk) for (n, _, _), (tokens, unk) in zip(runnable, read)}
+    lines, done = [], iter(parsed)
+    for n, raw, kept in entries:
+        if kept is not None:  # a result line kept from before (retry_errors): its input counts in the fingerprint
+            printed.add(n, raw)
+            lines.append(kept.decode("utf-8"))
+            continue
+        _, _, _, text, carried, bad = next(done)
+        record = {"line": n, **carried}
+        if not echo:
+            record.pop(field or "text", None)
+        result, tokens, unk = by_line[n] if bad is None else (InputError(bad), 0, None)
+        if isinstance(result, InputError):
+            record["error"] = str(relabel(result, label(n, carried)))
+            tally.errors += 1
+        else:
+            if drop and isinstance(result, dict):
+                result = {k: v for k, v in result.items() if k not in drop}
+            record["result"] = jsonable(result)
+            printed.add(n, raw)
+            tally.tokens += tokens
+            if unk is not None:
+                record["warning"] = str(relabel(InputError(unk), label(n, carried)))
+                tally.warned += 1
+                tally.warn(record["warning"] + '; every line like it carries a "warning" in the output', "[UNK]")
+        lines.append(json.dumps(record, ensure_ascii=False))
+    return lines
+
+
+def run_entries(runner: Runner, entries: Iterator[tuple[int, bytes, bytes | None]], output: Output, tally: Tally,
+                field: str | None, echo: bool, drop: frozenset, chunk_size: int) -> None:
+    """Run and write ``entries`` (see :func:`run_piece`) a chunk at a time, each chunk in pieces sized to take
+    about ``output.flush_every`` seconds (from 1 text, growing as the texts' speed is measured), so that
+    results are flushed that often even when a text takes seconds, and the bar moves per piece."""
+    size = 1
+    for chunk in chunks(entries, chunk_size):
+        todo = list(chunk)
+        while todo:
+            piece, running = [], 0
+            while todo and (running < size or todo[0][2] is not None):
+                running += todo[0][2] is None
+                piece.append(todo.pop(0))
+            began = time.monotonic()
+            output.write(run_piece(runner, piece, field, echo, drop, tally, output.printed), force=not todo)
+            tally.update(running)
+            per_text = (time.monotonic() - began) / max(running, 1)
+            size = max(1, min(chunk_size, 2 * size, int(output.flush_every / max(per_text, 1e-6))))
 
 
 def run_file(
@@ -139,8 +253,13 @@ def run_file(
     task: str = "fill-mask",
     field: str | None = None,
     resume: bool = False,
+    retry_errors: bool = False,
     progress: bool | None = None,
     chunk_size: int = CHUNK,
+    flush_every: float = FLUSH_SECONDS,
+    echo: bool = True,
+    detail: bool = True,
+    formats: tuple[str, ...] = (),
     tokenizer: str | Path | None = None,
     lowercase: bool | None = None,
     device: str | torch.device | None = None,
@@ -154,12 +273,22 @@ def run_file(
     is ``{"line": n, <the input's fields>, "result": ...}`` (a text line's field is ``"text"``;
     ``result`` as the task returns it for that text, e.g. fill_mask's list of answers), or the same
     with ``"error": "..."`` in place of ``result`` when line n is not valid JSON, has no such field,
-    or its text is refused (no [MASK], too long, ...). Lines are written in input order, a chunk at
-    a time (flushed), and memory holds one chunk.
+    or its text is refused (no [MASK], too long, ...). A line whose text is mostly [UNK] also holds
+    ``"warning": "..."``. Lines are written in input order; memory holds one chunk of ``chunk_size``.
+    Before any model loads, the first line is checked to hold ``field`` (:func:`probe_input`).
 
-    resume: ``target`` holds the output of an interrupted run on the same input: keep its complete
-    lines and continue after the last (:func:`resume_point`); the input's line there must be the one
-    the output holds. Without resume a non-empty ``target`` is not overwritten.
+    flush_every: seconds between flushes of the output at most (and at every chunk's end): texts run
+    in pieces sized to take about that long, so a kill loses at most that much work.
+    echo: False leaves the text out of each output line (the input's other fields, e.g. an id, stay;
+    a result's own echo of the text goes too). detail: False leaves per-token detail out of results
+    (score's ``"tokens"``). Floats are written at float32 precision (:func:`~bertfn.corpus.runner.jsonable`).
+    formats: also write the finished output as ``"npy"`` and/or ``"parquet"`` beside it
+    (:func:`~bertfn.corpus.formats.convert`), once every line is written.
+    resume: ``target`` holds the output of an interrupted run: check it against the run record beside
+    it (:mod:`bertfn.corpus.record`: the same task, options, field, model weights and vocabulary, and
+    input) and every written line against its input line, then continue after the last complete
+    line. retry_errors (with resume): first run again the lines that hold errors, in place. Without
+    resume a non-empty ``target`` is not overwritten.
     progress: a tqdm bar on stderr (texts/s, tokens/s, ETA); default: when stderr is a terminal.
     model, tokenizer, lowercase, device, dtype: as in :func:`open_model`; options: the task's.
     Returns a :class:`Summary`; the caller decides what errors mean (the CLI exits 2 if any).
@@ -171,64 +300,82 @@ def run_file(
     if field is None and str(source).endswith((".jsonl", ".ndjson")):
         raise InputError(f"{source} looks like JSON Lines; name the field that holds the text with "
                          f"{syntax(python='field=NAME', cli='--field NAME')}")
-    if resume and to_stdout:
+    if (resume or retry_errors) and to_stdout:
         raise InputError(f"{syntax(python='resume=True', cli='--resume')} needs an output file to continue, "
                          "not standard output")
-    done, last = 0, None
-    if not to_stdout:
-        target = Path(target)
-        if target.exists() and target.stat().st_size > 0:
-            if not resume:
-                raise InputError(f"{target} already exists; pass {syntax(python='resume=True', cli='--resume')} to "
-                                 "continue the run that wrote it, or delete it to start again")
-            done, last = resume_point(target)
+    if retry_errors and not resume:
+        raise InputError(f"{syntax(python='retry_errors=True', cli='--retry-errors')} re-runs the error lines of an "
+                         f"earlier run: pass {syntax(python='resume=True', cli='--resume')} with it")
+    if retry_errors and str(source) == "-":
+        raise InputError("retrying error lines reads the input twice, so it cannot be standard input; pass the file")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InputError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    runner = Runner(task, model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype, **options)
-
+    if any(fmt not in FORMATS for fmt in formats) or (to_stdout and any(fmt != "jsonl" for fmt in formats)):
+        raise InputError(f"formats are {', '.join(map(repr, FORMATS))}, written beside an --output file; got "
+                         f"{', '.join(map(repr, formats))}{' with standard output' if to_stdout else ''}")
+    if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
+        raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
     lines = enumerate(_read_lines(source), 1)
-    skipped = 0
-    for n, raw in itertools.islice(lines, done):  # skip what the interrupted run wrote, checking the last
-        skipped = n
-        if n == done and (field or "text") in last and parse_line(n, raw, field)[0] != last[field or "text"]:
-            raise InputError(f"line {n} of {source} is not the text that line {n} of {target} was written for; "
-                             "--resume continues a run on the same input")
-    if skipped < done:
-        raise InputError(f"{source} has {skipped} lines but {target} already holds {done}; "
-                         "--resume continues a run on the same input")
-    out = sys.stdout.buffer if to_stdout else open(target, "ab")
+    first = next(lines, None)
+    probe_input(first and first[1], field, source)
+    lines = itertools.chain([first] if first else [], lines)
+    target = None if to_stdout else Path(target)
+    resuming = target is not None and target.exists() and target.stat().st_size > 0
+    if resuming and not resume:
+        raise InputError(f"{target} already exists; pass {syntax(python='resume=True', cli='--resume')} to "
+                         "continue the run that wrote it, or delete it to start again")
+    old = read_record(target) if resuming else None  # before the model loads: a missing record is known at once
+    runner = Runner(task, model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype, **options)
+    recorded = {k: v for k, v in options.items() if k != "batch_size"}  # batching never changes a result
+    record = None if to_stdout else make_record(task, {**recorded, "tokenizer": tokenizer, "lowercase": lowercase,
+                                                       "echo": echo, "detail": detail}, field, runner.model)
+    drop = frozenset(() if echo else ("text",)) | frozenset(() if detail else ("tokens",))
+    done, kept, printed = 0, [], InputPrint()
+    if old is not None:
+        check_record(old, record, target)
+        done, kept, printed = scan_output(target, source, lines, lambda n, raw: parse_line(n, raw, field),
+                                          old.get("input", {}))
     bar = _progress_bar(source, done, sys.stderr.isatty() if progress is None else progress)
-    texts = errors = tokens = 0
-    reading = time.perf_counter()  # the model is loaded: the bar's rates count from here
+    tally, retried = Tally(bar), 0
     try:
-        for chunk in chunks(lines, chunk_size):
-            parsed = [(n, *parse_line(n, raw, field)) for n, raw in chunk]
-            runnable = [text for _, text, _, bad in parsed if bad is None]
-            results = iter(runner(runnable)) if runnable else iter(())
-            written = []
-            for n, text, carried, bad in parsed:
-                record = {"line": n, **carried}
-                r = next(results) if bad is None else InputError(bad)
-                if isinstance(r, InputError):
-                    record["error"] = str(relabel(r, f"line {n}"))
-                    errors += 1
-                else:
-                    record["result"] = jsonable(r)
-                written.append(json.dumps(record, ensure_ascii=False))
-            out.write(("\n".join(written) + "\n").encode("utf-8"))
-            out.flush()
-            count = runner.tokens(runnable)
-            texts, tokens = texts + len(chunk), tokens + count
-            if bar is not None:
-                bar.update(len(chunk))
-                rate = tokens / max(time.perf_counter() - reading, 1e-9)
-                bar.set_postfix_str(f"{rate:,.0f} tokens/s, {errors} errors", refresh=False)
+        if retry_errors and kept:
+            retried, printed = _retry(runner, source, target, done, set(kept), tally, field, echo, drop,
+                                      chunk_size, flush_every)
+            kept = []
+            lines = itertools.islice(enumerate(_read_lines(source), 1), done, None)
+        if record is not None:
+            write_record(target, record, done, printed)
+        out = sys.stdout.buffer if to_stdout else open(target, "ab")
+        try:
+            output = Output(out, target, record, done, printed, flush_every)
+            run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, field, echo, drop, chunk_size)
+        finally:
+            if not to_stdout:
+                out.close()
     finally:
         if bar is not None:
             bar.close()
-        if not to_stdout:
-            out.close()
-    return Summary(texts, errors, tokens, time.perf_counter() - started, "stdout" if to_stdout else str(target), done)
+    written = [str(convert(target, fmt)) for fmt in formats if fmt != "jsonl"] if target is not None else []
+    return Summary(tally.texts, tally.errors, tally.tokens, time.perf_counter() - started,
+                   ", ".join(["stdout" if to_stdout else str(target), *written]), done, retried, len(kept), tally.warned)
+
+
+def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], tally: Tally, field: str | None,
+           echo: bool, drop: frozenset, chunk_size: int, flush_every: float) -> tuple[int, InputPrint]:
+    """Run input lines ``errors`` (of the first ``done``) again and write the output anew, the other lines
+    kept as they are; the new file replaces ``target`` when it is complete (a kill meanwhile leaves the
+    old one). Returns how many lines were retried and the fingerprint of the inputs of the result lines."""
+    fresh = target.with_name(target.name + ".retry")
+    printed = InputPrint()
+    with open(target, "rb") as old:
+        written = (line.rstrip(b"\n") for line in old)
+        inputs = itertools.islice(enumerate(_read_lines(source), 1), done)
+        entries = ((n, raw, None if n in errors else kept) for (n, raw), kept in zip(inputs, written))
+        with open(fresh, "wb") as out:
+            run_entries(runner, entries, Output(out, target, None, 0, printed, flush_every), tally, field, echo, drop,
+                        chunk_size)
+    os.replace(fresh, target)
+    return len(errors), printed
 
 
 def _progress_bar(source: str | Path, done: int, show: bool):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json
+import math
 import re
 import sys
 import warnings
@@ -32,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy
 import torch
 
 from ..checkpoint.loading import Model, load
@@ -39,6 +41,7 @@ from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..errors import InputError, MissingPartError
 from ..tasks.embed import embed
 from ..tasks.fill_mask import fill_mask
+from ..tasks.mutations import score_mutations
 from ..tasks.scoring import score
 
 CHUNK = 256
@@ -52,7 +55,8 @@ each), few enough that a chunk's results are a few MB and a killed run loses lit
 class Task:
     """A pipeline call this room can run: ``function(texts, model, **options)`` -> one result per text.
 
-    probe: a text the function accepts with any model that can run it at all (fill-mask: ``"[MASK]"``).
+    probe: a text the function accepts with any model that can run it at all (fill-mask: ``"[MASK]"``),
+    or a function of the task's options that gives one (score-mutations: the reference itself).
     Runs that turn refused texts into error lines call the function on it once before the first
     text, so that a bad option or a model without the part it needs stops the run at once instead
     of marking every line as failed.
@@ -60,14 +64,14 @@ class Task:
 
     name: str
     function: Callable[..., object]
-    probe: str
+    probe: str | Callable[[dict], str]
 
 
 TASKS: dict[str, Task] = {}
 """Task name (the CLI subcommand, e.g. ``"fill-mask"``) -> :class:`Task`; filled by :func:`register`."""
 
 
-def register(name: str, function: Callable[..., object], probe: str) -> type[Mapper]:
+def register(name: str, function: Callable[..., object], probe: str | Callable[[dict], str]) -> type[Mapper]:
     """Make ``function`` a task named ``name``; returns its callable class for ``map_batches``.
 
     ``FillMask = register("fill-mask", fill_mask, probe="[MASK]")`` (the end of this file) is all it takes: :func:`stream`,
@@ -96,8 +100,22 @@ def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None
 
 
 def jsonable(result: object) -> object:
-    """One result as JSON can hold it: tensors and arrays (embed's vectors) become lists."""
-    return result.tolist() if hasattr(result, "tolist") else result
+    """One result as JSON holds it: tensors and arrays (embed's vectors) become lists, and every float is
+    written at float32 precision, the shortest decimal that reads back as the same float32 (the models
+    compute in float32 at best: the digits past it are noise, and they doubled the size of embed's lines)."""
+    if hasattr(result, "tolist"):
+        result = result.float().cpu().numpy() if isinstance(result, torch.Tensor) else result
+        if getattr(result, "dtype", None) is not None and result.dtype.kind == "f":
+            return [float(x) for x in map(str, result.astype(numpy.float32).ravel())] if result.ndim == 1 else \
+                [jsonable(row) for row in result]
+        return result.tolist()
+    if isinstance(result, float):
+        return float(str(numpy.float32(result))) if math.isfinite(result) else result
+    if isinstance(result, dict):
+        return {k: jsonable(v) for k, v in result.items()}
+    if isinstance(result, (list, tuple)):
+        return [jsonable(v) for v in result]
+    return result
 
 
 def relabel(error: InputError, label: str) -> InputError:
@@ -124,7 +142,8 @@ class Runner:
         if probe:
             with warnings.catch_warnings():  # the probe's own text may be all [UNK] (e.g. "a" for capitals)
                 warnings.simplefilter("ignore")
-                self.task.function([self.task.probe], self.model, **options)
+                probe = self.task.probe(options) if callable(self.task.probe) else self.task.probe
+                self.task.function([probe], self.model, **options)
 
     def __call__(self, texts: list) -> list:
         """One result (or the :class:`InputError` that refused it) per text of ``texts``.
@@ -151,13 +170,21 @@ class Runner:
         half = len(texts) // 2
         return self._run(texts[:half]) + self._run(texts[half:])
 
-    def tokens(self, texts: list) -> int:
-        """How many tokens ``texts`` hold, [CLS] and [SEP] included (for the progress bar's tokens/s)."""
-        strings = [t for t in texts if isinstance(t, str)]
+    def read(self, texts: list[str]) -> list[tuple[int, str | None]]:
+        """Per text: how many tokens the task reads ([CLS] and [SEP] included; at most the task's
+        ``max_length`` or the model's positions, what truncation keeps), and the tokenizer's [UNK]
+        warning for it (speaking of it as "text 0"), or None when most of its tokens are known."""
         tok = self.model.tokenizer
-        if tok is None or not strings:
-            return 0
-        return sum(sum(e.attention_mask) for e in tok.backend.encode_batch(strings))
+        if not tok or not texts:
+            return [(0, None)] * len(texts)
+        limit = self.options.get("max_length") or self.model.config.max_position_embeddings
+        out = []
+        for text, e in zip(texts, tok.backend.encode_batch(list(texts))):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                tok.warn_unknown([text], None, [e])
+            out.append((min(sum(e.attention_mask), limit), str(caught[0].message) if caught else None))
+        return out
 
 
 _malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
@@ -277,3 +304,4 @@ class Mapper:
 FillMask = register("fill-mask", fill_mask, probe="[MASK]")
 Embed = register("embed", embed, probe="a")
 Score = register("score", score, probe="a")
+ScoreMutations = register("score-mutations", score_mutations, probe=lambda options: options.get("reference") or "a")

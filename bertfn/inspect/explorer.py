@@ -161,7 +161,7 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
 
     model = rec.model
     tok = model.tokenizer if model is not None else None
-    spell = (lambda i: tok.id_to_token(i) or f"[{i}]") if tok is not None else (lambda i: f"[{i}]")
+    spell = (lambda i: tok.id_to_token(i) or f"[{i}]") if tok else (lambda i: f"[{i}]")
     predictions, missing, vocab = None, None, {}
     if model is None:
         missing = "this recording carries no model (make it with bertfn.trace), so there are no word predictions"
@@ -173,12 +173,12 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
         vocab = {str(i): spell(i) for i in np.unique(arrays["lens_ids"]).tolist()}
         if "mlm.logits" in rec:
             p, ids = _top_k(rec["mlm.logits"], top_k)  # (N, k) each
-            show = (lambda i: tok.decode([i])) if tok is not None else spell  # as fill_mask's token_str
+            show = (lambda i: tok.decode([i])) if tok else spell  # as fill_mask's token_str
             predictions = [{"position": pos, "top": [[show(i), float(q)] for i, q in zip(ids[n].tolist(), p[n].tolist())]}
                            for n, pos in enumerate(rec.mask_positions)]
         else:
             predictions = []  # no [MASK] in the text
-    text = tok.decode(rec.input_ids[0].tolist(), skip_special_tokens=True) if tok is not None else " ".join(rec.tokens)
+    text = tok.decode(rec.input_ids[0].tolist(), skip_special_tokens=True) if tok else " ".join(rec.tokens)
     meta = {
         "format": 1,
         "model": _label(model.name) if model is not None else "",

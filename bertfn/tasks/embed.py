@@ -59,7 +59,7 @@ def sentence_settings(m: Model) -> dict:
     Looked for beside the weights (``m.name`` as a folder or file) and beside its tokenizer's file,
     which for a hub id is the snapshot folder in the Hugging Face cache.
     """
-    places = [Path(m.name)] + ([Path(m.tokenizer.source)] if m.tokenizer is not None else [])
+    places = [Path(m.name)] + ([Path(m.tokenizer.source)] if m.tokenizer else [])
     for place in places:  # a hub id names no path here: only its tokenizer's file does
         folder = place if place.is_dir() else place.parent if place.is_file() else None
         path = folder / "sentence_bert_config.json" if folder is not None else None

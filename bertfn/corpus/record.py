@@ -1,0 +1,197 @@
+"""What a file run is, written beside its output, and the checks ``--resume`` makes before it continues one.
+
+The first time :func:`~bertfn.corpus.files.run_file` writes ``out.jsonl`` it also writes
+``out.jsonl.run.json`` (:func:`record_path`), a small JSON object::
+
+    {"bertfn_run": 1, "task": "fill-mask", "options": {"top_k": 3, ...}, "field": null,
+     "model": {"name": "/models/bert", "dtype": "torch.float32", "weights": "blake2b:...", "vocabulary": "blake2b:..."},
+     "input": {"lines": 512, "results": "blake2b:..."}}
+
+``input`` is rewritten at every flush: how many lines the output held then, and a fingerprint of
+the input lines among them that hold a result (:class:`InputPrint`; lines that hold an error are left
+out, so that ``--retry-errors`` may re-read them after they were fixed). :func:`check_record` refuses
+a resume whose task, options, field or model differ from the record, naming the difference;
+:func:`scan_output` checks every line already written against its input line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.loading import Model
+from ..errors import InputError, syntax
+
+VERSION = 1
+OWN_KEYS = ("line", "result", "error", "warning")
+"""Keys every output line may hold besides the input's own fields (see :func:`~bertfn.corpus.files.run_file`)."""
+
+
+def record_path(target: Path) -> Path:
+    """Where the record of the run writing ``target`` lies: ``target`` + ``.run.json``."""
+    return target.with_name(target.name + ".run.json")
+
+
+def _digest() -> hashlib.blake2b:
+    return hashlib.blake2b(digest_size=16)
+
+
+def weights_print(model: Model) -> str:
+    """A fingerprint of the model's weights: every tensor's name, shape, dtype and bytes (tied ones once each)."""
+    h = _digest()
+    for key in sorted(model.state):
+        t = model.state[key].detach()
+        h.update(f"{key}{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return "blake2b:" + h.hexdigest()
+
+
+def vocabulary_print(model: Model) -> str | None:
+    """A fingerprint of the tokenizer's vocabulary and case rule (None: the model has no tokenizer)."""
+    tok = model.tokenizer
+    if not tok:
+        return None
+    h = _digest()
+    h.update(json.dumps(sorted(tok.backend.get_vocab().items()), ensure_ascii=False).encode())
+    h.update(f"lowercase={tok.lowercase}".encode())
+    return "blake2b:" + h.hexdigest()
+
+
+class InputPrint:
+    """A running fingerprint of the input lines that hold a result: ``add(n, raw)`` for each, in order."""
+
+    def __init__(self) -> None:
+        self.hash = _digest()
+
+    def add(self, n: int, raw: bytes) -> None:
+        self.hash.update(f"{n}:{len(raw)}:".encode())
+        self.hash.update(raw)
+
+    def value(self) -> str:
+        return "blake2b:" + self.hash.hexdigest()
+
+
+def make_record(task: str, options: dict, field: str | None, model: Model) -> dict:
+    """The record of a run (without its ``input`` part, which :func:`write_record` adds)."""
+    return {"bertfn_run": VERSION, "task": task, "options": json.loads(json.dumps(options, default=str)),
+            "field": field,
+            "model": {"name": model.name, "dtype": str(model.dtype), "weights": weights_print(model),
+                      "vocabulary": vocabulary_print(model)}}
+
+
+def write_record(target: Path, record: dict, lines: int, results: InputPrint) -> None:
+    """Write ``record`` beside ``target`` with its input part (``lines`` written, the fingerprint of their
+    inputs), atomically: a kill leaves the old record or the new one, never half of one."""
+    path = record_path(target)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({**record, "input": {"lines": lines, "results": results.value()}}, indent=1) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_record(target: Path) -> dict:
+    """The record beside ``target``, or :class:`InputError` when it is missing or not one."""
+    path = record_path(target)
+    again = "pass another --output to start a new run"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{target} has no run record beside it ({path.name}), so nothing says which task, options, "
+                         f"model and input wrote it; {syntax(python='resume=True', cli='--resume')} continues only "
+                         f"a run that wrote one: {again}") from None
+    except (OSError, ValueError) as e:
+        raise InputError(f"the run record {path} is unreadable ({e}); {again}") from None
+    if not isinstance(record, dict) or record.get("bertfn_run") != VERSION:
+        raise InputError(f"{path} is not a run record of this bertfn (bertfn_run {VERSION}); {again}")
+    return record
+
+
+def check_record(old: dict, new: dict, target: Path) -> None:
+    """:class:`InputError` naming the first difference between the record of the run that wrote ``target``
+    and the run asked for now (task, options, field, model name, dtype, weights, vocabulary)."""
+    def refuse(what: str, before: object, now: object) -> None:
+        raise InputError(f"{target} was written with {what} {before!r}, and this run has {now!r}; "
+                         f"{syntax(python='resume=True', cli='--resume')} continues the same run only (its results "
+                         "would mix with others): run it as before, or pass another --output")
+
+    if old.get("task") != new["task"]:
+        refuse("task", old.get("task"), new["task"])
+    before, now = old.get("options", {}), new["options"]
+    for key in sorted(set(before) | set(now)):
+        if before.get(key) != now.get(key):  # named as the caller writes it: top_k, or --top-k
+            refuse(f"option {syntax(python=key, cli='--' + key.replace('_', '-'))}", before.get(key), now.get(key))
+    if old.get("field") != new["field"]:
+        refuse("field", old.get("field"), new["field"])
+    m_old, m_new = old.get("model", {}), new["model"]
+    if m_old.get("dtype") != m_new["dtype"]:
+        refuse("dtype", m_old.get("dtype"), m_new["dtype"])
+    for key in ("weights", "vocabulary"):  # a fingerprint says little: name the models they belong to
+        if m_old.get(key) != m_new[key]:
+            refuse(f"the {key} of model", m_old.get("name"), f"other {key}, of model {m_new['name']!r}")
+
+
+def complete_lines(target: Path) -> Iterator[bytes]:
+    """The complete lines of ``target`` (without their newline), after cutting it after its last newline
+    (a line a killed run was writing is dropped, to be written again)."""
+    with open(target, "rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = end = f.tell()
+        while end > 0:  # find the last newline, reading backwards
+            start = max(0, end - (1 << 16))
+            f.seek(start)
+            block = f.read(end - start)
+            if b"\n" in block:
+                end = start + block.rindex(b"\n") + 1
+                break
+            end = start
+        if end < size:
+            f.truncate(end)
+    with open(target, "rb") as f:
+        for raw in f:
+            yield raw.rstrip(b"\n")
+
+
+def scan_output(target: Path, source: str | Path, inputs: Iterator[tuple[int, bytes]], parse,
+                recorded: dict) -> tuple[int, list[int], InputPrint]:
+    """Check every complete line of ``target`` against its input line, and the input's fingerprint against
+    the record's (``recorded``: its ``input`` part); returns (lines written, the lines holding an error,
+    the fingerprint of the inputs of the lines holding a result).
+
+    inputs: the input's ``(n, raw)`` pairs, consumed up to the last line written; parse: ``n, raw ->
+    (text, carried fields, error)`` (:func:`~bertfn.corpus.files.parse_line`). Output line n must be a
+    JSON object with ``"line": n`` whose carried fields equal what input line n gives, else
+    :class:`InputError` names the line.
+    """
+    count, errors, results = 0, [], InputPrint()
+    for count, raw_out in enumerate(complete_lines(target), 1):
+        try:
+            out = json.loads(raw_out)
+            n = out["line"]
+        except (ValueError, KeyError, TypeError):
+            raise InputError(f"line {count} of {target} is not an output line of bertfn (a JSON object with \"line\"); "
+                             "--resume continues only a file this command wrote: pass another --output") from None
+        if n != count:
+            raise InputError(f"line {count} of {target} is for input line {n}; it is not one output line per input "
+                             "line, so it cannot be resumed: pass another --output")
+        got = next(inputs, None)
+        if got is None:
+            raise InputError(f"{source} has {count - 1} lines but {target} already holds more; "
+                             "--resume continues a run on the same input")
+        carried = {k: v for k, v in out.items() if k not in OWN_KEYS}
+        if "error" in out:
+            errors.append(n)
+        else:
+            _, expected, _ = parse(*got)
+            if any(expected.get(k) != v for k, v in carried.items()):
+                raise InputError(f"line {n} of {source} is not the input that line {n} of {target} was written for; "
+                                 "--resume continues a run on the same input")
+            results.add(*got)
+        if n == recorded.get("lines") and results.value() != recorded.get("results"):
+            raise InputError(f"the first {n} lines of {source} are not the input that {target} was written for "
+                             "(their fingerprint differs from its run record's); --resume continues a run on the same input")
+    return count, errors, results

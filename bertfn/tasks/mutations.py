@@ -1,0 +1,206 @@
+"""Variants of a reference text scored by masked marginals: one pass per position, every substitution read off it.
+
+The cheap score of protein language models for point mutations (Meier et al. 2021, "Language models
+enable zero-shot prediction of the effects of mutations on protein function"): mask each position
+of the *reference* once, keep the log-probabilities the model gives every token of the vocabulary
+there (:func:`substitution_matrix`, a (positions, vocabulary) matrix), and score a variant by the sum
+over the positions where it differs from the reference::
+
+    score(variant) = sum_{j changed} log P(variant_j | reference with j masked) - log P(reference_j | same)
+
+(:func:`score_mutations`). n positions cost n masked copies of the reference, once, for any number
+of variants; the PLL change of each variant (``method="pll"``, :func:`~bertfn.tasks.scoring.score`
+of the variant minus that of the reference) costs n copies per variant. The two rank point mutants
+alike without being equal: the marginal reads every variant in the reference's context.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.loading import Model
+from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
+from ..errors import DependencyError, InputError
+from .scoring import BATCH_SIZE, check_scorable, masked_copies, score, target_log_softmax
+
+MUTATION_METHODS = ("masked_marginal", "pll")
+
+
+@dataclass(frozen=True)
+class Substitutions:
+    """The masked marginals of one reference text.
+
+    text: the reference; tokens: (L,) its scored tokens ([CLS] and [SEP] left out); ids: (L,) their
+    ids; log_probs: (L, V) float32 on the CPU, row j the log-softmax over the vocabulary at scored
+    token j with that token masked (columns: token ids); vocabulary: (V,) the token of each column.
+    Position j is numbered j + 1 in mutation codes (``"S30A"``: S at the 30th scored token, to A).
+    """
+
+    text: str
+    tokens: list[str]
+    ids: list[int]
+    log_probs: torch.Tensor
+    vocabulary: list[str]
+
+    def effects(self) -> torch.Tensor:
+        """(L, V): log P(token) - log P(reference token) at each position: the score of every single substitution."""
+        return self.log_probs - self.log_probs.gather(1, torch.tensor(self.ids)[:, None])
+
+    def save(self, path: str | Path) -> Path:
+        """Write :attr:`log_probs` to ``path``, its format by its ending: ``.npy`` (the (L, V) float32 array
+        alone), ``.csv`` / ``.tsv`` (a row per position: ``position``, ``token``, then a column per vocabulary
+        token) or ``.parquet`` (the same table; needs pandas and pyarrow)."""
+        path = Path(path)
+        if path.suffix == ".npy":
+            import numpy as np
+
+            np.save(path, self.log_probs.numpy())
+            return path
+        if path.suffix not in (".csv", ".tsv", ".parquet"):
+            raise InputError(f"cannot write the substitution matrix as {path.name}: its name must end in .npy, .csv, "
+                             ".tsv or .parquet")
+        rows = [[j + 1, t, *row] for j, (t, row) in enumerate(zip(self.tokens, self.log_probs.tolist()))]
+        header = ["position", "token", *self.vocabulary]
+        if path.suffix == ".parquet":
+            try:
+                import pandas as pd
+            except ImportError:
+                raise DependencyError("writing .parquet needs pandas and pyarrow: pip install pandas pyarrow, "
+                                      "or write .npy or .csv") from None
+            pd.DataFrame(rows, columns=header).to_parquet(path, index=False)
+            return path
+        import csv
+
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f, delimiter="\t" if path.suffix == ".tsv" else ",")
+            writer.writerow(header)
+            writer.writerows([*r[:2], *(f"{x:.7g}" for x in r[2:])] for r in rows)
+        return path
+
+
+def substitution_matrix(
+    reference: str,
+    model: Model | str | Path | None = None,
+    *,
+    batch_size: int = BATCH_SIZE,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> Substitutions:
+    """The masked marginals of ``reference``: each scored token masked once (one masked copy per token, as
+    :func:`~bertfn.tasks.scoring.score` makes with ``method="original"``), the whole log-softmax kept.
+
+    Mirrors, per position j: ``BertForMaskedLM(ids with j masked).logits[0, j].log_softmax(-1)``.
+    Returns :class:`Substitutions`; ``.log_probs`` is (L, V). model, device, dtype, batch_size: as in
+    :func:`~bertfn.tasks.scoring.score`.
+    """
+    reference, model = texts_and_model(reference, model, "substitution_matrix")
+    if not isinstance(reference, str):
+        raise InputError(f"substitution_matrix takes one reference text, got {type(reference).__name__}; "
+                         "call it once per reference")
+    text_list(reference, "score")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    m = get_model(model, device, dtype)
+    return _substitutions(m, reference, batch_size)
+
+
+def _substitutions(m: Model, reference: str, batch_size: int) -> Substitutions:
+    tok = require_tokenizer(m, "substitution_matrix")
+    require_mlm_head(m, "substitution_matrix")
+    enc = tok([reference])
+    n = int(enc.attention_mask[0].sum())
+    try:
+        check_scorable(tok, enc, [n], [reference], m.config.max_position_embeddings)
+    except InputError as e:
+        raise InputError(re.sub(r"\btext 0\b", "the reference", str(e), count=1)) from None
+    copies, _ = masked_copies(enc, [n], tok.mask_token_id, "original", tok.pad_token_id)
+    out = torch.empty(len(copies.target), m.config.vocab_size)
+    with torch.inference_mode():
+        for rows, lp in target_log_softmax(m, copies, batch_size):
+            out[rows] = lp.cpu()
+    vocab = tok.backend.get_vocab()
+    columns = [""] * m.config.vocab_size
+    for token, i in vocab.items():
+        if i < len(columns):
+            columns[i] = token
+    return Substitutions(reference, [enc.tokens[0][j] for j in copies.target], list(copies.truth), out, columns)
+
+
+_last: tuple[dict, tuple, Substitutions] | None = None  # the last reference's matrix: (model state, key, matrix)
+
+
+def _cached_substitutions(m: Model, reference: str, batch_size: int) -> Substitutions:
+    """:func:`_substitutions`, kept for the next call with the same model and reference (a file run scores
+    its variants a piece at a time, and the reference's matrix is the costly part). The model's state
+    is held, not its id, so that the key cannot be a dead model's."""
+    global _last
+    key = (m.dtype, str(m.device), reference)
+    if _last is None or _last[0] is not m.state or _last[1] != key:
+        _last = (m.state, key, _substitutions(m, reference, batch_size))
+    return _last[2]
+
+
+def score_mutations(
+    variants: str | list[str],
+    model: Model | str | Path | None = None,
+    *,
+    reference: str | None = None,
+    method: str = "masked_marginal",
+    batch_size: int = BATCH_SIZE,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> dict | list[dict]:
+    """How much a masked LM prefers each variant of ``reference`` to the reference (natural log), per variant::
+
+        {"text": variant, "method": "masked_marginal", "score": -1.93,
+         "mutations": [{"code": "S30A", "position": 30, "from": "S", "to": "A", "delta": -1.93}]}
+
+    A variant tokenizes to as many tokens as the reference and differs from it by substitutions
+    only; ``position`` counts scored tokens from 1 (for a chain written one residue per word, the
+    residue number). method "masked_marginal": ``score`` is the sum of the ``delta``s read off
+    :func:`substitution_matrix` (one pass over the reference for all variants); "pll": ``score`` is
+    the variant's PLL minus the reference's (:func:`~bertfn.tasks.scoring.score`, n passes per variant),
+    and each mutation's ``delta`` is still its masked marginal. The reference itself scores 0.
+    A list of variants gives a list of dicts, in order.
+    """
+    variants, model = texts_and_model(variants, model, "score_mutations")
+    variants, single = text_list(variants, "score")
+    if not isinstance(reference, str):
+        raise InputError(f"score_mutations needs the reference the variants are variants of: reference= one text "
+                         f"(--reference TEXT), got {type(reference).__name__}")
+    if method not in MUTATION_METHODS:
+        raise InputError(f"method must be one of {', '.join(map(repr, MUTATION_METHODS))}, got {method!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    m = get_model(model, device, dtype)
+    subs = _cached_substitutions(m, text_list(reference, "score")[0][0], batch_size)
+    tok = m.tokenizer
+    enc = tok(variants)
+    lengths = enc.attention_mask.sum(dim=1).tolist()
+    check_scorable(tok, enc, lengths, variants, m.config.max_position_embeddings)
+    results = []
+    for i, (text, n) in enumerate(zip(variants, lengths)):
+        ids = [t for t, w in zip(enc.input_ids[i, :n].tolist(), enc.word_ids[i][:n]) if w is not None]
+        if len(ids) != len(subs.ids):
+            raise InputError(f"text {i} has {len(ids)} tokens to score and the reference {len(subs.ids)}; masked "
+                             "marginals score substitutions only (for insertions or deletions compare PLLs: "
+                             "bertfn.score of each text)")
+        mutations = []
+        for j, (old, new) in enumerate(zip(subs.ids, ids)):
+            if old != new:
+                delta = float(subs.log_probs[j, new] - subs.log_probs[j, old])
+                source, target = subs.vocabulary[old], subs.vocabulary[new]
+                mutations.append({"code": f"{source}{j + 1}{target}", "position": j + 1, "from": source, "to": target,
+                                  "delta": delta})
+        results.append({"text": text, "method": method, "score": math.fsum(x["delta"] for x in mutations),
+                        "mutations": mutations})
+    if method == "pll":
+        base = score(subs.text, m, batch_size=batch_size)["pll"]
+        for r, s in zip(results, score(variants, m, batch_size=batch_size)):
+            r["score"] = s["pll"] - base
+    return results[0] if single else results

@@ -1,0 +1,122 @@
+"""Mutation effects (bertfn/tasks/mutations.py): masked marginals of a reference against transformers on
+AntiBERTy, the PLL change, the substitution matrix as an API, a CLI output and a file task."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+from conftest import antiberty_paths, require_transformers
+
+import bertfn
+from bertfn.cli import main
+from bertfn.tasks.mutations import score_mutations, substitution_matrix
+
+HEAVY = "E V Q L V E S G G G L V Q P G G S L R L S C A A S G F T F S S Y A M S W V R Q A P G K G L E W V S"
+VARIANTS = [HEAVY.replace("S W V R", "S W P R"),  # V37P
+            HEAVY.replace("E V Q L", "Q V Q L").replace("G F T F", "G Y T F"),  # E1Q F27Y
+            HEAVY]
+
+
+@pytest.fixture(scope="module")
+def antiberty_hf():
+    paths = antiberty_paths()
+    if paths is None:
+        pytest.skip("antiberty is not installed")
+    transformers = require_transformers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the extra heads' unused weights
+        hf = transformers.BertForMaskedLM.from_pretrained(paths[0], attn_implementation="eager").eval()
+    return hf, transformers.BertTokenizerFast(vocab_file=str(paths[1]), do_lower_case=False)
+
+
+def hf_marginals(hf, tok, text: str) -> torch.Tensor:
+    """(L, V): BertForMaskedLM's log-softmax at each residue of ``text`` with that residue masked, the plain way."""
+    ids = tok(text, return_tensors="pt").input_ids[0]
+    positions = range(1, len(ids) - 1)
+    copies = ids.repeat(len(positions), 1)
+    for c, j in enumerate(positions):
+        copies[c, j] = tok.mask_token_id
+    with torch.no_grad():
+        lp = hf(input_ids=copies).logits.log_softmax(dim=-1)  # (L, S, V)
+    return torch.stack([lp[c, j] for c, j in enumerate(positions)])
+
+
+@pytest.mark.needs_transformers
+def test_masked_marginals_equal_transformers(antiberty, antiberty_hf):
+    hf, tok = antiberty_hf
+    expected = hf_marginals(hf, tok, HEAVY)  # (49, 25)
+    subs = substitution_matrix(HEAVY, antiberty)
+    assert subs.log_probs.shape == expected.shape == (49, 25) and subs.tokens == HEAVY.split()
+    # fp32; entries reach -40 (the special tokens), so 1e-5 relative is 4e-4 there: compared relative and absolute
+    torch.testing.assert_close(subs.log_probs, expected, atol=1e-5, rtol=1e-5)
+    assert subs.vocabulary[tok.convert_tokens_to_ids("P")] == "P"
+
+    ref_ids = tok(HEAVY).input_ids[1:-1]
+    results = score_mutations(VARIANTS, antiberty, reference=HEAVY)
+    assert [[m["code"] for m in r["mutations"]] for r in results] == [["V37P"], ["E1Q", "F27Y"], []]
+    for r in results:
+        var_ids = tok(r["text"]).input_ids[1:-1]
+        want = sum(expected[j, b] - expected[j, a] for j, (a, b) in enumerate(zip(ref_ids, var_ids)) if a != b)
+        assert r["score"] == pytest.approx(float(want), abs=1e-4)
+    assert results[2]["score"] == 0.0 and results[0]["score"] < -5  # a proline in a framework strand: costly
+    effects = subs.effects()  # every single substitution at once; the reference's own residues score 0
+    assert effects[36, tok.convert_tokens_to_ids("P")].item() == pytest.approx(results[0]["score"], abs=1e-6)
+    assert effects.gather(1, torch.tensor(ref_ids)[:, None]).abs().max() == 0
+
+
+@pytest.mark.needs_transformers
+def test_pll_change_equals_transformers(antiberty, antiberty_hf):
+    from test_scoring import hf_pll
+
+    hf, tok = antiberty_hf
+    r = score_mutations(VARIANTS[0], antiberty, reference=HEAVY, method="pll")
+    assert r["score"] == pytest.approx(hf_pll(hf, tok, VARIANTS[0])[0] - hf_pll(hf, tok, HEAVY)[0], abs=1e-4)
+    assert r["mutations"][0]["code"] == "V37P"  # its masked marginal still listed
+
+
+def test_mutation_errors(antiberty):
+    with pytest.raises(bertfn.InputError, match="text 0 has 48 tokens to score and the reference 49; masked marginals"):
+        score_mutations(HEAVY[2:], antiberty, reference=HEAVY)
+    with pytest.raises(bertfn.InputError, match="the reference holds \\[MASK\\]"):
+        substitution_matrix(HEAVY.replace("E V Q", "[MASK] V Q"), antiberty)
+    with pytest.raises(bertfn.InputError, match="needs the reference"):
+        score_mutations(HEAVY, antiberty)
+    with pytest.raises(bertfn.InputError, match="method must be one of 'masked_marginal', 'pll'"):
+        score_mutations(HEAVY, antiberty, reference=HEAVY, method="ppl")
+
+
+def test_cli_variants_matrix_and_file(antiberty, tmp_path, capsys):
+    """--reference scores the texts as its variants; --matrix writes the matrix (.npy, .csv, .parquet);
+    --input runs a file of variants with the matrix computed once."""
+    import numpy as np
+
+    weights, vocab = antiberty_paths()
+    model = ["--model", str(weights), "--tokenizer", str(vocab), "--cased", "--quiet"]
+    assert main(["score", "--reference", HEAVY, *VARIANTS[:2], "--json", *model]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    expected = score_mutations(VARIANTS[:2], antiberty, reference=HEAVY)
+    assert [r["score"] for r in rows] == pytest.approx([r["score"] for r in expected], abs=1e-6)
+    subs = substitution_matrix(HEAVY, antiberty)
+    for name in ("subs.npy", "subs.csv", "subs.parquet"):
+        assert main(["score", "--reference", HEAVY, "--matrix", str(tmp_path / name), *model]) == 0
+    assert capsys.readouterr().out.count("wrote ") == 3
+    np.testing.assert_allclose(np.load(tmp_path / "subs.npy"), subs.log_probs.numpy(), atol=1e-6)
+    pd = pytest.importorskip("pandas")
+    table = pd.read_parquet(tmp_path / "subs.parquet")
+    assert list(table.columns[:2]) == ["position", "token"] and table.shape == (49, 27)
+    assert table["token"].tolist() == HEAVY.split()
+    np.testing.assert_allclose(table[subs.vocabulary].to_numpy(), subs.log_probs.numpy(), atol=1e-6)
+    csv = pd.read_csv(tmp_path / "subs.csv")
+    np.testing.assert_allclose(csv[subs.vocabulary].to_numpy(), subs.log_probs.numpy(), rtol=1e-6)
+
+    src, out = tmp_path / "variants.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join([*VARIANTS, HEAVY[2:]]) + "\n", encoding="utf-8")
+    assert main(["score", "--reference", HEAVY, "--input", str(src), "--output", str(out), *model]) == 2
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["result"]["score"] for r in lines[:3]] == pytest.approx([r["score"] for r in expected] + [0.0], abs=1e-5)
+    assert lines[3]["error"].startswith("line 4 has 48 tokens to score and the reference 49")
+    assert main(["score", "--matrix", "x.npy", HEAVY, *model]) == 2
+    assert "--matrix goes with --reference" in capsys.readouterr().err
