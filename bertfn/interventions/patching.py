@@ -8,7 +8,9 @@
 output, or each head of each layer's context) and measures a metric of the MLM logits at the
 corrupted text's masks, for a layer x position or layer x head map (causal tracing, Meng et al. 2022;
 Vig et al. 2020). It reuses what does not change: the clean and the corrupted runs once, the layers
-below a patch once, and all the slices of one layer as one batch through the layers above it.
+below a patch once, and all the slices of one layer as one batch; from there on the copies patched at
+every layer so far go through each layer above as one batch (up to :data:`MAX_ROWS` rows), and the
+last layer runs its keys and values at every position but the rest at the masks alone.
 :func:`attribution` estimates the same map from one forward and one backward pass of the corrupted
 run (attribution patching, Nanda 2023): the change a patch makes is about
 ``(clean - corrupted) . d metric / d activation`` summed over the slice.
@@ -26,8 +28,9 @@ from ..checkpoint.loading import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer
 from ..errors import InputError
 from ..inspect.trace import Recording, trace
-from ..model.attention import causal_keep_mask, extended_mask
-from ..model.encoder import encoder, layer
+from ..model.attention import causal_keep_mask, extended_mask, merge_heads, sdpa_attention, split_heads
+from ..model.encoder import encoder, feed_forward, layer
+from ..model.functional import layer_norm, linear
 from ..model.heads import mlm_head
 from ..model.recorder import Edit, Point, Trace, check_edits
 from .points import select
@@ -130,28 +133,53 @@ def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metri
     if m.config.is_decoder:
         keep = causal_keep_mask(keep, keep.shape[1])  # (1, S, S)
     mask = extended_mask(keep, corrupted["embeddings.output"].dtype)
-    rows = []
+    if over == "heads" and any(clean[n].dim() != 4 for n in names):
+        raise InputError(f"{template} is not split into heads; sweep heads at layer.{{i}}.attention.q|k|v|context")
+    counts = [clean[n].shape[1] if over == "heads" else clean[n].shape[2 if clean[n].dim() == 4 else 1]
+              for n in names]  # heads or positions per layer
+    ends = {}  # layer -> (n, N, H): the last hidden states at the masks, copy c patched at slice c of that layer
     layers = range(L)
     if progress:
         from tqdm import tqdm
 
         layers = tqdm(layers, desc=f"patching {over}", unit="layer", leave=False)
     with torch.no_grad():
+        active, members = None, []  # copies patched below the current layer: (c, S, H), and (layer, n) of each group
         for i in layers:
+            if active is not None:
+                active = _layer(params, i, active, mask, where)  # every copy patched below i goes through layer i
             x = corrupted[f"layer.{i - 1}.output"] if i else corrupted["embeddings.output"]  # (1, S, H): below the patch, once
-            source = clean[names[i]]
-            if over == "heads" and source.dim() != 4:
-                raise InputError(f"{names[i]} is not split into heads; sweep heads at layer.{{i}}.attention.q|k|v|context")
-            n = source.shape[1] if over == "heads" else source.shape[2 if source.dim() == 4 else 1]  # heads or positions
-            h = _patched_layers(params, x, mask, i, names[i], source, n, over)  # (n, S, H)
-            logits = mlm_head(params, h[:, where])  # (n, N, V)
+            new = _patched_layer(params, x, mask, i, names[i], clean[names[i]], counts[i], over)  # (n, S, H)
+            if i == L - 1:
+                new = new[:, where]  # (n, N, H)
+            active = new if active is None else torch.cat([active, new])
+            members.append((i, counts[i]))
+            if i == L - 1 or active.shape[0] * active.shape[1] >= MAX_ROWS:  # on to the top, then a new batch
+                for j in range(i + 1, L):
+                    active = _layer(params, j, active, mask, where)
+                for (k, n), h in zip(members, active.split([n for _, n in members])):
+                    ends[k] = h
+                active, members = None, []
+        rows = []
+        for i in range(L):
+            logits = mlm_head(params, ends[i])  # (n, N, V)
             rows.append(torch.stack([metric(lg.float()) for lg in logits]).cpu())
     return Sweep(torch.stack(rows), runs[0], runs[1], names, over)
 
 
-def _patched_layers(params, x: Tensor, mask: Tensor, i: int, name: str, source: Tensor, n: int, over: str) -> Tensor:
-    """Layers i .. L-1 on n copies of ``x`` (1, S, H), copy c with slice c of ``name`` patched from ``source``:
-    the patched slices of one layer as one batch. Returns the last hidden states (n, S, H)."""
+MAX_ROWS = 2048
+"""How many rows (copies x tokens) :func:`sweep` lets a batch grow to before it runs it to the top.
+
+The copies patched at layer i join those patched below it, so that from layer i on they all go
+through each layer as one batch: the same products, on more rows at a time (a product on a few
+hundred rows runs well below the speed it reaches on a thousand or more). Past this many rows the
+batch is run through the layers above and a new one starts (memory: a layer's intermediate holds
+``4 x MAX_ROWS x H`` floats)."""
+
+
+def _patched_layer(params, x: Tensor, mask: Tensor, i: int, name: str, source: Tensor, n: int, over: str) -> Tensor:
+    """Layer i on n copies of ``x`` (1, S, H), copy c with slice c of ``name`` patched from ``source``:
+    the patched slices of one layer as one batch. Returns the layer's output (n, S, H)."""
     c = torch.arange(n, device=x.device)
 
     def edit(t: Tensor, point: Point) -> Tensor:  # t: (n, ...) copies; copy c takes the clean slice c
@@ -165,11 +193,28 @@ def _patched_layers(params, x: Tensor, mask: Tensor, i: int, name: str, source: 
         return out
 
     h = x.expand(n, *x.shape[1:])
-    L = params.config.num_hidden_layers
-    for j in range(i, L):
-        points = Trace(prefix=f"layer.{j}.", edits={name: edit}, keep=False) if j == i else Trace(keep=False)
-        h = layer(params.layer(j), h, mask, impl="sdpa", trace=points).hidden  # eager where an edit needs the weights
-    return h
+    points = Trace(prefix=f"layer.{i}.", edits={name: edit}, keep=False)
+    return layer(params.layer(i), h, mask, impl="sdpa", trace=points).hidden  # eager where an edit needs the weights
+
+
+def _layer(params, i: int, h: Tensor, mask: Tensor, where: Tensor) -> Tensor:
+    """Layer i on the copies ``h`` (c, S, H) -> (c, S, H); the last layer only at the masks ``where``
+    (N,) -> (c, N, H): its keys and values at every position, the rest at the masks alone."""
+    p = params.layer(i)
+    cfg = params.config
+    if i < cfg.num_hidden_layers - 1 or cfg.position_embedding_type != "absolute":
+        out = layer(p, h, mask, impl="sdpa").hidden
+        return out if i < cfg.num_hidden_layers - 1 else out[:, where]
+    a = p.scope("attention")
+    nh = a["self.query.weight"].shape[0] // cfg.head_dim  # fewer than config heads if this layer was pruned
+    x = h[:, where]  # (c, N, H)
+    q = split_heads(linear(x, a["self.query.weight"], a["self.query.bias"]), nh)  # (c, nh, N, hd)
+    k = split_heads(linear(h, a["self.key.weight"], a["self.key.bias"]), nh)  # (c, nh, S, hd)
+    v = split_heads(linear(h, a["self.value.weight"], a["self.value.bias"]), nh)
+    m = mask if mask.shape[-2] == 1 else mask[..., where, :]  # a decoder's causal mask: the masks' rows
+    out = linear(merge_heads(sdpa_attention(q, k, v, m)), a["output.dense.weight"], a["output.dense.bias"])
+    out = layer_norm(out + x, a["output.LayerNorm.weight"], a["output.LayerNorm.bias"], cfg.layer_norm_eps)
+    return feed_forward(p, out)  # (c, N, H)
 
 
 def attribution(clean_text: str, corrupted_text: str, model: Model | str | Path, metric: Metric, *,
