@@ -52,6 +52,26 @@ RIGHT, WRONG = "romans", "people"
 """The metric: logit of RIGHT minus logit of WRONG at the corrupted text's [MASK]."""
 
 
+def multiply_adds(cfg, S: int, N: int) -> dict[str, float]:
+    """Each side's multiply-adds in matrix products for the sweep over heads of an S-token pair with N masks.
+
+    A layer over S tokens: Q/K/V/output projections 4H^2 and feed-forward 2HI per token, attention 2SH
+    per token; the MLM head H^2 + HV per position it runs at. nnsight runs the clean text once and each
+    of the L x nh copies through every layer, the head at every position (``BertForMaskedLM``'s
+    forward). bertfn runs the clean and corrupted texts once (``bertfn.trace``: the head everywhere);
+    then each copy patched at layer i runs layer i and the layers above it, the last one's keys and
+    values at every position and its queries, output projection and feed-forward at the masks alone,
+    and the head at the masks.
+    """
+    H, I, V, L, nh = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers, cfg.num_attention_heads
+    layer = S * (4 * H * H + 2 * H * I + 2 * S * H)
+    last = S * 2 * H * H + N * (2 * H * H + 2 * H * I + 2 * S * H)  # keys and values everywhere, the rest at the masks
+    head = H * H + H * V
+    run = L * layer + S * head
+    copies = sum(nh * (layer + (L - 2 - i) * layer + last) if i < L - 1 else nh * layer for i in range(L))
+    return {"bertfn": 2 * run + copies + L * nh * N * head, "nnsight": (1 + L * nh) * run}
+
+
 def bertfn_side(model, right: int, wrong: int):
     """bertfn's sweep over heads; returns the (L, nh) map."""
     from bertfn import interventions as iv
@@ -142,10 +162,14 @@ def run(model_dir: Path, quick: bool, threads: int, rounds: int) -> tuple[list[R
     if max(diffs.values()) > 1e-5:
         raise SystemExit(f"the maps differ by more than 1e-5: {diffs}")
     spread = values["bertfn"]
+    work = multiply_adds(cfg, S, 1)
     notes = [f"clean {CLEAN!r}, corrupted {CORRUPTED!r} ({S} tokens each); metric: logit({RIGHT}) - "
              f"logit({WRONG}) at the [MASK]; the map's values span {spread.min():.4f} to {spread.max():.4f}",
              "largest difference between bertfn's map and each other side's (the bound is 1e-5): "
              + "; ".join(f"{other} {d:.1e}" for other, d in diffs.items()),
+             f"multiply-adds in matrix products (bench/patching.py: multiply_adds): bertfn {work['bertfn'] / 1e9:.1f} G, "
+             f"nnsight {work['nnsight'] / 1e9:.1f} G (both ways): bertfn's / nnsight's {work['bertfn'] / work['nnsight']:.3f}, "
+             "the floor of the time ratio at equal product speed",
              f"nnsight {nnsight.__version__}: BertForMaskedLM with transformers' default attention "
              f"({nn_model._module.config._attn_implementation}); the patch writes head h's columns "
              "[h*hd, (h+1)*hd) of `bert.encoder.layer[i].attention.output.dense`'s input"]

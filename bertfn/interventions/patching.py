@@ -27,7 +27,7 @@ import torch
 from ..checkpoint.loading import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer
 from ..errors import InputError
-from ..inspect.trace import Recording, trace
+from ..inspect.trace import Recording
 from ..model.attention import causal_keep_mask, extended_mask, merge_heads, sdpa_attention, split_heads
 from ..model.encoder import encoder, feed_forward, layer
 from ..model.functional import layer_norm, linear
@@ -94,16 +94,37 @@ SWEEP_POINTS = {"positions": "layer.{i}.output", "heads": "layer.{i}.attention.c
 
 
 def _runs(clean_text: str, corrupted_text: str, m: Model) -> tuple[Recording, Recording]:
-    clean, corrupted = trace(clean_text, m), trace(corrupted_text, m)
-    if clean.mask_positions != corrupted.mask_positions:
-        raise InputError(f"the clean text has [MASK] at {clean.mask_positions} and the corrupted one at "
-                         f"{corrupted.mask_positions}; the metric compares the logits at the same masks")
-    if len(clean.tokens) != len(corrupted.tokens):
-        raise InputError(f"the clean text has {len(clean.tokens)} tokens and the corrupted one {len(corrupted.tokens)}; "
+    """The clean and the corrupted text recorded as :func:`~bertfn.inspect.trace.trace` records each, run as
+    one batch of two (the weights are read once; the two have the same number of tokens, so nothing is padded)."""
+    for what, text in (("the clean text", clean_text), ("the corrupted text", corrupted_text)):
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"{what} must be a sentence (a non-empty string), got {text!r:.60}")
+    tok = m.tokenizer
+    enc = tok([clean_text, corrupted_text])
+    ids = enc.input_ids.to(m.device)  # (2, S)
+    lengths = enc.attention_mask.sum(dim=1).tolist()
+    masks = [(ids[b, :lengths[b]] == tok.mask_token_id).nonzero()[:, 0].tolist() for b in range(2)]
+    if masks[0] != masks[1]:
+        raise InputError(f"the clean text has [MASK] at {masks[0]} and the corrupted one at "
+                         f"{masks[1]}; the metric compares the logits at the same masks")
+    if lengths[0] != lengths[1]:
+        raise InputError(f"the clean text has {lengths[0]} tokens and the corrupted one {lengths[1]}; "
                          "patching compares the same positions, so make them the same length in tokens")
-    if not corrupted.mask_positions:
+    if not masks[1]:
         raise InputError("the corrupted text has no [MASK]: the metric reads the MLM logits at its masks")
-    return clean, corrupted
+    record = Trace()
+    with torch.no_grad():
+        out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
+                      impl="eager", trace=record)
+        where = torch.tensor(masks[1], device=m.device)
+        mlm_head(m.params, out.last_hidden_state[:, where], trace=record)  # (2, N, V)
+
+    def one(b: int) -> Recording:  # text b's rows; mlm.* without the batch axis, as trace() records them
+        tensors = {k: (v[b] if k.startswith("mlm.") else v[b:b + 1]) if v.shape[0] == 2 else v
+                   for k, v in record.store.items()}
+        return Recording(enc.tokens[b], ids[b:b + 1], masks[b], tensors, m.config, m)
+
+    return one(0), one(1)
 
 
 def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metric: Metric, *,
@@ -144,15 +165,18 @@ def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metri
 
         layers = tqdm(layers, desc=f"patching {over}", unit="layer", leave=False)
     with torch.no_grad():
-        active, members = None, []  # copies patched below the current layer: (c, S, H), and (layer, n) of each group
+        active, members = None, []  # copies patched below the current layer: (A, S, H), and (layer, n) of each group
         for i in layers:
-            if active is not None:
-                active = _layer(params, i, active, mask, where)  # every copy patched below i goes through layer i
             x = corrupted[f"layer.{i - 1}.output"] if i else corrupted["embeddings.output"]  # (1, S, H): below the patch, once
-            new = _patched_layer(params, x, mask, i, names[i], clean[names[i]], counts[i], over)  # (n, S, H)
-            if i == L - 1:
-                new = new[:, where]  # (n, N, H)
-            active = new if active is None else torch.cat([active, new])
+            new = x.expand(counts[i], *x.shape[1:])  # (n, S, H): the copies to patch at layer i
+            if i == L - 1 and active is not None:  # the last layer: the copies patched below at the masks alone
+                new = _patched_layer(params, new.contiguous(), mask, i, names[i], clean[names[i]], over)[:, where]
+                active = torch.cat([_layer(params, i, active, mask, where), new])  # (A + n, N, H)
+            else:  # the copies patched below i and those patched at i through layer i as one batch
+                batch = new.contiguous() if active is None else torch.cat([active, new])
+                active = _patched_layer(params, batch, mask, i, names[i], clean[names[i]], over)  # (A + n, S, H)
+                if i == L - 1:
+                    active = active[:, where]  # (n, N, H)
             members.append((i, counts[i]))
             if i == L - 1 or active.shape[0] * active.shape[1] >= MAX_ROWS:  # on to the top, then a new batch
                 for j in range(i + 1, L):
@@ -160,10 +184,9 @@ def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metri
                 for (k, n), h in zip(members, active.split([n for _, n in members])):
                     ends[k] = h
                 active, members = None, []
-        rows = []
-        for i in range(L):
-            logits = mlm_head(params, ends[i])  # (n, N, V)
-            rows.append(torch.stack([metric(lg.float()) for lg in logits]).cpu())
+        logits = mlm_head(params, torch.cat([ends[i] for i in range(L)]))  # (L x n, N, V): the decoder's weights read once
+        values = torch.stack([metric(lg.float()) for lg in logits]).cpu()
+        rows = list(values.split(counts))
     return Sweep(torch.stack(rows), runs[0], runs[1], names, over)
 
 
@@ -177,22 +200,23 @@ batch is run through the layers above and a new one starts (memory: a layer's in
 ``4 x MAX_ROWS x H`` floats)."""
 
 
-def _patched_layer(params, x: Tensor, mask: Tensor, i: int, name: str, source: Tensor, n: int, over: str) -> Tensor:
-    """Layer i on n copies of ``x`` (1, S, H), copy c with slice c of ``name`` patched from ``source``:
-    the patched slices of one layer as one batch. Returns the layer's output (n, S, H)."""
-    c = torch.arange(n, device=x.device)
+def _patched_layer(params, h: Tensor, mask: Tensor, i: int, name: str, source: Tensor, over: str) -> Tensor:
+    """Layer i on the copies ``h`` (A + n, S, H) whose last n are to be patched: copy A + c with slice c
+    of ``name`` from ``source`` (the first A pass through unpatched). Returns the layer's output (A + n, S, H)."""
+    n = source.shape[1] if over == "heads" else source.shape[2 if source.dim() == 4 else 1]  # heads or positions
+    c = torch.arange(n, device=h.device)
+    at = h.shape[0] - n + c  # the rows of the copies to patch
 
-    def edit(t: Tensor, point: Point) -> Tensor:  # t: (n, ...) copies; copy c takes the clean slice c
+    def edit(t: Tensor, point: Point) -> Tensor:  # t: (A + n, ...) copies; copy A + c takes the clean slice c
         out = t.clone()
         if over == "heads":
-            out[c, c] = source[0].to(t.dtype)[c]  # (n, nh, S, hd): head c of copy c
+            out[at, c] = source[0].to(t.dtype)[c]  # (., nh, S, hd): head c
         elif t.dim() == 4:
-            out[c, :, c] = source[0, :, c].to(t.dtype).transpose(0, 1)  # (n, nh, S, ...): position c of copy c
+            out[at, :, c] = source[0, :, c].to(t.dtype).transpose(0, 1)  # (., nh, S, ...): position c
         else:
-            out[c, c] = source[0, c].to(t.dtype)  # (n, S, X): position c of copy c
+            out[at, c] = source[0, c].to(t.dtype)  # (., S, X): position c
         return out
 
-    h = x.expand(n, *x.shape[1:])
     points = Trace(prefix=f"layer.{i}.", edits={name: edit}, keep=False)
     return layer(params.layer(i), h, mask, impl="sdpa", trace=points).hidden  # eager where an edit needs the weights
 
