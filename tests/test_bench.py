@@ -13,6 +13,7 @@ from pathlib import Path
 import datasets  # noqa: F401  (the test extra installs it: the pipeline's side of the file rows must run)
 import onnx  # noqa: F401  (the test extra installs both: the benchmark's ONNX Runtime side must run)
 import onnxruntime  # noqa: F401
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench.py"
 ROWS = [
@@ -87,3 +88,31 @@ def test_scoring_quick_run_writes_its_section_and_keeps_the_others(mlm_checkpoin
     assert all(float(gap) < 1e-4 for gap in apart.values()), apart
     floors = [float(f) for f in re.findall(r"bertfn's / its: (\S+),", text)]  # bertfn does less of the work
     assert len(floors) == 3 and all(0 < f < 1 for f in floors), floors
+
+
+PATCHING = BENCH.parent / "patching.py"
+PATCHING_ROWS = [rf"patch each of 2 x 3 heads, 16-token pair \| s \| {SPREAD} \| {other} \| {SPREAD} \| {NUMBER} \| <= 0.2 \|"
+                 for other in ("nnsight, a trace per layer", "nnsight, one trace")]
+
+
+def test_patching_quick_run_writes_its_section_and_the_maps_agree(mlm_checkpoint, tmp_path, monkeypatch):
+    """bench/patching.py --quick: bertfn's head sweep and nnsight's agree (1e-5), and bench.py's section stays."""
+    pytest.importorskip("nnsight", reason="bench/patching.py measures against nnsight (pip install -e '.[bench]')")
+    spec = importlib.util.spec_from_file_location("bench_patching", PATCHING)
+    patching = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py and workload.py
+    spec.loader.exec_module(patching)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
+    patching.main(["--model", str(mlm_checkpoint[0]), "--quick", "--out", str(out)])
+
+    text = out.read_text()
+    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn patching benchmark")
+    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
+    assert len(lines) == len(PATCHING_ROWS)
+    for pattern, line in zip(PATCHING_ROWS, lines):
+        assert re.match(rf"\| {pattern}", line), line
+    note = next(line for line in text.splitlines() if line.startswith("- largest difference"))
+    apart = dict(re.findall(r"(nnsight, [^;]+) ([^;\s]+)", note.split("(the bound is 1e-5): ")[1]))
+    assert set(apart) == {"nnsight, a trace per layer", "nnsight, one trace"}
+    assert all(float(gap) < 1e-5 for gap in apart.values()), apart

@@ -130,23 +130,41 @@ def test_tasks_take_edits(tiny):
     assert steered != bertfn.fill_mask(texts[0], tiny)
 
 
-def test_a_sweep_value_is_the_run_patched_at_that_slice(tiny):
+@pytest.mark.parametrize("max_rows", [2048, 1])  # 1: every layer's copies run to the top as a batch of their own
+def test_a_sweep_value_is_the_run_patched_at_that_slice(tiny, max_rows, monkeypatch):
+    monkeypatch.setattr(iv.patching, "MAX_ROWS", max_rows)
     clean, corrupted = "when in rome do as the [MASK] do", "when in paris do as the [MASK] do"
     right, wrong = tiny.tokenizer.token_to_id("romans"), tiny.tokenizer.token_to_id("people")
     metric = iv.logit_difference(right, wrong)
     clean_rec = bertfn.trace(clean, tiny)
-    for over, name, slices in (("positions", "layer.{i}.output", dict(positions=3)),
-                               ("heads", "layer.{i}.attention.context", dict(heads=1))):
+    S = len(clean_rec.tokens)
+    for over, name, key in (("positions", "layer.{i}.output", "positions"),
+                            ("heads", "layer.{i}.attention.context", "heads")):
         result = iv.sweep(clean, corrupted, tiny, metric, over=over, progress=False)
-        assert result.values.shape == ((2, len(clean_rec.tokens)) if over == "positions" else (2, 3))
+        assert result.values.shape == ((2, S) if over == "positions" else (2, 3))
         for i in range(2):
-            edited = bertfn.trace(corrupted, tiny, edits=iv.patch(clean_rec, name.format(i=i), **slices))
-            k = 3 if over == "positions" else 1
-            assert abs(result.values[i, k].item() - metric(edited["mlm.logits"]).item()) < 1e-5
+            for k in range(result.values.shape[1]):  # every slice of every layer
+                edited = bertfn.trace(corrupted, tiny, edits=iv.patch(clean_rec, name.format(i=i), **{key: k}))
+                assert abs(result.values[i, k].item() - metric(edited["mlm.logits"]).item()) < 1e-5
         assert abs(result.clean - metric(clean_rec["mlm.logits"]).item()) < 1e-6
         estimate = iv.attribution(clean, corrupted, tiny, metric, over=over)
         assert estimate.values.shape == result.values.shape
         assert -1 <= iv.correlation(estimate, result) <= 1
+
+
+@pytest.mark.parametrize("kind", [dict(is_decoder=True), dict(position_embedding_type="relative_key")])
+def test_a_sweep_of_a_decoder_or_relative_positions_is_the_run_patched(tiny, kind):
+    """The sweep's last layer runs at the masks alone: with a causal mask (its rows) and with relative positions."""
+    cfg = bertfn.BertConfig(**{**tiny.config.to_dict(), "num_hidden_layers": 3, **kind})
+    m = bertfn.Model(cfg, random_model(cfg).state, tiny.tokenizer, "random")
+    clean, corrupted = "when in rome do as the [MASK] do", "when in paris do as the [MASK] do"
+    metric = iv.logit_difference(m.tokenizer.token_to_id("romans"), m.tokenizer.token_to_id("people"))
+    clean_rec = bertfn.trace(clean, m)
+    result = iv.sweep(clean, corrupted, m, metric, over="heads", progress=False)
+    for i in range(3):
+        for h in range(3):
+            edited = bertfn.trace(corrupted, m, edits=iv.patch(clean_rec, f"layer.{i}.attention.context", heads=h))
+            assert abs(result.values[i, h].item() - metric(edited["mlm.logits"]).item()) < 1e-5
 
 
 def test_gradients_flow_through_edits(tiny):

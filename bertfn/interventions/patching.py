@@ -8,7 +8,9 @@
 output, or each head of each layer's context) and measures a metric of the MLM logits at the
 corrupted text's masks, for a layer x position or layer x head map (causal tracing, Meng et al. 2022;
 Vig et al. 2020). It reuses what does not change: the clean and the corrupted runs once, the layers
-below a patch once, and all the slices of one layer as one batch through the layers above it.
+below a patch once, and all the slices of one layer as one batch; from there on the copies patched at
+every layer so far go through each layer above as one batch (up to :data:`MAX_ROWS` rows), and the
+last layer runs its keys and values at every position but the rest at the masks alone.
 :func:`attribution` estimates the same map from one forward and one backward pass of the corrupted
 run (attribution patching, Nanda 2023): the change a patch makes is about
 ``(clean - corrupted) . d metric / d activation`` summed over the slice.
@@ -25,9 +27,10 @@ import torch
 from ..checkpoint.loading import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer
 from ..errors import InputError
-from ..inspect.trace import Recording, trace
-from ..model.attention import causal_keep_mask, extended_mask
-from ..model.encoder import encoder, layer
+from ..inspect.trace import Recording
+from ..model.attention import causal_keep_mask, extended_mask, merge_heads, sdpa_attention, split_heads
+from ..model.encoder import encoder, feed_forward, layer
+from ..model.functional import layer_norm, linear
 from ..model.heads import mlm_head
 from ..model.recorder import Edit, Point, Trace, check_edits
 from .points import select
@@ -91,16 +94,37 @@ SWEEP_POINTS = {"positions": "layer.{i}.output", "heads": "layer.{i}.attention.c
 
 
 def _runs(clean_text: str, corrupted_text: str, m: Model) -> tuple[Recording, Recording]:
-    clean, corrupted = trace(clean_text, m), trace(corrupted_text, m)
-    if clean.mask_positions != corrupted.mask_positions:
-        raise InputError(f"the clean text has [MASK] at {clean.mask_positions} and the corrupted one at "
-                         f"{corrupted.mask_positions}; the metric compares the logits at the same masks")
-    if len(clean.tokens) != len(corrupted.tokens):
-        raise InputError(f"the clean text has {len(clean.tokens)} tokens and the corrupted one {len(corrupted.tokens)}; "
+    """The clean and the corrupted text recorded as :func:`~bertfn.inspect.trace.trace` records each, run as
+    one batch of two (the weights are read once; the two have the same number of tokens, so nothing is padded)."""
+    for what, text in (("the clean text", clean_text), ("the corrupted text", corrupted_text)):
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"{what} must be a sentence (a non-empty string), got {text!r:.60}")
+    tok = m.tokenizer
+    enc = tok([clean_text, corrupted_text])
+    ids = enc.input_ids.to(m.device)  # (2, S)
+    lengths = enc.attention_mask.sum(dim=1).tolist()
+    masks = [(ids[b, :lengths[b]] == tok.mask_token_id).nonzero()[:, 0].tolist() for b in range(2)]
+    if masks[0] != masks[1]:
+        raise InputError(f"the clean text has [MASK] at {masks[0]} and the corrupted one at "
+                         f"{masks[1]}; the metric compares the logits at the same masks")
+    if lengths[0] != lengths[1]:
+        raise InputError(f"the clean text has {lengths[0]} tokens and the corrupted one {lengths[1]}; "
                          "patching compares the same positions, so make them the same length in tokens")
-    if not corrupted.mask_positions:
+    if not masks[1]:
         raise InputError("the corrupted text has no [MASK]: the metric reads the MLM logits at its masks")
-    return clean, corrupted
+    record = Trace()
+    with torch.no_grad():
+        out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
+                      impl="eager", trace=record)
+        where = torch.tensor(masks[1], device=m.device)
+        mlm_head(m.params, out.last_hidden_state[:, where], trace=record)  # (2, N, V)
+
+    def one(b: int) -> Recording:  # text b's rows; mlm.* without the batch axis, as trace() records them
+        tensors = {k: (v[b] if k.startswith("mlm.") else v[b:b + 1]) if v.shape[0] == 2 else v
+                   for k, v in record.store.items()}
+        return Recording(enc.tokens[b], ids[b:b + 1], masks[b], tensors, m.config, m)
+
+    return one(0), one(1)
 
 
 def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metric: Metric, *,
@@ -130,46 +154,91 @@ def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metri
     if m.config.is_decoder:
         keep = causal_keep_mask(keep, keep.shape[1])  # (1, S, S)
     mask = extended_mask(keep, corrupted["embeddings.output"].dtype)
-    rows = []
+    if over == "heads" and any(clean[n].dim() != 4 for n in names):
+        raise InputError(f"{template} is not split into heads; sweep heads at layer.{{i}}.attention.q|k|v|context")
+    counts = [clean[n].shape[1] if over == "heads" else clean[n].shape[2 if clean[n].dim() == 4 else 1]
+              for n in names]  # heads or positions per layer
+    ends = {}  # layer -> (n, N, H): the last hidden states at the masks, copy c patched at slice c of that layer
     layers = range(L)
     if progress:
         from tqdm import tqdm
 
         layers = tqdm(layers, desc=f"patching {over}", unit="layer", leave=False)
     with torch.no_grad():
+        active, members = None, []  # copies patched below the current layer: (A, S, H), and (layer, n) of each group
         for i in layers:
             x = corrupted[f"layer.{i - 1}.output"] if i else corrupted["embeddings.output"]  # (1, S, H): below the patch, once
-            source = clean[names[i]]
-            if over == "heads" and source.dim() != 4:
-                raise InputError(f"{names[i]} is not split into heads; sweep heads at layer.{{i}}.attention.q|k|v|context")
-            n = source.shape[1] if over == "heads" else source.shape[2 if source.dim() == 4 else 1]  # heads or positions
-            h = _patched_layers(params, x, mask, i, names[i], source, n, over)  # (n, S, H)
-            logits = mlm_head(params, h[:, where])  # (n, N, V)
-            rows.append(torch.stack([metric(lg.float()) for lg in logits]).cpu())
+            new = x.expand(counts[i], *x.shape[1:])  # (n, S, H): the copies to patch at layer i
+            if i == L - 1 and active is not None:  # the last layer: the copies patched below at the masks alone
+                new = _patched_layer(params, new.contiguous(), mask, i, names[i], clean[names[i]], over)[:, where]
+                active = torch.cat([_layer(params, i, active, mask, where), new])  # (A + n, N, H)
+            else:  # the copies patched below i and those patched at i through layer i as one batch
+                batch = new.contiguous() if active is None else torch.cat([active, new])
+                active = _patched_layer(params, batch, mask, i, names[i], clean[names[i]], over)  # (A + n, S, H)
+                if i == L - 1:
+                    active = active[:, where]  # (n, N, H)
+            members.append((i, counts[i]))
+            if i == L - 1 or active.shape[0] * active.shape[1] >= MAX_ROWS:  # on to the top, then a new batch
+                for j in range(i + 1, L):
+                    active = _layer(params, j, active, mask, where)
+                for (k, n), h in zip(members, active.split([n for _, n in members])):
+                    ends[k] = h
+                active, members = None, []
+        logits = mlm_head(params, torch.cat([ends[i] for i in range(L)]))  # (L x n, N, V): the decoder's weights read once
+        values = torch.stack([metric(lg.float()) for lg in logits]).cpu()
+        rows = list(values.split(counts))
     return Sweep(torch.stack(rows), runs[0], runs[1], names, over)
 
 
-def _patched_layers(params, x: Tensor, mask: Tensor, i: int, name: str, source: Tensor, n: int, over: str) -> Tensor:
-    """Layers i .. L-1 on n copies of ``x`` (1, S, H), copy c with slice c of ``name`` patched from ``source``:
-    the patched slices of one layer as one batch. Returns the last hidden states (n, S, H)."""
-    c = torch.arange(n, device=x.device)
+MAX_ROWS = 2048
+"""How many rows (copies x tokens) :func:`sweep` lets a batch grow to before it runs it to the top.
 
-    def edit(t: Tensor, point: Point) -> Tensor:  # t: (n, ...) copies; copy c takes the clean slice c
+The copies patched at layer i join those patched below it, so that from layer i on they all go
+through each layer as one batch: the same products, on more rows at a time (a product on a few
+hundred rows runs well below the speed it reaches on a thousand or more). Past this many rows the
+batch is run through the layers above and a new one starts (memory: a layer's intermediate holds
+``4 x MAX_ROWS x H`` floats)."""
+
+
+def _patched_layer(params, h: Tensor, mask: Tensor, i: int, name: str, source: Tensor, over: str) -> Tensor:
+    """Layer i on the copies ``h`` (A + n, S, H) whose last n are to be patched: copy A + c with slice c
+    of ``name`` from ``source`` (the first A pass through unpatched). Returns the layer's output (A + n, S, H)."""
+    n = source.shape[1] if over == "heads" else source.shape[2 if source.dim() == 4 else 1]  # heads or positions
+    c = torch.arange(n, device=h.device)
+    at = h.shape[0] - n + c  # the rows of the copies to patch
+
+    def edit(t: Tensor, point: Point) -> Tensor:  # t: (A + n, ...) copies; copy A + c takes the clean slice c
         out = t.clone()
         if over == "heads":
-            out[c, c] = source[0].to(t.dtype)[c]  # (n, nh, S, hd): head c of copy c
+            out[at, c] = source[0].to(t.dtype)[c]  # (., nh, S, hd): head c
         elif t.dim() == 4:
-            out[c, :, c] = source[0, :, c].to(t.dtype).transpose(0, 1)  # (n, nh, S, ...): position c of copy c
+            out[at, :, c] = source[0, :, c].to(t.dtype).transpose(0, 1)  # (., nh, S, ...): position c
         else:
-            out[c, c] = source[0, c].to(t.dtype)  # (n, S, X): position c of copy c
+            out[at, c] = source[0, c].to(t.dtype)  # (., S, X): position c
         return out
 
-    h = x.expand(n, *x.shape[1:])
-    L = params.config.num_hidden_layers
-    for j in range(i, L):
-        points = Trace(prefix=f"layer.{j}.", edits={name: edit}, keep=False) if j == i else Trace(keep=False)
-        h = layer(params.layer(j), h, mask, impl="sdpa", trace=points).hidden  # eager where an edit needs the weights
-    return h
+    points = Trace(prefix=f"layer.{i}.", edits={name: edit}, keep=False)
+    return layer(params.layer(i), h, mask, impl="sdpa", trace=points).hidden  # eager where an edit needs the weights
+
+
+def _layer(params, i: int, h: Tensor, mask: Tensor, where: Tensor) -> Tensor:
+    """Layer i on the copies ``h`` (c, S, H) -> (c, S, H); the last layer only at the masks ``where``
+    (N,) -> (c, N, H): its keys and values at every position, the rest at the masks alone."""
+    p = params.layer(i)
+    cfg = params.config
+    if i < cfg.num_hidden_layers - 1 or cfg.position_embedding_type != "absolute":
+        out = layer(p, h, mask, impl="sdpa").hidden
+        return out if i < cfg.num_hidden_layers - 1 else out[:, where]
+    a = p.scope("attention")
+    nh = a["self.query.weight"].shape[0] // cfg.head_dim  # fewer than config heads if this layer was pruned
+    x = h[:, where]  # (c, N, H)
+    q = split_heads(linear(x, a["self.query.weight"], a["self.query.bias"]), nh)  # (c, nh, N, hd)
+    k = split_heads(linear(h, a["self.key.weight"], a["self.key.bias"]), nh)  # (c, nh, S, hd)
+    v = split_heads(linear(h, a["self.value.weight"], a["self.value.bias"]), nh)
+    m = mask if mask.shape[-2] == 1 else mask[..., where, :]  # a decoder's causal mask: the masks' rows
+    out = linear(merge_heads(sdpa_attention(q, k, v, m)), a["output.dense.weight"], a["output.dense.bias"])
+    out = layer_norm(out + x, a["output.LayerNorm.weight"], a["output.LayerNorm.bias"], cfg.layer_norm_eps)
+    return feed_forward(p, out)  # (c, N, H)
 
 
 def attribution(clean_text: str, corrupted_text: str, model: Model | str | Path, metric: Metric, *,
