@@ -28,7 +28,13 @@ from ..checkpoint.loading import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer
 from ..errors import InputError
 from ..inspect.trace import Recording
-from ..model.attention import causal_keep_mask, extended_mask, merge_heads, sdpa_attention, split_heads
+from ..model.attention import (
+    causal_keep_mask,
+    extended_mask,
+    merge_heads,
+    sdpa_attention,
+    split_heads,
+)
 from ..model.encoder import encoder, feed_forward, layer
 from ..model.functional import layer_norm, linear
 from ..model.heads import mlm_head
