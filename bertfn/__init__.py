@@ -18,6 +18,7 @@ Calls that read text take the texts first and the model second (``fill_mask(text
 ``trace(text, model)``); checkpoint/resolve.py turns what they are given into a Model.
 """
 
+from . import interventions  # edits by name: ablation, steering, activation patching
 from .checkpoint.loading import Model, load
 from .checkpoint.pruning import prune_heads
 from .checkpoint.scratch import init_model, parameter_count
@@ -31,7 +32,6 @@ from .errors import (
     MissingPartError,
     ModelLoadError,
 )
-from . import interventions  # edits by name: ablation, steering, activation patching
 from .inspect import plots  # matplotlib itself is imported only when a plot is drawn
 from .inspect.trace import Recording, trace  # bertfn.trace is this function; the recorder class is bertfn.Trace
 from .model.attention import attention, eager_attention, extended_mask, sdpa_attention

@@ -198,3 +198,19 @@ def hf_params(model, requires_grad: bool = False) -> "bertfn.Params":
     state = normalize_keys(state, config)
     check_state(state, config)
     return bertfn.Params(state, config)
+
+
+@pytest.fixture(scope="session")
+def antiberty_hf():
+    """transformers' BertForMaskedLM on the AntiBERTy weights (eager attention) and its tokenizer: the oracle
+    of the scoring and mutation tests. Skips without antiberty or transformers."""
+    import warnings
+
+    paths = antiberty_paths()
+    if paths is None:
+        pytest.skip("antiberty is not installed")
+    transformers = require_transformers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the extra heads' unused weights
+        hf = transformers.BertForMaskedLM.from_pretrained(paths[0], attn_implementation="eager").eval()
+    return hf, transformers.BertTokenizerFast(vocab_file=str(paths[1]), do_lower_case=False)

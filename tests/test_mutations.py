@@ -4,11 +4,10 @@ AntiBERTy, the PLL change, the substitution matrix as an API, a CLI output and a
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 import torch
-from conftest import antiberty_paths, require_transformers
+from conftest import antiberty_paths
 
 import bertfn
 from bertfn.cli import main
@@ -19,17 +18,6 @@ VARIANTS = [HEAVY.replace("S W V R", "S W P R"),  # V37P
             HEAVY.replace("E V Q L", "Q V Q L").replace("G F T F", "G Y T F"),  # E1Q F27Y
             HEAVY]
 
-
-@pytest.fixture(scope="module")
-def antiberty_hf():
-    paths = antiberty_paths()
-    if paths is None:
-        pytest.skip("antiberty is not installed")
-    transformers = require_transformers()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the extra heads' unused weights
-        hf = transformers.BertForMaskedLM.from_pretrained(paths[0], attn_implementation="eager").eval()
-    return hf, transformers.BertTokenizerFast(vocab_file=str(paths[1]), do_lower_case=False)
 
 
 def hf_marginals(hf, tok, text: str) -> torch.Tensor:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 
 import pytest
 import torch
-from conftest import VOCAB, WORDS, antiberty_paths, minilm_folder, random_model, require_transformers
+from conftest import VOCAB, WORDS, minilm_folder, random_model, require_transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,17 +110,6 @@ def test_fast_path_equals_reference_with_relative_positions_and_pruned_heads():
             torch.testing.assert_close(scoring.log_probs(m, copies, batch_size),
                                        scoring.log_probs_reference(m, copies, 2), atol=1e-5, rtol=1e-5)
 
-
-@pytest.fixture(scope="module")
-def antiberty_hf():
-    paths = antiberty_paths()
-    if paths is None:
-        pytest.skip("antiberty is not installed")
-    transformers = require_transformers()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the extra heads' unused weights
-        hf = transformers.BertForMaskedLM.from_pretrained(paths[0]).eval()
-    return hf, transformers.BertTokenizerFast(vocab_file=str(paths[1]), do_lower_case=False)
 
 
 HEAVY = "E V Q L V E S G G G L V Q P G G S L R L S C A A S G F T F S S Y A M S W V R Q A P G K G L E W V S"
