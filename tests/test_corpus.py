@@ -544,8 +544,9 @@ def test_compact_outputs(tiny_folder, model, tmp_path, capsys):
     """Floats at float32 precision (shortest round trip); --format npy / parquet beside the JSON Lines;
     --no-echo and --no-detail leave the text and score's per-token detail out."""
     import numpy as np
-    import pandas as pd
     import torch
+
+    pd = pytest.importorskip("pandas", reason="parquet is read back with pandas (the test extra has it)")
 
     texts = ["the cat sat on the mat .", "", "paris is the capital of france ."]
     src, out = tmp_path / "in.txt", tmp_path / "vectors.jsonl"
