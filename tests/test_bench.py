@@ -59,6 +59,21 @@ def test_quick_run_writes_every_row(mlm_checkpoint, tmp_path, monkeypatch):
         assert re.match(rf"\| {pattern} {CELLS}", line), line
 
 
+def quick_section(script: Path, heading: str, checkpoint: Path, tmp_path: Path, monkeypatch) -> tuple[str, list[str]]:
+    """Run ``script --quick`` on ``checkpoint`` into a RESULTS.md that holds bench.py's section already; check
+    that section stays and the script's follows it; return the file's text and the script's table rows."""
+    spec = importlib.util.spec_from_file_location(f"bench_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py and workload.py
+    spec.loader.exec_module(module)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
+    module.main(["--model", str(checkpoint), "--quick", "--out", str(out)])
+    text = out.read_text()
+    assert text.startswith(f"# bertfn benchmark\n\n| fill-mask rows |\n\n# {heading}")
+    return text, [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
+
+
 SCORING = BENCH.parent / "scoring.py"
 SCORING_ROWS = [
     *(rf"{workload} \| s \| .* \| {other} \|"
@@ -69,17 +84,7 @@ SCORING_ROWS = [
 
 def test_scoring_quick_run_writes_its_section_and_keeps_the_others(mlm_checkpoint, tmp_path, monkeypatch):
     """bench/scoring.py --quick: its rows, the three sides' scores agree, and bench.py's section stays."""
-    spec = importlib.util.spec_from_file_location("bench_scoring", SCORING)
-    scoring = importlib.util.module_from_spec(spec)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py and workload.py
-    spec.loader.exec_module(scoring)
-    out = tmp_path / "RESULTS.md"
-    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
-    scoring.main(["--model", str(mlm_checkpoint[0]), "--quick", "--out", str(out)])
-
-    text = out.read_text()
-    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn scoring benchmark")
-    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
+    text, lines = quick_section(SCORING, "bertfn scoring benchmark", mlm_checkpoint[0], tmp_path, monkeypatch)
     assert len(lines) == len(SCORING_ROWS)
     for pattern, line in zip(SCORING_ROWS, lines):
         assert re.match(rf"\| {pattern} {SPREAD} \| {NUMBER} \|", line), line
@@ -98,17 +103,7 @@ PATCHING_ROWS = [rf"patch each of 2 x 3 heads, 16-token pair \| s \| {SPREAD} \|
 def test_patching_quick_run_writes_its_section_and_the_maps_agree(mlm_checkpoint, tmp_path, monkeypatch):
     """bench/patching.py --quick: bertfn's head sweep and nnsight's agree (1e-5), and bench.py's section stays."""
     pytest.importorskip("nnsight", reason="bench/patching.py measures against nnsight (pip install -e '.[bench]')")
-    spec = importlib.util.spec_from_file_location("bench_patching", PATCHING)
-    patching = importlib.util.module_from_spec(spec)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py and workload.py
-    spec.loader.exec_module(patching)
-    out = tmp_path / "RESULTS.md"
-    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
-    patching.main(["--model", str(mlm_checkpoint[0]), "--quick", "--out", str(out)])
-
-    text = out.read_text()
-    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn patching benchmark")
-    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
+    text, lines = quick_section(PATCHING, "bertfn patching benchmark", mlm_checkpoint[0], tmp_path, monkeypatch)
     assert len(lines) == len(PATCHING_ROWS)
     for pattern, line in zip(PATCHING_ROWS, lines):
         assert re.match(rf"\| {pattern}", line), line

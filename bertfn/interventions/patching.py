@@ -27,16 +27,10 @@ import torch
 from ..checkpoint.loading import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer
 from ..errors import InputError
+from ..fast.unpadded import unpadded_attention, unpadded_feed_forward
 from ..inspect.trace import Recording
-from ..model.attention import (
-    causal_keep_mask,
-    extended_mask,
-    merge_heads,
-    sdpa_attention,
-    split_heads,
-)
-from ..model.encoder import encoder, feed_forward, layer
-from ..model.functional import layer_norm, linear
+from ..model.attention import causal_keep_mask, extended_mask
+from ..model.encoder import encoder, layer
 from ..model.heads import mlm_head
 from ..model.recorder import Edit, Point, Trace, check_edits
 from .points import select
@@ -176,11 +170,11 @@ def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metri
             x = corrupted[f"layer.{i - 1}.output"] if i else corrupted["embeddings.output"]  # (1, S, H): below the patch, once
             new = x.expand(counts[i], *x.shape[1:])  # (n, S, H): the copies to patch at layer i
             if i == L - 1 and active is not None:  # the last layer: the copies patched below at the masks alone
-                new = _patched_layer(params, new.contiguous(), mask, i, names[i], clean[names[i]], over)[:, where]
+                new = _patched_layer(params, new.contiguous(), mask, i, names[i], clean[names[i]], counts[i], over)[:, where]
                 active = torch.cat([_layer(params, i, active, mask, where), new])  # (A + n, N, H)
             else:  # the copies patched below i and those patched at i through layer i as one batch
                 batch = new.contiguous() if active is None else torch.cat([active, new])
-                active = _patched_layer(params, batch, mask, i, names[i], clean[names[i]], over)  # (A + n, S, H)
+                active = _patched_layer(params, batch, mask, i, names[i], clean[names[i]], counts[i], over)  # (A + n, S, H)
                 if i == L - 1:
                     active = active[:, where]  # (n, N, H)
             members.append((i, counts[i]))
@@ -206,10 +200,10 @@ batch is run through the layers above and a new one starts (memory: a layer's in
 ``4 x MAX_ROWS x H`` floats)."""
 
 
-def _patched_layer(params, h: Tensor, mask: Tensor, i: int, name: str, source: Tensor, over: str) -> Tensor:
+def _patched_layer(params, h: Tensor, mask: Tensor, i: int, name: str, source: Tensor, n: int, over: str) -> Tensor:
     """Layer i on the copies ``h`` (A + n, S, H) whose last n are to be patched: copy A + c with slice c
-    of ``name`` from ``source`` (the first A pass through unpatched). Returns the layer's output (A + n, S, H)."""
-    n = source.shape[1] if over == "heads" else source.shape[2 if source.dim() == 4 else 1]  # heads or positions
+    of ``name`` from ``source`` (the first A pass through unpatched); n: heads or positions. Returns the
+    layer's output (A + n, S, H)."""
     c = torch.arange(n, device=h.device)
     at = h.shape[0] - n + c  # the rows of the copies to patch
 
@@ -229,22 +223,15 @@ def _patched_layer(params, h: Tensor, mask: Tensor, i: int, name: str, source: T
 
 def _layer(params, i: int, h: Tensor, mask: Tensor, where: Tensor) -> Tensor:
     """Layer i on the copies ``h`` (c, S, H) -> (c, S, H); the last layer only at the masks ``where``
-    (N,) -> (c, N, H): its keys and values at every position, the rest at the masks alone."""
+    (N,) -> (c, N, H): the fast path's last layer (:func:`~bertfn.fast.unpadded.unpadded_attention`), the
+    copies laid end to end, keys and values at every position, the rest at the masks alone."""
     p = params.layer(i)
-    cfg = params.config
-    if i < cfg.num_hidden_layers - 1 or cfg.position_embedding_type != "absolute":
-        out = layer(p, h, mask, impl="sdpa").hidden
-        return out if i < cfg.num_hidden_layers - 1 else out[:, where]
-    a = p.scope("attention")
-    nh = a["self.query.weight"].shape[0] // cfg.head_dim  # fewer than config heads if this layer was pruned
-    x = h[:, where]  # (c, N, H)
-    q = split_heads(linear(x, a["self.query.weight"], a["self.query.bias"]), nh)  # (c, nh, N, hd)
-    k = split_heads(linear(h, a["self.key.weight"], a["self.key.bias"]), nh)  # (c, nh, S, hd)
-    v = split_heads(linear(h, a["self.value.weight"], a["self.value.bias"]), nh)
-    m = mask if mask.shape[-2] == 1 else mask[..., where, :]  # a decoder's causal mask: the masks' rows
-    out = linear(merge_heads(sdpa_attention(q, k, v, m)), a["output.dense.weight"], a["output.dense.bias"])
-    out = layer_norm(out + x, a["output.LayerNorm.weight"], a["output.LayerNorm.bias"], cfg.layer_norm_eps)
-    return feed_forward(p, out)  # (c, N, H)
+    if i < params.config.num_hidden_layers - 1:
+        return layer(p, h, mask, impl="sdpa").hidden
+    c, S, H = h.shape
+    rows = (torch.arange(c, device=h.device)[:, None] * S + where[None, :]).flatten()  # (c * N,): the masks, end to end
+    x = unpadded_attention(p.scope("attention"), h.reshape(1, c * S, H), [S] * c, rows)  # (1, c * N, H)
+    return unpadded_feed_forward(p, x).view(c, len(where), H)
 
 
 def attribution(clean_text: str, corrupted_text: str, model: Model | str | Path, metric: Metric, *,

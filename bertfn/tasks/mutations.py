@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,17 +132,16 @@ def _substitutions(m: Model, reference: str, batch_size: int) -> Substitutions:
     return Substitutions(reference, [enc.tokens[0][j] for j in copies.target], list(copies.truth), out, columns)
 
 
-_last: tuple[dict, tuple, Substitutions] | None = None  # the last reference's matrix: (model state, key, matrix)
+_last: tuple[weakref.ref, str, Substitutions] | None = None  # the last reference's matrix: (model, reference, matrix)
 
 
 def _cached_substitutions(m: Model, reference: str, batch_size: int) -> Substitutions:
     """:func:`_substitutions`, kept for the next call with the same model and reference (a file run scores
-    its variants a piece at a time, and the reference's matrix is the costly part). The model's state
-    is held, not its id, so that the key cannot be a dead model's."""
+    its variants a piece at a time, and the reference's matrix is the costly part). The model is held
+    by a weak reference: the cache never keeps a model alive that its caller let go."""
     global _last
-    key = (m.dtype, str(m.device), reference)
-    if _last is None or _last[0] is not m.state or _last[1] != key:
-        _last = (m.state, key, _substitutions(m, reference, batch_size))
+    if _last is None or _last[0]() is not m or _last[1] != reference:
+        _last = (weakref.ref(m), reference, _substitutions(m, reference, batch_size))
     return _last[2]
 
 
