@@ -177,3 +177,12 @@ def test_the_readme_is_the_short_front_page_and_its_links_resolve():
             headings = re.findall(r"^#+ (.+)$", (ROOT / page).read_text(encoding="utf-8"), re.M)
             slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
             assert anchor in slugs, f"README.md links to {link}, but {page} has no such heading"
+
+
+def test_reading_the_code_names_every_module():
+    """docs/reading-the-code.md's table names each file of bertfn/ (a file or, in a row of several, its name)."""
+    table = (DOCS / "reading-the-code.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([\w/]+\.py)`", table))
+    modules = [p.relative_to(ROOT / "bertfn").as_posix() for p in (ROOT / "bertfn").rglob("*.py") if p.name != "__init__.py"]
+    missing = [m for m in modules if m not in named and Path(m).name not in named]
+    assert not missing, f"docs/reading-the-code.md does not say what these hold: {missing}"
