@@ -3,14 +3,12 @@
 After the site is built, AntiBERTy (a real pretrained BERT masked LM whose weights ship in the
 ``antiberty`` package) traces one antibody chain with a masked residue, and the explorer's
 self-contained page is written to ``site/explorer/antiberty.html``; docs/explorer.md shows it in an
-iframe. The weights are found as tests/conftest.py finds them (the package located, not imported), or
-in the ``trained_models`` folder that ``BERTFN_DOCS_ANTIBERTY`` names (.ci/run takes them out of the
-package's wheel). Without them the build fails: the page would be empty.
+iframe. The weights are found as tests/conftest.py finds them (the package located, not imported: .ci/run
+installs it without its dependencies). Without them the build fails: the page would be empty.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from importlib.util import find_spec
@@ -26,13 +24,9 @@ PAGE = Path("explorer") / "antiberty.html"
 
 def antiberty_folder() -> Path:
     """AntiBERTy's ``trained_models`` folder (``AntiBERTy_md_smooth/`` and ``vocab.txt``)."""
-    named = os.environ.get("BERTFN_DOCS_ANTIBERTY")
-    if named:
-        return Path(named)
     spec = find_spec("antiberty")
     if spec is None:
-        raise PluginError("the explorer page needs AntiBERTy's weights: pip install --no-deps antiberty==0.1.3, "
-                          "or set BERTFN_DOCS_ANTIBERTY to its trained_models folder")
+        raise PluginError("the explorer page needs AntiBERTy's weights: pip install --no-deps antiberty==0.1.3")
     return Path(spec.origin).parent / "trained_models"
 
 
