@@ -102,11 +102,15 @@ def test_the_search_finds_pseudo_log_likelihood(open_tab):
     tab = open_tab("")
     page = tab.page
     page.locator("label.md-search__icon, .md-search__input").first.click()
-    page.locator("input.md-search__input").fill("pseudo-log-likelihood")
+    meta = page.locator(".md-search-result__meta")
+    # the index loads in a web worker ("Initializing search" until then); the query is read on key-up, as typed
+    page.wait_for_function("() => !document.querySelector('.md-search-result__meta').textContent.includes('Initializing')",
+                           timeout=30_000)
+    page.locator("input.md-search__input").press_sequentially("pseudo-log-likelihood")
     page.wait_for_function("() => document.querySelectorAll('.md-search-result__item a').length > 0", timeout=20_000)
     links = page.evaluate("() => Array.from(document.querySelectorAll('.md-search-result__item a')).map(a => a.href)")
     assert any("/guides/scoring/" in link for link in links), links
-    assert "matching document" in page.locator(".md-search-result__meta").inner_text()
+    assert "matching document" in meta.inner_text()
 
 
 def test_the_embedded_explorer_answers_a_click(open_tab):
