@@ -26,9 +26,9 @@ the numbers sit in the file as one zlib-compressed base64 block that the browser
 What is stored, and how precisely, is :mod:`bertfn.inspect.page_arrays`'s table: attention as 8-bit
 square-root codes (no row of real MiniLM at 510 tokens loses more than 0.03% of its mass), queries and
 keys as 8-bit codes with a scale per vector, the per-layer predictions from the MLM head in bf16.
-The data block is one zlib stream (run-length and Huffman coding only, ``Z_RLE``: the codes are noise to
-LZ77's string matching, which took most of the time and saved nothing) written to the file in pieces as
-it is compressed. At 512 tokens on bert-base's shape the page is up to 41 MB (bench/README.md).
+The data block is one zlib stream (Huffman codes and runs only, ``Z_RLE``: to string matching the codes
+are noise, which took most of the time and made the file larger), written to the file in pieces as it
+is compressed. At 512 tokens on bert-base's shape the page is up to 41 MB (bench/README.md).
 """
 
 from __future__ import annotations
