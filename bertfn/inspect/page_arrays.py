@@ -24,7 +24,7 @@ hidden-state norms                  (L + 1, S)      float32 (embeddings' output,
 MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and probabilities (float32),
                                                     the head run in bf16 on the fast path's kernels
                                                     (fill_mask's bf16 mode): the probabilities within
-                                                    0.03 of fp32's (AntiBERTy, 68 tokens: 0.024 at most,
+                                                    0.03 of fp32's (AntiBERTy, 68 tokens: 0.023 at most,
                                                     the same top-1 everywhere)
 MLM predictions at each [MASK]      (N, k)          kept as ``mlm.logits``; the page's meta holds what
                                                     :func:`~bertfn.tasks.fill_mask.fill_mask` would say
