@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..fast.kernels import packed
 from ..fast.unpadded import fast_mlm_head
 from ..model.config import BertConfig
 from ..model.params import Params
@@ -139,13 +140,14 @@ class PageArrays(dict):
     def _predictions(self, h: Tensor) -> tuple[np.ndarray, np.ndarray]:
         """The MLM head at every position of one hidden state (S, H): top-k ids and probabilities, each (S, k).
 
-        In bf16, on a bf16 copy of the head's weights, through the fast path's kernels
-        (:func:`~bertfn.fast.unpadded.fast_mlm_head`): (L + 1) x S products with the (V, H) decoder are
-        most of the page's cost, and bf16 takes a third of fp32's time on a CPU with AVX-512-bf16."""
+        In bf16, on a bf16 copy of the head's weights (of the decoder only its copy packed for oneDNN), through
+        the fast path's kernels (:func:`~bertfn.fast.unpadded.fast_mlm_head`): (L + 1) x S products with the
+        (V, H) decoder are most of the page's cost, and bf16 takes a third of fp32's time on a CPU with
+        AVX-512-bf16."""
         if self.head is None:
-            state = self._state
-            self.head = Params({n: state[n].to(torch.bfloat16) for n in state if n.startswith("cls.predictions.")},
-                               self.config)
+            head = {n: t.to(torch.bfloat16) for n, t in self._state.items() if n.startswith("cls.predictions.")}
+            head["cls.predictions.decoder.weight"] = packed(head["cls.predictions.decoder.weight"])  # that copy alone
+            self.head = Params(head, self.config)
         h = h.to(torch.bfloat16)
         probs, ids = [], []
         with torch.inference_mode():
