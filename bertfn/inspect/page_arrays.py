@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..fast.kernels import packed
+from ..fast.kernels import ONEDNN, packed
 from ..fast.unpadded import fast_mlm_head
 from ..model.config import BertConfig
 from ..model.params import Params
@@ -146,7 +146,10 @@ class PageArrays(dict):
         AVX-512-bf16."""
         if self.head is None:
             head = {n: t.to(torch.bfloat16) for n, t in self._state.items() if n.startswith("cls.predictions.")}
-            head["cls.predictions.decoder.weight"] = packed(head["cls.predictions.decoder.weight"])  # that copy alone
+            decoder = head["cls.predictions.decoder.weight"]
+            if ONEDNN and decoder.device.type == "cpu":  # where fast_mlm_head multiplies on oneDNN: keep that copy alone
+                head["cls.predictions.decoder.weight"] = packed(decoder)
+            del decoder
             self.head = Params(head, self.config)
         h = h.to(torch.bfloat16)
         probs, ids = [], []
