@@ -322,10 +322,10 @@ def _add_view(sub) -> None:
 
 def _run_view(args: argparse.Namespace) -> int:
     """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.inspect.explorer`)."""
-    from .inspect.explorer import PAGE_READS
+    from .inspect.page_arrays import PageArrays
     from .inspect.trace import trace
 
-    rec = trace(args.text, model_from_args(args), pair=args.pair, keep=PAGE_READS.fullmatch)
+    rec = trace(args.text, m := model_from_args(args), pair=args.pair, store=PageArrays(m.config, m, args.top_k))  # the page only
     path = rec.save_html(args.out, top_k=args.top_k)
     size = path.stat().st_size
     emit(f"wrote {path} ({len(rec.tokens)} tokens, "

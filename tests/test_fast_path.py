@@ -74,6 +74,10 @@ def test_bf16_linear_on_packed_weight_equals_f_linear_and_follows_edits():
         assert packed(w) is packed(w)  # reordered once, then reused
         w.mul_(-2)  # an in-place edit of the state_dict's tensor
         torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b))
+    with torch.no_grad():
+        alone = packed(w.clone())  # the packed copy kept without its weight
+        assert packed(alone) is alone
+        torch.testing.assert_close(linear(x, alone, b), F.linear(x, w, b))
     n = len(_copies)
     del w
     assert len(_copies) == n - 1  # the copy goes with its weight

@@ -64,7 +64,12 @@ def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
 
 def packed(w: Tensor) -> Tensor:
-    """``w`` (out, in) reordered for oneDNN, made once per version of ``w``: an opaque mkldnn tensor, same shape."""
+    """``w`` (out, in) reordered for oneDNN, made once per version of ``w``: an opaque mkldnn tensor, same shape.
+
+    A weight already packed comes back as it is, so a caller may keep the packed copy alone and pass it to
+    :func:`linear` (the explorer's per-layer MLM head: no second 47 MB copy of bert-base's decoder)."""
+    if w.is_mkldnn:
+        return w
     with _lock:
         entry = _copies.get(w)
         if entry is None or entry[0] != w._version:

@@ -23,35 +23,12 @@ Nothing is fetched at view time: script and style are inline (read from ``bertfn
 the numbers sit in the file as one zlib-compressed base64 block that the browser's own
 ``DecompressionStream`` unpacks. Each view can be saved as SVG or PNG from the page.
 
-What is stored, and how precisely (S tokens, L layers, nh heads of width hd, k predictions):
-
-==================================  ==============  ====================================================
-what                                shape           stored as
-==================================  ==============  ====================================================
-attention probabilities             (L, nh, S, S)   uint8 ``round(255 sqrt(p))``, read back as ``(c / 255)^2``:
-                                                    off by at most ``sqrt(p) / 255 + 1 / 510^2`` (0.004 at
-                                                    p = 1, 0.0004 at p = 0.01); only entries below
-                                                    ``1 / 510^2`` (3.8e-6) read as 0, at most 0.2% of a
-                                                    row's mass at 512 tokens
-queries and keys, split into heads  (L, nh, S, hd)  int8 times one float32 scale per vector
-                                                    (``max|x| / 127``): off by at most 1/254 of the
-                                                    vector's largest entry
-attention entropy ``-sum p ln p``   (L, nh, S)      float32, from the full-precision probabilities
-hidden-state norms                  (L + 1, S)      float32 (embeddings' output, then each layer's)
-MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and probabilities (float32),
-                                                    the head run in bf16 (fill_mask's bf16 mode): the
-                                                    probabilities within 0.03 of fp32's (AntiBERTy, 68
-                                                    tokens: 0.024 at most, the same top-1 everywhere)
-MLM predictions at each [MASK]      (N, k)          as :func:`~bertfn.tasks.fill_mask.fill_mask` computes them
-==================================  ==============  ====================================================
-
-Why square roots: at S tokens a head that spreads its attention evenly gives each key 1/S, and
-``round(255 p)`` would store every such entry as 0 (at 500 tokens up to half a row's mass vanished on
-real MiniLM). The square root keeps 8 bits but spends them where the small probabilities are:
-``tests/test_explorer.py`` checks on real MiniLM weights and a 510-token text that no row loses more
-than 1% of its mass (0.03% at most). The price is size: a diffuse row's codes are no longer mostly
-zeros, so zlib shrinks them to 3-5 bits, not 1-2: at 512 tokens on bert-base's shape the page is up to
-45 MB (bench/README.md).
+What is stored, and how precisely, is :mod:`bertfn.inspect.page_arrays`'s table: attention as 8-bit
+square-root codes (no row of real MiniLM at 510 tokens loses more than 0.03% of its mass), queries and
+keys as 8-bit codes with a scale per vector, the per-layer predictions from the MLM head in bf16.
+The data block is one zlib stream (Huffman codes and runs only, ``Z_RLE``: to string matching the codes
+are noise, which took most of the time and made the file larger), written to the file in pieces as it
+is compressed. At 512 tokens on bert-base's shape the page is up to 41 MB (bench/README.md).
 """
 
 from __future__ import annotations
@@ -61,115 +38,53 @@ import html
 import json
 import re
 import zlib
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ..errors import InputError
-from ..model.heads import mlm_head
-from ..model.params import Params
+from .page_arrays import PageArrays, top_k as _top_k
 
 if TYPE_CHECKING:  # for the annotations only: trace.py imports this module (Recording.to_html), not the reverse
     from .trace import Recording
 
-Tensor = torch.Tensor
-
 PAGE_FILES = ("page.html", "explorer.css", "explorer.js")
 """The page's template, style and script, shipped in ``bertfn/inspect/explorer_page/``."""
 
-_CHUNK = 128  # rows per mlm_head call in the per-layer predictions: a (128, V) block of logits at a time
-
-PAGE_READS = re.compile(r"embeddings\.output|layer\.\d+\.(attention\.(q|k|probs)|output)|mlm\.logits")
-"""The recorded names the page reads; ``bertfn view`` traces with ``keep=PAGE_READS.fullmatch`` and so
-never holds the rest (at 512 tokens on bert-base's shape, the scores alone are 450 MB)."""
-
-
-def _numpy(x: Tensor) -> np.ndarray:
-    return x.detach().to("cpu", torch.float32).numpy()
-
-
-def _quantise_vectors(x: Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """(..., hd) floats -> int8 codes (..., hd) and one float32 scale per vector (...,): x ~ code * scale."""
-    x = x.detach().to("cpu", torch.float32)
-    scale = x.abs().amax(dim=-1) / 127  # (...,)
-    codes = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny)[..., None])
-    return codes.to(torch.int8).numpy(), scale.numpy()
-
-
-def _quantise_probs(p: Tensor) -> np.ndarray:
-    """Probabilities in [0, 1] -> uint8 codes ``round(255 sqrt(p))``, any shape; the page reads ``(c / 255)^2``."""
-    return torch.round(p.sqrt() * 255).to(torch.uint8).numpy()
-
-
-def _entropy(p: Tensor) -> Tensor:
-    """-sum_j p_j ln p_j over the last axis, in nats (0 for one key, ln S for all S alike)."""
-    return -(p * torch.log(p.clamp_min(1e-12))).sum(dim=-1)
-
-
-def _top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Softmax over the vocabulary, then the k best: (probabilities, ids), each (..., k)."""
-    return logits.float().softmax(dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
-
-
-def _layer_predictions(rec: Recording, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The MLM head applied to the embeddings' output and to each layer's output, at every position.
-
-    Returns top-k ids (L + 1, S, k) int32 and probabilities (L + 1, S, k) float32. The last row at a
-    [MASK] is the model's own prediction there (as fill_mask's bf16 mode gives it). The head runs in
-    bf16, on a bf16 copy of its weights: (L + 1) x S products with the (V, H) decoder are most of the
-    page's cost, and bf16 takes a third of fp32's time on a CPU with AVX-512-bf16.
-    """
-    L = rec.config.num_hidden_layers
-    state = rec.model.state
-    params = Params({name: state[name].to(torch.bfloat16) for name in state if name.startswith("cls.predictions.")},
-                    rec.config)
-    ids, probs = [], []
-    with torch.inference_mode():
-        for name in ["embeddings.output"] + [f"layer.{i}.output" for i in range(L)]:
-            h = rec[name][0].to(torch.bfloat16)  # (S, H)
-            top = [_top_k(mlm_head(params, h[s:s + _CHUNK]), k) for s in range(0, h.shape[0], _CHUNK)]
-            probs.append(torch.cat([p for p, _ in top]))  # (S, k)
-            ids.append(torch.cat([i for _, i in top]))
-    return (torch.stack(ids).to(torch.int32).cpu().numpy(), torch.stack(probs).float().cpu().numpy())
-
 
 def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarray]]:
-    """What the page shows: a JSON-able ``meta`` dict and the named arrays of the table in the module docstring.
+    """What the page shows: a JSON-able ``meta`` dict and the named arrays of :mod:`bertfn.inspect.page_arrays`.
 
     The MLM predictions and the per-layer predictions need the model's MLM head (``rec.model``, as
-    :func:`bertfn.trace` sets it); without one the page says why they are missing.
+    :func:`bertfn.trace` sets it); without one the page says why they are missing. A recording traced
+    into a :class:`PageArrays` store (as ``bertfn view`` does) already holds the arrays, for its own top_k.
     """
     if not all(hasattr(rec, part) for part in ("tokens", "tensors", "mask_positions", "config")):
         raise InputError(f"the explorer draws a Recording from bertfn.trace(text, model), got {type(rec).__name__}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise InputError(f"top_k must be an integer of at least 1, got {top_k!r}")
+    if isinstance(rec.tensors, PageArrays):
+        store = rec.tensors
+        if top_k != store.top_k:
+            raise InputError(f"this recording was traced into a PageArrays store for top_k={store.top_k}, not {top_k}; "
+                             f"ask for top_k={store.top_k}, or trace again")
+    else:
+        store = PageArrays(rec.config, rec.model, top_k)
+        for name, x in rec.tensors.items():
+            store[name] = x
+    arrays = dict(store.done())
     cfg = rec.config
-    L, nh, hd = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim
-    S = len(rec.tokens)
-    arrays = {"attention": np.empty((L, nh, S, S), np.uint8), "entropy": np.empty((L, nh, S), np.float32)}
-    for i in range(L):  # a layer at a time: at 512 tokens the (L, nh, S, S) floats would be 150 MB a copy
-        probs = rec.attention(i).detach().to("cpu", torch.float32)  # (nh, S, S)
-        arrays["attention"][i], arrays["entropy"][i] = _quantise_probs(probs), _entropy(probs).numpy()
-    for name in ("q", "k"):
-        codes, scale = _quantise_vectors(torch.stack([rec[f"layer.{i}.attention.{name}"][0] for i in range(L)]))
-        arrays[name], arrays[f"{name}_scale"] = codes, scale  # (L, nh, S, hd), (L, nh, S)
-    hidden = [rec["embeddings.output"]] + [rec[f"layer.{i}.output"] for i in range(L)]
-    arrays["norms"] = np.stack([_numpy(torch.linalg.vector_norm(h[0].float(), dim=-1)) for h in hidden])  # (L+1, S)
-
     model = rec.model
     tok = model.tokenizer if model is not None else None
     spell = (lambda i: tok.id_to_token(i) or f"[{i}]") if tok else (lambda i: f"[{i}]")
     predictions, missing, vocab = None, None, {}
     if model is None:
         missing = "this recording carries no model (make it with bertfn.trace), so there are no word predictions"
-    elif "cls.predictions.decoder.weight" not in model.state:
+    elif not store.lens:
         missing = ("the model has no masked-LM head (cls.predictions.*), so there are no word predictions; "
                    "trace a *ForMaskedLM or *ForPreTraining checkpoint to see them")
     else:
-        arrays["lens_ids"], arrays["lens_probs"] = _layer_predictions(rec, top_k)
         vocab = {str(i): spell(i) for i in np.unique(arrays["lens_ids"]).tolist()}
         if "mlm.logits" in rec:
             p, ids = _top_k(rec["mlm.logits"], top_k)  # (N, k) each
@@ -184,7 +99,7 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
         "model": _label(model.name) if model is not None else "",
         "text": text,
         "tokens": list(rec.tokens),
-        "S": S, "L": L, "nh": nh, "hd": hd,
+        "S": len(rec.tokens), "L": cfg.num_hidden_layers, "nh": cfg.num_attention_heads, "hd": cfg.head_dim,
         "causal": bool(cfg.is_decoder),
         "relative": cfg.position_embedding_type != "absolute",
         "masks": list(rec.mask_positions),
@@ -193,7 +108,7 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
         "top_k": top_k,
         "vocab": vocab,
     }
-    return meta, {name: np.ascontiguousarray(a) for name, a in arrays.items()}
+    return meta, arrays
 
 
 def _label(name: str) -> str:
@@ -202,21 +117,39 @@ def _label(name: str) -> str:
     return "/".join(path.parts[-2:]) if path.is_absolute() or path.exists() else name
 
 
-def _pack(arrays: dict[str, np.ndarray]) -> tuple[dict, bytes]:
-    """One zlib-compressed, base64 block (ASCII bytes) of little-endian arrays, each 4-byte aligned, and
-    where each one sits. Empties ``arrays`` as it goes, so each array is freed once compressed."""
+def _layout(arrays: dict[str, np.ndarray]) -> dict:
+    """Where each array sits in the uncompressed data block: little-endian, one after another, each 4-byte aligned."""
     index, offset = {}, 0
-    z = zlib.compressobj(3)  # level 3: at 512 tokens on bert-base's shape a quarter of level 6's time, 3% larger
-    packed = bytearray()
+    for name, a in arrays.items():
+        index[name] = {"dtype": a.dtype.name, "shape": list(a.shape), "offset": offset}
+        offset += a.nbytes + (-a.nbytes % 4)
+    return index
+
+
+_SLICE = 1 << 22  # bytes handed to zlib at a time
+
+
+def _data_block(arrays: dict[str, np.ndarray]) -> Iterator[bytes]:
+    """The arrays in :func:`_layout`'s order as one zlib stream, base64-encoded, in pieces (ASCII bytes) as it
+    is compressed: the whole block is never in memory. Empties ``arrays``, freeing each array once compressed.
+
+    zlib runs at level 1 with ``Z_RLE`` (Huffman codes plus runs of one repeated byte, no string matching):
+    at 512 tokens on bert-base's shape the attention codes shrink to 11.6 MB of 37.7 in 0.3 s, where the
+    default strategy at level 3 gave 14.4 MB in 1 s (codes of diffuse rows are noise to string matching)."""
+    z = zlib.compressobj(1, zlib.DEFLATED, 15, 8, zlib.Z_RLE)
+    carry = b""
     for name in list(arrays):
         a = arrays.pop(name)
-        a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
-        index[name] = {"dtype": a.dtype.name, "shape": list(a.shape), "offset": offset}
-        pad = -a.nbytes % 4
-        packed += z.compress(a.reshape(-1).view(np.uint8)) + z.compress(b"\0" * pad)
-        offset += a.nbytes + pad
-    packed += z.flush()
-    return index, base64.b64encode(packed)
+        raw = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).reshape(-1).view(np.uint8)
+        del a
+        for start in range(0, len(raw), _SLICE):
+            carry += z.compress(raw[start:start + _SLICE])
+            cut = len(carry) - len(carry) % 3  # base64 turns each 3 bytes into 4 characters: pieces join seamlessly
+            if cut:
+                yield base64.b64encode(carry[:cut])
+                carry = carry[cut:]
+        carry += z.compress(b"\0" * (-len(raw) % 4))
+    yield base64.b64encode(carry + z.flush())
 
 
 def _script_json(value: object) -> str:
@@ -230,18 +163,18 @@ def _ascii_script(code: str) -> str:
     return re.sub(r"[^\x00-\x7f]", lambda m: f"\\u{{{ord(m[0]):x}}}", code)
 
 
-def _pieces(rec: Recording, top_k: int, title: str | None) -> list[str | bytes]:
-    """The page's template with its parts put in, as pieces (the data block as ASCII bytes, the rest as
-    ASCII strings), so :func:`save_html` can write them without joining a copy of the whole page."""
+def _pieces(rec: Recording, top_k: int, title: str | None) -> list[str | Iterator[bytes]]:
+    """The page's template with its parts put in, as pieces: ASCII strings, and the data block as an
+    iterator of ASCII bytes (:func:`_data_block`), so :func:`save_html` writes it as it is compressed."""
     meta, arrays = page_data(rec, top_k)
-    meta["arrays"], blob = _pack(arrays)
+    meta["arrays"] = _layout(arrays)
     meta["title"] = title or meta["text"] or "bertfn explorer"
     page = resources.files("bertfn.inspect") / "explorer_page"
     parts = {
         "TITLE": html.escape(f"bertfn explorer: {meta['title']}"[:200]).encode("ascii", "xmlcharrefreplace").decode(),
         "CSS": (page / "explorer.css").read_text(encoding="utf-8"),
         "META": _script_json(meta),
-        "DATA": blob,
+        "DATA": _data_block(arrays),
         "JS": _ascii_script((page / "explorer.js").read_text(encoding="utf-8")),
     }
     # one pass over the template, so text put in is never scanned for markers again; the result is ASCII
@@ -251,17 +184,22 @@ def _pieces(rec: Recording, top_k: int, title: str | None) -> list[str | bytes]:
 
 def to_html(rec: Recording, *, top_k: int = 5, title: str | None = None) -> str:
     """The explorer page for ``rec`` as one HTML document (a string); nothing in it is fetched at view time."""
-    return "".join(p.decode("ascii") if isinstance(p, bytes) else p for p in _pieces(rec, top_k, title))
+    return "".join(p if isinstance(p, str) else b"".join(p).decode("ascii") for p in _pieces(rec, top_k, title))
 
 
 def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | None = None) -> Path:
-    """Write the explorer page for ``rec`` to ``path`` (the bytes of :func:`to_html`, piece by piece) and return it."""
+    """Write the explorer page for ``rec`` to ``path`` (the bytes of :func:`to_html`, the data block as it is
+    compressed) and return it."""
     path = Path(path)
     pieces = _pieces(rec, top_k, title)
     try:
         with path.open("wb") as f:
             for p in pieces:
-                f.write(p if isinstance(p, bytes) else p.encode("ascii"))
+                if isinstance(p, str):
+                    f.write(p.encode("ascii"))
+                else:
+                    for chunk in p:
+                        f.write(chunk)
     except OSError as e:
         raise InputError(f"cannot write {path} ({e.strerror or e}); pass a writable .html path") from e
     return path

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,20 +150,8 @@ def group_names(names) -> list[str]:
     return [g.replace("{i}", span) for g in groups]
 
 
-class _Kept(dict):
-    """A trace's store that keeps only the names ``keep`` accepts (and drops the rest as they are written)."""
-
-    def __init__(self, keep: Callable[[str], object]):
-        super().__init__()
-        self.keep = keep
-
-    def __setitem__(self, name: str, tensor: Tensor) -> None:
-        if self.keep(name):
-            super().__setitem__(name, tensor)
-
-
 def trace(text: str, model: Model | str | Path | None = None, pair: str | None = None, *,
-          edits: Mapping[str, Edit] | None = None, keep: Callable[[str], object] | None = None) -> Recording:
+          edits: Mapping[str, Edit] | None = None, store: dict[str, Tensor] | None = None) -> Recording:
     """Run ``text`` (and an optional second segment ``pair``) through the model, recording every step.
 
     model: a loaded :class:`~bertfn.checkpoint.loading.Model`, a hub id or a local folder (None: the
@@ -173,8 +161,10 @@ def trace(text: str, model: Model | str | Path | None = None, pair: str | None =
     edits: ``{point name: edit(tensor, point) -> tensor}`` changes the pass at those points (the names
     above; see :mod:`bertfn.interventions`); the recording then holds what the edited pass computed.
     The old order ``trace(model, text)`` still works, with a DeprecationWarning.
-    keep: if given, only the names for which ``keep(name)`` is true are kept (``bertfn view`` keeps what
-    the explorer reads, :data:`bertfn.inspect.explorer.PAGE_READS`: at 512 tokens the rest is most of the memory).
+    store: the dict that receives each tensor by name as the pass computes it (default: a new one, which keeps
+    them all); the Recording's ``tensors``. A dict subclass may keep less: ``bertfn view`` passes
+    :class:`bertfn.inspect.page_arrays.PageArrays`, which keeps only the explorer's arrays, made as the layers
+    come (at 512 tokens on bert-base's shape a whole trace is about 2 GB).
     """
     text, model = texts_and_model(text, model, "trace", old_order=True)
     m = get_model(model)
@@ -188,7 +178,7 @@ def trace(text: str, model: Model | str | Path | None = None, pair: str | None =
             raise InputError(f"{what} is empty; write a sentence to run through the model")
     enc = tok([text], [pair] if pair is not None else None)
     ids = enc.input_ids.to(m.device)  # (1, S)
-    record = Trace(_Kept(keep) if keep is not None else None, edits=check_edits(edits, m.config))
+    record = Trace(store, edits=check_edits(edits, m.config))
     with torch.no_grad():
         out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
                       impl="eager", trace=record)

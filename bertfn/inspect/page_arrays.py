@@ -1,0 +1,176 @@
+"""The explorer's numbers: what the page stores of a traced pass, and how precisely.
+
+:class:`PageArrays` turns the recorded tensors the page reads into the arrays it stores. It is also a
+trace's store: ``bertfn.trace(text, model, store=PageArrays(model.config, model))`` hands it each
+tensor as the pass computes it, and it keeps the stored form instead (a layer's probabilities become
+8-bit codes and entropies before the next layer runs), so a 512-token page on bert-base's shape
+never holds the 150 MB of fp32 probabilities, nor anything else of the trace (``bertfn view`` runs this way).
+
+What is stored, and how precisely (S tokens, L layers, nh heads of width hd, k predictions):
+
+==================================  ==============  ====================================================
+what                                shape           stored as
+==================================  ==============  ====================================================
+attention probabilities             (L, nh, S, S)   uint8 ``round(255 sqrt(p))``, read back as ``(c / 255)^2``:
+                                                    off by at most ``sqrt(p) / 255 + 1 / 510^2`` (0.004 at
+                                                    p = 1, 0.0004 at p = 0.01); only entries below
+                                                    ``1 / 510^2`` (3.8e-6) read as 0, at most 0.2% of a
+                                                    row's mass at 512 tokens
+queries and keys, split into heads  (L, nh, S, hd)  int8 times one float32 scale per vector
+                                                    (``max|x| / 127``): off by at most 1/254 of the
+                                                    vector's largest entry
+attention entropy ``-sum p ln p``   (L, nh, S)      float32, from the full-precision probabilities
+hidden-state norms                  (L + 1, S)      float32 (embeddings' output, then each layer's)
+MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and probabilities (float32),
+                                                    the head run in bf16 on the fast path's kernels
+                                                    (fill_mask's bf16 mode): the probabilities within
+                                                    0.03 of fp32's (AntiBERTy, 68 tokens: 0.023 at most,
+                                                    the same top-1 everywhere)
+MLM predictions at each [MASK]      (N, k)          kept as ``mlm.logits``; the page's meta holds what
+                                                    :func:`~bertfn.tasks.fill_mask.fill_mask` would say
+==================================  ==============  ====================================================
+
+Why square roots: at S tokens a head that spreads its attention evenly gives each key 1/S, and
+``round(255 p)`` would store every such entry as 0 (at 500 tokens up to half a row's mass vanished on
+real MiniLM). The square root keeps 8 bits but spends them where the small probabilities are:
+``tests/test_explorer.py`` checks on real MiniLM weights and a 510-token text that no row loses more
+than 1% of its mass (0.03% at most).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..fast.kernels import ONEDNN, packed
+from ..fast.unpadded import fast_mlm_head
+from ..model.config import BertConfig
+from ..model.params import Params
+
+Tensor = torch.Tensor
+
+READS = re.compile(r"embeddings\.output|layer\.(\d+)\.(attention\.(q|k|probs)|output)|mlm\.logits")
+"""The recorded names the page reads (group 1: the layer; group 3: q, k or probs)."""
+
+_CHUNK = 128  # positions per call of the MLM head in the per-layer predictions: a (128, V) block of logits at a time
+
+
+def quantise_probs(p: Tensor) -> np.ndarray:
+    """Probabilities in [0, 1] -> uint8 codes ``round(255 sqrt(p))``, any shape; the page reads ``(c / 255)^2``."""
+    return torch.sqrt(p).mul_(255).round_().to(torch.uint8).cpu().numpy()
+
+
+def quantise_vectors(x: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(..., hd) floats -> int8 codes (..., hd) and one float32 scale per vector (...,): x ~ code * scale."""
+    scale = x.abs().amax(dim=-1) / 127  # (...,)
+    codes = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny)[..., None])
+    return codes.to(torch.int8).cpu().numpy(), scale.cpu().numpy()
+
+
+def entropy(p: Tensor) -> Tensor:
+    """-sum_j p_j ln p_j over the last axis, in nats (0 for one key, ln S for all S alike)."""
+    return torch.special.entr(p).sum(dim=-1)
+
+
+def top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Softmax over the vocabulary (in float32, whatever the logits' dtype), then the k best: (probabilities, ids), each (..., k)."""
+    return torch.softmax(logits, dim=-1, dtype=torch.float32).topk(min(k, logits.shape[-1]), dim=-1)
+
+
+class PageArrays(dict):
+    """The arrays of the page (the table of the module docstring), filled tensor by tensor.
+
+    As a trace's store it receives each ``name -> tensor`` of the pass (``store[name] = tensor``),
+    turns those the page reads into their stored form and keeps only ``mlm.logits`` as a tensor:
+    ``dict(store)`` is ``{"mlm.logits": ...}`` at most, ``store.arrays`` the page's arrays.
+    config: the traced model's; model: the :class:`~bertfn.checkpoint.loading.Model` whose MLM head makes
+    the per-layer predictions (None, or one without the head: the page has none); top_k: predictions kept per position.
+    """
+
+    def __init__(self, config: BertConfig, model=None, top_k: int = 5):
+        super().__init__()
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise InputError(f"top_k must be an integer of at least 1, got {top_k!r}")
+        self.config, self.top_k = config, top_k
+        state = model.state if model is not None else {}
+        self.lens = "cls.predictions.decoder.weight" in state
+        self.head = None  # the MLM head's weights in bf16, made when the first hidden state comes
+        self._state = state
+        self.arrays: dict[str, np.ndarray] = {}
+        self.seen: set[str] = set()
+
+    def _array(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        if name not in self.arrays:
+            self.arrays[name] = np.zeros(shape, dtype)
+        return self.arrays[name]
+
+    def __setitem__(self, name: str, x: Tensor) -> None:
+        found = READS.fullmatch(name)
+        if found is None:
+            return
+        if name == "mlm.logits":
+            super().__setitem__(name, x)
+            return
+        self.seen.add(name)
+        L = self.config.num_hidden_layers
+        with torch.no_grad():
+            x = x[0].detach()
+            if found[3] == "probs":  # (nh, S, S)
+                i, (nh, S, _) = int(found[1]), x.shape
+                p = x.to(torch.float32)
+                self._array("attention", (L, nh, S, S), np.uint8)[i] = quantise_probs(p)
+                self._array("entropy", (L, nh, S), np.float32)[i] = entropy(p).cpu().numpy()
+            elif found[3]:  # q or k: (nh, S, hd)
+                i, (nh, S, hd) = int(found[1]), x.shape
+                codes, scale = quantise_vectors(x.to(torch.float32))
+                self._array(found[3], (L, nh, S, hd), np.int8)[i] = codes
+                self._array(f"{found[3]}_scale", (L, nh, S), np.float32)[i] = scale
+            else:  # a hidden state (S, H): the embeddings' output (row 0) or layer i's (row i + 1)
+                row = 0 if found[1] is None else int(found[1]) + 1
+                S = x.shape[0]
+                self._array("norms", (L + 1, S), np.float32)[row] = torch.linalg.vector_norm(x.float(), dim=-1).cpu().numpy()
+                if self.lens:
+                    ids, probs = self._predictions(x)
+                    self._array("lens_ids", (L + 1, S, ids.shape[-1]), np.int32)[row] = ids
+                    self._array("lens_probs", (L + 1, S, ids.shape[-1]), np.float32)[row] = probs
+
+    def _predictions(self, h: Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """The MLM head at every position of one hidden state (S, H): top-k ids and probabilities, each (S, k).
+
+        In bf16, on a bf16 copy of the head's weights (of the decoder only its copy packed for oneDNN), through
+        the fast path's kernels (:func:`~bertfn.fast.unpadded.fast_mlm_head`): (L + 1) x S products with the
+        (V, H) decoder are most of the page's cost, and bf16 takes a third of fp32's time on a CPU with
+        AVX-512-bf16."""
+        if self.head is None:
+            head = {n: t.to(torch.bfloat16) for n, t in self._state.items() if n.startswith("cls.predictions.")}
+            decoder = head["cls.predictions.decoder.weight"]
+            if ONEDNN and decoder.device.type == "cpu":  # where fast_mlm_head multiplies on oneDNN: keep that copy alone
+                head["cls.predictions.decoder.weight"] = packed(decoder)
+            del decoder
+            self.head = Params(head, self.config)
+        h = h.to(torch.bfloat16)
+        probs, ids = [], []
+        with torch.inference_mode():
+            for s in range(0, h.shape[0], _CHUNK):
+                p, i = top_k(fast_mlm_head(self.head, h[s:s + _CHUNK]), self.top_k)
+                probs.append(p)
+                ids.append(i)
+        return torch.cat(ids).to(torch.int32).cpu().numpy(), torch.cat(probs).cpu().numpy()
+
+    def missing(self) -> list[str]:
+        """The names the page reads that this store has not been given (empty once a whole pass went through)."""
+        names = ["embeddings.output"] + [f"layer.{i}.{n}" for i in range(self.config.num_hidden_layers)
+                                         for n in ("attention.q", "attention.k", "attention.probs", "output")]
+        return [n for n in names if n not in self.seen]
+
+    def done(self) -> dict[str, np.ndarray]:
+        """The page's arrays (and the head's bf16 copy let go), or :class:`InputError` naming what the pass did not record."""
+        self.head = None
+        lost = self.missing()
+        if lost:
+            raise InputError(f"the explorer reads {', '.join(lost[:4])}{' ...' if len(lost) > 4 else ''}, which this "
+                             "recording does not hold; draw a Recording of a whole pass (bertfn.trace(text, model))")
+        return self.arrays
