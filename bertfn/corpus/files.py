@@ -25,7 +25,7 @@ import torch
 
 from ..checkpoint.loading import Model
 from ..errors import InputError, syntax
-from .formats import FORMATS, convert
+from .formats import Output, check_formats, compact_path, open_compact
 from .record import OWN_KEYS, InputPrint, check_record, make_record, read_record, scan_output, write_record
 from .runner import CHUNK, Runner, chunks, jsonable, relabel
 
@@ -128,30 +128,6 @@ def probe_input(first: bytes | None, field: str | None, source: str | Path) -> N
 def label(n: int, carried: dict) -> str:
     """How messages name input line ``n``: ``line 7``, or ``line 7 (id 'P01')`` when the line has an id."""
     return f"line {n}" + (f" (id {carried['id']!r})" if "id" in carried else "")
-
-
-class Output:
-    """The output file as a run writes it: lines appended, flushed at least every ``flush_every`` seconds
-    (and when asked), the run's record beside it rewritten at each flush (``record``: None writes none)."""
-
-    def __init__(self, out, target: Path | None, record: dict | None, lines: int, printed: InputPrint,
-                 flush_every: float) -> None:
-        self.out, self.target, self.record = out, target, record
-        self.lines, self.printed, self.flush_every = lines, printed, flush_every
-        self.flushed_at = time.monotonic()
-
-    def write(self, lines: list[str], force: bool = False) -> None:
-        if lines:
-            self.out.write(("\n".join(lines) + "\n").encode("utf-8"))
-            self.lines += len(lines)
-        if force or time.monotonic() - self.flushed_at >= self.flush_every:
-            self.flush()
-
-    def flush(self) -> None:
-        self.out.flush()
-        if self.record is not None:
-            write_record(self.target, self.record, self.lines, self.printed)
-        self.flushed_at = time.monotonic()
 
 
 class Tally:
@@ -282,8 +258,8 @@ def run_file(
     echo: False leaves the text out of each output line (the input's other fields, e.g. an id, stay;
     a result's own echo of the text goes too). detail: False leaves per-token detail out of results
     (score's ``"tokens"``). Floats are written at float32 precision (:func:`~bertfn.corpus.runner.jsonable`).
-    formats: also write the finished output as ``"npy"`` and/or ``"parquet"`` beside it
-    (:func:`~bertfn.corpus.formats.convert`), once every line is written.
+    formats: also write the output as ``"npy"`` (embed) and/or ``"parquet"`` beside it, as the run goes
+    (:mod:`~bertfn.corpus.formats`; a resume brings them level with the JSON Lines).
     resume: ``target`` holds the output of an interrupted run: check it against the run record beside
     it (:mod:`bertfn.corpus.record`: the same task, options, field, model weights and vocabulary, and
     input) and every written line against its input line, then continue after the last complete
@@ -310,9 +286,7 @@ def run_file(
         raise InputError("retrying error lines reads the input twice, so it cannot be standard input; pass the file")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InputError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    if any(fmt not in FORMATS for fmt in formats) or (to_stdout and any(fmt != "jsonl" for fmt in formats)):
-        raise InputError(f"formats are {', '.join(map(repr, FORMATS))}, written beside an --output file; got "
-                         f"{', '.join(map(repr, formats))}{' with standard output' if to_stdout else ''}")
+    check_formats(formats, task == "embed", to_stdout)
     if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
         raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
     lines = enumerate(_read_lines(source), 1)
@@ -345,19 +319,26 @@ def run_file(
             lines = itertools.islice(enumerate(_read_lines(source), 1), done, None)
         if record is not None:
             write_record(target, record, done, printed)
+        compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, _read_lines(target),
+                                                    rebuild=retried > 0)
         out = sys.stdout.buffer if to_stdout else open(target, "ab")
         try:
-            output = Output(out, target, record, done, printed, flush_every)
+            output = Output(out, target, record, done, printed, flush_every, compact)
             run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, field, echo, drop, chunk_size)
         finally:
+            for o in compact:  # what was given them reaches the disk, stopped or not (no later than the JSON Lines)
+                o.flush(final=True)
             if not to_stdout:
                 out.close()
+        for o in compact:
+            o.close()
     finally:
         if bar is not None:
             bar.close()
-    written = [str(convert(target, fmt)) for fmt in formats if fmt != "jsonl"] if target is not None else []
-    return Summary(tally.texts, tally.errors, tally.tokens, time.perf_counter() - started,
-                   ", ".join(["stdout" if to_stdout else str(target), *written]), done, retried, len(kept), tally.warned)
+    written = ["stdout"] if to_stdout else [str(target)] + [str(compact_path(target, f)) for f in dict.fromkeys(formats)
+                                                            if f != "jsonl"]
+    return Summary(tally.texts, tally.errors, tally.tokens, time.perf_counter() - started, ", ".join(written), done,
+                   retried, len(kept), tally.warned)
 
 
 def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], tally: Tally, field: str | None,
