@@ -98,8 +98,8 @@ def add_file_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-echo", dest="echo", action="store_false",
                        help="leave the text out of each output line (the input's other fields, e.g. an id, stay)")
     group.add_argument("--no-detail", dest="detail", action="store_false", help="leave per-token detail out (score)")
-    group.add_argument("--format", nargs="+", choices=FORMATS, default=["jsonl"], help="also write the finished "
-                       "output as FILE.npy (embed's vectors, float32) or FILE.parquet, beside the JSON Lines")
+    group.add_argument("--format", nargs="+", choices=FORMATS, default=["jsonl"], help="also write the "
+                       "output as it goes as FILE.npy (embed's vectors, float32) or FILE.parquet, beside the JSON Lines")
     group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar on stderr (default: when stderr is a terminal)")
 
 
