@@ -112,3 +112,28 @@ def test_compact_formats_of_other_tasks_and_retry(tiny_folder, tmp_path, capsys)
     assert "0 texts (resumed after line 3)" in capsys.readouterr().err
     expected = np.float32([json.loads(line)["result"] for line in vectors.read_text().splitlines()])
     assert np.array_equal(np.load(tmp_path / "v.npy"), expected)
+
+
+def test_tokens_per_second_counts_the_tokens_the_model_reads(tiny_folder, tmp_path):
+    """The summary's tokens are those the model reads after truncation, at the model's own length: embed's
+    max_seq_length from sentence_bert_config.json (as sentence-transformers cuts), not the position table."""
+    import shutil
+
+    import bertfn
+    from bertfn.corpus import run_file
+
+    folder = tmp_path / "st"
+    shutil.copytree(tiny_folder, folder)
+    (folder / "sentence_bert_config.json").write_text('{"max_seq_length": 16, "do_lower_case": false}')
+    model = bertfn.load(folder)
+    texts = [" ".join(["cat"] * 40), "the cat sat", " ".join(["mat"] * 100)]  # 42 and 102 tokens: too long
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match="longer than 16 tokens"):
+        summary = run_file(src, tmp_path / "a.jsonl", model, task="embed", progress=False)
+    assert summary.tokens == 16 + 5 + 16  # not 42 + 5 + 64 (positions)
+    with pytest.warns(UserWarning, match="longer than 30 tokens"):
+        assert run_file(src, tmp_path / "b.jsonl", model, task="embed", max_length=30, progress=False).tokens == 30 + 5 + 30
+    texts = ["the [MASK] sat", " ".join(["cat"] * 100) + " [MASK]"]  # fill-mask reads a window of the positions (64)
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert run_file(src, tmp_path / "c.jsonl", model, truncation=True, progress=False).tokens == 5 + 64

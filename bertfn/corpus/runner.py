@@ -39,7 +39,7 @@ import torch
 from ..checkpoint.loading import Model, load
 from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..errors import InputError, MissingPartError
-from ..tasks.embed import embed
+from ..tasks.embed import embed, max_tokens
 from ..tasks.fill_mask import fill_mask
 from ..tasks.mutations import score_mutations
 from ..tasks.scoring import score
@@ -65,19 +65,23 @@ class Task:
     name: str
     function: Callable[..., object]
     probe: str | Callable[[dict], str]
+    max_tokens: Callable[[Model, dict], int] | None = None
+    """The tokens per text the task reads at most with these options (what its truncation keeps); None:
+    the model's positions (a longer text is refused, or, in fill-mask with truncation, read through a window of that size)."""
 
 
 TASKS: dict[str, Task] = {}
 """Task name (the CLI subcommand, e.g. ``"fill-mask"``) -> :class:`Task`; filled by :func:`register`."""
 
 
-def register(name: str, function: Callable[..., object], probe: str | Callable[[dict], str]) -> type[Mapper]:
+def register(name: str, function: Callable[..., object], probe: str | Callable[[dict], str],
+             max_tokens: Callable[[Model, dict], int] | None = None) -> type[Mapper]:
     """Make ``function`` a task named ``name``; returns its callable class for ``map_batches``.
 
     ``FillMask = register("fill-mask", fill_mask, probe="[MASK]")`` (the end of this file) is all it takes: :func:`stream`,
     :func:`run_file` (``bertfn NAME --input``) and the returned :class:`Mapper` subclass then run it.
     """
-    TASKS[name] = Task(name, function, probe)
+    TASKS[name] = Task(name, function, probe, max_tokens)
     class_name = "".join(part.capitalize() for part in name.split("-"))  # "fill-mask" -> "FillMask"
     return type(class_name, (Mapper,), {
         "task": name, "__module__": __name__, "__qualname__": class_name,
@@ -139,6 +143,7 @@ class Runner:
         self.task = task_named(task)
         self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
         self.options = options
+        self.limit = self.task.max_tokens(self.model, options) if self.task.max_tokens else None
         if probe:
             with warnings.catch_warnings():  # the probe's own text may be all [UNK] (e.g. "a" for capitals)
                 warnings.simplefilter("ignore")
@@ -171,13 +176,13 @@ class Runner:
         return self._run(texts[:half]) + self._run(texts[half:])
 
     def read(self, texts: list[str]) -> list[tuple[int, str | None]]:
-        """Per text: how many tokens the task reads ([CLS] and [SEP] included; at most the task's
-        ``max_length`` or the model's positions, what truncation keeps), and the tokenizer's [UNK]
+        """Per text: how many tokens the task reads ([CLS] and [SEP] included; at most what its truncation
+        keeps, :attr:`Task.max_tokens`: embed's ``max_length`` or model setting), and the tokenizer's [UNK]
         warning for it (speaking of it as "text 0"), or None when most of its tokens are known."""
         tok = self.model.tokenizer
         if not tok or not texts:
             return [(0, None)] * len(texts)
-        limit = self.options.get("max_length") or self.model.config.max_position_embeddings
+        limit = self.limit if self.limit is not None else self.model.config.max_position_embeddings
         out = []
         for text, e in zip(texts, tok.backend.encode_batch(list(texts))):
             with warnings.catch_warnings(record=True) as caught:
@@ -302,6 +307,6 @@ class Mapper:
 
 
 FillMask = register("fill-mask", fill_mask, probe="[MASK]")
-Embed = register("embed", embed, probe="a")
+Embed = register("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
 Score = register("score", score, probe="a")
 ScoreMutations = register("score-mutations", score_mutations, probe=lambda options: options.get("reference") or "a")
