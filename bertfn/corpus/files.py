@@ -160,7 +160,8 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
 
     The texts to run go to ``runner`` in one call; the task's warnings are caught and said again naming
     the line (:meth:`Tally.warn`), and a text that is mostly [UNK] gets a ``"warning"`` in its line.
-    echo False leaves the text out; drop: keys left out of a result that is a dict (``"text"``, ``"tokens"``).
+    echo False leaves the text out; drop: keys left out of a result's dicts (``"text"``, ``"tokens"``; its
+    own ``"warning"`` always: the line holds one naming the line).
     """
     parsed = [(n, raw, kept, *parse_line(n, raw, field)) for n, raw, kept in entries if kept is None]
     runnable = [(n, text, carried) for n, _, _, text, carried, bad in parsed if bad is None]
@@ -188,8 +189,7 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
             record["error"] = str(relabel(result, label(n, carried)))
             tally.errors += 1
         else:
-            if drop and isinstance(result, dict):
-                result = {k: v for k, v in result.items() if k not in drop}
+            result = _without(result, drop)
             record["result"] = jsonable(result)
             printed.add(n, raw)
             tally.tokens += tokens
@@ -199,6 +199,13 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
                 tally.warn(record["warning"] + '; every line like it carries a "warning" in the output', "[UNK]")
         lines.append(json.dumps(record, ensure_ascii=False))
     return lines
+
+
+def _without(result: object, keys: frozenset) -> object:
+    """``result`` without ``keys`` and ``"warning"`` in its dicts (a dict's, or those of a list: fill-mask's answers)."""
+    if isinstance(result, dict):
+        return {k: v for k, v in result.items() if k not in keys and k != "warning"}
+    return [_without(r, keys) for r in result] if isinstance(result, list) else result
 
 
 def run_entries(runner: Runner, entries: Iterator[tuple[int, bytes, bytes | None]], output: Output, tally: Tally,

@@ -122,6 +122,15 @@ def jsonable(result: object) -> object:
     return result
 
 
+def shift(message: str, offset: int) -> str:
+    """A message about texts of a batch ("text 3", "texts 7, 9") about the same texts in a batch where that
+    one starts at ``offset`` ("text 259", "texts 263, 265")."""
+    if not offset:
+        return message
+    return re.sub(r"\b(texts? )(\d+(?:, \d+)*)\b", lambda m: m.group(1) + ", ".join(
+        str(int(i) + offset) for i in m.group(2).split(", ")), message)
+
+
 def relabel(error: InputError, label: str) -> InputError:
     """The error of a text run alone ("text 0 has no [MASK] ...") naming the text as ``label`` ("line 7")."""
     return InputError(re.sub(r"\btext 0\b", label, str(error), count=1))
@@ -162,18 +171,26 @@ class Runner:
         release_memory()
         return results
 
-    def _run(self, texts: list) -> list:
+    def _run(self, texts: list, offset: int = 0) -> list:
+        """The results of ``texts``, the ``offset``-th text on of the caller's: the task's warnings are said
+        again naming the caller's indices (those of a call that failed are dropped: its halves say them)."""
         if not texts:
             return []
         try:
-            return list(self.task.function(list(texts), self.model, **self.options))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                results = list(self.task.function(list(texts), self.model, **self.options))
         except MissingPartError:
             raise
         except InputError as e:
             if len(texts) == 1:
                 return [e]
+        else:
+            for w in caught:
+                warnings.warn_explicit(shift(str(w.message), offset), w.category, w.filename, w.lineno)
+            return results
         half = len(texts) // 2
-        return self._run(texts[:half]) + self._run(texts[half:])
+        return self._run(texts[:half], offset) + self._run(texts[half:], offset + half)
 
     def read(self, texts: list[str]) -> list[tuple[int, str | None]]:
         """Per text: how many tokens the task reads ([CLS] and [SEP] included; at most what its truncation
@@ -254,7 +271,12 @@ def _stream(runner: Runner, texts: Iterable[str], errors: str, chunk_size: int) 
     """The generator behind :func:`stream` (its checks run at the call, not at the first ``next``)."""
     start = 0
     for chunk in chunks(texts, chunk_size):
-        for i, r in enumerate(runner(chunk), start):
+        with warnings.catch_warnings(record=True) as caught:  # said again naming the texts of the stream
+            warnings.simplefilter("always")
+            results = runner(chunk)
+        for w in caught:
+            warnings.warn_explicit(shift(str(w.message), start), w.category, w.filename, w.lineno)
+        for i, r in enumerate(results, start):
             if isinstance(r, InputError):
                 r = relabel(r, f"text {i}")
                 if errors == "raise":
