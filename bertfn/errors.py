@@ -14,8 +14,8 @@ a one-line message and its own exit code (``exit_code``), never a traceback.
     │                     or its folder cannot be searched (permissions)           (exit 5)
     └── DependencyError   an optional library is not installed                     (exit 6)
 
-and bertfn's own warnings, each of a class of its own so that one kind can be quieted alone
-(``warnings.filterwarnings("ignore", category=bertfn.UnusedWeightsWarning)``; the CLI's ``--quiet`` all):
+and bertfn's own warnings, each of a class of its own so that a warnings filter can quiet one kind alone
+(``"ignore"`` with ``category=bertfn.UnusedWeightsWarning``; the CLI's ``--quiet`` quiets all):
 
     UserWarning
     └── BertfnWarning

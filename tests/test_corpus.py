@@ -216,7 +216,7 @@ def test_jsonl_fields_carried_and_bad_lines(tiny_folder, tmp_path, capsys):
     assert rows[0]["id"] == "a" and rows[0]["meta"] == {"k": [1, 2]} and "result" in rows[0]
     assert "not valid JSON" in rows[1]["error"]
     assert "not an object" in rows[2]["error"]
-    assert rows[3]["id"] == "d" and "no field 'sentence'" in rows[3]["error"]
+    assert rows[3]["id"] == "d" and rows[3]["error"].startswith("line 4 (id 'd') has no field 'sentence'")
     assert "is a JSON int, not a string" in rows[4]["error"]
     assert rows[5]["error"].startswith("line 6 (id 'f') has no [MASK]")  # a text's error names its line and id
     assert "'error', which the output uses" in rows[6]["error"]

@@ -96,8 +96,14 @@ def test_compact_formats_of_other_tasks_and_retry(tiny_folder, tmp_path, capsys)
     assert table["id"].tolist() == ["7", "b", "9"]  # the input's fields as text (a number as its JSON)
     assert [json.loads(r)[0]["token_str"] for r in table["result"][[0, 2]]] == \
         [row["result"][0]["token_str"] for row in map(json.loads, out.read_text().splitlines()[::2])]
-    assert table["error"][1].startswith("line 2 has no field 'text'")
+    assert table["error"][1].startswith("line 2 (id 'b') has no field 'text'")
 
+    gap = tmp_path / "gap.jsonl"  # an empty line in JSON Lines
+    gap.write_text("\n".join(json.dumps(r) for r in rows[::2]).replace("\n", "\n\n") + "\n")
+    capsys.readouterr()
+    assert main(["fill-mask", "--input", str(gap), "--output", str(tmp_path / "g.jsonl"), "--model", str(tiny_folder),
+                 "--field", "text", "--format", "parquet"]) == 2
+    assert pd.read_parquet(tmp_path / "g.parquet")["error"][1] == "line 2 is empty; write one JSON object per line"
     src.write_text("\n".join(json.dumps(r) for r in [rows[0], {"id": "b", "text": "a [MASK] b"}, rows[2]]) + "\n")
     assert main([*argv, "--format", "parquet", "--resume", "--retry-errors"]) == 0
     table = pd.read_parquet(tmp_path / "out.parquet")

@@ -87,6 +87,8 @@ def parse_line(n: int, raw: bytes, field: str | None) -> tuple[object, dict, str
         return None, {}, f"line {n} is not valid UTF-8 (byte {e.start}); convert the file to UTF-8"
     if field is None:
         return line, {"text": line}, None
+    if not line.strip():
+        return None, {}, f"line {n} is empty; write one JSON object per line"
     try:
         record = json.loads(line)
     except ValueError as e:
@@ -184,7 +186,8 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
         record = {"line": n, **carried}
         if not echo:
             record.pop(field or "text", None)
-        result, tokens, unk = by_line[n] if bad is None else (InputError(bad), 0, None)
+        bad = bad and InputError(bad.replace(f"line {n}", label(n, carried), 1))  # named by its id too, if it has one
+        result, tokens, unk = by_line[n] if bad is None else (bad, 0, None)
         if isinstance(result, InputError):
             record["error"] = str(relabel(result, label(n, carried)))
             tally.errors += 1
