@@ -355,6 +355,8 @@ def test_resume_refuses_what_it_cannot_continue(tiny_folder, tmp_path, capsys):
     # another option, task, model or field: refused, naming the difference, the output untouched
     assert main([*argv[:-1], "3", "--resume"]) == 2
     assert "was written with option --top-k 1, and this run has 3" in capsys.readouterr().err
+    assert main([*argv, "--targets", "cat", "--resume"]) == 2  # an option left at its default then
+    assert "was written with option --targets its default, and this run has ['cat']" in capsys.readouterr().err
     assert main(["score", *argv[1:-2], "--resume"]) == 2
     assert "was written with task 'fill-mask', and this run has 'score'" in capsys.readouterr().err
     assert main([*argv, "--dtype", "bfloat16", "--resume"]) == 2
