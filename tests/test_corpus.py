@@ -529,6 +529,7 @@ def test_score_file_and_mapper(tiny_folder, model, tmp_path, capsys):
     rows = read_jsonl(out)
     expected = bertfn.score([texts[0], texts[2]], model, method="within_word_l2r")
     assert rows[1]["error"].startswith("line 2 ")
+    assert rows[0]["text"] == texts[0] and "text" not in rows[0]["result"]  # the text once a line, not twice
     for row, want in zip([rows[0], rows[2]], expected):
         assert row["result"]["pll"] == pytest.approx(want["pll"], abs=1e-4)
         assert [t["token"] for t in row["result"]["tokens"]] == [t["token"] for t in want["tokens"]]

@@ -162,7 +162,7 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
 
     The texts to run go to ``runner`` in one call; the task's warnings are caught and said again naming
     the line (:meth:`Tally.warn`), and a text that is mostly [UNK] gets a ``"warning"`` in its line.
-    echo False leaves the text out; drop: keys left out of a result's dicts (``"text"``, ``"tokens"``; its
+    echo False leaves the text out; drop: keys left out of a result's dicts (``"text"``, ``"tokens"``; their
     own ``"warning"`` always: the line holds one naming the line).
     """
     parsed = [(n, raw, kept, *parse_line(n, raw, field)) for n, raw, kept in entries if kept is None]
@@ -265,8 +265,9 @@ def run_file(
 
     flush_every: seconds between flushes of the output at most (and at every chunk's end): texts run
     in pieces sized to take about that long, so a kill loses at most that much work.
-    echo: False leaves the text out of each output line (the input's other fields, e.g. an id, stay;
-    a result's own echo of the text goes too). detail: False leaves per-token detail out of results
+    echo: False leaves the text out of each output line (the input's other fields, e.g. an id, stay);
+    a result's own echo of the text (score's ``"text"``) is always left out: the line holds it once.
+    detail: False leaves per-token detail out of results
     (score's ``"tokens"``). Floats are written at float32 precision (:func:`~bertfn.corpus.runner.jsonable`).
     formats: also write the output as ``"npy"`` (embed) and/or ``"parquet"`` beside it, as the run goes
     (:mod:`~bertfn.corpus.formats`; a resume brings them level with the JSON Lines).
@@ -313,7 +314,7 @@ def run_file(
     recorded = {k: v for k, v in options.items() if k != "batch_size"}  # batching never changes a result
     record = None if to_stdout else make_record(task, {**recorded, "tokenizer": tokenizer, "lowercase": lowercase,
                                                        "echo": echo, "detail": detail}, field, runner.model)
-    drop = frozenset(() if echo else ("text",)) | frozenset(() if detail else ("tokens",))
+    drop = frozenset(("text",) if detail else ("text", "tokens"))  # the line holds the text already (unless not echo)
     done, kept, printed = 0, [], InputPrint()
     if old is not None:
         check_record(old, record, target)
