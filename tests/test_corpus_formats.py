@@ -30,10 +30,11 @@ CHILD = ("import sys, bertfn.corpus.formats as f, bertfn.corpus.files as r; f.PA
          f"r.run_file.__kwdefaults__['chunk_size'] = {CHUNK}; from bertfn.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
 def test_kill_and_resume_with_npy_and_parquet(tiny_folder, tmp_path, capsys, sig):
-    """Embed a file with --format npy parquet, stop the run part-way (SIGKILL: a crash; SIGINT: Ctrl-C), check
-    that what it left is readable, resume: the .npy and .parquet equal an uninterrupted run's, row for row."""
+    """Embed a file with --format npy parquet, stop the run part-way (SIGKILL: a crash; SIGINT: Ctrl-C; SIGTERM:
+    a batch system's stop), check that what it left is readable (after SIGINT or SIGTERM, every line it wrote),
+    resume: the .npy and .parquet equal an uninterrupted run's, row for row."""
     pd = pytest.importorskip("pandas", reason="parquet is read back with pandas (the test extra has it)")
     lines = [f"{TEXTS[i % len(TEXTS)]} {i}" if i % len(TEXTS) != 2 else "" for i in range(CHUNK + 50)]  # "": errors
     src = tmp_path / "in.txt"
@@ -51,12 +52,16 @@ def test_kill_and_resume_with_npy_and_parquet(tiny_folder, tmp_path, capsys, sig
     time.sleep(0.5)
     run.send_signal(sig)
     _, err = run.communicate(timeout=60)
-    assert run.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 130), err
+    assert run.returncode == {signal.SIGKILL: -signal.SIGKILL, signal.SIGINT: 130, signal.SIGTERM: 143}[sig], err
+    if sig != signal.SIGKILL:
+        assert err.decode().endswith("bertfn: error: interrupted\n" if sig == signal.SIGINT else "bertfn: error: terminated\n")
     written = out.read_bytes().count(b"\n")
     assert written == CHUNK
     left = np.load(tmp_path / "out.npy")  # a killed run's array loads: the rows of its last flush
-    assert left.dtype == np.float32 and 0 < len(left) <= written
     parts = pd.read_parquet(tmp_path / "out.parquet.parts")  # and its parquet parts so far
+    assert left.dtype == np.float32 and 0 < len(left) <= written and len(parts) <= written
+    if sig != signal.SIGKILL:  # a stop flushes all it ran
+        assert len(left) == len(parts) == written
     assert parts["line"].tolist() == list(range(1, len(parts) + 1))
     with open(tmp_path / "out.npy", "ab") as f:  # half a row the run was writing when it died
         f.write(b"\x00" * 100)

@@ -28,6 +28,7 @@ from ..errors import InputError, syntax
 from .formats import Output, check_formats, compact_path, open_compact
 from .record import OWN_KEYS, InputPrint, check_record, make_record, read_record, scan_output, write_record
 from .runner import CHUNK, Runner, chunks, jsonable, relabel
+from .tally import Tally, progress_bar, stop_on_sigterm
 
 FLUSH_SECONDS = 5.0
 """Default of ``flush_every``: results reach the output file at least this often (a kill loses at most this much work)."""
@@ -106,16 +107,6 @@ def parse_line(n: int, raw: bytes, field: str | None) -> tuple[object, dict, str
     return record[field], record, None
 
 
-def _count_lines(path: Path) -> int:
-    """Lines in a file, a last one without a newline included (for the progress bar's total)."""
-    count, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
-
-
 def probe_input(first: bytes | None, field: str | None, source: str | Path) -> None:
     """Check the input's first line before any model loads: with ``field``, it must be a JSON object
     holding that field (a typo in ``--field`` stops the run here, not after a file of error lines)."""
@@ -130,30 +121,6 @@ def probe_input(first: bytes | None, field: str | None, source: str | Path) -> N
 def label(n: int, carried: dict) -> str:
     """How messages name input line ``n``: ``line 7``, or ``line 7 (id 'P01')`` when the line has an id."""
     return f"line {n}" + (f" (id {carried['id']!r})" if "id" in carried else "")
-
-
-class Tally:
-    """Counts, warnings and the progress bar of a run: texts, errors, tokens read, lines warned."""
-
-    def __init__(self, bar) -> None:
-        self.bar, self.texts, self.errors, self.tokens, self.warned = bar, 0, 0, 0, 0
-        self.shown: set[str] = set()
-        self.started = time.perf_counter()
-
-    def warn(self, message: str, kind: str | None = None) -> None:
-        """Warn once per run per ``kind`` of message (default: the message with its numbers and quoted words
-        blanked, so that the same words about other lines, ids or texts count as one)."""
-        kind = kind or re.sub(r"\d+|'[^']*'", "#", message)
-        if kind not in self.shown:
-            self.shown.add(kind)
-            warnings.warn(message + " (said once per run)", stacklevel=4)
-
-    def update(self, texts: int) -> None:
-        self.texts += texts
-        if self.bar is not None:
-            self.bar.update(texts)
-            rate = self.tokens / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{rate:,.0f} tokens/s, {self.errors} errors", refresh=False)
 
 
 def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], field: str | None, echo: bool,
@@ -320,32 +287,33 @@ def run_file(
         check_record(old, record, target)
         done, kept, printed = scan_output(target, source, lines, lambda n, raw: parse_line(n, raw, field),
                                           old.get("input", {}))
-    bar = _progress_bar(source, done, sys.stderr.isatty() if progress is None else progress)
+    bar = progress_bar(source, done, sys.stderr.isatty() if progress is None else progress)
     tally, retried = Tally(bar), 0
-    try:
-        if retry_errors and kept:
-            retried, printed = _retry(runner, source, target, done, set(kept), tally, field, echo, drop,
-                                      chunk_size, flush_every)
-            kept = []
-            lines = itertools.islice(enumerate(_read_lines(source), 1), done, None)
-        if record is not None:
-            write_record(target, record, done, printed)
-        compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, _read_lines(target),
-                                                    rebuild=retried > 0)
-        out = sys.stdout.buffer if to_stdout else open(target, "ab")
+    with stop_on_sigterm():  # SIGTERM (a batch system stopping the job) stops the run as Ctrl-C does
         try:
-            output = Output(out, target, record, done, printed, flush_every, compact)
-            run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, field, echo, drop, chunk_size)
+            if retry_errors and kept:
+                retried, printed = _retry(runner, source, target, done, set(kept), tally, field, echo, drop,
+                                          chunk_size, flush_every)
+                kept = []
+                lines = itertools.islice(enumerate(_read_lines(source), 1), done, None)
+            if record is not None:
+                write_record(target, record, done, printed)
+            compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, _read_lines(target),
+                                                        rebuild=retried > 0)
+            out = sys.stdout.buffer if to_stdout else open(target, "ab")
+            try:
+                output = Output(out, target, record, done, printed, flush_every, compact)
+                run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, field, echo, drop, chunk_size)
+            finally:
+                for o in compact:  # what was given them reaches the disk, stopped or not (no later than the JSON Lines)
+                    o.flush(final=True)
+                if not to_stdout:
+                    out.close()
+            for o in compact:
+                o.close()
         finally:
-            for o in compact:  # what was given them reaches the disk, stopped or not (no later than the JSON Lines)
-                o.flush(final=True)
-            if not to_stdout:
-                out.close()
-        for o in compact:
-            o.close()
-    finally:
-        if bar is not None:
-            bar.close()
+            if bar is not None:
+                bar.close()
     written = ["stdout"] if to_stdout else [str(target)] + [str(compact_path(target, f)) for f in dict.fromkeys(formats)
                                                             if f != "jsonl"]
     return Summary(tally.texts, tally.errors, tally.tokens, time.perf_counter() - started, ", ".join(written), done,
@@ -368,18 +336,3 @@ def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], ta
                         chunk_size)
     os.replace(fresh, target)
     return len(errors), printed
-
-
-def _progress_bar(source: str | Path, done: int, show: bool):
-    """A tqdm bar on stderr counting texts (its total: the input's lines, counted here; none for stdin),
-    or None when hidden (then the file is not read an extra time)."""
-    if not show:
-        return None
-    from tqdm import tqdm
-
-    total = None if str(source) == "-" else _count_lines(Path(source))
-
-    return tqdm(total=total, initial=done, unit="text", file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
-                mininterval=0.5)
-
-
