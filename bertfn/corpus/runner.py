@@ -202,10 +202,8 @@ class Runner:
         limit = self.limit if self.limit is not None else self.model.config.max_position_embeddings
         out = []
         for text, e in zip(texts, tok.backend.encode_batch(list(texts))):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                tok.warn_unknown([text], None, [e])
-            out.append((min(sum(e.attention_mask), limit), str(caught[0].message) if caught else None))
+            said = tok.unknown([text], None, [e]).get(0)
+            out.append((min(sum(e.attention_mask), limit), f"text 0: {said}" if said else None))
         return out
 
 
