@@ -148,3 +148,19 @@ def test_tokens_per_second_counts_the_tokens_the_model_reads(tiny_folder, tmp_pa
     texts = ["the [MASK] sat", " ".join(["cat"] * 100) + " [MASK]"]  # fill-mask reads a window of the positions (64)
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")
     assert run_file(src, tmp_path / "c.jsonl", model, truncation=True, progress=False).tokens == 5 + 64
+
+
+def test_npy_when_the_first_lines_are_errors(tiny_folder, tmp_path):
+    """Rows before the first vector (error lines: the width is not known yet) become NaN rows of its width;
+    a file of error lines alone gives an (N, 0) array."""
+    from bertfn.corpus import run_file
+
+    src = tmp_path / "in.txt"
+    src.write_text("\n\nthe cat sat\n\n", encoding="utf-8")
+    summary = run_file(src, tmp_path / "a.jsonl", tiny_folder, task="embed", formats=("npy",), progress=False)
+    array = np.load(tmp_path / "a.npy")
+    assert summary.errors == 3 and array.shape == (4, 48)
+    assert np.isnan(array[[0, 1, 3]]).all() and not np.isnan(array[2]).any()
+    src.write_text("\n\n", encoding="utf-8")
+    run_file(src, tmp_path / "b.jsonl", tiny_folder, task="embed", formats=("npy",), progress=False)
+    assert np.load(tmp_path / "b.npy").shape == (2, 0)

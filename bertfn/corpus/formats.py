@@ -31,14 +31,13 @@ from pathlib import Path
 import numpy
 
 from ..errors import DependencyError, InputError
-from .record import InputPrint, write_record
+from .record import OWN_KEYS, InputPrint, write_record
 
 FORMATS = ("jsonl", "npy", "parquet")
 PART_SECONDS = 60.0
 """A Parquet part is written at the first flush this many seconds after the last one (and at the end)."""
 PART_ROWS = 16384
 """... or as soon as this many rows wait for it (they are held in memory until then)."""
-OWN = ("line", "result", "error", "warning")
 
 
 def compact_path(target: Path, fmt: str) -> Path:
@@ -153,7 +152,7 @@ class ParquetOutput:
     def _row(self, r: dict) -> dict:
         row = {"line": r["line"]}
         row.update({k: v if isinstance(v, str) or v is None else json.dumps(v, ensure_ascii=False)
-                    for k, v in r.items() if k not in OWN})
+                    for k, v in r.items() if k not in OWN_KEYS})
         v = r.get("result")
         row["result"] = v if self.vectors or v is None else json.dumps(v, ensure_ascii=False)
         row["error"], row["warning"] = r.get("error"), r.get("warning")
@@ -185,7 +184,7 @@ class ParquetOutput:
         self.flush(final=True)
         parts = sorted(self.parts.glob("part-*.parquet"))
         names = list(dict.fromkeys(["line"] + [k for p in parts for k in self.pq.read_schema(p).names]))
-        names = [k for k in names if k not in OWN[1:]] + [k for k in OWN[1:] if k in names]
+        names = [k for k in names if k not in OWN_KEYS[1:]] + [k for k in OWN_KEYS[1:] if k in names]
         schema = self.pa.schema([(k, self._type(k)) for k in names])
         tmp = self.path.with_name("." + self.path.name + ".tmp")
         with self.pq.ParquetWriter(tmp, schema) as out:
