@@ -5,7 +5,7 @@ probabilities. Here transformers runs ``attn_implementation="sdpa"`` (``BertSdpa
 its 4-D SDPA masks), so bertfn's fused path is checked against transformers' fused path: padded
 batches, a decoder with cross-attention decoding token by token, and gradients. fp32, 1e-5.
 
-Where the two libraries choose differently (README, "Differences from transformers"):
+Where the two libraries choose differently (docs/differences.md):
 transformers picks SDPA once, at load time, and falls back to eager per call for relative
 positions, output_attentions or a head mask; bertfn chooses per call (``impl=``, default "sdpa"),
 keeps relative positions on SDPA (the bias joins the additive mask), and runs eager for attention

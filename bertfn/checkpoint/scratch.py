@@ -88,7 +88,7 @@ def init_model(config: BertConfig, parts: Iterable[str] = ("pooler", "mlm"), *,
     decoder is the word-embedding tensor itself (tied). ``parts`` as in :func:`model_shapes`; the
     default gives ``BertForMaskedLM`` with a pooler. Draws from ``generator`` (default: seeded with 0),
     so one seed gives one model. The keys are those :func:`bertfn.load` gives; fp32 on the CPU
-    (``model.to(...)`` moves it). To train it, see README "Features" (dropout / training).
+    (``model.to(...)`` moves it). To train it, see docs/guides/features.md (dropout / training).
     """
     parts = tuple(parts)
     g = generator if generator is not None else torch.Generator().manual_seed(0)

@@ -1,7 +1,7 @@
 """Pictures of a forward pass: attention heatmaps with token labels, histograms, activation curves.
 
-matplotlib is an optional dependency (``pip install "bertfn[plot]"``), imported only when one of
-these functions runs, so ``import bertfn`` stays light. Each function draws on a new
+matplotlib is an optional dependency (``pip install matplotlib``, or the ``plot`` extra from a
+checkout), imported only when one of these functions runs, so ``import bertfn`` stays light. Each function draws on a new
 ``matplotlib.figure.Figure`` attached to the Agg canvas (no pyplot, no window, no global state)
 and returns it: a notebook displays it, ``fig.savefig("attn.png")`` writes it to a file.
 The tensors usually come from :func:`bertfn.trace`. Without matplotlib, every function raises
@@ -32,13 +32,13 @@ all heads drawn together; 0 to 1."""
 
 def require_matplotlib():
     """matplotlib's ``Figure`` and Agg canvas classes, or :class:`DependencyError` (exit 6) saying how to
-    install them (``pip install "bertfn[plot]"``)."""
+    install them (``pip install matplotlib``)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as e:
-        raise DependencyError(f"plotting needs matplotlib, which cannot be imported here ({e}); install the plot "
-                              'extra: pip install "bertfn[plot]"') from None
+        raise DependencyError(f"plotting needs matplotlib, which cannot be imported here ({e}); install it: "
+                              'pip install matplotlib (or, in a checkout of bertfn, pip install -e ".[plot]")') from None
     return Figure, FigureCanvasAgg
 
 

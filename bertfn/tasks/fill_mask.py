@@ -86,7 +86,7 @@ def fill_mask(
     one such list per mask; for a list of texts, a list of those. ``model``: a hub id, a local folder
     or a loaded :class:`Model` (default: google-bert/bert-base-uncased, loaded once per process).
     device / dtype: where and in what precision the model runs (:func:`~bertfn.checkpoint.resolve.get_model`);
-    ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the faster bf16 mode (README, Speed).
+    ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the faster bf16 mode (docs/speed.md).
 
     top_k: answers per mask, at least 1. More than there are candidates (the vocabulary, or the
     targets) is clamped to that number: every candidate is returned, best first.
