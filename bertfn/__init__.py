@@ -25,12 +25,15 @@ from .checkpoint.scratch import init_model, parameter_count
 from .checkpoint.tokenizer import Tokenizer
 from .errors import (
     BertfnError,
+    BertfnWarning,
     CheckpointError,
     ConfigError,
     DependencyError,
     InputError,
     MissingPartError,
     ModelLoadError,
+    UnknownTokensWarning,
+    UnusedWeightsWarning,
 )
 from .inspect import plots  # matplotlib itself is imported only when a plot is drawn
 from .inspect.trace import Recording, trace  # bertfn.trace is this function; the recorder class is bertfn.Trace
@@ -58,9 +61,10 @@ from .tasks.scoring import score
 __version__ = "0.1.0"
 
 __all__ = [
-    "BertConfig", "BertfnError", "Cache", "CheckpointError", "ConfigError", "DependencyError", "EncoderOutput",
+    "BertConfig", "BertfnError", "BertfnWarning", "Cache", "CheckpointError", "ConfigError", "DependencyError", "EncoderOutput",
     "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
     "embed", "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
     "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "score", "score_mutations", "sdpa_attention",
     "sequence_classification", "Substitutions", "substitution_matrix", "token_classification", "trace", "plots", "interventions",
+    "UnknownTokensWarning", "UnusedWeightsWarning",
 ]

@@ -17,7 +17,7 @@ Every subcommand that runs a model takes the same model options (:func:`add_mode
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
 arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, missing
-optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130.
+optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130, SIGTERM 143.
 Warnings are one line too.
 """
 
@@ -98,8 +98,8 @@ def add_file_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-echo", dest="echo", action="store_false",
                        help="leave the text out of each output line (the input's other fields, e.g. an id, stay)")
     group.add_argument("--no-detail", dest="detail", action="store_false", help="leave per-token detail out (score)")
-    group.add_argument("--format", nargs="+", choices=FORMATS, default=["jsonl"], help="also write the finished "
-                       "output as FILE.npy (embed's vectors, float32) or FILE.parquet, beside the JSON Lines")
+    group.add_argument("--format", nargs="+", choices=FORMATS, default=["jsonl"], help="also write the "
+                       "output as it goes as FILE.npy (embed's vectors, float32) or FILE.parquet, beside the JSON Lines")
     group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar on stderr (default: when stderr is a terminal)")
 
 
@@ -383,9 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     except BertfnError as e:
         _one_line("error", e)
         return e.exit_code
-    except KeyboardInterrupt:
-        _one_line("error", "interrupted")
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM during a file run (bertfn.corpus.files.Terminated)
+        _one_line("error", str(e) or "interrupted")
+        return getattr(e, "exit_code", 130)
     except Exception as e:
         if os.environ.get("BERTFN_DEBUG"):
             raise

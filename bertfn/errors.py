@@ -1,4 +1,4 @@
-"""bertfn's own exceptions.
+"""bertfn's own exceptions and warnings.
 
 Every error bertfn raises on purpose is a :class:`BertfnError`. Its message says three things:
 what was expected, what came instead, and what to do about it. The CLI turns each subclass into
@@ -13,6 +13,14 @@ a one-line message and its own exit code (``exit_code``), never a traceback.
     ├── ModelLoadError    a model could not be found (hub id, folder, no network)
     │                     or its folder cannot be searched (permissions)           (exit 5)
     └── DependencyError   an optional library is not installed                     (exit 6)
+
+and bertfn's own warnings, each of a class of its own so that a warnings filter can quiet one kind alone
+(``"ignore"`` with ``category=bertfn.UnusedWeightsWarning``; the CLI's ``--quiet`` quiets all):
+
+    UserWarning
+    └── BertfnWarning
+        ├── UnusedWeightsWarning  a checkpoint holds weights no BERT part reads (kept, unused)
+        └── UnknownTokensWarning  a text's tokens are mostly [UNK] (its results say little)
 
 Messages that tell the user what to pass spell it the way the caller writes it: :func:`syntax` gives
 the Python spelling (``lowercase=False``) or, inside the ``bertfn`` command, the CLI one (``--cased``).
@@ -71,6 +79,19 @@ class DependencyError(BertfnError, ImportError):
     """An optional library that this feature needs is not installed; the message names the extra to install."""
 
     exit_code = 6
+
+
+class BertfnWarning(UserWarning):
+    """Base class of bertfn's own warnings (a UserWarning, so that every filter of those applies)."""
+
+
+class UnusedWeightsWarning(BertfnWarning):
+    """The checkpoint holds weights that no BERT part reads (another model's heads, e.g. AntiBERTy's
+    ``cls.species.*``): kept in ``model.state``, unused. ``load(..., strict=True)`` refuses them instead."""
+
+
+class UnknownTokensWarning(BertfnWarning):
+    """Most tokens of a text are ``[UNK]``: the results say little about it (the message names the likely fix)."""
 
 
 def unreadable(path: str | Path, error: type[BertfnError] | None = None) -> BertfnError:

@@ -216,7 +216,7 @@ def test_jsonl_fields_carried_and_bad_lines(tiny_folder, tmp_path, capsys):
     assert rows[0]["id"] == "a" and rows[0]["meta"] == {"k": [1, 2]} and "result" in rows[0]
     assert "not valid JSON" in rows[1]["error"]
     assert "not an object" in rows[2]["error"]
-    assert rows[3]["id"] == "d" and "no field 'sentence'" in rows[3]["error"]
+    assert rows[3]["id"] == "d" and rows[3]["error"].startswith("line 4 (id 'd') has no field 'sentence'")
     assert "is a JSON int, not a string" in rows[4]["error"]
     assert rows[5]["error"].startswith("line 6 (id 'f') has no [MASK]")  # a text's error names its line and id
     assert "'error', which the output uses" in rows[6]["error"]
@@ -355,6 +355,8 @@ def test_resume_refuses_what_it_cannot_continue(tiny_folder, tmp_path, capsys):
     # another option, task, model or field: refused, naming the difference, the output untouched
     assert main([*argv[:-1], "3", "--resume"]) == 2
     assert "was written with option --top-k 1, and this run has 3" in capsys.readouterr().err
+    assert main([*argv, "--targets", "cat", "--resume"]) == 2  # an option left at its default then
+    assert "was written with option --targets its default, and this run has ['cat']" in capsys.readouterr().err
     assert main(["score", *argv[1:-2], "--resume"]) == 2
     assert "was written with task 'fill-mask', and this run has 'score'" in capsys.readouterr().err
     assert main([*argv, "--dtype", "bfloat16", "--resume"]) == 2
@@ -527,6 +529,7 @@ def test_score_file_and_mapper(tiny_folder, model, tmp_path, capsys):
     rows = read_jsonl(out)
     expected = bertfn.score([texts[0], texts[2]], model, method="within_word_l2r")
     assert rows[1]["error"].startswith("line 2 ")
+    assert rows[0]["text"] == texts[0] and "text" not in rows[0]["result"]  # the text once a line, not twice
     for row, want in zip([rows[0], rows[2]], expected):
         assert row["result"]["pll"] == pytest.approx(want["pll"], abs=1e-4)
         assert [t["token"] for t in row["result"]["tokens"]] == [t["token"] for t in want["tokens"]]

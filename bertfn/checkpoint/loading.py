@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import CheckpointError, InputError, MissingPartError, ModelLoadError, require_readable, syntax, unreadable
+from ..errors import (CheckpointError, InputError, MissingPartError, ModelLoadError, UnusedWeightsWarning, require_readable,
+                      syntax, unreadable)
 from ..model.config import BertConfig
 from ..model.params import Params, normalize_keys
 from .dtypes import resolve_dtype
@@ -314,7 +315,8 @@ def load(
     config: overrides ``config.json`` (a :class:`BertConfig`, a dict, or a path). device / dtype: where
     the weights go (default: as stored, on the CPU); dtype also as a string such as ``"bfloat16"``.
     Keys that no BERT part reads (other heads such as AntiBERTy's ``cls.species.*``) are kept in
-    ``model.state``, unused, with a one-line warning; ``strict=True`` refuses them instead. Missing or
+    ``model.state``, unused, with a one-line :class:`~bertfn.errors.UnusedWeightsWarning` (quieted with
+    ``warnings.filterwarnings("ignore", category=bertfn.UnusedWeightsWarning)``); ``strict=True`` refuses them. Missing or
     mis-shaped keys are always errors.
     Raises :class:`ModelLoadError`, :class:`ConfigError` or :class:`CheckpointError` with what to do.
     """
@@ -332,7 +334,7 @@ def load(
     unused = unused_keys(state)
     if unused:
         warnings.warn(f"{weights} has {len(unused)} key(s) that no BERT part reads ({', '.join(group_keys(unused))}): "
-                      "kept in model.state, skipped by the forward pass", stacklevel=2)
+                      "kept in model.state, skipped by the forward pass", UnusedWeightsWarning, stacklevel=2)
     matmul_layout(state)
     model = Model(config, state, load_tokenizer(tokenizer, folder, lowercase, config), str(name_or_path))
     return model.to(device, dtype) if device is not None or dtype is not None else model

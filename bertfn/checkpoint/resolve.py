@@ -124,3 +124,19 @@ def text_list(inputs, what: str) -> tuple[list[str], bool]:
             raise InputError(f"text {i} is empty; write a sentence"
                              f"{' with [MASK] where the word to predict goes' if what == 'fill_mask' else f' to {what}'}")
     return texts, single
+
+
+def flag_unknown(results: list, unknown: dict[int, str] | None) -> list:
+    """``results`` (one per text, as a task returns them) with ``"warning": ...`` set in each dict of text
+    i's result for every text i that ``unknown`` names (mostly [UNK]: :attr:`Encoding.unknown`), as a file
+    run flags its lines: fill_mask's answers and score's dicts say so themselves, not only the warning."""
+    def add(result: object, message: str) -> None:
+        if isinstance(result, dict):
+            result["warning"] = message
+        elif isinstance(result, list):
+            for r in result:
+                add(r, message)
+
+    for i, message in (unknown or {}).items():
+        add(results[i], message)
+    return results

@@ -18,7 +18,7 @@ import torch
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from ..errors import CheckpointError, InputError, require_readable, syntax, unreadable
+from ..errors import CheckpointError, InputError, UnknownTokensWarning, require_readable, syntax, unreadable
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -26,7 +26,8 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 class Encoding(NamedTuple):
     """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span;
     ``word_ids[b][s]`` numbers the words of a text from 0 (the pre-tokenizer's words: whitespace and
-    punctuation split them), None for [CLS], [SEP] and padding."""
+    punctuation split them), None for [CLS], [SEP] and padding. ``unknown``: ``{text index: what to say
+    of it}`` for the texts whose tokens are mostly [UNK] (:meth:`Tokenizer.unknown`)."""
 
     input_ids: torch.Tensor
     token_type_ids: torch.Tensor
@@ -34,6 +35,7 @@ class Encoding(NamedTuple):
     tokens: list[list[str]]
     offsets: list[list[tuple[int, int]]]
     word_ids: list[list[int | None]] | None = None
+    unknown: dict[int, str] | None = None  # the texts that are mostly [UNK]: Tokenizer.unknown
 
 
 def _read_json(path: Path) -> dict:
@@ -196,7 +198,7 @@ class Tokenizer:
         for i, t in enumerate(texts + (pairs or [])):
             check_text(t, f"text {i}" if i < len(texts) else f"second segment {i - len(texts)}")
         batch = self.backend.encode_batch(list(zip(texts, pairs)) if pairs is not None else texts)
-        self.warn_unknown(texts, pairs, batch)
+        unknown = self.warn_unknown(texts, pairs, batch)
         return Encoding(
             input_ids=torch.tensor([e.ids for e in batch], dtype=torch.long),
             token_type_ids=torch.tensor([e.type_ids for e in batch], dtype=torch.long),
@@ -204,46 +206,59 @@ class Tokenizer:
             tokens=[e.tokens for e in batch],
             offsets=[e.offsets for e in batch],
             word_ids=[e.word_ids for e in batch],
+            unknown=unknown,
         )
 
-    def warn_unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> None:
-        """Warn when most of a text's tokens are ``[UNK]``: the model would answer, confidently, about nothing.
+    def unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> dict[int, str]:
+        """The texts whose tokens are mostly ``[UNK]`` (the model would answer, confidently, about nothing):
+        ``{index: what to say of it}``, e.g. ``"2 of its 2 tokens are [UNK] (e.g. 'é'), so the results say
+        little about it; <the likely fix>"``.
 
-        The warning names the likely fix: keeping case (a cased vocabulary read with lowercasing, e.g.
-        amino acids as capitals), writing capitals (small letters given to a vocabulary of capitals), or
-        spacing (a vocabulary of single characters written without spaces).
+        The fix named: keeping case (a cased vocabulary read with lowercasing, e.g. amino acids as
+        capitals), writing capitals (small letters given to a vocabulary of capitals), or spacing (a
+        vocabulary of single characters written without spaces).
         batch: the ``tokenizers`` encodings of ``texts`` (and their second segments ``pairs``).
         """
         specials = {self.cls_token_id, self.sep_token_id, self.mask_token_id, self.pad_token_id}
-        flagged = []
+        flagged = {}
         for i, e in enumerate(batch):
             segments = (texts[i], pairs[i] if pairs is not None else "")
             pieces = [(t, s, o) for t, s, o in zip(e.ids, e.sequence_ids, e.offsets) if t not in specials]
             unknown = [segments[s][a:b] for t, s, (a, b) in pieces if t == self.unk_token_id]
             if unknown and 2 * len(unknown) > len(pieces):
-                flagged.append((i, len(unknown), len(pieces), unknown))
+                flagged[i] = (len(unknown), len(pieces), unknown)
         if not flagged:
-            return
-        i, n_unk, n, unknown = flagged[0]
+            return {}
         vocab = self.backend.get_vocab()
         letters = [w for w in vocab if not w.startswith(("[", "##"))]
         single_chars = sum(len(w) == 1 for w in letters) > 0.8 * len(letters)
-        shown = written = unknown[0][:4]  # the start of the first unknown word, and how to write it
-        fixes = []
-        if self.lowercase and sum(w in vocab or all(c in vocab for c in w) for w in unknown) * 2 >= len(unknown):
-            fixes.append(f"this vocabulary is cased: load it with {syntax(python='lowercase=False', cli='--cased')}")
-        elif sum(w != w.upper() and all(c.upper() in vocab for c in w) for w in unknown) * 2 >= len(unknown):
-            fixes.append("this vocabulary holds capitals")
-            written = written.upper()
-        if single_chars and any(len(w) > 1 and all(c in vocab or c.upper() in vocab for c in w) for w in unknown):
-            fixes.append("this vocabulary holds single characters, to be separated by spaces")
-            written = " ".join(written)
-        advice = "; ".join(fixes) + (f": write {written!r}, not {shown!r}" if written != shown else "")
-        others = f" (and {len(flagged) - 1} more text(s))" if len(flagged) > 1 else ""
-        warnings.warn(f"text {i}{others}: {n_unk} of its {n} tokens are [UNK] (e.g. {', '.join(repr(w[:20]) for w in unknown[:3])}), "
-                      f"so the results say little about it; {advice or 'use the tokenizer that came with the model'}",
-                      stacklevel=3)
+        said = {}
+        for i, (n_unk, n, unknown) in flagged.items():
+            shown = written = unknown[0][:4]  # the start of the first unknown word, and how to write it
+            fixes = []
+            if self.lowercase and sum(w in vocab or all(c in vocab for c in w) for w in unknown) * 2 >= len(unknown):
+                fixes.append(f"this vocabulary is cased: load it with {syntax(python='lowercase=False', cli='--cased')}")
+            elif sum(w != w.upper() and all(c.upper() in vocab for c in w) for w in unknown) * 2 >= len(unknown):
+                fixes.append("this vocabulary holds capitals")
+                written = written.upper()
+            if single_chars and any(len(w) > 1 and all(c in vocab or c.upper() in vocab for c in w) for w in unknown):
+                fixes.append("this vocabulary holds single characters, to be separated by spaces")
+                written = " ".join(written)
+            advice = "; ".join(fixes) + (f": write {written!r}, not {shown!r}" if written != shown else "")
+            said[i] = (f"{n_unk} of its {n} tokens are [UNK] (e.g. {', '.join(repr(w[:20]) for w in unknown[:3])}), "
+                       f"so the results say little about it; {advice or 'use the tokenizer that came with the model'}")
+        return said
 
+    def warn_unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> dict[int, str]:
+        """Warn, once for the batch, about the texts that are mostly ``[UNK]`` (:meth:`unknown`), naming them by
+        index: ``text 3 (and texts 7, 9, +12 more like it): 2 of its 2 tokens are [UNK] ...``; returns :meth:`unknown`."""
+        said = self.unknown(texts, pairs, batch)
+        if said:
+            first, *others = said
+            more = f", +{len(others) - 9} more" if len(others) > 9 else ""
+            also = f" (and text{'s' * (len(others) > 1)} {', '.join(map(str, others[:9]))}{more} like it)" if others else ""
+            warnings.warn(f"text {first}{also}: {said[first]}", UnknownTokensWarning, stacklevel=3)
+        return said
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         """ids -> text, joining ``##`` pieces; same defaults as ``tokenizer.decode`` in transformers."""
         text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

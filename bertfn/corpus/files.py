@@ -25,9 +25,10 @@ import torch
 
 from ..checkpoint.loading import Model
 from ..errors import InputError, syntax
-from .formats import FORMATS, convert
+from .formats import Output, check_formats, compact_path, open_compact
 from .record import OWN_KEYS, InputPrint, check_record, make_record, read_record, scan_output, write_record
 from .runner import CHUNK, Runner, chunks, jsonable, relabel
+from .tally import Tally, progress_bar, stop_on_sigterm
 
 FLUSH_SECONDS = 5.0
 """Default of ``flush_every``: results reach the output file at least this often (a kill loses at most this much work)."""
@@ -87,6 +88,8 @@ def parse_line(n: int, raw: bytes, field: str | None) -> tuple[object, dict, str
         return None, {}, f"line {n} is not valid UTF-8 (byte {e.start}); convert the file to UTF-8"
     if field is None:
         return line, {"text": line}, None
+    if not line.strip():
+        return None, {}, f"line {n} is empty; write one JSON object per line"
     try:
         record = json.loads(line)
     except ValueError as e:
@@ -102,16 +105,6 @@ def parse_line(n: int, raw: bytes, field: str | None) -> tuple[object, dict, str
     if not isinstance(record[field], str):
         return None, record, f"line {n}: field {field!r} is a JSON {type(record[field]).__name__}, not a string"
     return record[field], record, None
-
-
-def _count_lines(path: Path) -> int:
-    """Lines in a file, a last one without a newline included (for the progress bar's total)."""
-    count, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
 
 
 def probe_input(first: bytes | None, field: str | None, source: str | Path) -> None:
@@ -130,61 +123,14 @@ def label(n: int, carried: dict) -> str:
     return f"line {n}" + (f" (id {carried['id']!r})" if "id" in carried else "")
 
 
-class Output:
-    """The output file as a run writes it: lines appended, flushed at least every ``flush_every`` seconds
-    (and when asked), the run's record beside it rewritten at each flush (``record``: None writes none)."""
-
-    def __init__(self, out, target: Path | None, record: dict | None, lines: int, printed: InputPrint,
-                 flush_every: float) -> None:
-        self.out, self.target, self.record = out, target, record
-        self.lines, self.printed, self.flush_every = lines, printed, flush_every
-        self.flushed_at = time.monotonic()
-
-    def write(self, lines: list[str], force: bool = False) -> None:
-        if lines:
-            self.out.write(("\n".join(lines) + "\n").encode("utf-8"))
-            self.lines += len(lines)
-        if force or time.monotonic() - self.flushed_at >= self.flush_every:
-            self.flush()
-
-    def flush(self) -> None:
-        self.out.flush()
-        if self.record is not None:
-            write_record(self.target, self.record, self.lines, self.printed)
-        self.flushed_at = time.monotonic()
-
-
-class Tally:
-    """Counts, warnings and the progress bar of a run: texts, errors, tokens read, lines warned."""
-
-    def __init__(self, bar) -> None:
-        self.bar, self.texts, self.errors, self.tokens, self.warned = bar, 0, 0, 0, 0
-        self.shown: set[str] = set()
-        self.started = time.perf_counter()
-
-    def warn(self, message: str, kind: str | None = None) -> None:
-        """Warn once per run per ``kind`` of message (default: the message with its numbers and quoted words
-        blanked, so that the same words about other lines, ids or texts count as one)."""
-        kind = kind or re.sub(r"\d+|'[^']*'", "#", message)
-        if kind not in self.shown:
-            self.shown.add(kind)
-            warnings.warn(message + " (said once per run)", stacklevel=4)
-
-    def update(self, texts: int) -> None:
-        self.texts += texts
-        if self.bar is not None:
-            self.bar.update(texts)
-            rate = self.tokens / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{rate:,.0f} tokens/s, {self.errors} errors", refresh=False)
-
-
 def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], field: str | None, echo: bool,
               drop: frozenset, tally: Tally, printed: InputPrint) -> list[str]:
     """The output lines of ``entries``, in order: ``(n, raw input line, the output line to keep or None to run)``.
 
     The texts to run go to ``runner`` in one call; the task's warnings are caught and said again naming
     the line (:meth:`Tally.warn`), and a text that is mostly [UNK] gets a ``"warning"`` in its line.
-    echo False leaves the text out; drop: keys left out of a result that is a dict (``"text"``, ``"tokens"``).
+    echo False leaves the text out; drop: keys left out of a result's dicts (``"text"``, ``"tokens"``; their
+    own ``"warning"`` always: the line holds one naming the line).
     """
     parsed = [(n, raw, kept, *parse_line(n, raw, field)) for n, raw, kept in entries if kept is None]
     runnable = [(n, text, carried) for n, _, _, text, carried, bad in parsed if bad is None]
@@ -207,13 +153,13 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
         record = {"line": n, **carried}
         if not echo:
             record.pop(field or "text", None)
-        result, tokens, unk = by_line[n] if bad is None else (InputError(bad), 0, None)
+        bad = bad and InputError(bad.replace(f"line {n}", label(n, carried), 1))  # named by its id too, if it has one
+        result, tokens, unk = by_line[n] if bad is None else (bad, 0, None)
         if isinstance(result, InputError):
             record["error"] = str(relabel(result, label(n, carried)))
             tally.errors += 1
         else:
-            if drop and isinstance(result, dict):
-                result = {k: v for k, v in result.items() if k not in drop}
+            result = _without(result, drop)
             record["result"] = jsonable(result)
             printed.add(n, raw)
             tally.tokens += tokens
@@ -223,6 +169,13 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
                 tally.warn(record["warning"] + '; every line like it carries a "warning" in the output', "[UNK]")
         lines.append(json.dumps(record, ensure_ascii=False))
     return lines
+
+
+def _without(result: object, keys: frozenset) -> object:
+    """``result`` without ``keys`` and ``"warning"`` in its dicts (a dict's, or those of a list: fill-mask's answers)."""
+    if isinstance(result, dict):
+        return {k: v for k, v in result.items() if k not in keys and k != "warning"}
+    return [_without(r, keys) for r in result] if isinstance(result, list) else result
 
 
 def run_entries(runner: Runner, entries: Iterator[tuple[int, bytes, bytes | None]], output: Output, tally: Tally,
@@ -279,11 +232,12 @@ def run_file(
 
     flush_every: seconds between flushes of the output at most (and at every chunk's end): texts run
     in pieces sized to take about that long, so a kill loses at most that much work.
-    echo: False leaves the text out of each output line (the input's other fields, e.g. an id, stay;
-    a result's own echo of the text goes too). detail: False leaves per-token detail out of results
+    echo: False leaves the text out of each output line (the input's other fields, e.g. an id, stay);
+    a result's own echo of the text (score's ``"text"``) is always left out: the line holds it once.
+    detail: False leaves per-token detail out of results
     (score's ``"tokens"``). Floats are written at float32 precision (:func:`~bertfn.corpus.runner.jsonable`).
-    formats: also write the finished output as ``"npy"`` and/or ``"parquet"`` beside it
-    (:func:`~bertfn.corpus.formats.convert`), once every line is written.
+    formats: also write the output as ``"npy"`` (embed) and/or ``"parquet"`` beside it, as the run goes
+    (:mod:`~bertfn.corpus.formats`; a resume brings them level with the JSON Lines).
     resume: ``target`` holds the output of an interrupted run: check it against the run record beside
     it (:mod:`bertfn.corpus.record`: the same task, options, field, model weights and vocabulary, and
     input) and every written line against its input line, then continue after the last complete
@@ -310,9 +264,7 @@ def run_file(
         raise InputError("retrying error lines reads the input twice, so it cannot be standard input; pass the file")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InputError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    if any(fmt not in FORMATS for fmt in formats) or (to_stdout and any(fmt != "jsonl" for fmt in formats)):
-        raise InputError(f"formats are {', '.join(map(repr, FORMATS))}, written beside an --output file; got "
-                         f"{', '.join(map(repr, formats))}{' with standard output' if to_stdout else ''}")
+    check_formats(formats, task == "embed", to_stdout)
     if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
         raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
     lines = enumerate(_read_lines(source), 1)
@@ -329,35 +281,43 @@ def run_file(
     recorded = {k: v for k, v in options.items() if k != "batch_size"}  # batching never changes a result
     record = None if to_stdout else make_record(task, {**recorded, "tokenizer": tokenizer, "lowercase": lowercase,
                                                        "echo": echo, "detail": detail}, field, runner.model)
-    drop = frozenset(() if echo else ("text",)) | frozenset(() if detail else ("tokens",))
+    drop = frozenset(("text",) if detail else ("text", "tokens"))  # the line holds the text already (unless not echo)
     done, kept, printed = 0, [], InputPrint()
     if old is not None:
         check_record(old, record, target)
         done, kept, printed = scan_output(target, source, lines, lambda n, raw: parse_line(n, raw, field),
                                           old.get("input", {}))
-    bar = _progress_bar(source, done, sys.stderr.isatty() if progress is None else progress)
+    bar = progress_bar(source, done, sys.stderr.isatty() if progress is None else progress)
     tally, retried = Tally(bar), 0
-    try:
-        if retry_errors and kept:
-            retried, printed = _retry(runner, source, target, done, set(kept), tally, field, echo, drop,
-                                      chunk_size, flush_every)
-            kept = []
-            lines = itertools.islice(enumerate(_read_lines(source), 1), done, None)
-        if record is not None:
-            write_record(target, record, done, printed)
-        out = sys.stdout.buffer if to_stdout else open(target, "ab")
+    with stop_on_sigterm():  # SIGTERM (a batch system stopping the job) stops the run as Ctrl-C does
         try:
-            output = Output(out, target, record, done, printed, flush_every)
-            run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, field, echo, drop, chunk_size)
+            if retry_errors and kept:
+                retried, printed = _retry(runner, source, target, done, set(kept), tally, field, echo, drop,
+                                          chunk_size, flush_every)
+                kept = []
+                lines = itertools.islice(enumerate(_read_lines(source), 1), done, None)
+            if record is not None:
+                write_record(target, record, done, printed)
+            compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, _read_lines(target),
+                                                        rebuild=retried > 0)
+            out = sys.stdout.buffer if to_stdout else open(target, "ab")
+            try:
+                output = Output(out, target, record, done, printed, flush_every, compact)
+                run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, field, echo, drop, chunk_size)
+            finally:
+                for o in compact:  # what was given them reaches the disk, stopped or not (no later than the JSON Lines)
+                    o.flush(final=True)
+                if not to_stdout:
+                    out.close()
+            for o in compact:
+                o.close()
         finally:
-            if not to_stdout:
-                out.close()
-    finally:
-        if bar is not None:
-            bar.close()
-    written = [str(convert(target, fmt)) for fmt in formats if fmt != "jsonl"] if target is not None else []
-    return Summary(tally.texts, tally.errors, tally.tokens, time.perf_counter() - started,
-                   ", ".join(["stdout" if to_stdout else str(target), *written]), done, retried, len(kept), tally.warned)
+            if bar is not None:
+                bar.close()
+    written = ["stdout"] if to_stdout else [str(target)] + [str(compact_path(target, f)) for f in dict.fromkeys(formats)
+                                                            if f != "jsonl"]
+    return Summary(tally.texts, tally.errors, tally.tokens, time.perf_counter() - started, ", ".join(written), done,
+                   retried, len(kept), tally.warned)
 
 
 def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], tally: Tally, field: str | None,
@@ -376,18 +336,3 @@ def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], ta
                         chunk_size)
     os.replace(fresh, target)
     return len(errors), printed
-
-
-def _progress_bar(source: str | Path, done: int, show: bool):
-    """A tqdm bar on stderr counting texts (its total: the input's lines, counted here; none for stdin),
-    or None when hidden (then the file is not read an extra time)."""
-    if not show:
-        return None
-    from tqdm import tqdm
-
-    total = None if str(source) == "-" else _count_lines(Path(source))
-
-    return tqdm(total=total, initial=done, unit="text", file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
-                mininterval=0.5)
-
-

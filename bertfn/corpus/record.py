@@ -115,7 +115,8 @@ def check_record(old: dict, new: dict, target: Path) -> None:
     """:class:`InputError` naming the first difference between the record of the run that wrote ``target``
     and the run asked for now (task, options, field, model name, dtype, weights, vocabulary)."""
     def refuse(what: str, before: object, now: object) -> None:
-        raise InputError(f"{target} was written with {what} {before!r}, and this run has {now!r}; "
+        before, now = ("its default" if v is None else repr(v) for v in (before, now))  # None: the option not given
+        raise InputError(f"{target} was written with {what} {before}, and this run has {now}; "
                          f"{syntax(python='resume=True', cli='--resume')} continues the same run only (its results "
                          "would mix with others): run it as before, or pass another --output")
 

@@ -39,7 +39,7 @@ import torch
 from ..checkpoint.loading import Model, load
 from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..errors import InputError, MissingPartError
-from ..tasks.embed import embed
+from ..tasks.embed import embed, max_tokens
 from ..tasks.fill_mask import fill_mask
 from ..tasks.mutations import score_mutations
 from ..tasks.scoring import score
@@ -65,19 +65,23 @@ class Task:
     name: str
     function: Callable[..., object]
     probe: str | Callable[[dict], str]
+    max_tokens: Callable[[Model, dict], int] | None = None
+    """The tokens per text the task reads at most with these options (what its truncation keeps); None:
+    the model's positions (a longer text is refused, or, in fill-mask with truncation, read through a window of that size)."""
 
 
 TASKS: dict[str, Task] = {}
 """Task name (the CLI subcommand, e.g. ``"fill-mask"``) -> :class:`Task`; filled by :func:`register`."""
 
 
-def register(name: str, function: Callable[..., object], probe: str | Callable[[dict], str]) -> type[Mapper]:
+def register(name: str, function: Callable[..., object], probe: str | Callable[[dict], str],
+             max_tokens: Callable[[Model, dict], int] | None = None) -> type[Mapper]:
     """Make ``function`` a task named ``name``; returns its callable class for ``map_batches``.
 
     ``FillMask = register("fill-mask", fill_mask, probe="[MASK]")`` (the end of this file) is all it takes: :func:`stream`,
     :func:`run_file` (``bertfn NAME --input``) and the returned :class:`Mapper` subclass then run it.
     """
-    TASKS[name] = Task(name, function, probe)
+    TASKS[name] = Task(name, function, probe, max_tokens)
     class_name = "".join(part.capitalize() for part in name.split("-"))  # "fill-mask" -> "FillMask"
     return type(class_name, (Mapper,), {
         "task": name, "__module__": __name__, "__qualname__": class_name,
@@ -118,6 +122,15 @@ def jsonable(result: object) -> object:
     return result
 
 
+def shift(message: str, offset: int) -> str:
+    """A message about texts of a batch ("text 3", "texts 7, 9") about the same texts in a batch where that
+    one starts at ``offset`` ("text 259", "texts 263, 265")."""
+    if not offset:
+        return message
+    return re.sub(r"\b(texts? )(\d+(?:, \d+)*)\b", lambda m: m.group(1) + ", ".join(
+        str(int(i) + offset) for i in m.group(2).split(", ")), message)
+
+
 def relabel(error: InputError, label: str) -> InputError:
     """The error of a text run alone ("text 0 has no [MASK] ...") naming the text as ``label`` ("line 7")."""
     return InputError(re.sub(r"\btext 0\b", label, str(error), count=1))
@@ -139,6 +152,7 @@ class Runner:
         self.task = task_named(task)
         self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
         self.options = options
+        self.limit = self.task.max_tokens(self.model, options) if self.task.max_tokens else None
         if probe:
             with warnings.catch_warnings():  # the probe's own text may be all [UNK] (e.g. "a" for capitals)
                 warnings.simplefilter("ignore")
@@ -157,33 +171,39 @@ class Runner:
         release_memory()
         return results
 
-    def _run(self, texts: list) -> list:
+    def _run(self, texts: list, offset: int = 0) -> list:
+        """The results of ``texts``, the ``offset``-th text on of the caller's: the task's warnings are said
+        again naming the caller's indices (those of a call that failed are dropped: its halves say them)."""
         if not texts:
             return []
         try:
-            return list(self.task.function(list(texts), self.model, **self.options))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                results = list(self.task.function(list(texts), self.model, **self.options))
         except MissingPartError:
             raise
         except InputError as e:
             if len(texts) == 1:
                 return [e]
+        else:
+            for w in caught:
+                warnings.warn_explicit(shift(str(w.message), offset), w.category, w.filename, w.lineno)
+            return results
         half = len(texts) // 2
-        return self._run(texts[:half]) + self._run(texts[half:])
+        return self._run(texts[:half], offset) + self._run(texts[half:], offset + half)
 
     def read(self, texts: list[str]) -> list[tuple[int, str | None]]:
-        """Per text: how many tokens the task reads ([CLS] and [SEP] included; at most the task's
-        ``max_length`` or the model's positions, what truncation keeps), and the tokenizer's [UNK]
+        """Per text: how many tokens the task reads ([CLS] and [SEP] included; at most what its truncation
+        keeps, :attr:`Task.max_tokens`: embed's ``max_length`` or model setting), and the tokenizer's [UNK]
         warning for it (speaking of it as "text 0"), or None when most of its tokens are known."""
         tok = self.model.tokenizer
         if not tok or not texts:
             return [(0, None)] * len(texts)
-        limit = self.options.get("max_length") or self.model.config.max_position_embeddings
+        limit = self.limit if self.limit is not None else self.model.config.max_position_embeddings
         out = []
         for text, e in zip(texts, tok.backend.encode_batch(list(texts))):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                tok.warn_unknown([text], None, [e])
-            out.append((min(sum(e.attention_mask), limit), str(caught[0].message) if caught else None))
+            said = tok.unknown([text], None, [e]).get(0)
+            out.append((min(sum(e.attention_mask), limit), f"text 0: {said}" if said else None))
         return out
 
 
@@ -249,7 +269,12 @@ def _stream(runner: Runner, texts: Iterable[str], errors: str, chunk_size: int) 
     """The generator behind :func:`stream` (its checks run at the call, not at the first ``next``)."""
     start = 0
     for chunk in chunks(texts, chunk_size):
-        for i, r in enumerate(runner(chunk), start):
+        with warnings.catch_warnings(record=True) as caught:  # said again naming the texts of the stream
+            warnings.simplefilter("always")
+            results = runner(chunk)
+        for w in caught:
+            warnings.warn_explicit(shift(str(w.message), start), w.category, w.filename, w.lineno)
+        for i, r in enumerate(results, start):
             if isinstance(r, InputError):
                 r = relabel(r, f"text {i}")
                 if errors == "raise":
@@ -302,6 +327,6 @@ class Mapper:
 
 
 FillMask = register("fill-mask", fill_mask, probe="[MASK]")
-Embed = register("embed", embed, probe="a")
+Embed = register("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
 Score = register("score", score, probe="a")
 ScoreMutations = register("score-mutations", score_mutations, probe=lambda options: options.get("reference") or "a")

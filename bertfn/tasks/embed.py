@@ -75,6 +75,20 @@ def sentence_settings(m: Model) -> dict:
     return {}
 
 
+def max_tokens(m: Model, max_length: int | None = None, settings: dict | None = None) -> int:
+    """The tokens per text :func:`embed` reads at most, [CLS] and [SEP] included: ``max_length`` when given
+    (an integer from 2 to the model's positions P, else :class:`InputError`), else the ``max_seq_length``
+    of the model's ``sentence_bert_config.json`` (``settings``: it, when read already), else P.
+    all-MiniLM-L6-v2: 256 (its sentence-transformers setting), though its position table holds 512."""
+    P = m.config.max_position_embeddings
+    if max_length is None:
+        settings = sentence_settings(m) if settings is None else settings
+        return min(settings.get("max_seq_length") or P, P)
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or not 2 <= max_length <= P:
+        raise InputError(f"max_length must be an integer from 2 to {P} (the model's positions), got {max_length!r}")
+    return max_length
+
+
 def embed(
     texts: str | list[str],
     model: Model | str | Path | None = None,
@@ -114,10 +128,7 @@ def embed(
     points = with_edits(NO_TRACE, edits, m.config)
     P = m.config.max_position_embeddings
     settings = sentence_settings(m)
-    if max_length is None:
-        max_length = min(settings.get("max_seq_length") or P, P)
-    elif isinstance(max_length, bool) or not isinstance(max_length, int) or not 2 <= max_length <= P:
-        raise InputError(f"max_length must be an integer from 2 to {P} (the model's positions), got {max_length!r}")
+    max_length = max_tokens(m, max_length, settings)
     if settings.get("do_lower_case"):  # sentence-transformers lowercases before its tokenizer, when asked to
         batch = [t.lower() for t in batch]
 

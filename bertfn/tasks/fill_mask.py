@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.loading import Model
-from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, require_tokenizer, text_list,
+                                  texts_and_model)
 from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
 from ..errors import InputError
 from ..fast.batching import encoded_groups
@@ -108,6 +109,8 @@ def fill_mask(
     takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the texts run through
     the reference functions, each group of texts as a padded batch, instead of the fast path.
     Every problem with the inputs raises :class:`InputError` saying which text and what to do.
+    A text whose tokens are mostly [UNK] is warned about (once per call, naming every such text by its
+    index) and each of its answers holds ``"warning": "N of its M tokens are [UNK] ..."``.
     """
     inputs, model = texts_and_model(inputs, model, "fill_mask")
     texts, single = text_list(inputs, "fill_mask")
@@ -135,7 +138,7 @@ def fill_mask(
     k = min(top_k, len(pieces) if pieces is not None else tok.vocab_size, m.config.vocab_size)
 
     enc = tok(list(texts))
-    lengths = enc.attention_mask.sum(dim=1).tolist()
+    unknown, lengths = enc.unknown, enc.attention_mask.sum(dim=1).tolist()
     P = m.config.max_position_embeddings
     for i, n in enumerate(lengths):
         if not (enc.input_ids[i, :n] == tok.mask_token_id).any():
@@ -149,7 +152,7 @@ def fill_mask(
         lengths = enc.attention_mask.sum(dim=1).tolist()
 
     if joint:
-        results = joint_fill(m, enc, lengths, top_k, beam_width, batch_size, points)
+        results = flag_unknown(joint_fill(m, enc, lengths, top_k, beam_width, batch_size, points), unknown)
         return results[0] if single else results
 
     answers: list = [None] * len(texts)  # per text: [(mask position, [(score, pieces), ...] best first), ...]
@@ -178,6 +181,7 @@ def fill_mask(
             candidates.sort(key=lambda c: -c[0])
             del candidates[k:]
     results = [_propositions(tok, enc.input_ids[i, :n].tolist(), answers[i]) for i, n in enumerate(lengths)]
+    results = flag_unknown(results, unknown)
     return results[0] if single else results
 
 

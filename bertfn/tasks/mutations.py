@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.loading import Model
-from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, require_tokenizer, text_list,
+                                  texts_and_model)
 from ..errors import DependencyError, InputError
 from .scoring import BATCH_SIZE, check_scorable, masked_copies, score, target_log_softmax
 
@@ -203,4 +204,5 @@ def score_mutations(
         base = score(subs.text, m, batch_size=batch_size)["pll"]
         for r, s in zip(results, score(variants, m, batch_size=batch_size)):
             r["score"] = s["pll"] - base
+    results = flag_unknown(results, enc.unknown)
     return results[0] if single else results

@@ -35,7 +35,8 @@ from typing import NamedTuple
 import torch
 
 from ..checkpoint.loading import Model
-from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, require_tokenizer, text_list,
+                                  texts_and_model)
 from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError
 from ..fast.batching import encoded_groups
@@ -175,7 +176,8 @@ def score(
     ``pll`` is the sum of the tokens' ``log_prob`` (natural log), ``num_tokens`` how many were scored
     (every token but [CLS] and [SEP]), ``pseudo_perplexity`` = exp(-pll / num_tokens); ``word`` is the
     index of the word a token belongs to (word pieces of one word share it). A list of texts gives a
-    list of such dicts, in order; batching never changes a score.
+    list of such dicts, in order; batching never changes a score. A text whose tokens are mostly [UNK]
+    is warned about (once per call, naming each by its index), and its dict holds ``"warning": ...``.
 
     method: "original" (each token masked alone) or "within_word_l2r" (also mask the later pieces
     of the token's word); see the module docstring. batch_size: masked copies per encoder pass.
@@ -211,6 +213,7 @@ def score(
         r["pll"] = math.fsum(t["log_prob"] for t in r["tokens"])
         r["num_tokens"] = len(r["tokens"])
         r["pseudo_perplexity"] = math.exp(-r["pll"] / r["num_tokens"])
+    results = flag_unknown(results, enc.unknown)
     return results[0] if single else results
 
 
