@@ -39,6 +39,7 @@ import torch
 from ..checkpoint.loading import Model, load
 from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..errors import InputError, MissingPartError
+from ..fast.choice import pack_state
 from ..tasks.embed import embed
 from ..tasks.fill_mask import fill_mask
 from ..tasks.mutations import score_mutations
@@ -91,12 +92,20 @@ def task_named(name: str) -> Task:
 
 
 def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None = None, lowercase: bool | None = None,
-               device: str | torch.device | None = None, dtype: torch.dtype | str | None = None) -> Model:
+               device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
+               fast_only: bool = False) -> Model:
     """The model a run uses: :func:`~bertfn.checkpoint.resolve.get_model`, or :func:`~bertfn.checkpoint.loading.load` when a
-    tokenizer or a case rule is given (as ``--tokenizer`` / ``--cased`` do in the CLI)."""
+    tokenizer or a case rule is given (as ``--tokenizer`` / ``--cased`` do in the CLI).
+
+    fast_only: the run uses the fast path alone, so a model loaded here holds each linear weight once,
+    in the layout the fast path's kernel reads (:func:`~bertfn.fast.choice.pack_state`); a given
+    :class:`Model` is used as it is."""
     if tokenizer is None and lowercase is None or isinstance(model, Model):
-        return get_model(model, device, dtype)
-    return load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
+        return get_model(model, device, dtype, prepare=pack_state if fast_only else None)
+    m = load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
+    if fast_only:
+        pack_state(m.state)
+    return m
 
 
 def jsonable(result: object) -> object:
@@ -137,7 +146,9 @@ class Runner:
                  lowercase: bool | None = None, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, probe: bool = True, **options) -> None:
         self.task = task_named(task)
-        self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
+        fast_only = task == "fill-mask" and not options.get("edits")  # no edits: the fast path alone
+        self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
+                                fast_only=fast_only)
         self.options = options
         if probe:
             with warnings.catch_warnings():  # the probe's own text may be all [UNK] (e.g. "a" for capitals)
