@@ -218,7 +218,7 @@ def _run_score(args: argparse.Namespace) -> int:
         return run_file_command(args, "score", method=args.method)
     if not args.text:
         raise InputError("pass at least one text to score, or --input FILE; see 'bertfn score --help'")
-    results = score(list(args.text), model_from_args(args), method=args.method)
+    results = score(list(args.text), model_from_args(args, fast_only=True), method=args.method)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:

@@ -146,7 +146,7 @@ class Runner:
                  lowercase: bool | None = None, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, probe: bool = True, **options) -> None:
         self.task = task_named(task)
-        fast_only = task == "fill-mask" and not options.get("edits")  # no edits: the fast path alone
+        fast_only = task in ("fill-mask", "score") and not options.get("edits")  # no edits: the fast path alone
         self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
                                 fast_only=fast_only)
         self.options = options
