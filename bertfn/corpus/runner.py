@@ -22,12 +22,10 @@ or anything unexpected stop the run.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
 import math
 import re
-import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -38,6 +36,7 @@ import torch
 
 from ..checkpoint.loading import Model, load
 from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
+from ..checkpoint.state import release_memory
 from ..errors import InputError, MissingPartError
 from ..fast.choice import pack_state
 from ..tasks.embed import embed
@@ -196,21 +195,6 @@ class Runner:
                 tok.warn_unknown([text], None, [e])
             out.append((min(sum(e.attention_mask), limit), str(caught[0].message) if caught else None))
         return out
-
-
-_malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
-
-
-def release_memory() -> None:
-    """Hand the C heap's free pages back to the system: glibc's ``malloc_trim(0)``; elsewhere nothing.
-
-    Each chunk's tensors come in sizes of their own (its texts' lengths), and glibc keeps the holes
-    they leave in its heap when freed, so without this the resident memory of a long run creeps up
-    chunk after chunk: +300 MB in 20 chunks in tests/test_corpus.py's check, +500 MB over the 10,000
-    lines of bench/files.py. Trimmed after each chunk, it stays flat, at the same speed within noise.
-    """
-    if _malloc_trim is not None:
-        _malloc_trim(0)
 
 
 def chunks(items: Iterable, size: int = CHUNK) -> Iterator[list]:

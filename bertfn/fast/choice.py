@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.state import LINEAR_WEIGHT, in_out
+from ..checkpoint.state import LINEAR_WEIGHT, in_out, release_memory
 from ..errors import InputError
 from .kernels import DTYPES, KERNELS, ONEDNN, onednn_fits, onednn_linear, run
 
@@ -73,7 +73,8 @@ def pack_state(state: dict[str, Tensor]) -> bool:
     (``F.linear``) cannot multiply by a packed tensor (``t.to_dense()`` gives a weight's values back).
     :func:`~bertfn.checkpoint.resolve.get_model` does this for the models it loads by name for calls
     that run on the fast path alone. Weights tied to another key (the MLM decoder, tied to the
-    word embeddings, which lookups read) stay as they are. Weights are replaced one at a time, so
+    word embeddings, which lookups read) stay as they are. Weights are replaced one at a time, each
+    plain one's memory handed back at once (:func:`~bertfn.checkpoint.state.release_memory`), so
     memory holds one weight twice at most.
     """
     weights = [k for k, t in state.items() if LINEAR_WEIGHT.search(k) and t.dim() == 2 and not t.is_mkldnn]
@@ -87,6 +88,7 @@ def pack_state(state: dict[str, Tensor]) -> bool:
     for k in weights:
         if id(state[k]) not in tied:
             state[k] = torch.ops.mkldnn._reorder_linear_weight(state[k])
+            release_memory()  # the plain weight's pages, before the next packed copy asks for more
     return True
 
 
