@@ -49,13 +49,13 @@ BATCH_SIZES = (1, 8, 16, 64)
 # --- measuring ------------------------------------------------------------------------------------
 
 
-def alternate(calls: dict, reps: int, sync=lambda: None) -> dict[str, list[float]]:
+def alternate(calls: dict, reps: int, sync=lambda: None, warm_up: bool = True) -> dict[str, list[float]]:
     """Seconds per call of each of ``calls`` (name -> no-argument function), ``reps`` times each.
 
-    One untimed warm-up call each, then round-robin: a, b, c, a, b, c, ... so that a burst of
-    background load lands on every side rather than on one.
+    One untimed warm-up call each (unless ``warm_up`` is False: --quick's batches), then round-robin:
+    a, b, c, a, b, c, ... so that a burst of background load lands on every side rather than on one.
     """
-    for f in calls.values():
+    for f in calls.values() if warm_up else ():
         f()
     sync()
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -459,17 +459,18 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
     # 64 sentences of mixed length, one [MASK] each, at every batch size (bf16 and faster-clip: at bertfn's best, 64)
     ours, theirs, onnx, floors, peaks = [], [], [], [], []
     mm, mm_gflop = matmul(device)
-    for b in BATCH_SIZES:
+    batch_sizes = (8, 64) if quick else BATCH_SIZES  # --quick: checks the script in under 3 minutes
+    for b in batch_sizes:
         calls = {"bertfn": lambda: bertfn.fill_mask(texts, model, batch_size=b),
                  "pipeline": lambda: pipe(by_length, batch_size=b),
                  "onnx": lambda: onnx_fill(session, model.tokenizer, by_length, b),
                  "products": products(model, batch_groups(lengths, b)),
                  **{f"matmul {k}": f for k, f in mm.items()}}
-        if b == max(BATCH_SIZES):
+        if b == max(batch_sizes):
             calls["bf16"] = lambda: bertfn.fill_mask(texts, bf16, batch_size=b)
             if fc is not None:
                 calls["faster-clip"] = lambda: [fc(text) for text in texts]  # it takes one text a call
-        t = alternate(calls, reps["batch"], sync)
+        t = alternate(calls, reps["batch"], sync, warm_up=not quick)
         peaks += [mm_gflop / s for k in mm for s in t[f"matmul {k}"]]
         ours.append(t["bertfn"]), theirs.append(t["pipeline"]), onnx.append(t["onnx"]), floors.append(t["products"])
         rows.append(Row(f"fill-mask, {len(texts)} mixed sentences, batch size {b}", "s", t["bertfn"],
