@@ -38,7 +38,7 @@ from bertfn.errors import InputError
 from bertfn.fast import choice
 from bertfn.fast.batching import end_to_end, text_groups
 from bertfn.fast.choice import linear, pack_state
-from bertfn.fast.kernels import KERNELS, ONEDNN, _copies, onednn_fits, packed, run
+from bertfn.fast.kernels import KERNELS, ONEDNN, _copies, onednn_fits, packed, padded_rows, run
 from bertfn.fast.unpadded import fast_mlm_head, unpadded_encoder
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -317,3 +317,9 @@ def test_a_packed_state_gives_the_plain_models_answers(tmp_path):
             torch.testing.assert_close(fast_mlm_head(p, fast), logits, **TOL)
         k = "bert.encoder.layer.1.output.dense.weight"
         torch.testing.assert_close(state[k].to_dense(), model.state[k])  # the values, back
+
+
+def test_onednn_runs_few_row_counts():
+    """oneDNN keeps a compiled kernel per shape: the rows are padded to one of a few sizes (their results dropped)."""
+    sizes = {padded_rows(m) for m in range(1, 2049)}
+    assert len(sizes) <= 46 and all(padded_rows(m) >= m for m in range(1, 2049))

@@ -75,10 +75,27 @@ def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
 def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     """``x W^T + b`` through oneDNN's inner-product kernel, on ``w`` as it is or on its :func:`packed` copy.
 
-    It has no backward, hence inference only. It sums in another order than ``F.linear``: results
-    agree to rounding (tests/test_fast_path.py). Shapes as in :func:`linear`.
+    oneDNN compiles and caches a kernel for every shape it meets (up to 1024 of them, about 150 KB
+    each): a file run, whose groups of texts come in every length, would hold 150 MB of them. So
+    the rows are padded with zeros up to one of a few sizes (:func:`padded_rows`) and the padding's
+    results dropped. It has no backward, hence inference only. It sums in another order than
+    ``F.linear``: results agree to rounding (tests/test_fast_path.py). x: (..., in) ; w: (out, in) ;
+    b: (out,) -> (..., out).
     """
-    return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+    rows = x.reshape(-1, x.shape[-1])  # (m, in)
+    m = rows.shape[0]
+    pad = padded_rows(m) - m
+    if pad:
+        rows = torch.cat([rows, rows.new_zeros(pad, rows.shape[1])])  # (m + pad, in)
+    y = torch.ops.mkldnn._linear_pointwise(rows, w, b, "none", [], "")  # (m + pad, out)
+    return y[:m].reshape(*x.shape[:-1], y.shape[-1])
+
+
+def padded_rows(m: int) -> int:
+    """The row count oneDNN runs ``m`` rows as: a multiple of 4 up to 64, of 16 up to 256, of 128 beyond,
+    so at most 46 sizes up to the 2048 rows of a group (:data:`bertfn.fast.batching.GROUP_TOKENS`)."""
+    step = 4 if m <= 64 else 16 if m <= 256 else 128
+    return -(-m // step) * step
 
 
 def packed(w: Tensor) -> Tensor:
