@@ -1,7 +1,8 @@
 """The matrix-product kernels of the fast path, beside the reference :func:`~bertfn.model.functional.linear`.
 
 The reference ``linear`` is ``F.linear``, whatever the dtype. The fast path (:mod:`bertfn.fast.unpadded`)
-multiplies with :func:`linear` here, which runs one of :data:`KERNELS`, all computing ``x W^T + b``:
+multiplies with :func:`bertfn.fast.choice.linear`, which runs (:func:`run`) one of :data:`KERNELS`, all
+computing ``x W^T + b``:
 
 * ``"F.linear"``: torch's own product on the weight as the state holds it (MKL's sgemm for fp32 on
   x86, oneDNN for bf16); what the reference path runs.
@@ -10,7 +11,7 @@ multiplies with :func:`linear` here, which runs one of :data:`KERNELS`, all comp
 * ``"onednn-packed"``: the same kernel on a copy of the weight reordered once into oneDNN's blocked
   layout (:func:`packed`), which it streams fastest; one more copy of every weight the fast path
   reads (bert-base: 340 MB in fp32, 170 MB in bf16) unless the model holds only the packed copies
-  (:func:`pack_state`).
+  (:func:`bertfn.fast.choice.pack_state`).
 
 Which kernel runs is measured on the machine, per dtype and row band (:mod:`bertfn.fast.choice`:
 once per CPU model and torch version, cached in a user file; ``BERTFN_KERNEL`` forces one). On one
@@ -20,7 +21,8 @@ came within 5-7% of it: the choice cannot be written down once.
 
 The state_dict stays the source of truth: a packed copy is derived from one of its tensors, is never
 written back, and is rebuilt when that tensor changes in place (its version counter moves), so
-edits to ``model.state`` are always seen. tests/test_fast_path.py checks that every kernel gives
+edits to ``model.state`` are always seen (a weight made under ``torch.inference_mode`` has no version
+counter: it is read as stored instead). tests/test_fast_path.py checks that every kernel gives
 the reference's numbers (fp32 to 1e-5; bf16 to bf16 rounding: oneDNN sums in another order).
 """
 
