@@ -49,13 +49,13 @@ BATCH_SIZES = (1, 8, 16, 64)
 # --- measuring ------------------------------------------------------------------------------------
 
 
-def alternate(calls: dict, reps: int, sync=lambda: None) -> dict[str, list[float]]:
+def alternate(calls: dict, reps: int, sync=lambda: None, warm_up: bool = True) -> dict[str, list[float]]:
     """Seconds per call of each of ``calls`` (name -> no-argument function), ``reps`` times each.
 
-    One untimed warm-up call each, then round-robin: a, b, c, a, b, c, ... so that a burst of
-    background load lands on every side rather than on one.
+    One untimed warm-up call each (unless ``warm_up`` is False: --quick's batches), then round-robin:
+    a, b, c, a, b, c, ... so that a burst of background load lands on every side rather than on one.
     """
-    for f in calls.values():
+    for f in calls.values() if warm_up else ():
         f()
     sync()
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -161,15 +161,15 @@ def products(model, groups: list[tuple[int, int]]) -> Callable[[], object]:
     """A call that runs only the matrix products of a fill-mask over ``groups`` of (tokens, masks).
 
     For each group: every linear layer of the encoder at ``tokens`` rows, then the MLM head's two
-    products at ``masks`` rows, on the model's own weights through ``F.linear`` as bertfn's functions
-    call it. One sentence is ``[(its tokens, 1)]``; a batch is the groups ``fill_mask`` forms
-    (:func:`batch_groups`). What a forward pass cannot go below with torch's kernels: everything else
-    (attention, GELU, LayerNorm, tokenizing, Python) comes on top.
+    products at ``masks`` rows, on the model's own weights through the fast path's ``linear`` (the
+    kernel chosen on this machine, :mod:`bertfn.fast.choice`). One sentence is ``[(its tokens, 1)]``;
+    a batch is the groups ``fill_mask`` forms (:func:`batch_groups`). Everything else (attention,
+    GELU, LayerNorm, tokenizing, Python) comes on top.
     """
     import torch
-    import torch.nn.functional as F
 
     from bertfn.checkpoint.state import LINEAR_WEIGHT
+    from bertfn.fast.choice import linear as fast_linear
 
     state = model.state
     layers = [(w, state[k[: -len("weight")] + "bias"]) for k, w in state.items()
@@ -182,10 +182,10 @@ def products(model, groups: list[tuple[int, int]]) -> Callable[[], object]:
         with torch.inference_mode():
             for rows, at_masks in x:
                 for w, b in layers:
-                    F.linear(rows[w.shape[1]], w, b)
-                h = F.linear(at_masks, state["cls.predictions.transform.dense.weight"],
+                    fast_linear(rows[w.shape[1]], w, b)
+                h = fast_linear(at_masks, state["cls.predictions.transform.dense.weight"],
                              state["cls.predictions.transform.dense.bias"])
-                F.linear(h, state["cls.predictions.decoder.weight"], state["cls.predictions.bias"])
+                fast_linear(h, state["cls.predictions.decoder.weight"], state["cls.predictions.bias"])
 
     return run
 
@@ -209,16 +209,94 @@ def useful_gflop(config, lengths: list[int], masks: int) -> float:
     return 2 * macs / 1e9
 
 
-def matmul(device: str) -> tuple[Callable[[], object], float]:
-    """A plain fp32 matmul workload near this machine's peak, and its GFLOP: 8 x (2048, 768) @ (768, 3072).
+def matmul(device: str) -> tuple[dict[str, Callable[[], object]], float]:
+    """fp32 matmul workloads near this machine's peak, and their GFLOP: 8 x (2048, 768) @ (768, 3072).
 
-    The shape of BERT's FFN with many rows (the FLOP rate of ``torch.mm`` levels off from about
-    1024 rows on). It runs alternately with the batch workload, so both see the same load.
+    The shape of BERT's FFN with many rows (the FLOP rate levels off from about 1024 rows on), by
+    ``torch.mm`` and by the fast path's kernel for many rows (on the weight laid out as bertfn.load
+    lays it); the best kernel's peak is the faster of the two. They run alternately with the batch
+    workload, so all see the same load.
     """
     import torch
 
+    from bertfn.checkpoint.state import in_out
+    from bertfn.fast.choice import linear
+
     a, b = torch.randn(2048, 768, device=device), torch.randn(768, 3072, device=device)
-    return (lambda: [torch.mm(a, b) for _ in range(8)]), 8 * 2 * 2048 * 768 * 3072 / 1e9
+    w = in_out(b.t().contiguous())  # (3072, 768) as a linear weight
+
+    def fast() -> None:
+        with torch.inference_mode():
+            for _ in range(8):
+                linear(a, w)
+
+    return {"torch.mm": lambda: [torch.mm(a, b) for _ in range(8)], "kernel": fast}, 8 * 2 * 2048 * 768 * 3072 / 1e9
+
+
+# --- the machine's floor, and faster-clip -----------------------------------------------------------
+
+
+def stream_gbs(device: str, reps: int = 5) -> float:
+    """The machine's read bandwidth in GB/s: the best of ``reps`` sums over 440 MB of fp32 (more than
+    any cache holds, about what one bert-base forward pass reads), on torch's threads."""
+    import torch
+
+    x = torch.ones(110_000_000, device=device)
+    best = float("inf")
+    for _ in range(reps + 1):
+        start = time.perf_counter()
+        x.sum().item()
+        best = min(best, time.perf_counter() - start)
+    return x.numel() * x.element_size() / best / 1e9
+
+
+def read_bytes(model) -> int:
+    """Bytes of weights a fill-mask of one sentence must read at least once: every tensor of the encoder
+    and the MLM head (the decoder reads the whole word-embedding table), each tied tensor once; not the
+    position and token-type tables (a few rows are read) nor the pooler or NSP head (unused)."""
+    skip = ("bert.embeddings.position_embeddings.", "bert.embeddings.token_type_embeddings.", "bert.pooler.",
+            "cls.seq_relationship.")
+    unique = {id(t): t for k, t in model.state.items() if not k.startswith(skip)}
+    return sum(t.numel() * t.element_size() for t in unique.values())
+
+
+def cpu_flags() -> str:
+    """The CPU's vector and matrix extensions that decide which kernel is fastest, from /proc/cpuinfo (Linux)."""
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+    try:
+        flags = next(line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return "flags: unknown (no /proc/cpuinfo)"
+    have = [f for f in wanted if f in flags]
+    return "flags: " + " ".join(have) + ("" if any(f.startswith("amx") for f in have) else " (no AMX)")
+
+
+def faster_clip_fill(model_dir: Path, workdir: Path, threads: int, config):
+    """faster-clip's ``FillMask`` (a Rust engine, per-channel int8 weights) on the bench's checkpoint, or
+    the reason it cannot run here (not installed; a model of other shapes than bert-base-uncased's,
+    which it assumes). Offline: ``FASTER_CLIP_CACHE=DIR`` holds ``DIR/bert-base-uncased/`` with the
+    checkpoint's model.safetensors and tokenizer.json (linked). Its threads: ``RAYON_NUM_THREADS``."""
+    shapes = (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, config.intermediate_size)
+    if shapes != (768, 12, 12, 3072):
+        return None, f"not run: it assumes bert-base's shapes (768, 12 layers, 12 heads, 3072), this model has {shapes}"
+    try:
+        import faster_clip
+    except ImportError:
+        return None, "not run: faster-clip is not installed (pip install faster-clip, or the bench extra)"
+    cache = workdir / "faster-clip"
+    folder = cache / "bert-base-uncased"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("model.safetensors", "tokenizer.json"):
+        link = folder / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to((model_dir / name).resolve())
+    os.environ["FASTER_CLIP_CACHE"] = str(cache)
+    os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when its thread pool starts, at its first call
+    fm = faster_clip.FillMask()
+    version = getattr(faster_clip, "__version__", "?")
+    return (lambda text: fm.predict(text, lang="en", top_k=5)), f"faster-clip {version}, {threads} threads"
 
 
 # --- fresh processes -------------------------------------------------------------------------------
@@ -281,7 +359,7 @@ def machine(threads: int) -> str:
                    if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return (f"{cpu}, {os.cpu_count()} logical cores, {threads} threads; Python {platform.python_version()}, "
+    return (f"{cpu} ({cpu_flags()}), {os.cpu_count()} logical cores, {threads} threads; Python {platform.python_version()}, "
             f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime "
             f"{onnxruntime.__version__}, bertfn {bertfn.__version__}")
 
@@ -314,11 +392,13 @@ def load_average() -> str:
 
 def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
         file_lines: int) -> tuple[list[Row], list[str]]:
-    """Every row of the table, and notes on the run (real tokens, peaks, the bf16 mode's distance to fp32)."""
+    """Every row of the table, and notes on the run (the machine's floor, the kernels chosen, real tokens,
+    peaks, the bf16 mode's distance to fp32, faster-clip's answers)."""
     import torch
     import transformers
 
     import bertfn
+    from bertfn.fast import choice
 
     torch.set_num_threads(threads)
     reps = dict(single=3, batch=1, fresh=1) if quick else dict(single=30, batch=3, fresh=5)
@@ -329,9 +409,13 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
     bf16 = model.to(dtype=torch.bfloat16)  # the optional faster mode, from the same weights
     pipe = transformers.pipeline("fill-mask", model=str(model_dir), device=device)
     session = onnx_session(model_dir, workdir, threads, device)
+    fc, fc_note = faster_clip_fill(model_dir, workdir, threads, model.config) if device == "cpu" else \
+        (None, "not run: CPU only")
     texts = batch_texts(model.tokenizer, max_tokens=min(128, model.config.max_position_embeddings))
     lengths = model.tokenizer(texts).attention_mask.sum(dim=1).tolist()
     by_length = [t for _, t in sorted(zip(lengths, texts))]  # what the other sides get: their best order
+    gbs = stream_gbs(device)
+    floor32, floor16 = read_bytes(model) / gbs / 1e9, read_bytes(bf16) / gbs / 1e9  # seconds
     rows: list[Row] = []
 
     # one sentence, end to end: text in, top-5 answers out (ONNX Runtime: tokenized ids in, logits out)
@@ -339,22 +423,30 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
     feed = {"input_ids": enc.input_ids.numpy(), "attention_mask": enc.attention_mask.numpy(),
             "token_type_ids": enc.token_type_ids.numpy()}
     n = enc.input_ids.shape[1]
-    t = alternate({"bertfn": lambda: bertfn.fill_mask(ROME, model),
-                   "pipeline": lambda: pipe(ROME),
-                   "onnx": lambda: session.run(None, feed),
-                   "bf16": lambda: bertfn.fill_mask(ROME, bf16),
-                   "products": products(model, [(n, 1)])}, reps["single"], sync)
+    calls = {"bertfn": lambda: bertfn.fill_mask(ROME, model),
+             "pipeline": lambda: pipe(ROME),
+             "onnx": lambda: session.run(None, feed),
+             "bf16": lambda: bertfn.fill_mask(ROME, bf16),
+             "products": products(model, [(n, 1)])}
+    if fc is not None:
+        calls["faster-clip"] = lambda: fc(ROME)
+    t = alternate(calls, reps["single"], sync)
     rows += [Row(f"fill-mask, 1 sentence ({n} tokens), text to answers", "ms", t["bertfn"],
                  "transformers pipeline", t["pipeline"], "<= 0.5"),
              Row("fill-mask, 1 sentence: bertfn end to end vs ONNX Runtime forward only", "ms", t["bertfn"],
                  "ONNX Runtime", t["onnx"], "<= 1.0"),
-             Row("floor: that sentence's matrix products alone, fp32 (torch's kernels)", "ms", t["products"],
-                 "transformers pipeline", t["pipeline"]),
-             Row("floor: that sentence's matrix products alone, fp32 (torch's kernels)", "ms", t["products"],
+             Row("fill-mask, 1 sentence vs the machine's floor: its weights read once at stream bandwidth", "ms",
+                 t["bertfn"], "floor, fp32", [floor32], "<= 2.0")]
+    if fc is not None:
+        rows.append(Row("fill-mask, 1 sentence vs faster-clip (Rust, int8 weights), text to answers", "ms",
+                        t["bertfn"], "faster-clip", t["faster-clip"], "<= 1.0"))
+    rows += [Row("that sentence's matrix products alone, fp32 (the kernel chosen here)", "ms", t["products"],
                  "ONNX Runtime", t["onnx"]),
              Row("bf16 mode: fill-mask, 1 sentence", "ms", t["bf16"], "transformers pipeline", t["pipeline"], "<= 0.5"),
              Row("bf16 mode: fill-mask, 1 sentence vs ONNX Runtime forward only", "ms", t["bf16"],
-                 "ONNX Runtime", t["onnx"], "<= 1.0")]
+                 "ONNX Runtime", t["onnx"], "<= 1.0"),
+             Row("bf16 mode: fill-mask, 1 sentence vs the machine's floor (bf16 weights)", "ms", t["bf16"],
+                 "floor, bf16", [floor16], "<= 2.0")]
 
     # the encoder alone, on the same ids
     ids, mask, types = (x.to(device) for x in (enc.input_ids, enc.attention_mask, enc.token_type_ids))
@@ -364,19 +456,22 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
                       reps["single"], sync)
     rows.append(Row(f"encoder forward, 1 sentence ({n} tokens)", "ms", t["bertfn"], "transformers BertModel", t["hf"]))
 
-    # 64 sentences of mixed length, one [MASK] each, at every batch size (bf16: bertfn's best, 64)
+    # 64 sentences of mixed length, one [MASK] each, at every batch size (bf16 and faster-clip: at bertfn's best, 64)
     ours, theirs, onnx, floors, peaks = [], [], [], [], []
     mm, mm_gflop = matmul(device)
-    for b in BATCH_SIZES:
+    batch_sizes = (8, 64) if quick else BATCH_SIZES  # --quick: checks the script in under 3 minutes
+    for b in batch_sizes:
         calls = {"bertfn": lambda: bertfn.fill_mask(texts, model, batch_size=b),
                  "pipeline": lambda: pipe(by_length, batch_size=b),
                  "onnx": lambda: onnx_fill(session, model.tokenizer, by_length, b),
                  "products": products(model, batch_groups(lengths, b)),
-                 "matmul": mm}
-        if b == max(BATCH_SIZES):
+                 **{f"matmul {k}": f for k, f in mm.items()}}
+        if b == max(batch_sizes):
             calls["bf16"] = lambda: bertfn.fill_mask(texts, bf16, batch_size=b)
-        t = alternate(calls, reps["batch"], sync)
-        peaks += [mm_gflop / s for s in t["matmul"]]
+            if fc is not None:
+                calls["faster-clip"] = lambda: [fc(text) for text in texts]  # it takes one text a call
+        t = alternate(calls, reps["batch"], sync, warm_up=not quick)
+        peaks += [mm_gflop / s for k in mm for s in t[f"matmul {k}"]]
         ours.append(t["bertfn"]), theirs.append(t["pipeline"]), onnx.append(t["onnx"]), floors.append(t["products"])
         rows.append(Row(f"fill-mask, {len(texts)} mixed sentences, batch size {b}", "s", t["bertfn"],
                         "transformers pipeline", t["pipeline"]))
@@ -384,18 +479,21 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
     rows += [Row(f"fill-mask, {len(texts)} mixed sentences, each side's best batch size", "s", best,
                  "transformers pipeline", fastest(theirs), "<= 0.625"),
              Row(f"fill-mask, {len(texts)} mixed sentences, best vs ONNX Runtime's best (forward only)", "s",
-                 best, "ONNX Runtime", fastest(onnx), "<= 1.0"),
-             Row("floor: the matrix products alone of bertfn's best batch size, fp32 (torch's kernels)", "s",
+                 best, "ONNX Runtime", fastest(onnx), "<= 1.0")]
+    if fc is not None:
+        rows.append(Row(f"fill-mask, {len(texts)} mixed sentences, best vs faster-clip (a call per sentence)", "s",
+                        best, "faster-clip", t["faster-clip"]))
+    rows += [Row("the matrix products alone of bertfn's best batch size, fp32 (the kernel chosen here)", "s",
                  floors[ours.index(best)], "transformers pipeline", fastest(theirs)),
              Row(f"bf16 mode: fill-mask, {len(texts)} mixed sentences, vs the pipeline's best", "s", t["bf16"],
                  "transformers pipeline", fastest(theirs), "<= 0.625"),
              Row(f"bf16 mode: fill-mask, {len(texts)} mixed sentences, vs ONNX Runtime's best", "s", t["bf16"],
                  "ONNX Runtime", fastest(onnx), "<= 1.0")]
 
-    # useful work per second on the batch, against what a plain matmul reached in the same rounds
+    # useful work per second on the batch, against what the best fp32 kernel reached in the same rounds
     gflop = useful_gflop(model.config, lengths, masks=len(texts))
     rows.append(Row(f"useful GFLOP/s on the {len(texts)} sentences (real tokens only)", "GFLOP/s",
-                    [gflop / s for s in best], "fp32 matmul peak", [max(peaks)], ">= 0.7"))
+                    [gflop / s for s in best], "best fp32 kernel's peak", [max(peaks)], ">= 0.85"))
 
     # fresh processes: import, load, answer once
     cold: dict[str, list[tuple[float, float]]] = {"bertfn": [], "transformers": []}
@@ -417,10 +515,23 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
              Row("peak RSS of that process", "MB", [f["bertfn_rss_mb"]], "pipeline over KeyDataset",
                  [f["pipeline_rss_mb"]], "<= 1.0")]
 
-    notes = [f"{sum(lengths)} real tokens in the {len(texts)} sentences ({min(lengths)} to {max(lengths)} each), "
-             f"{gflop:.0f} GFLOP of useful work; fp32 matmul peak: the best of {len(peaks)} runs of torch.mm, "
-             f"(2048, 768) @ (768, 3072), between the batch runs (median {statistics.median(peaks):.0f}, "
-             f"best {max(peaks):.0f} GFLOP/s); the pipeline's best "
+    gbs = max(gbs, stream_gbs(device))  # again after the run: the better of the two
+    kernels = "; ".join(f"{name}: {c['kernel']}" + (" (" + ", ".join(f"{k} {v:.1f}" for k, v in c["ms"].items())
+                                                     + " ms)" if c["ms"] else " (forced)")
+                        for name, c in choice.chosen().items())
+    notes = [f"stream bandwidth (a sum over 440 MB, the better of a run before and after the table): {gbs:.1f} GB/s; "
+             f"one sentence reads at least {read_bytes(model) / 1e6:.0f} MB of weights in fp32 "
+             f"({read_bytes(bf16) / 1e6:.0f} MB in bf16): floors {floor32 * 1e3:.1f} ms and {floor16 * 1e3:.1f} ms "
+             "(bandwidth measured before the table)",
+             f"kernels chosen here (bertfn.fast.choice, {choice.machine_key()}; per dtype and row band, the "
+             f"measurement's times on bert-base layers): {kernels}",
+             f"faster-clip: {fc_note}" + (f"; its top 5 for the sentence share {top5_overlap(fc, model)} of 5 tokens "
+                                           "with bertfn's (int8 weights, near-uniform answers on random weights)"
+                                           if fc is not None else ""),
+             f"{sum(lengths)} real tokens in the {len(texts)} sentences ({min(lengths)} to {max(lengths)} each), "
+             f"{gflop:.0f} GFLOP of useful work; best fp32 kernel's peak: the best of {len(peaks)} runs of "
+             f"(2048, 768) @ (768, 3072), by torch.mm and by the kernel chosen for many rows, between the batch "
+             f"runs (median {statistics.median(peaks):.0f}, best {max(peaks):.0f} GFLOP/s); the pipeline's best "
              f"reaches {gflop / statistics.median(fastest(theirs)):.0f} useful GFLOP/s",
              f"bf16 mode (bertfn.load(..., dtype=torch.bfloat16)): hidden states of the 64 sentences within "
              f"{bf16_distance(model, bf16, texts):.2%} (relative RMS) of fp32; the test bound is 3%",
@@ -429,6 +540,14 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
              f"system; ratio {f['pipeline_cpu_seconds'] / f['bertfn_cpu_seconds']:.2f}x); the pipeline's batch size is its fastest on the first {f['search_lines']} lines ("
              + (", ".join(f"{b}: {t:.1f} s" for b, t in f["search"].items()) or "not searched: --quick") + ")"]
     return rows, notes
+
+
+def top5_overlap(fc, model) -> int:
+    """How many of faster-clip's top 5 tokens for the sentence are among bertfn's."""
+    import bertfn
+
+    ours = {a["token_str"] for a in bertfn.fill_mask(ROME, model)}
+    return len(ours & {a["token_str"] for a in fc(ROME)})
 
 
 def bf16_distance(model, bf16, texts: list[str]) -> float:

@@ -68,13 +68,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quiet", action="store_true", help="print no warnings (a checkpoint's unused keys, [UNK]-heavy texts, ...)")
 
 
-def model_from_args(args: argparse.Namespace):
-    """The :class:`~bertfn.checkpoint.loading.Model` that the model options name, loaded as :func:`bertfn.load` does."""
-    from .checkpoint.loading import load
-    from .checkpoint.resolve import DEFAULT_MODEL
+def model_from_args(args: argparse.Namespace, fast_only: bool = False):
+    """The :class:`~bertfn.checkpoint.loading.Model` that the model options name, loaded as :func:`bertfn.load` does
+    (fast_only: for a command that runs on the fast path alone, :func:`~bertfn.corpus.runner.open_model`)."""
+    from .corpus.runner import open_model
 
-    return load(args.model or DEFAULT_MODEL, tokenizer=args.tokenizer, lowercase=args.lowercase,
-                device=args.device, dtype=args.dtype)
+    return open_model(args.model, tokenizer=args.tokenizer, lowercase=args.lowercase, device=args.device,
+                      dtype=args.dtype, fast_only=fast_only)
 
 
 # --- files in, files out, shared by every subcommand that runs a task of bertfn.corpus ----------------
@@ -170,7 +170,7 @@ def _run_fill_mask(args: argparse.Namespace) -> int:
         return run_file_command(args, "fill-mask", **options)
     if not args.text:
         raise InputError("pass at least one text with [MASK], or --input FILE; see 'bertfn fill-mask --help'")
-    results = fill_mask(list(args.text), model_from_args(args), **options)
+    results = fill_mask(list(args.text), model_from_args(args, fast_only=True), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
@@ -218,7 +218,7 @@ def _run_score(args: argparse.Namespace) -> int:
         return run_file_command(args, "score", method=args.method)
     if not args.text:
         raise InputError("pass at least one text to score, or --input FILE; see 'bertfn score --help'")
-    results = score(list(args.text), model_from_args(args), method=args.method)
+    results = score(list(args.text), model_from_args(args, fast_only=True), method=args.method)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:

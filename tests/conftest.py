@@ -20,6 +20,20 @@ TRANSFORMERS_FIXTURES = {"mlm_checkpoint", "pretraining_checkpoint"}
 """Fixtures built with transformers: a test that uses one (directly or through another fixture) needs it."""
 
 
+@pytest.fixture(autouse=True, scope="session")
+def kernel_cache(tmp_path_factory):
+    """The fast path's kernel choice (bertfn.fast.choice) is cached in a file of this session, never in the
+    user's cache: tests run niced, beside other work, and their measurements are no machine's truth. The
+    variable reaches the processes the tests start too."""
+    old = os.environ.get("BERTFN_KERNEL_CACHE")
+    os.environ["BERTFN_KERNEL_CACHE"] = str(tmp_path_factory.mktemp("kernels") / "kernels.json")
+    yield
+    if old is None:
+        del os.environ["BERTFN_KERNEL_CACHE"]
+    else:
+        os.environ["BERTFN_KERNEL_CACHE"] = old
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if TRANSFORMERS_FIXTURES & set(getattr(item, "fixturenames", ())):

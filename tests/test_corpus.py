@@ -18,7 +18,8 @@ import pytest
 import bertfn
 from bertfn.cli import main
 from bertfn.corpus import run_file, stream
-from bertfn.corpus.runner import CHUNK, _malloc_trim
+from bertfn.checkpoint.state import _malloc_trim
+from bertfn.corpus.runner import CHUNK
 from conftest import random_model, write_folder
 
 GOOD = ["the cat sat on the [MASK] .", "i [MASK] you [MASK] well", "paris is the [MASK] of france .",

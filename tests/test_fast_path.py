@@ -1,21 +1,29 @@
 """The fast paths (bertfn/fast/) compute what the reference (bertfn/model/) computes.
 
-* the fast path's ``linear`` (``bertfn.fast.kernels``) gives ``F.linear``'s values whatever the weight's memory layout, including the (in, out)
-  layout ``bertfn.load`` gives linear weights (``matmul_layout``); it runs bf16 products on a weight
-  packed once (``bertfn.fast.kernels.packed``) through oneDNN (``onednn_linear``): equal to ``F.linear`` to
-  rounding, never where a gradient is needed, and a packed copy follows in-place changes of its weight.
+* every kernel the fast path may pick (``bertfn.fast.kernels.KERNELS``: ``F.linear``, oneDNN on the weight as
+  stored, oneDNN on a packed copy) gives ``F.linear``'s values in fp32 (1e-5) whatever the weight's memory
+  layout, including the (in, out) layout ``bertfn.load`` gives linear weights (``matmul_layout``), and in
+  bf16 to bf16 rounding; a packed copy is made once and follows in-place changes of its weight; with a
+  gradient to track ``F.linear`` runs.
+* the choice (``bertfn.fast.choice``): ``BERTFN_KERNEL`` forces a kernel (a wrong name is an InputError),
+  a measurement is cached per machine in the file ``BERTFN_KERNEL_CACHE`` names and read back without
+  measuring again, a corrupt cache file is ignored and rewritten, ``off`` writes none; a model whose
+  weights ``pack_state`` packed gives the plain model's answers.
 * ``fill_mask`` lays texts end to end (``end_to_end``) through ``unpadded_encoder``: every text's
   hidden states equal those of the padded batch the reference encoder runs, to fp32 rounding,
-  for absolute and relative positions, decoders and pruned heads; so do those at the positions
-  it is asked to read (``rows``: the last layer runs at those alone).
+  for absolute and relative positions, decoders and pruned heads, under every kernel; so do those
+  at the positions it is asked to read (``rows``: the last layer runs at those alone).
 * ``fast_mlm_head`` gives ``mlm_head``'s logits.
 * bf16 (``bertfn.load(..., dtype=torch.bfloat16)``), the optional faster mode: hidden states of a
   trained model within 3% (relative RMS) of fp32 and pointing the same way (cosine >= 0.999), on the
-  reference path (F.linear) and on the fast path (oneDNN on packed weights) alike.
+  reference path (F.linear) and on the fast path alike.
   bf16 keeps 8 bits of mantissa, so about 2-3 significant digits; measured 1.2% on MiniLM.
 """
 
 from __future__ import annotations
+
+import json
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -26,58 +34,90 @@ from hypothesis import strategies as st
 
 import bertfn
 from bertfn.checkpoint.tokenizer import Encoding
+from bertfn.errors import InputError
+from bertfn.fast import choice
 from bertfn.fast.batching import end_to_end, text_groups
-from bertfn.fast.kernels import ONEDNN, _copies, linear, onednn_fits, packed
+from bertfn.fast.choice import linear, pack_state
+from bertfn.fast.kernels import KERNELS, ONEDNN, _copies, onednn_fits, packed, padded_rows, run
 from bertfn.fast.unpadded import fast_mlm_head, unpadded_encoder
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SETTINGS = settings(max_examples=25, deadline=None)
 
 
+needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN linear kernel")
+AVAILABLE = KERNELS if ONEDNN else ("F.linear",)
+
+
+@contextmanager
+def forced(name: str):
+    """The fast path on kernel ``name`` alone (``BERTFN_KERNEL``) inside the block; choices forgotten on both sides."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BERTFN_KERNEL", name)
+        choice.forget()
+        try:
+            yield
+        finally:
+            choice.forget()
+
+
 @SETTINGS
 @given(rows=st.integers(1, 20), lead=st.sampled_from([(), (1,), (2,)]), n_in=st.integers(1, 48),
        n_out=st.integers(1, 48), bias=st.booleans(), seed=st.integers(0, 2**16))
-def test_linear_equals_f_linear_in_either_layout(rows, lead, n_in, n_out, bias, seed):
+def test_every_kernel_equals_f_linear_in_either_layout(rows, lead, n_in, n_out, bias, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(*lead, rows, n_in, generator=g)
     w = torch.randn(n_out, n_in, generator=g)
     b = torch.randn(n_out, generator=g) if bias else None
     expected = F.linear(x, w, b)
     with torch.inference_mode():
-        torch.testing.assert_close(linear(x, w, b), expected, **TOL)
-        torch.testing.assert_close(linear(x, w.t().contiguous().t(), b), expected, **TOL)  # matmul_layout's
-
-
-needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN linear kernel")
-
-
-@needs_onednn
-def test_onednn_only_for_cpu_inference_in_bf16():
-    w16, b16 = torch.randn(6, 4, dtype=torch.bfloat16), torch.randn(6, dtype=torch.bfloat16)
-    assert all(onednn_fits(torch.randn(r, 4, dtype=torch.bfloat16), w16, b16) for r in (1, 12, 300))
-    assert onednn_fits(torch.randn(1, 12, 4, dtype=torch.bfloat16), w16, None)
-    assert not onednn_fits(torch.randn(12, 4), torch.randn(6, 4), None)  # fp32: F.linear
-    assert not onednn_fits(torch.randn(12, 4), w16, None)  # mixed dtypes: F.linear says what is wrong
-    assert not onednn_fits(torch.randn(12, 4, dtype=torch.bfloat16, requires_grad=True), w16, b16)
-    assert not onednn_fits(torch.randn(12, 4, dtype=torch.bfloat16), w16.clone().requires_grad_(), b16)
-    with torch.no_grad():
-        assert onednn_fits(torch.randn(12, 4, dtype=torch.bfloat16, requires_grad=True), w16, b16)
+        for name in AVAILABLE:
+            torch.testing.assert_close(run(name, x, w, b), expected, **TOL)
+            torch.testing.assert_close(run(name, x, w.t().contiguous().t(), b), expected, **TOL)  # matmul_layout's
+        torch.testing.assert_close(linear(x, w, b), expected, **TOL)  # whichever this machine chose
 
 
 @needs_onednn
-def test_bf16_linear_on_packed_weight_equals_f_linear_and_follows_edits():
+def test_every_kernel_in_bf16_equals_f_linear_to_bf16_rounding():
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 7, 32, generator=g).bfloat16()
-    w, b = torch.randn(24, 32, generator=g).bfloat16(), torch.randn(24, generator=g).bfloat16()
+    x = torch.randn(2, 7, 64, generator=g).bfloat16()
+    w, b = torch.randn(48, 64, generator=g).bfloat16(), torch.randn(48, generator=g).bfloat16()
+    expected = F.linear(x, w, b)
     with torch.inference_mode():
-        torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b))
+        for name in KERNELS:
+            for layout in (w, w.t().contiguous().t()):
+                torch.testing.assert_close(run(name, x, layout, b), expected)  # bf16's default tolerance: 1.6e-2
+
+
+@needs_onednn
+def test_onednn_only_for_cpu_inference_in_fp32_and_bf16():
+    for dtype in (torch.float32, torch.bfloat16):
+        w, b = torch.randn(6, 4, dtype=dtype), torch.randn(6, dtype=dtype)
+        assert all(onednn_fits(torch.randn(r, 4, dtype=dtype), w, b) for r in (1, 12, 300))
+        assert onednn_fits(torch.randn(1, 12, 4, dtype=dtype), w, None)
+        assert not onednn_fits(torch.randn(12, 4, dtype=dtype, requires_grad=True), w, b)
+        assert not onednn_fits(torch.randn(12, 4, dtype=dtype), w.clone().requires_grad_(), b)
+        with torch.no_grad():
+            assert onednn_fits(torch.randn(12, 4, dtype=dtype, requires_grad=True), w, b)
+    w16 = torch.randn(6, 4, dtype=torch.bfloat16)
+    assert not onednn_fits(torch.randn(12, 4), w16, None)  # mixed dtypes: F.linear says what is wrong
+    assert not onednn_fits(torch.randn(12, 4, dtype=torch.float64), torch.randn(6, 4, dtype=torch.float64), None)
+
+
+@needs_onednn
+def test_packed_copy_is_made_once_and_follows_edits():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 7, 32, generator=g)
+    w, b = torch.randn(24, 32, generator=g), torch.randn(24, generator=g)
+    with torch.inference_mode():
+        torch.testing.assert_close(run("onednn-packed", x, w, b), F.linear(x, w, b), **TOL)
         assert packed(w) is packed(w)  # reordered once, then reused
         w.mul_(-2)  # an in-place edit of the state_dict's tensor
-        torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b))
+        torch.testing.assert_close(run("onednn-packed", x, w, b), F.linear(x, w, b), **TOL)
     with torch.no_grad():
         alone = packed(w.clone())  # the packed copy kept without its weight
         assert packed(alone) is alone
-        torch.testing.assert_close(linear(x, alone, b), F.linear(x, w, b))
+        torch.testing.assert_close(linear(x, alone, b), F.linear(x, w, b), **TOL)
     n = len(_copies)
     del w
     assert len(_copies) == n - 1  # the copy goes with its weight
@@ -130,16 +170,17 @@ def test_texts_end_to_end_equal_the_padded_batch(case):
     rows = list(range(len(lengths)))
     with torch.inference_mode():
         padded = bertfn.encoder(model.params, enc.input_ids, enc.attention_mask, enc.token_type_ids).last_hidden_state
-        ids, types, positions = end_to_end(enc, rows, lengths)
-        joined = unpadded_encoder(model.params, ids, types, positions, lengths)[0]  # (T, H)
-    assert joined.shape[0] == sum(lengths)
-    for i, part in enumerate(joined.split(lengths)):
-        torch.testing.assert_close(part, padded[i, :lengths[i]], **TOL)
-    # Read at a few positions (fill_mask's masks, scoring's targets): the last layer runs there alone.
+    ids, types, positions = end_to_end(enc, rows, lengths)
     where = torch.arange(0, sum(lengths), 3)  # (r,)
-    with torch.inference_mode():
-        some = unpadded_encoder(model.params, ids, types, positions, lengths, where)[0]  # (r, H)
-    torch.testing.assert_close(some, joined[where], **TOL)
+    for name in AVAILABLE:
+        with forced(name), torch.inference_mode():
+            joined = unpadded_encoder(model.params, ids, types, positions, lengths)[0]  # (T, H)
+            # Read at a few positions (fill_mask's masks, scoring's targets): the last layer runs there alone.
+            some = unpadded_encoder(model.params, ids, types, positions, lengths, where)[0]  # (r, H)
+        assert joined.shape[0] == sum(lengths)
+        for i, part in enumerate(joined.split(lengths)):
+            torch.testing.assert_close(part, padded[i, :lengths[i]], **TOL)
+        torch.testing.assert_close(some, joined[where], **TOL)
 
 
 @SETTINGS
@@ -148,8 +189,9 @@ def test_fast_mlm_head_equals_the_reference_head(seed, rows, act):
     model = random_model(bertfn.BertConfig(vocab_size=40, hidden_size=12, num_attention_heads=2, num_hidden_layers=1,
                                            intermediate_size=20, hidden_act=act), seed=seed)
     h = torch.randn(rows, 12, generator=torch.Generator().manual_seed(seed))
-    with torch.inference_mode():
-        torch.testing.assert_close(fast_mlm_head(model.params, h), bertfn.mlm_head(model, h), **TOL)
+    for name in AVAILABLE:
+        with forced(name), torch.inference_mode():
+            torch.testing.assert_close(fast_mlm_head(model.params, h), bertfn.mlm_head(model, h), **TOL)
 
 
 @SETTINGS
@@ -183,3 +225,105 @@ def test_bf16_mode_stays_close_to_fp32():
         fast16 = unpadded_encoder(bf16.params, *end_to_end(enc, [0, 1], lengths), lengths)[0].float()  # (T, H)
     assert (fast16 - h[real]).norm() / h[real].norm() < 3e-2
     assert F.cosine_similarity(fast16, h[real], dim=-1).min() > 0.999
+
+
+# --- the choice ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A kernel cache file of this test's own, no forced kernel, and a measurement that counts its calls."""
+    path = tmp_path / "kernels.json"
+    monkeypatch.setenv("BERTFN_KERNEL_CACHE", str(path))
+    monkeypatch.delenv("BERTFN_KERNEL", raising=False)
+    calls = []
+
+    def measure(dtype, band):
+        calls.append((dtype, band))
+        return {k: 1.0 + i for i, k in enumerate(reversed(AVAILABLE))}  # the last kernel is the fastest
+
+    monkeypatch.setattr(choice, "measure", measure)
+    choice.forget()
+    yield path, calls
+    choice.forget()
+
+
+def test_the_choice_is_measured_once_then_read_from_the_cache(cache):
+    path, calls = cache
+    fastest = AVAILABLE[-1]
+    assert choice.kernel(torch.float32, 12) == fastest and choice.kernel(torch.float32, 20) == fastest
+    assert calls == [(torch.float32, "few")]  # once per dtype and band in a process
+    saved = json.loads(path.read_text())
+    assert saved[choice.machine_key()]["float32 few"]["kernel"] == fastest
+    choice.forget()  # a new process: the file answers, nothing is measured
+    calls.clear()
+    assert choice.kernel(torch.float32, 12) == fastest and not calls
+    assert choice.kernel(torch.float32, 4096) == fastest and calls == [(torch.float32, "many")]  # another band: a miss
+    assert set(json.loads(path.read_text())[choice.machine_key()]) == {"float32 few", "float32 many"}
+    assert choice.chosen()["float32 few"]["kernel"] == fastest
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00", b"[1, 2]", b'{"AMD": 3}', None])
+def test_a_corrupt_cache_file_is_ignored_and_rewritten(cache, content):
+    path, calls = cache
+    if content is None:  # a cache entry naming a kernel that does not exist
+        path.write_text(json.dumps({choice.machine_key(): {"float32 few": {"kernel": "no-such-kernel"}}}))
+    else:
+        path.write_bytes(content)
+    assert choice.kernel(torch.float32, 12) == AVAILABLE[-1]
+    assert calls == [(torch.float32, "few")]
+    assert json.loads(path.read_text())[choice.machine_key()]["float32 few"]["kernel"] == AVAILABLE[-1]
+
+
+def test_cache_off_writes_no_file_and_a_forced_kernel_measures_nothing(cache, monkeypatch):
+    path, calls = cache
+    monkeypatch.setenv("BERTFN_KERNEL_CACHE", "off")
+    assert choice.kernel(torch.bfloat16, 1) == AVAILABLE[-1] and calls and not path.exists()
+    calls.clear()
+    monkeypatch.setenv("BERTFN_KERNEL", "F.linear")
+    choice.forget()
+    assert choice.kernel(torch.float32, 12) == "F.linear" and choice.kernel(torch.bfloat16, 900) == "F.linear"
+    assert not calls
+    monkeypatch.setenv("BERTFN_KERNEL", "mkl")
+    choice.forget()
+    with pytest.raises(InputError, match="BERTFN_KERNEL='mkl' names no kernel; use one of F.linear"):
+        choice.kernel(torch.float32, 12)
+
+
+def test_the_measurement_times_every_kernel():
+    with torch.inference_mode():  # as the fast path calls it
+        times = choice.measure(torch.float32, "many", reps=1)
+    assert set(times) == set(AVAILABLE) and all(t > 0 for t in times.values())
+
+
+@needs_onednn
+def test_a_packed_state_gives_the_plain_models_answers(tmp_path):
+    """``pack_state`` (what get_model does for fast-path-only calls by name) where packing is the choice; none otherwise."""
+    model = random_model(bertfn.BertConfig(vocab_size=40, hidden_size=24, num_attention_heads=2, num_hidden_layers=2,
+                                           intermediate_size=32), seed=3)
+    enc = Encoding(torch.tensor([[2, 5, 7, 9, 3]]), torch.zeros(1, 5, dtype=torch.long), torch.ones(1, 5, dtype=torch.long), [], [])
+    with torch.inference_mode():
+        expected = bertfn.encoder(model.params, enc.input_ids, enc.attention_mask).last_hidden_state[0]
+        logits = bertfn.mlm_head(model, expected)
+    with forced("F.linear"):
+        assert not pack_state(dict(model.state))  # packing is not the choice: the state stays as it is
+    with forced("onednn-packed"):
+        state = dict(model.state)
+        assert pack_state(state)
+        packed_keys = {k for k, t in state.items() if t.is_mkldnn}
+        assert "bert.encoder.layer.0.attention.self.query.weight" in packed_keys
+        assert "cls.predictions.decoder.weight" not in packed_keys  # tied to the word embeddings
+        assert not any(t.is_mkldnn for t in model.state.values())  # the given dict alone changed
+        p = bertfn.Params(state, model.config)
+        with torch.inference_mode():
+            fast = unpadded_encoder(p, enc.input_ids, enc.token_type_ids, torch.arange(5)[None], [5])[0]
+            torch.testing.assert_close(fast, expected, **TOL)
+            torch.testing.assert_close(fast_mlm_head(p, fast), logits, **TOL)
+        k = "bert.encoder.layer.1.output.dense.weight"
+        torch.testing.assert_close(state[k].to_dense(), model.state[k])  # the values, back
+
+
+def test_onednn_runs_few_row_counts():
+    """oneDNN keeps a compiled kernel per shape: the rows are padded to one of a few sizes (their results dropped)."""
+    sizes = {padded_rows(m) for m in range(1, 2049)}
+    assert len(sizes) <= 46 and all(padded_rows(m) >= m for m in range(1, 2049))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,15 +24,21 @@ from .tokenizer import Tokenizer, check_text
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"
 
-_models: dict[tuple, Model] = {}  # (name, device, dtype) -> model
+_models: dict[tuple, Model] = {}  # (name, device, dtype, prepare) -> model
 _models_lock = threading.Lock()
 
 
 def get_model(model: Model | str | Path | None, device: str | torch.device | None = None,
-              dtype: torch.dtype | str | None = None) -> Model:
+              dtype: torch.dtype | str | None = None,
+              prepare: Callable[[dict[str, torch.Tensor]], object] | None = None) -> Model:
     """A loaded model on ``device`` in ``dtype``: given, or loaded once per process by name, device and
     dtype (default: bert-base-uncased, as stored). A given :class:`Model` on another device or in
-    another dtype is converted for this call only; load it with ``device=`` / ``dtype=`` to avoid that."""
+    another dtype is converted for this call only; load it with ``device=`` / ``dtype=`` to avoid that.
+
+    prepare: a change made once to the state of a model loaded by name, which is then kept apart
+    from the plain one under the same name. The calls that run on the fast path alone pass
+    :func:`~bertfn.fast.choice.pack_state`, so such a model holds its linear weights once, in the
+    layout the fast path reads. A given :class:`Model` is never changed."""
     dtype = resolve_dtype(dtype)
     if isinstance(model, Model):
         same_device = device is None or model.device == torch.device(device)
@@ -42,10 +49,13 @@ def get_model(model: Model | str | Path | None, device: str | torch.device | Non
     if model is not None and not isinstance(model, (str, Path)):
         raise InputError(f"model must be a Model from bertfn.load, a local folder or a hub id, got {type(model).__name__}")
     name = str(model) if model is not None else DEFAULT_MODEL
-    key = (name, None if device is None else str(device), dtype)
+    key = (name, None if device is None else str(device), dtype, prepare)
     with _models_lock:
         if key not in _models:
-            _models[key] = load(name, device=device, dtype=dtype)
+            m = load(name, device=device, dtype=dtype)
+            if prepare is not None:
+                prepare(m.state)
+            _models[key] = m
         return _models[key]
 
 

@@ -42,10 +42,12 @@ def _digest() -> hashlib.blake2b:
 
 
 def weights_print(model: Model) -> str:
-    """A fingerprint of the model's weights: every tensor's name, shape, dtype and bytes (tied ones once each)."""
+    """A fingerprint of the model's weights: every tensor's name, shape, dtype and bytes (tied ones once each).
+    A weight the fast path holds packed (:func:`~bertfn.fast.choice.pack_state`) counts by its values, as plain."""
     h = _digest()
     for key in sorted(model.state):
         t = model.state[key].detach()
+        t = t.to_dense() if t.is_mkldnn else t
         h.update(f"{key}{tuple(t.shape)}{t.dtype}".encode())
         h.update(t.cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return "blake2b:" + h.hexdigest()

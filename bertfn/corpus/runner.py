@@ -22,12 +22,10 @@ or anything unexpected stop the run.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
 import math
 import re
-import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -38,7 +36,9 @@ import torch
 
 from ..checkpoint.loading import Model, load
 from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
+from ..checkpoint.state import release_memory
 from ..errors import InputError, MissingPartError
+from ..fast.choice import pack_state
 from ..tasks.embed import embed, max_tokens
 from ..tasks.fill_mask import fill_mask
 from ..tasks.mutations import score_mutations
@@ -95,12 +95,20 @@ def task_named(name: str) -> Task:
 
 
 def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None = None, lowercase: bool | None = None,
-               device: str | torch.device | None = None, dtype: torch.dtype | str | None = None) -> Model:
+               device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
+               fast_only: bool = False) -> Model:
     """The model a run uses: :func:`~bertfn.checkpoint.resolve.get_model`, or :func:`~bertfn.checkpoint.loading.load` when a
-    tokenizer or a case rule is given (as ``--tokenizer`` / ``--cased`` do in the CLI)."""
+    tokenizer or a case rule is given (as ``--tokenizer`` / ``--cased`` do in the CLI).
+
+    fast_only: the run uses the fast path alone, so a model loaded here holds each linear weight once,
+    in the layout the fast path's kernel reads (:func:`~bertfn.fast.choice.pack_state`); a given
+    :class:`Model` is used as it is."""
     if tokenizer is None and lowercase is None or isinstance(model, Model):
-        return get_model(model, device, dtype)
-    return load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
+        return get_model(model, device, dtype, prepare=pack_state if fast_only else None)
+    m = load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
+    if fast_only:
+        pack_state(m.state)
+    return m
 
 
 def jsonable(result: object) -> object:
@@ -150,7 +158,9 @@ class Runner:
                  lowercase: bool | None = None, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, probe: bool = True, **options) -> None:
         self.task = task_named(task)
-        self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
+        fast_only = task in ("fill-mask", "score") and not options.get("edits")  # no edits: the fast path alone
+        self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
+                                fast_only=fast_only)
         self.options = options
         self.limit = self.task.max_tokens(self.model, options) if self.task.max_tokens else None
         if probe:
@@ -205,21 +215,6 @@ class Runner:
             said = tok.unknown([text], None, [e]).get(0)
             out.append((min(sum(e.attention_mask), limit), f"text 0: {said}" if said else None))
         return out
-
-
-_malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
-
-
-def release_memory() -> None:
-    """Hand the C heap's free pages back to the system: glibc's ``malloc_trim(0)``; elsewhere nothing.
-
-    Each chunk's tensors come in sizes of their own (its texts' lengths), and glibc keeps the holes
-    they leave in its heap when freed, so without this the resident memory of a long run creeps up
-    chunk after chunk: +300 MB in 20 chunks in tests/test_corpus.py's check, +500 MB over the 10,000
-    lines of bench/files.py. Trimmed after each chunk, it stays flat, at the same speed within noise.
-    """
-    if _malloc_trim is not None:
-        _malloc_trim(0)
 
 
 def chunks(items: Iterable, size: int = CHUNK) -> Iterator[list]:

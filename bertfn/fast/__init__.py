@@ -1,6 +1,7 @@
 """The fast path: the numbers of bertfn/model/ for many texts at once, with no padding and chosen kernels.
 
-    kernels.py      the matrix products: oneDNN with packed bf16 weights, or F.linear
+    kernels.py      the matrix products: F.linear, oneDNN on the weight as stored, oneDNN on a packed copy
+    choice.py       which of them runs, measured on this machine per dtype and row band (cached per CPU)
     unpadded.py     the encoder over texts laid end to end (each text attends to itself only), the MLM head
     batching.py     texts sorted by length and cut into groups of up to 2048 tokens, through unpadded.py
 

@@ -1,22 +1,29 @@
 """The matrix-product kernels of the fast path, beside the reference :func:`~bertfn.model.functional.linear`.
 
 The reference ``linear`` is ``F.linear``, whatever the dtype. The fast path (:mod:`bertfn.fast.unpadded`)
-multiplies with :func:`linear` here, which picks a kernel per call:
+multiplies with :func:`bertfn.fast.choice.linear`, which runs (:func:`run`) one of :data:`KERNELS`, all
+computing ``x W^T + b``:
 
-* bf16 inference on the CPU runs through oneDNN's inner-product kernel (AMX / AVX-512-bf16 where
-  the CPU has them, :func:`onednn_linear`), reading a copy of the weight reordered once into
-  oneDNN's blocked layout (:func:`packed`). Handed the plain (out, in) tensor, oneDNN would reorder
-  it on every call, which for one sentence costs about as much as the product itself.
-* everything else (fp32, a gradient to track, another device) runs ``F.linear``. fp32 keeps no
-  packed copies: laying the weights out (in, out) at load (:func:`bertfn.checkpoint.state.matmul_layout`)
-  brings ``F.linear`` within 5-7% of a packed copy on a Xeon with AMX (``python bench/kernels.py``)
-  while the state_dict holds each weight once.
+* ``"F.linear"``: torch's own product on the weight as the state holds it (MKL's sgemm for fp32 on
+  x86, oneDNN for bf16); what the reference path runs.
+* ``"onednn"``: oneDNN's inner-product kernel (AVX-512, AVX-512-bf16, AMX where the CPU has them) on
+  the weight as the state holds it: (in, out) in memory after :func:`bertfn.load`, no copy.
+* ``"onednn-packed"``: the same kernel on a copy of the weight reordered once into oneDNN's blocked
+  layout (:func:`packed`), which it streams fastest; one more copy of every weight the fast path
+  reads (bert-base: 340 MB in fp32, 170 MB in bf16) unless the model holds only the packed copies
+  (:func:`bertfn.fast.choice.pack_state`).
+
+Which kernel runs is measured on the machine, per dtype and row band (:mod:`bertfn.fast.choice`:
+once per CPU model and torch version, cached in a user file; ``BERTFN_KERNEL`` forces one). On one
+AMD EPYC (AVX-512-bf16, no AMX) oneDNN on packed weights multiplies bert-base's 72 encoder weights
+at 12 rows in 18 ms where MKL's sgemm takes 37-46 ms; on a Xeon with AMX MKL on (in, out) weights
+came within 5-7% of it: the choice cannot be written down once.
 
 The state_dict stays the source of truth: a packed copy is derived from one of its tensors, is never
 written back, and is rebuilt when that tensor changes in place (its version counter moves), so
-edits to ``model.state`` are always seen. It costs one more copy of each bf16 weight that a
-fast-path product reads (bert-base: 170 MB). tests/test_fast_path.py checks that every kernel gives
-the reference's numbers (to bf16 rounding: oneDNN sums in another order).
+edits to ``model.state`` are always seen (a weight made under ``torch.inference_mode`` has no version
+counter: it is read as stored instead). tests/test_fast_path.py checks that every kernel gives
+the reference's numbers (fp32 to 1e-5; bf16 to bf16 rounding: oneDNN sums in another order).
 """
 
 from __future__ import annotations
@@ -32,35 +39,65 @@ Tensor = torch.Tensor
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 """Whether this torch build has oneDNN and its linear kernel (x86 and ARM CPU builds do)."""
 
+DTYPES = (torch.float32, torch.bfloat16)
+"""The dtypes whose kernel is chosen by measurement; others (fp16, fp64) run ``F.linear``."""
+
 _copies: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version when packed, packed copy)
 _lock = threading.Lock()
 
 
-def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
-    """``x W^T + b`` as :func:`~bertfn.model.functional.linear` computes it, by the kernel that fits the call.
+def run(kernel: str, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """``x W^T + b`` by the named kernel of :data:`KERNELS`.
 
-    x: (..., in) ; w: (out, in) ; b: (out,) -> (..., out).
+    x: (..., in) ; w: (out, in) ; b: (out,) -> (..., out). Kernels other than ``"F.linear"`` need
+    :func:`onednn_fits`.
     """
-    if onednn_fits(x, w, b):
-        return onednn_linear(x, w, b)
+    if kernel == "onednn-packed" and not w.is_inference():
+        return onednn_linear(x, packed(w), b)
+    if kernel != "F.linear":  # "onednn", or a weight made under inference_mode, which has no version
+        return onednn_linear(x, w, b)  # counter to tell when a packed copy is out of date: read as it is
     return F.linear(x, w, b)
 
 
+KERNELS = ("F.linear", "onednn", "onednn-packed")
+"""The kernels :func:`run` knows, as ``BERTFN_KERNEL`` and the cache name them."""
+
+
 def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
-    """Whether :func:`linear` runs ``x W^T + b`` as :func:`onednn_linear`: bf16 on the CPU, no gradient to track."""
-    if not (x.dtype == w.dtype == torch.bfloat16 and ONEDNN and x.device.type == "cpu" and x.numel() > 0):
-        return False  # the dtype first: fp32 calls, the common case, stop at the cheapest test
+    """Whether ``x W^T + b`` may run on another kernel than ``F.linear``: fp32 or bf16 on the
+    CPU with oneDNN, one dtype throughout, no gradient to track."""
+    if not (x.dtype == w.dtype and w.dtype in DTYPES and ONEDNN and x.device.type == "cpu" and x.numel() > 0):
+        return False
+    if b is not None and b.dtype != w.dtype:
+        return False
     tracked = x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
     return not (tracked and torch.is_grad_enabled())
 
 
 def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
-    """``x W^T + b`` in bf16 through oneDNN's inner-product kernel, on the :func:`packed` copy of ``w``.
+    """``x W^T + b`` through oneDNN's inner-product kernel, on ``w`` as it is or on its :func:`packed` copy.
 
-    It has no backward, hence inference only. It sums in another order than ``F.linear``: results
-    agree to bf16 rounding (tests/test_fast_path.py). Shapes as in :func:`linear`.
+    oneDNN compiles and caches a kernel for every shape it meets (up to 1024 of them, about 150 KB
+    each): a file run, whose groups of texts come in every length, would hold 150 MB of them. So
+    the rows are padded with zeros up to one of a few sizes (:func:`padded_rows`) and the padding's
+    results dropped. It has no backward, hence inference only. It sums in another order than
+    ``F.linear``: results agree to rounding (tests/test_fast_path.py). x: (..., in) ; w: (out, in) ;
+    b: (out,) -> (..., out).
     """
-    return torch.ops.mkldnn._linear_pointwise(x, packed(w), b, "none", [], "")
+    rows = x.reshape(-1, x.shape[-1])  # (m, in)
+    m = rows.shape[0]
+    pad = padded_rows(m) - m
+    if pad:
+        rows = torch.cat([rows, rows.new_zeros(pad, rows.shape[1])])  # (m + pad, in)
+    y = torch.ops.mkldnn._linear_pointwise(rows, w, b, "none", [], "")  # (m + pad, out)
+    return y[:m].reshape(*x.shape[:-1], y.shape[-1])
+
+
+def padded_rows(m: int) -> int:
+    """The row count oneDNN runs ``m`` rows as: a multiple of 4 up to 64, of 16 up to 256, of 128 beyond,
+    so at most 46 sizes up to the 2048 rows of a group (:data:`bertfn.fast.batching.GROUP_TOKENS`)."""
+    step = 4 if m <= 64 else 16 if m <= 256 else 128
+    return -(-m // step) * step
 
 
 def packed(w: Tensor) -> Tensor:

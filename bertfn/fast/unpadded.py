@@ -9,7 +9,7 @@ were by itself.
 
 Built from the reference functions (``embeddings``, ``split_heads``, ``sdpa_attention``, ``layer_norm``,
 ...) in the same order, except that heads are merged text by text straight into the (1, T, H)
-layout, and the products run on the kernels :mod:`bertfn.fast.kernels` picks, so each text's hidden
+layout, and the products run on the kernels :mod:`bertfn.fast.choice` picks for this machine, so each text's hidden
 states equal the reference encoder's on that text (tests/test_fast_path.py). Inference only: no
 dropout, cache, cross-attention, head mask or trace.
 """
@@ -28,7 +28,7 @@ from ..model.attention import (
 from ..model.embeddings import embeddings
 from ..model.functional import ACTIVATIONS, layer_norm
 from ..model.params import Params
-from .kernels import linear
+from .choice import linear
 
 Tensor = torch.Tensor
 

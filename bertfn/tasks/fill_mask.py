@@ -23,6 +23,7 @@ from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, req
 from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
 from ..errors import InputError
 from ..fast.batching import encoded_groups
+from ..fast.choice import pack_state
 from ..fast.unpadded import fast_mlm_head
 from ..model.heads import mlm_head
 from ..model.recorder import NO_TRACE, Edit, with_edits
@@ -128,7 +129,7 @@ def fill_mask(
         raise InputError("joint filling searches the whole vocabulary at every mask, so it takes no targets; "
                          "drop targets, or fill without joint")
 
-    m = get_model(model, device, dtype)
+    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
     tok = require_tokenizer(m, "fill_mask")
     require_mlm_head(m, "fill_mask")
     points = with_edits(NO_TRACE, edits, m.config)

@@ -40,6 +40,7 @@ from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, req
 from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError
 from ..fast.batching import encoded_groups
+from ..fast.choice import pack_state
 from ..fast.unpadded import fast_mlm_head
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
@@ -194,7 +195,7 @@ def score(
         raise InputError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-    m = get_model(model, device, dtype)
+    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
     tok = require_tokenizer(m, "score")
     require_mlm_head(m, "score")
     points = with_edits(NO_TRACE, edits, m.config)
