@@ -17,8 +17,8 @@ Every subcommand that runs a model takes the same model options (:func:`add_mode
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
 arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, missing
-optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130, SIGTERM 143.
-Warnings are one line too.
+optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130, SIGTERM 143,
+a closed pipe 141 (``bertfn embed ... | head``: quietly, as other tools stop). Warnings are one line too.
 """
 
 from __future__ import annotations
@@ -41,11 +41,7 @@ def emit(text: str) -> None:
     """Print ``text`` on stdout; characters the terminal's encoding cannot show are written as escapes
     (``\\xe9``) instead of failing, as ``PYTHONIOENCODING=ascii`` or a C locale would make them."""
     encoding = sys.stdout.encoding or "utf-8"
-    try:
-        text.encode(encoding)
-    except UnicodeEncodeError:
-        text = text.encode(encoding, errors="backslashreplace").decode(encoding)
-    print(text)
+    print(text.encode(encoding, errors="backslashreplace").decode(encoding))
 
 
 # --- the model options, shared by every subcommand that runs a model ---------------------------------
@@ -383,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     except BertfnError as e:
         _one_line("error", e)
         return e.exit_code
+    except BrokenPipeError:  # the reader of stdout went away: stop quietly, with the shell's code for it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM during a file run (bertfn.corpus.files.Terminated)
         _one_line("error", str(e) or "interrupted")
         return getattr(e, "exit_code", 130)

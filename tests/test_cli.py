@@ -61,3 +61,16 @@ def test_dtype_runs_the_bf16_mode(mlm_checkpoint, capsys):
     assert [[a["token"] for a in m] for m in printed] == [[a["token"] for a in m] for m in expected]
     assert main(["fill-mask", text, "--model", str(folder), "--dtype", "int8"]) == bertfn.InputError.exit_code
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_stops_quietly(mlm_checkpoint):
+    """``bertfn embed ... | head``: when the reader goes away, bertfn stops with the shell's code for a closed
+    pipe (141) and prints nothing, not an 'unexpected BrokenPipeError'."""
+    folder, _ = mlm_checkpoint
+    texts = [f"sentence {i} of many" for i in range(400)]  # far more output than a pipe's buffer holds
+    proc = subprocess.Popen([sys.executable, "-m", "bertfn", "embed", *texts, "--model", str(folder), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(10)  # the reader takes a little, then leaves
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 141
+    assert proc.stderr.read() == b""
