@@ -65,12 +65,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def model_from_args(args: argparse.Namespace, fast_only: bool = False):
-    """The :class:`~bertfn.checkpoint.loading.Model` that the model options name, loaded as :func:`bertfn.load` does
+    """The :class:`~bertfn.checkpoint.loading.Model` that the model options name, loaded anew as :func:`bertfn.load` does
     (fast_only: for a command that runs on the fast path alone, :func:`~bertfn.corpus.runner.open_model`)."""
     from .corpus.runner import open_model
 
     return open_model(args.model, tokenizer=args.tokenizer, lowercase=args.lowercase, device=args.device,
-                      dtype=args.dtype, fast_only=fast_only)
+                      dtype=args.dtype, fast_only=fast_only, fresh=True)
 
 
 # --- files in, files out, shared by every subcommand that runs a task of bertfn.corpus ----------------

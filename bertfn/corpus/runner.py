@@ -96,14 +96,14 @@ def task_named(name: str) -> Task:
 
 def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None = None, lowercase: bool | None = None,
                device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
-               fast_only: bool = False) -> Model:
+               fast_only: bool = False, fresh: bool = False) -> Model:
     """The model a run uses: :func:`~bertfn.checkpoint.resolve.get_model`, or :func:`~bertfn.checkpoint.loading.load` when a
     tokenizer or a case rule is given (as ``--tokenizer`` / ``--cased`` do in the CLI).
 
     fast_only: the run uses the fast path alone, so a model loaded here holds each linear weight once,
     in the layout the fast path's kernel reads (:func:`~bertfn.fast.choice.pack_state`); a given
-    :class:`Model` is used as it is."""
-    if tokenizer is None and lowercase is None or isinstance(model, Model):
+    :class:`Model` is used as it is. fresh: load it anew instead of sharing get_model's (a command line's model)."""
+    if tokenizer is None and lowercase is None and not fresh or isinstance(model, Model):
         return get_model(model, device, dtype, prepare=pack_state if fast_only else None)
     m = load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype)
     if fast_only:
