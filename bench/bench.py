@@ -352,14 +352,9 @@ def machine(threads: int) -> str:
     import transformers
 
     import bertfn
+    from bertfn.fast.choice import cpu_model
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (f"{cpu} ({cpu_flags()}), {os.cpu_count()} logical cores, {threads} threads; Python {platform.python_version()}, "
+    return (f"{cpu_model()} ({cpu_flags()}), {os.cpu_count()} logical cores, {threads} threads; Python {platform.python_version()}, "
             f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime "
             f"{onnxruntime.__version__}, bertfn {bertfn.__version__}")
 
