@@ -35,7 +35,8 @@ from hypothesis import strategies as st
 import bertfn
 from bertfn.checkpoint.tokenizer import Encoding
 from bertfn.errors import InputError
-from bertfn.fast import choice
+from bertfn.model.functional import ACTIVATIONS
+from bertfn.fast import choice, kernels
 from bertfn.fast.batching import end_to_end, text_groups
 from bertfn.fast.choice import linear, pack_state
 from bertfn.fast.kernels import KERNELS, ONEDNN, _copies, onednn_fits, packed, padded_rows, run
@@ -121,6 +122,46 @@ def test_packed_copy_is_made_once_and_follows_edits():
     n = len(_copies)
     del w
     assert len(_copies) == n - 1  # the copy goes with its weight
+
+
+@needs_onednn
+def test_query_key_value_as_one_product_equal_three_and_follow_edits():
+    """linears: the weights stacked and packed once (kernels.joined), the product split back; an in-place
+    edit of any one weight, or a weight replaced by another tensor, makes the stack anew."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 7, 32, generator=g)
+    ws = [torch.randn(n, 32, generator=g) for n in (32, 32, 16)]
+    bs = [torch.randn(w.shape[0], generator=g) for w in ws]
+
+    def check():
+        for y, w, b in zip(choice.linears(x, tuple(ws), tuple(bs)), ws, bs):
+            torch.testing.assert_close(y, F.linear(x, w, b), **TOL)
+
+    for name in AVAILABLE:
+        with forced(name), torch.inference_mode():
+            check()
+    with forced("onednn-packed"), torch.inference_mode():
+        assert kernels.joined(tuple(ws)) is kernels.joined(tuple(ws))  # stacked once, then reused
+        ws[1].mul_(-3)  # an in-place edit of the key weight
+        check()
+        ws[2] = torch.randn(16, 32, generator=g)  # the value weight replaced
+        check()
+
+
+@needs_onednn
+@SETTINGS
+@given(act=st.sampled_from(sorted(kernels.FUSED) + ["silu"]), rows=st.integers(1, 20), seed=st.integers(0, 2**16))
+def test_an_activation_applied_by_the_kernel_equals_the_reference_one(act, rows, seed):
+    """linear(..., act): oneDNN applies the activations of kernels.FUSED as it writes the product (others
+    after it); each equals ACTIVATIONS[act](F.linear(...)) to fp32 rounding, on every kernel and a packed state."""
+    g = torch.Generator().manual_seed(seed)
+    x, w, b = torch.randn(rows, 24, generator=g) * 2, torch.randn(40, 24, generator=g), torch.randn(40, generator=g)
+    expected = ACTIVATIONS[act](F.linear(x, w, b))
+    alone = packed(w.clone())  # as a packed state holds it
+    with torch.inference_mode():
+        for name in AVAILABLE:
+            torch.testing.assert_close(run(name, x, w, b, act), expected, **TOL)
+        torch.testing.assert_close(linear(x, alone, b, act), expected, **TOL)
 
 
 def test_linear_still_trains():

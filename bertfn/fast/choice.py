@@ -31,7 +31,7 @@ import torch
 
 from ..checkpoint.state import LINEAR_WEIGHT, in_out, release_memory
 from ..errors import InputError
-from .kernels import DTYPES, KERNELS, ONEDNN, onednn_fits, onednn_linear, run
+from .kernels import DTYPES, KERNELS, ONEDNN, joined, onednn_fits, onednn_linear, run
 
 Tensor = torch.Tensor
 
@@ -50,17 +50,34 @@ _times: dict[tuple[torch.dtype, str], dict[str, float]] = {}  # what the measure
 _lock = threading.Lock()
 
 
-def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+def linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None = None) -> Tensor:
     """``x W^T + b`` as :func:`~bertfn.model.functional.linear` computes it, by the kernel chosen for its
-    dtype and rows (``F.linear`` where no other fits: a gradient to track, another device or dtype).
+    dtype and rows (``F.linear`` where no other fits: a gradient to track, another device or dtype);
+    then the activation ``act`` names (:data:`~bertfn.model.functional.ACTIVATIONS`), if any, which
+    oneDNN applies as it writes the result (:data:`~bertfn.fast.kernels.FUSED`).
 
     x: (..., in) ; w: (out, in) ; b: (out,) -> (..., out).
     """
     if w.is_mkldnn:  # a state that holds packed copies only (:func:`pack_state`)
-        return onednn_linear(x, w, b)
+        return onednn_linear(x, w, b, act)
     if not onednn_fits(x, w, b):
-        return run("F.linear", x, w, b)
-    return run(kernel(w.dtype, x.numel() // x.shape[-1]), x, w, b)
+        return run("F.linear", x, w, b, act)
+    return run(kernel(w.dtype, x.numel() // x.shape[-1]), x, w, b, act)
+
+
+def linears(x: Tensor, ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> list[Tensor]:
+    """``[x W_i^T + b_i for each i]``: one input times several weights (attention's query, key and value).
+
+    Where the kernel chosen is oneDNN on packed weights, the weights are stacked and packed as one
+    (:func:`~bertfn.fast.kernels.joined`) and multiplied in one product, whose result is split; otherwise
+    each is :func:`linear`. x: (..., in) ; ws: each (out_i, in) ; bs: each (out_i,) -> each (..., out_i).
+    """
+    plain = all(not w.is_mkldnn and not w.is_inference() and b is not None and onednn_fits(x, w, b)
+                for w, b in zip(ws, bs))
+    if not (plain and kernel(x.dtype, x.numel() // x.shape[-1]) == "onednn-packed"):
+        return [linear(x, w, b) for w, b in zip(ws, bs)]
+    y = onednn_linear(x, joined(ws), torch.cat(bs))  # (..., sum out_i)
+    return list(y.split([w.shape[0] for w in ws], dim=-1))
 
 
 def pack_state(state: dict[str, Tensor]) -> bool:

@@ -9,8 +9,9 @@ were by itself.
 
 Built from the reference functions (``embeddings``, ``split_heads``, ``sdpa_attention``, ``layer_norm``,
 ...) in the same order, except that heads are merged text by text straight into the (1, T, H)
-layout, and the products run on the kernels :mod:`bertfn.fast.choice` picks for this machine, so each text's hidden
-states equal the reference encoder's on that text (tests/test_fast_path.py). Inference only: no
+layout, and the products run on the kernels :mod:`bertfn.fast.choice` picks for this machine (there the
+query, key and value products may run as one, :func:`~bertfn.fast.choice.linears`, and the feed-forward's
+activation inside its first product), so each text's hidden states equal the reference encoder's on that text (tests/test_fast_path.py). Inference only: no
 dropout, cache, cross-attention, head mask or trace.
 """
 
@@ -26,9 +27,9 @@ from ..model.attention import (
     split_heads,
 )
 from ..model.embeddings import embeddings
-from ..model.functional import ACTIVATIONS, layer_norm
+from ..model.functional import layer_norm
 from ..model.params import Params
-from .choice import linear
+from .choice import linear, linears
 
 Tensor = torch.Tensor
 
@@ -44,9 +45,9 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | 
     cfg = p.config
     hd = cfg.head_dim
     nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned
-    q = split_heads(linear(x, p["self.query.weight"], p["self.query.bias"]), nh)  # (1, nh, T, hd)
-    k = split_heads(linear(x, p["self.key.weight"], p["self.key.bias"]), nh)
-    v = split_heads(linear(x, p["self.value.weight"], p["self.value.bias"]), nh)
+    qkv = linears(x, tuple(p[f"self.{n}.weight"] for n in ("query", "key", "value")),
+                  tuple(p[f"self.{n}.bias"] for n in ("query", "key", "value")))  # 3 x (1, T, nh*hd), one product where it can be
+    q, k, v = (split_heads(t, nh) for t in qkv)  # each (1, nh, T, hd)
 
     contexts = []  # each text's (1, n, nh, hd), merged into (1, T, nh*hd) by one copy
     for qi, ki, vi in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2)):
@@ -68,8 +69,7 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | 
 
 def unpadded_feed_forward(p: Params, x: Tensor) -> Tensor:
     """:func:`~bertfn.model.encoder.feed_forward` on the fast path's kernels. p: one layer's scope; x: (1, T, H) -> (1, T, H)."""
-    act = ACTIVATIONS[p.config.hidden_act]
-    h = act(linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"]))  # (1, T, I)
+    h = linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"], p.config.hidden_act)  # (1, T, I)
     h = linear(h, p["output.dense.weight"], p["output.dense.bias"])  # (1, T, H)
     return layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], p.config.layer_norm_eps)
 
@@ -105,6 +105,6 @@ def fast_mlm_head(params: Params, h: Tensor) -> Tensor:
     """
     cfg = params.config
     p = params.scope("cls.predictions")
-    t = ACTIVATIONS[cfg.hidden_act](linear(h, p["transform.dense.weight"], p["transform.dense.bias"]))  # (..., H)
+    t = linear(h, p["transform.dense.weight"], p["transform.dense.bias"], cfg.hidden_act)  # (..., H)
     t = layer_norm(t, p["transform.LayerNorm.weight"], p["transform.LayerNorm.bias"], cfg.layer_norm_eps)
     return linear(t, p["decoder.weight"], p["bias"])  # (..., V)
