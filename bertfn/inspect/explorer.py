@@ -23,12 +23,12 @@ Nothing is fetched at view time: script and style are inline (read from ``bertfn
 the numbers sit in the file as one zlib-compressed base64 block that the browser's own
 ``DecompressionStream`` unpacks. Each view can be saved as SVG or PNG from the page.
 
-What is stored, and how precisely, is :mod:`bertfn.inspect.page_arrays`'s table: attention as 8-bit
-square-root codes (no row of real MiniLM at 510 tokens loses more than 0.03% of its mass), queries and
+What is stored, and how precisely, is :mod:`bertfn.inspect.page_arrays`'s table: attention as square-root
+codes of 127 levels (no row loses more than 0.8% of its mass at 512 tokens), queries and
 keys as 8-bit codes with a scale per vector, the per-layer predictions from the MLM head in bf16.
 The data block is one zlib stream (Huffman codes and runs only, ``Z_RLE``: to string matching the codes
 are noise, which took most of the time and made the file larger), written to the file in pieces as it
-is compressed. At 512 tokens on bert-base's shape the page is up to 41 MB (bench/README.md).
+is compressed. At 512 tokens on bert-base's shape the page is up to 36 MB (bench/README.md).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import InputError
-from .page_arrays import PageArrays, top_k as _top_k
+from .page_arrays import LEVELS, PageArrays, top_k as _top_k
 
 if TYPE_CHECKING:  # for the annotations only: trace.py imports this module (Recording.to_html), not the reverse
     from .trace import Recording
@@ -96,6 +96,7 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
     text = tok.decode(rec.input_ids[0].tolist(), skip_special_tokens=True) if tok else " ".join(rec.tokens)
     meta = {
         "format": 1,
+        "levels": LEVELS,
         "model": _label(model.name) if model is not None else "",
         "text": text,
         "tokens": list(rec.tokens),

@@ -2,7 +2,7 @@
  *
  * Data: #bertfn-meta (JSON: tokens, sizes, predictions, where each array sits) and #bertfn-data
  * (base64 of one zlib block of little-endian arrays, unpacked with the browser's DecompressionStream):
- *   attention (L, nh, S, S) uint8 = round(255 sqrt(p)), read back as (c / 255)^2;  q, k (L, nh, S, hd) int8 with q_scale, k_scale (L, nh, S);
+ *   attention (L, nh, S, S) uint8 = round(m sqrt(p)), read back as (c / m)^2, m = meta.levels (127);  q, k (L, nh, S, hd) int8 with q_scale, k_scale (L, nh, S);
  *   entropy (L, nh, S);  norms (L+1, S);  lens_ids, lens_probs (L+1, S, k) when the model has an MLM head.
  *
  * Every view draws through a "painter" (rect, line, text, image), so the same code draws the screen
@@ -36,7 +36,6 @@ const DIVERGING = ramp([[0, [33, 102, 172]], [0.5, [247, 247, 247]], [1, [178, 2
 const rgb = (c) => `rgb(${c[0]},${c[1]},${c[2]})`;
 const blue = (p) => rgb(BLUES[Math.max(0, Math.min(255, Math.round(p * 255)))]);
 const purple = (t) => rgb(PURPLES[Math.max(0, Math.min(255, Math.round(t * 255)))]);
-const SQUARES = Float32Array.from({ length: 256 }, (_, c) => (c / 255) ** 2);  // attention code -> probability
 const diverging = (v, vmax) => rgb(DIVERGING[Math.max(0, Math.min(255, Math.round((v / (vmax || 1) + 1) * 127.5)))]);
 
 // ---- painters: one drawing API, two targets ---------------------------------------------------------
@@ -126,7 +125,8 @@ async function unpack(meta) {
 }
 
 function explorer(meta, data) {
-  const { S, L, nh, hd, tokens } = meta;
+  const { S, L, nh, hd, tokens, levels } = meta;
+  const SQUARES = Float32Array.from({ length: 256 }, (_, c) => (c / levels) ** 2);  // attention code -> probability
   const att = data.attention;
   const hasLens = !!data.lens_ids;
   const maskSet = new Set(meta.masks);
@@ -675,9 +675,11 @@ function explorer(meta, data) {
     `${meta.model ? meta.model + " · " : ""}${S} tokens · ${L} layers × ${nh} heads of width ${hd}`;
   document.getElementById("text").textContent = meta.text;
   document.getElementById("notes").innerHTML =
-    "<p>Stored in this file: attention probabilities as the square root rounded to multiples of 1/255 (a probability " +
-    "p is off by at most √p/255 + 1/510², 0.004 at p = 1 and 0.0004 at p = 0.01; only values below 1/510² = 3.8e-6 " +
-    "show as 0, at most 0.2% of a row at 512 tokens); queries and keys as 8-bit integers with one scale per vector (off by at most 1/254 of the " +
+    `<p>Stored in this file: attention probabilities as the square root rounded to multiples of 1/${levels} (a probability ` +
+    `p is off by at most √p/${levels} + 1/${2 * levels}², ${(1 / levels).toFixed(3)} at p = 1 and ` +
+    `${(0.1 / levels).toFixed(4)} at p = 0.01; only values below 1/${2 * levels}² = ${(1 / (2 * levels) ** 2).toExponential(1)} ` +
+    `show as 0, at most ${(100 * S / (2 * levels) ** 2).toFixed(1)}% of a row at these ${S} tokens); queries and keys as ` +
+    "8-bit integers with one scale per vector (off by at most 1/254 of the " +
     "vector's largest entry), from which the neuron view recomputes q·k; entropies, norms and the predictions at [MASK] " +
     "computed in full precision by bertfn before saving, the per-layer predictions by the MLM head in bf16 (within 0.03 " +
     "of full precision).</p><p>Made by bertfn: the numbers come from bertfn.trace; nothing is fetched.</p>";
