@@ -188,15 +188,15 @@ def test_linear_weights_are_laid_out_in_out_with_the_files_values(safe, tmp_path
     assert tied[0].data_ptr() == tied[1].data_ptr()  # still one tensor
     moved = model.to(dtype=torch.float64)
     assert moved.state[linear[0]].t().is_contiguous()  # to() keeps the layout
-    stored = bertfn.load(folder, matmul_layout=False)  # for a caller that lays the weights out anew (pack_state)
+    stored = bertfn.load(folder, prepare=lambda state: True)  # a prepare that lays the weights out itself (pack_state)
     assert all(t.is_contiguous() for t in stored.state.values())
     for k, t in stored.state.items():
         torch.testing.assert_close(t, expected[k], atol=0, rtol=0)
 
 
 def test_a_prepared_model_gets_the_weights_as_stored_and_the_layout_if_it_declines(tiny_folder, monkeypatch):
-    """get_model(prepare=...): prepare sees each linear weight (out, in) as the file holds it; if it returns
-    False (it did not lay them out, e.g. pack_state where oneDNN is not the kernel chosen), load's layout follows."""
+    """get_model(prepare=...), which load runs: prepare sees each linear weight (out, in) as the file holds it;
+    if it returns False (it did not lay them out, e.g. pack_state where oneDNN is not the kernel chosen), the layout follows."""
     import bertfn.checkpoint.resolve as resolve
 
     seen = {}

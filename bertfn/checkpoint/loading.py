@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,8 +30,7 @@ from ..errors import (CheckpointError, InputError, MissingPartError, ModelLoadEr
 from ..model.config import BertConfig
 from ..model.params import Params, normalize_keys
 from .dtypes import resolve_dtype
-from .state import check_state, group_keys, unused_keys
-from .state import matmul_layout as lay_out
+from .state import check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -306,7 +306,7 @@ def load(
     dtype: torch.dtype | str | None = None,
     revision: str | None = None,
     strict: bool = False,
-    matmul_layout: bool = True,
+    prepare: Callable[[dict[str, torch.Tensor]], bool] | None = None,
 ) -> Model:
     """Load a BERT checkpoint from a hub id, a folder or a weights file (see the module docstring).
 
@@ -319,9 +319,11 @@ def load(
     Keys that no BERT part reads (other heads such as AntiBERTy's ``cls.species.*``) are kept in
     ``model.state``, unused, with a one-line :class:`~bertfn.errors.UnusedWeightsWarning` (quieted with
     ``warnings.filterwarnings("ignore", category=bertfn.UnusedWeightsWarning)``); ``strict=True`` refuses them. Missing or
-    mis-shaped keys are always errors. matmul_layout=False keeps each linear weight (out, in) in memory, as
-    stored, for a caller that lays the weights out anew (:func:`~bertfn.fast.choice.pack_state` reorders a
-    3072 x 768 weight in 2.6 ms from (out, in), in 11 ms from (in, out)); the values are the same either way.
+    mis-shaped keys are always errors. The linear weights are then laid out (in, out) in memory
+    (:func:`~bertfn.checkpoint.state.matmul_layout`), unless ``prepare`` is given: a change made to the state
+    in place, on the weights as stored ((out, in), on ``device`` in ``dtype``), which returns whether it laid
+    them out (if not, the layout follows). :func:`~bertfn.fast.choice.pack_state` is one: oneDNN reorders a
+    3072 x 768 weight in 2.6 ms from (out, in), in 11 ms from (in, out).
     Raises :class:`ModelLoadError`, :class:`ConfigError` or :class:`CheckpointError` with what to do.
     """
     folder, weights = locate(name_or_path, revision)
@@ -339,10 +341,12 @@ def load(
     if unused:
         warnings.warn(f"{weights} has {len(unused)} key(s) that no BERT part reads ({', '.join(group_keys(unused))}): "
                       "kept in model.state, skipped by the forward pass", UnusedWeightsWarning, stacklevel=2)
-    if matmul_layout:
-        lay_out(state)
     model = Model(config, state, load_tokenizer(tokenizer, folder, lowercase, config), str(name_or_path))
-    return model.to(device, dtype) if device is not None or dtype is not None else model
+    if device is not None or dtype is not None:
+        model = model.to(device, dtype)
+    if prepare is None or not prepare(model.state):
+        matmul_layout(model.state)
+    return model
 
 
 def load_tokenizer(tokenizer: Tokenizer | str | Path | None, folder: Path, lowercase: bool | None,

@@ -20,7 +20,6 @@ from ..errors import InputError, MissingPartError, syntax
 from ..model.params import Params
 from .dtypes import resolve_dtype
 from .loading import Model, load
-from .state import matmul_layout
 from .tokenizer import Tokenizer, check_text
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"
@@ -39,9 +38,7 @@ def get_model(model: Model | str | Path | None, device: str | torch.device | Non
     prepare: a change made once to the state of a model loaded by name, which is then kept apart
     from the plain one under the same name. The calls that run on the fast path alone pass
     :func:`~bertfn.fast.choice.pack_state`, so such a model holds its linear weights once, in the
-    layout the fast path reads. prepare gets the linear weights (out, in), as stored, and returns whether
-    it laid them out; if not, they get :func:`~bertfn.checkpoint.state.matmul_layout`, as ``load`` gives them.
-    A given :class:`Model` is never changed."""
+    layout the fast path reads (``load``'s ``prepare``). A given :class:`Model` is never changed."""
     dtype = resolve_dtype(dtype)
     if isinstance(model, Model):
         same_device = device is None or model.device == torch.device(device)
@@ -55,10 +52,7 @@ def get_model(model: Model | str | Path | None, device: str | torch.device | Non
     key = (name, None if device is None else str(device), dtype, prepare)
     with _models_lock:
         if key not in _models:
-            m = load(name, device=device, dtype=dtype, matmul_layout=prepare is None)
-            if prepare is not None and not prepare(m.state):
-                matmul_layout(m.state)  # prepare left the weights as stored: lay them out as load would
-            _models[key] = m
+            _models[key] = load(name, device=device, dtype=dtype, prepare=prepare)
         return _models[key]
 
 

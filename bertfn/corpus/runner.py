@@ -36,7 +36,7 @@ import torch
 
 from ..checkpoint.loading import Model, load
 from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
-from ..checkpoint.state import matmul_layout, release_memory
+from ..checkpoint.state import release_memory
 from ..errors import InputError, MissingPartError
 from ..fast.choice import pack_state
 from ..tasks.embed import embed, max_tokens
@@ -105,11 +105,8 @@ def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None
     :class:`Model` is used as it is. fresh: load it anew instead of sharing get_model's (a command line's model)."""
     if tokenizer is None and lowercase is None and not fresh or isinstance(model, Model):
         return get_model(model, device, dtype, prepare=pack_state if fast_only else None)
-    m = load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
-             matmul_layout=not fast_only)
-    if fast_only and not pack_state(m.state):
-        matmul_layout(m.state)  # not packed here: the layout load gives
-    return m
+    return load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
+                prepare=pack_state if fast_only else None)
 
 
 def jsonable(result: object) -> object:
