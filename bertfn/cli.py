@@ -31,9 +31,11 @@ import warnings
 from collections.abc import Callable
 
 from .checkpoint.dtypes import DTYPES
+from .checkpoint.state import as_stored
 from .corpus.files import FLUSH_SECONDS
 from .corpus.formats import FORMATS
 from .errors import SURFACE, BertfnError, InputError
+from .fast.choice import pack_state
 from .tasks.embed import POOLINGS
 
 
@@ -64,13 +66,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quiet", action="store_true", help="print no warnings (a checkpoint's unused keys, [UNK]-heavy texts, ...)")
 
 
-def model_from_args(args: argparse.Namespace, fast_only: bool = False):
-    """The :class:`~bertfn.checkpoint.loading.Model` that the model options name, loaded anew as :func:`bertfn.load` does
-    (fast_only: for a command that runs on the fast path alone, :func:`~bertfn.corpus.runner.open_model`)."""
+def model_from_args(args: argparse.Namespace, prepare: Callable[[dict], bool] | None = None):
+    """The :class:`~bertfn.checkpoint.loading.Model` the model options name, loaded anew with ``load``'s ``prepare``."""
     from .corpus.runner import open_model
 
     return open_model(args.model, tokenizer=args.tokenizer, lowercase=args.lowercase, device=args.device,
-                      dtype=args.dtype, fast_only=fast_only, fresh=True)
+                      dtype=args.dtype, prepare=prepare, fresh=True)
 
 
 # --- files in, files out, shared by every subcommand that runs a task of bertfn.corpus ----------------
@@ -166,7 +167,7 @@ def _run_fill_mask(args: argparse.Namespace) -> int:
         return run_file_command(args, "fill-mask", **options)
     if not args.text:
         raise InputError("pass at least one text with [MASK], or --input FILE; see 'bertfn fill-mask --help'")
-    results = fill_mask(list(args.text), model_from_args(args, fast_only=True), **options)
+    results = fill_mask(list(args.text), model_from_args(args, pack_state), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
@@ -214,7 +215,7 @@ def _run_score(args: argparse.Namespace) -> int:
         return run_file_command(args, "score", method=args.method)
     if not args.text:
         raise InputError("pass at least one text to score, or --input FILE; see 'bertfn score --help'")
-    results = score(list(args.text), model_from_args(args, fast_only=True), method=args.method)
+    results = score(list(args.text), model_from_args(args, pack_state), method=args.method)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
@@ -266,7 +267,7 @@ def _run_attention(args: argparse.Namespace) -> int:
     from .inspect.trace import trace
 
     require_matplotlib()  # before the model loads: a missing matplotlib is known at once
-    fig = attention_figure(trace(args.text, model_from_args(args)), args.layer, args.head, args.scale.replace("-", "_"))
+    fig = attention_figure(trace(args.text, model_from_args(args, as_stored)), args.layer, args.head, args.scale.replace("-", "_"))
     try:
         fig.savefig(args.out, dpi=150)
     except (OSError, ValueError) as e:  # ValueError: a file ending matplotlib cannot write
@@ -321,7 +322,7 @@ def _run_view(args: argparse.Namespace) -> int:
     from .inspect.page_arrays import PageArrays
     from .inspect.trace import trace
 
-    rec = trace(args.text, m := model_from_args(args), pair=args.pair, store=PageArrays(m.config, m, args.top_k))  # the page only
+    rec = trace(args.text, m := model_from_args(args, as_stored), pair=args.pair, store=PageArrays(m.config, m, args.top_k))  # the page only
     path = rec.save_html(args.out, top_k=args.top_k)
     size = path.stat().st_size
     emit(f"wrote {path} ({len(rec.tokens)} tokens, "

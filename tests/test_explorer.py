@@ -221,9 +221,13 @@ def test_save_html_repr_html_and_bad_arguments(rec, tmp_path):
         page_data({"tokens": []})
 
 
-def test_cli_view_writes_the_page(tiny_folder, tmp_path, capsys):
+def test_cli_view_writes_the_page(tiny_folder, tmp_path, capsys, monkeypatch):
     out = tmp_path / "view.html"
+    traced = sys.modules["bertfn.inspect.trace"]
+    models, real = [], traced.trace
+    monkeypatch.setattr(traced, "trace", lambda text, model, **kw: models.append(model) or real(text, model, **kw))
     assert main(["view", TEXT, "--model", str(tiny_folder), "--out", str(out), "--top-k", "2"]) == 0
+    assert all(t.is_contiguous() for t in models[0].state.values())  # weights as stored: no (in, out) copies (as_stored)
     assert re.fullmatch(rf"wrote {re.escape(str(out))} \(12 tokens, \d+ kB\); open it in a browser\n", capsys.readouterr().out)
     meta = json.loads(_script(out.read_text(encoding="utf-8"), "bertfn-meta"))
     assert meta["tokens"][8] == "[MASK]" and len(meta["predictions"][0]["top"]) == 2

@@ -188,7 +188,7 @@ def test_linear_weights_are_laid_out_in_out_with_the_files_values(safe, tmp_path
     assert tied[0].data_ptr() == tied[1].data_ptr()  # still one tensor
     moved = model.to(dtype=torch.float64)
     assert moved.state[linear[0]].t().is_contiguous()  # to() keeps the layout
-    stored = bertfn.load(folder, prepare=lambda state: True)  # a prepare that lays the weights out itself (pack_state)
+    stored = bertfn.load(folder, prepare=bertfn.checkpoint.state.as_stored)  # as bertfn view and attention load
     assert all(t.is_contiguous() for t in stored.state.values())
     for k, t in stored.state.items():
         torch.testing.assert_close(t, expected[k], atol=0, rtol=0)

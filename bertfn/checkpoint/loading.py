@@ -321,8 +321,8 @@ def load(
     ``warnings.filterwarnings("ignore", category=bertfn.UnusedWeightsWarning)``); ``strict=True`` refuses them. Missing or
     mis-shaped keys are always errors. The linear weights are then laid out (in, out) in memory
     (:func:`~bertfn.checkpoint.state.matmul_layout`), unless ``prepare`` is given: a change made to the state
-    in place, on the weights as stored ((out, in), on ``device`` in ``dtype``), which returns whether it laid
-    them out (if not, the layout follows). :func:`~bertfn.fast.choice.pack_state` is one: on an AMD EPYC
+    in place, on the weights as stored ((out, in), on ``device`` in ``dtype``), which returns whether they
+    are now as wanted (if not, the layout follows; :func:`~bertfn.checkpoint.state.as_stored` keeps them as stored). :func:`~bertfn.fast.choice.pack_state` is one: on an AMD EPYC
     oneDNN reorders a 3072 x 768 weight in 2.6 ms from (out, in), in 11 ms from (in, out).
     Raises :class:`ModelLoadError`, :class:`ConfigError` or :class:`CheckpointError` with what to do.
     """

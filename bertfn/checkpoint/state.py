@@ -39,6 +39,14 @@ def matmul_layout(state: dict[str, torch.Tensor]) -> None:
             state[k] = in_out(t)
 
 
+def as_stored(state: dict[str, torch.Tensor]) -> bool:
+    """A ``prepare`` for :func:`~bertfn.checkpoint.loading.load` that keeps every weight as the file stores it,
+    (out, in): for a trace of a long text, where the (in, out) layout gains less than it costs. On an AMD EPYC,
+    at 512 tokens on bert-base's shape, the layout makes the trace's products 0.04 s faster and costs
+    0.27 s of copies (``bertfn view``, ``bertfn attention``). Returns True: the weights are as wanted."""
+    return True
+
+
 def in_out(w: torch.Tensor) -> torch.Tensor:
     """``w`` (out, in) as a view of an (in, out) contiguous copy: the same weight, laid out for ``F.linear``."""
     return w.t().contiguous().t()

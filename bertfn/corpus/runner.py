@@ -96,17 +96,18 @@ def task_named(name: str) -> Task:
 
 def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None = None, lowercase: bool | None = None,
                device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
-               fast_only: bool = False, fresh: bool = False) -> Model:
+               prepare: Callable[[dict[str, torch.Tensor]], bool] | None = None, fresh: bool = False) -> Model:
     """The model a run uses: :func:`~bertfn.checkpoint.resolve.get_model`, or :func:`~bertfn.checkpoint.loading.load` when a
     tokenizer or a case rule is given (as ``--tokenizer`` / ``--cased`` do in the CLI).
 
-    fast_only: the run uses the fast path alone, so a model loaded here holds each linear weight once,
-    in the layout the fast path's kernel reads (:func:`~bertfn.fast.choice.pack_state`); a given
-    :class:`Model` is used as it is. fresh: load it anew instead of sharing get_model's (a command line's model)."""
+    prepare: ``load``'s, for a model loaded here; a run on the fast path alone passes
+    :func:`~bertfn.fast.choice.pack_state`, so the model holds each linear weight once, in the layout the
+    fast path's kernel reads. A given :class:`Model` is used as it is. fresh: load it anew instead of
+    sharing get_model's (a command line's model)."""
     if tokenizer is None and lowercase is None and not fresh or isinstance(model, Model):
-        return get_model(model, device, dtype, prepare=pack_state if fast_only else None)
+        return get_model(model, device, dtype, prepare=prepare)
     return load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
-                prepare=pack_state if fast_only else None)
+                prepare=prepare)
 
 
 def jsonable(result: object) -> object:
@@ -158,7 +159,7 @@ class Runner:
         self.task = task_named(task)
         fast_only = task in ("fill-mask", "score") and not options.get("edits")  # no edits: the fast path alone
         self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
-                                fast_only=fast_only)
+                                prepare=pack_state if fast_only else None)
         self.options = options
         self.limit = self.task.max_tokens(self.model, options) if self.task.max_tokens else None
         if probe:
