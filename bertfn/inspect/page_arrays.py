@@ -57,7 +57,16 @@ Tensor = torch.Tensor
 READS = re.compile(r"embeddings\.output|layer\.(\d+)\.(attention\.(q|k|probs)|output)|mlm\.logits")
 """The recorded names the page reads (group 1: the layer; group 3: q, k or probs)."""
 
-_CHUNK = 128  # positions per call of the MLM head in the per-layer predictions: a (128, V) block of logits at a time
+_CHUNK_BYTES = 18 << 20
+"""The per-layer predictions run the MLM head on as many positions at a time as keep that chunk's bf16 logits
+and float32 probabilities (6 bytes a word of the vocabulary) within this many bytes, in multiples of 16: 96
+positions on bert-base's vocabulary. On an AMD EPYC with 32 MiB of L3, the chunk then stays in the cache from
+the product to the top-k: 512 positions took 86 ms, against 111 ms at 128 positions (23 MiB)."""
+
+
+def _chunk_rows(vocab_size: int) -> int:
+    """Positions per call of the MLM head in the per-layer predictions (:data:`_CHUNK_BYTES`)."""
+    return max(16, _CHUNK_BYTES // (6 * vocab_size) // 16 * 16)
 
 
 LEVELS = 127
@@ -160,8 +169,9 @@ class PageArrays(dict):
         h = h.to(torch.bfloat16)
         probs, ids = [], []
         with torch.inference_mode():
-            for s in range(0, h.shape[0], _CHUNK):
-                p, i = top_k(fast_mlm_head(self.head, h[s:s + _CHUNK]), self.top_k)
+            rows = _chunk_rows(self.config.vocab_size)
+            for s in range(0, h.shape[0], rows):
+                p, i = top_k(fast_mlm_head(self.head, h[s:s + rows]), self.top_k)
                 probs.append(p)
                 ids.append(i)
         return torch.cat(ids).to(torch.int32).cpu().numpy(), torch.cat(probs).cpu().numpy()
