@@ -25,8 +25,10 @@ def _env() -> dict:
 
 CHUNK = 32
 # The CLI with chunks of CHUNK lines and a parquet part at every flush (the default waits a minute), so that
-# the killed run leaves several parts after a short first chunk.
-CHILD = ("import sys, bertfn.corpus.formats as f, bertfn.corpus.files as r; f.PART_SECONDS = 0; "
+# the killed run leaves several parts after a short first chunk. SIGINT gets Python's own handler back: a shell
+# starts background jobs with SIGINT ignored, and its children inherit that (the suite run as `cmd &`).
+CHILD = ("import signal, sys, bertfn.corpus.formats as f, bertfn.corpus.files as r; f.PART_SECONDS = 0; "
+         "signal.signal(signal.SIGINT, signal.default_int_handler); "
          f"r.run_file.__kwdefaults__['chunk_size'] = {CHUNK}; from bertfn.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
