@@ -192,6 +192,8 @@ def test_linear_weights_are_laid_out_in_out_with_the_files_values(safe, tmp_path
     assert all(t.is_contiguous() for t in stored.state.values())
     for k, t in stored.state.items():
         torch.testing.assert_close(t, expected[k], atol=0, rtol=0)
+    stored.state[linear[0]].add_(1)  # a safetensors file is mapped then, privately: the edit stays in memory
+    torch.testing.assert_close(bertfn.load(folder).state[linear[0]], expected[linear[0]], atol=0, rtol=0)
 
 
 def test_a_prepared_model_gets_the_weights_as_stored_and_the_layout_if_it_declines(tiny_folder, monkeypatch):

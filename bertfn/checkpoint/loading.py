@@ -30,7 +30,7 @@ from ..errors import (CheckpointError, InputError, MissingPartError, ModelLoadEr
 from ..model.config import BertConfig
 from ..model.params import Params, normalize_keys
 from .dtypes import resolve_dtype
-from .state import check_state, group_keys, matmul_layout, unused_keys
+from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -135,8 +135,12 @@ class Model:
 # --- reading files --------------------------------------------------------------------------------
 
 
-def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tensor]:
     """Tensors of one weights file. ``.safetensors`` via safetensors; ``.bin`` via ``weights_only`` torch.load.
+
+    mapped: a safetensors file is memory-mapped (privately: an edit in place never reaches the file) instead
+    of read into memory, for a caller that keeps the weights as they are; reading is the default because
+    laying the weights out or packing them copies them, and mapped pages would stay resident beside the copies.
 
     Raises :class:`CheckpointError` for a file this user may not read, a corrupt file, or one that holds code.
     """
@@ -147,9 +151,7 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
 
         try:
-            # read into memory, not mapped: matmul_layout replaces most weights by copies, and the
-            # mapped pages would stay resident beside them
-            return load_file(str(path), backend="pread")
+            return load_file(str(path)) if mapped else load_file(str(path), backend="pread")
         except (SafetensorError, OSError, ValueError) as e:
             raise CheckpointError(
                 f"{path} is not a readable safetensors file ({e}); it may be truncated or corrupt, download it again"
@@ -322,8 +324,10 @@ def load(
     mis-shaped keys are always errors. The linear weights are then laid out (in, out) in memory
     (:func:`~bertfn.checkpoint.state.matmul_layout`), unless ``prepare`` is given: a change made to the state
     in place, on the weights as stored ((out, in), on ``device`` in ``dtype``), which returns whether they
-    are now as wanted (if not, the layout follows; :func:`~bertfn.checkpoint.state.as_stored` keeps them as stored). :func:`~bertfn.fast.choice.pack_state` is one: on an AMD EPYC
-    oneDNN reorders a 3072 x 768 weight in 2.6 ms from (out, in), in 11 ms from (in, out).
+    are now as wanted (if not, the layout follows). :func:`~bertfn.checkpoint.state.as_stored` keeps them as
+    stored, and then a safetensors file is memory-mapped instead of read: nothing copies its weights.
+    :func:`~bertfn.fast.choice.pack_state` packs them: on an AMD EPYC oneDNN reorders a 3072 x 768 weight in
+    2.6 ms from (out, in), in 11 ms from (in, out).
     Raises :class:`ModelLoadError`, :class:`ConfigError` or :class:`CheckpointError` with what to do.
     """
     folder, weights = locate(name_or_path, revision)
@@ -335,7 +339,8 @@ def load(
     elif not isinstance(config, BertConfig):
         raise InputError(f"config= takes a BertConfig, a dict or the path of a config.json, got {type(config).__name__}")
 
-    state = normalize_keys(read_weights(weights), config)
+    kept = prepare is as_stored and device is None and dtype is None  # nothing will copy the weights: map the file
+    state = normalize_keys(read_weights(weights, mapped=kept), config)
     check_state(state, config, strict, str(weights), str(config_file) if config_file is not None else None)
     unused = unused_keys(state)
     if unused:
