@@ -126,8 +126,8 @@ def test_packed_copy_is_made_once_and_follows_edits():
 
 @needs_onednn
 def test_query_key_value_as_one_product_equal_three_and_follow_edits():
-    """linears: the weights stacked and packed once (kernels.joined), the product split back; an in-place
-    edit of any one weight, or a weight replaced by another tensor, makes the stack anew."""
+    """linears: the weights stacked and packed once (kernels.joined, with their biases), the product split
+    back; an in-place edit of any one weight or bias, or a weight replaced by another tensor, makes the stack anew."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 7, 32, generator=g)
     ws = [torch.randn(n, 32, generator=g) for n in (32, 32, 16)]
@@ -141,8 +141,11 @@ def test_query_key_value_as_one_product_equal_three_and_follow_edits():
         with forced(name), torch.inference_mode():
             check()
     with forced("onednn-packed"), torch.inference_mode():
-        assert kernels.joined(tuple(ws)) is kernels.joined(tuple(ws))  # stacked once, then reused
+        first = kernels.joined(tuple(ws), tuple(bs))
+        assert all(a is b for a, b in zip(first, kernels.joined(tuple(ws), tuple(bs))))  # stacked once, then reused
         ws[1].mul_(-3)  # an in-place edit of the key weight
+        check()
+        bs[0].add_(1)  # an in-place edit of the query bias
         check()
         ws[2] = torch.randn(16, 32, generator=g)  # the value weight replaced
         check()

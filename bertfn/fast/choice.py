@@ -76,7 +76,7 @@ def linears(x: Tensor, ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> list[T
                 for w, b in zip(ws, bs))
     if not (plain and kernel(x.dtype, x.numel() // x.shape[-1]) == "onednn-packed"):
         return [linear(x, w, b) for w, b in zip(ws, bs)]
-    y = onednn_linear(x, joined(ws), torch.cat(bs))  # (..., sum out_i)
+    y = onednn_linear(x, *joined(ws, bs))  # (..., sum out_i)
     return list(y.split([w.shape[0] for w in ws], dim=-1))
 
 
@@ -111,7 +111,10 @@ def pack_state(state: dict[str, Tensor]) -> bool:
 
 def band(rows: int) -> str:
     """The name of the :data:`BANDS` entry a product of ``rows`` rows falls in."""
-    return next(name for name, below, _ in BANDS if below is None or rows < below)
+    for name, below, _ in BANDS[:-1]:
+        if rows < below:
+            return name
+    return BANDS[-1][0]  # the last band has no upper bound
 
 
 def kernel(dtype: torch.dtype, rows: int) -> str:

@@ -45,7 +45,7 @@ DTYPES = (torch.float32, torch.bfloat16)
 """The dtypes whose kernel is chosen by measurement; others (fp16, fp64) run ``F.linear``."""
 
 _copies: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version when packed, packed copy)
-_joined: WeakIdKeyDictionary = WeakIdKeyDictionary()  # first weight -> ((id, version) of each, packed stack)
+_joined: WeakIdKeyDictionary = WeakIdKeyDictionary()  # first weight -> ((id, version) of each, packed stack, joined bias)
 _lock = threading.Lock()
 
 
@@ -98,14 +98,16 @@ def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None
     (applied by oneDNN where :data:`FUSED` has it, after the product otherwise). x: (..., in) ; w: (out, in) ;
     b: (out,) -> (..., out).
     """
-    rows = x.reshape(-1, x.shape[-1])  # (m, in)
-    m = rows.shape[0]
+    attr, algorithm = FUSED.get(act, ("none", ""))
+    m = x.numel() // x.shape[-1]
     pad = padded_rows(m) - m
     if pad:
+        rows = x.reshape(m, x.shape[-1])  # (m, in)
         rows = torch.cat([rows, rows.new_zeros(pad, rows.shape[1])])  # (m + pad, in)
-    attr, algorithm = FUSED.get(act, ("none", ""))
-    y = torch.ops.mkldnn._linear_pointwise(rows, w, b, attr, [], algorithm)  # (m + pad, out)
-    y = y[:m].reshape(*x.shape[:-1], y.shape[-1])
+        y = torch.ops.mkldnn._linear_pointwise(rows, w, b, attr, [], algorithm)  # (m + pad, out)
+        y = y[:m].reshape(*x.shape[:-1], y.shape[-1])  # (..., out)
+    else:  # oneDNN takes the leading dims as rows itself: no reshape, no slice (a few us a call at a sentence's rows)
+        y = torch.ops.mkldnn._linear_pointwise(x, w, b, attr, [], algorithm)  # (..., out)
     return y if act is None or act in FUSED else ACTIVATIONS[act](y)
 
 
@@ -116,21 +118,24 @@ def padded_rows(m: int) -> int:
     return -(-m // step) * step
 
 
-def joined(ws: tuple[Tensor, ...]) -> Tensor:
-    """The weights ``ws`` (each (out_i, in)) stacked into one (sum out_i, in) and :func:`packed`: attention's
-    query, key and value weights multiplied as one product (:func:`bertfn.fast.choice.linears`).
+def joined(ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+    """The weights ``ws`` (each (out_i, in)) stacked into one (sum out_i, in) and :func:`packed`, with their
+    biases ``bs`` (each (out_i,)) joined into one (sum out_i,): attention's query, key and value weights
+    multiplied as one product (:func:`bertfn.fast.choice.linears`).
 
     At a sentence's few rows a product's time is reading its weight, and oneDNN reads one 2304 x 768
     weight faster than three 768 x 768 ones (bert-base, one sentence: 6-10% of the forward pass in fp32,
-    10-14% in bf16 on an AMD EPYC). Made once, and again when any of ``ws`` changes in place (its
-    version) or is replaced by another tensor; it takes the place of the three packed copies."""
-    stamp = tuple((id(w), w._version) for w in ws)
-    with _lock:
-        entry = _joined.get(ws[0])
-        if entry is None or entry[0] != stamp:
-            entry = (stamp, torch.ops.mkldnn._reorder_linear_weight(torch.cat(ws)))
-            _joined[ws[0]] = entry
-        return entry[1]
+    10-14% in bf16 on an AMD EPYC). Made once, and again when any of ``ws`` or ``bs`` changes in place
+    (its version) or is replaced by another tensor; it takes the place of the three packed copies."""
+    stamp = tuple((id(t), t._version) for t in ws + bs)
+    entry = _joined.get(ws[0])
+    if entry is None or entry[0] != stamp:
+        with _lock:
+            entry = _joined.get(ws[0])
+            if entry is None or entry[0] != stamp:
+                entry = (stamp, torch.ops.mkldnn._reorder_linear_weight(torch.cat(ws)), torch.cat(bs))
+                _joined[ws[0]] = entry
+    return entry[1], entry[2]
 
 
 def packed(w: Tensor) -> Tensor:
@@ -140,6 +145,9 @@ def packed(w: Tensor) -> Tensor:
     :func:`linear` (the explorer's per-layer MLM head: no second 47 MB copy of bert-base's decoder)."""
     if w.is_mkldnn:
         return w
+    entry = _copies.get(w)
+    if entry is not None and entry[0] == w._version:  # made already: no lock for a read
+        return entry[1]
     with _lock:
         entry = _copies.get(w)
         if entry is None or entry[0] != w._version:

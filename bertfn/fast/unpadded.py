@@ -49,8 +49,12 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | 
                   tuple(p[f"self.{n}.bias"] for n in ("query", "key", "value")))  # 3 x (1, T, nh*hd), one product where it can be
     q, k, v = (split_heads(t, nh) for t in qkv)  # each (1, nh, T, hd)
 
+    if len(lengths) == 1:  # a single text: no slices to take or join (10-15 us a layer at a sentence's rows)
+        texts = [(q, k, v)]
+    else:
+        texts = zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2))
     contexts = []  # each text's (1, n, nh, hd), merged into (1, T, nh*hd) by one copy
-    for qi, ki, vi in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2)):
+    for qi, ki, vi in texts:
         n = qi.shape[2]  # this text's (1, nh, n, hd) slice
         bias = None
         if cfg.position_embedding_type != "absolute":
@@ -59,7 +63,8 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | 
         if cfg.is_decoder:
             mask = extended_mask(causal_keep_mask(torch.ones(1, n, device=x.device), n), x.dtype)  # (1, 1, n, n)
         contexts.append(sdpa_attention(qi, ki, vi, mask, bias).transpose(1, 2))  # (1, n, nh, hd)
-    merged = torch.cat(contexts, dim=1).flatten(2)  # (1, T, nh*hd), as merge_heads of the whole
+    merged = torch.cat(contexts, dim=1) if len(contexts) > 1 else contexts[0]  # (1, T, nh, hd)
+    merged = merged.flatten(2)  # (1, T, nh*hd), as merge_heads of the whole
     if rows is not None:
         merged, x = merged[:, rows], x[:, rows]  # (1, r, nh*hd), (1, r, H): the wanted positions only
 
