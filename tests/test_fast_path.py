@@ -371,3 +371,28 @@ def test_onednn_runs_few_row_counts():
     """oneDNN keeps a compiled kernel per shape: the rows are padded to one of a few sizes (their results dropped)."""
     sizes = {padded_rows(m) for m in range(1, 2049)}
     assert len(sizes) <= 46 and all(padded_rows(m) >= m for m in range(1, 2049))
+
+
+@needs_onednn
+def test_the_encoder_pads_its_rows_once_so_no_product_copies_its_input(monkeypatch):
+    """unpadded_encoder adds the padding rows oneDNN would add once, after the embeddings: every product
+    of the layers runs at a padded row count as it comes (no copy of its input), the result has the texts'
+    T rows, and it equals the run without that padding; with F.linear, which does not pad, nothing is added."""
+    model = random_model(bertfn.BertConfig(vocab_size=30, hidden_size=16, num_attention_heads=2, num_hidden_layers=2,
+                                           intermediate_size=24, max_position_embeddings=32), seed=3)
+    lengths = [5, 9, 3]  # T = 17: oneDNN runs 20 rows
+    g = torch.Generator().manual_seed(0)
+    mask = (torch.arange(9)[None, :] < torch.tensor(lengths)[:, None]).long()
+    enc = Encoding(torch.randint(1, 30, (3, 9), generator=g) * mask, torch.zeros(3, 9, dtype=torch.long), mask, [], [])
+    ids, types, positions = end_to_end(enc, [0, 1, 2], lengths)
+    seen = []
+    real = kernels.onednn_linear
+    monkeypatch.setattr(kernels, "onednn_linear", lambda x, *a, **k: seen.append(x.shape[-2]) or real(x, *a, **k))
+    monkeypatch.setattr(choice, "onednn_linear", kernels.onednn_linear)
+    with forced("onednn-packed"), torch.inference_mode():
+        h = unpadded_encoder(model.params, ids, types, positions, lengths)  # (1, T, H)
+        with forced("F.linear"):
+            plain = unpadded_encoder(model.params, ids, types, positions, lengths)
+            assert choice.run_rows(torch.zeros(1, 17, 16), model.state["bert.encoder.layer.0.attention.self.query.weight"]) == 17
+    assert h.shape[1] == 17 and seen and set(seen) == {20}
+    torch.testing.assert_close(h, plain, **TOL)

@@ -31,7 +31,7 @@ import torch
 
 from ..checkpoint.state import LINEAR_WEIGHT, in_out, release_memory
 from ..errors import InputError
-from .kernels import DTYPES, KERNELS, ONEDNN, joined, onednn_fits, onednn_linear, run
+from .kernels import DTYPES, KERNELS, ONEDNN, joined, onednn_fits, onednn_linear, padded_rows, run
 
 Tensor = torch.Tensor
 
@@ -78,6 +78,17 @@ def linears(x: Tensor, ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> list[T
         return [linear(x, w, b) for w, b in zip(ws, bs)]
     y = onednn_linear(x, *joined(ws, bs))  # (..., sum out_i)
     return list(y.split([w.shape[0] for w in ws], dim=-1))
+
+
+def run_rows(x: Tensor, w: Tensor, b: Tensor | None = None) -> int:
+    """The rows a product of ``x`` (..., in) by ``w`` runs at on the fast path: where it runs on oneDNN,
+    which pads them with a copy of ``x`` (:func:`~bertfn.fast.kernels.padded_rows`), that padded count;
+    else ``x``'s own. A caller that adds the padding rows once up front (:func:`~bertfn.fast.unpadded.unpadded_encoder`)
+    spares every product that copy."""
+    m = x.numel() // x.shape[-1]
+    if w.is_mkldnn or (onednn_fits(x, w, b) and kernel(w.dtype, m) != "F.linear"):
+        return padded_rows(m)
+    return m
 
 
 def pack_state(state: dict[str, Tensor]) -> bool:
