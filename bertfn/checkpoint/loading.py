@@ -347,6 +347,7 @@ def load(
         warnings.warn(f"{weights} has {len(unused)} key(s) that no BERT part reads ({', '.join(group_keys(unused))}): "
                       "kept in model.state, skipped by the forward pass", UnusedWeightsWarning, stacklevel=2)
     model = Model(config, state, load_tokenizer(tokenizer, folder, lowercase, config), str(name_or_path))
+    del state  # the model's own: after a move, ``prepare`` frees each weight it replaces only if nothing else holds it
     if device is not None or dtype is not None:
         model = model.to(device, dtype)
     if prepare is None or not prepare(model.state):
