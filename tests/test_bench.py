@@ -19,12 +19,13 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench.py"
 ROWS = [
     r"fill-mask, 1 sentence \(\d+ tokens\), text to answers",
     r"fill-mask, 1 sentence: bertfn end to end vs ONNX Runtime forward only",
-    r"fill-mask, 1 sentence vs the machine's floor: its weights read once at stream bandwidth",
+    r"fill-mask, 1 sentence vs the machine's floor: its weights read once at stream bandwidth, or its FLOPs at the "
+    r"best kernel's peak, whichever is longer",
     # faster-clip's rows need bert-base's shapes: not on the test's tiny checkpoint (the notes say so)
     r"that sentence's matrix products alone, fp32 \(the kernel chosen here\)",
     r"bf16 mode: fill-mask, 1 sentence",
     r"bf16 mode: fill-mask, 1 sentence vs ONNX Runtime forward only",
-    r"bf16 mode: fill-mask, 1 sentence vs the machine's floor \(bf16 weights\)",
+    r"bf16 mode: fill-mask, 1 sentence vs the machine's floor \(bf16 weights, bf16 peak\)",
     r"encoder forward, 1 sentence \(\d+ tokens\)",
     *(rf"fill-mask, 64 mixed sentences, batch size {b}" for b in (8, 64)),  # --quick's (all: 1, 8, 16, 64)
     r"fill-mask, 64 mixed sentences, each side's best batch size",
@@ -57,6 +58,8 @@ def test_quick_run_writes_every_row(mlm_checkpoint, tmp_path, monkeypatch):
     assert "machine: " in text and "torch " in text and "load average" in text and "file rows: 32 lines" in text
     assert re.search(r"\(flags: [^)]*\)", text)  # the CPU's extensions beside its name
     assert re.search(r"stream bandwidth \(.*\): \d+\.\d GB/s; one sentence reads at least \d+ MB", text)
+    assert re.search(r"it needs at least \d+\.\d+ GFLOP \(sentence_gflop\), .* floors, the longer of the two: "
+                     r"\d+\.\d ms fp32, \d+\.\d ms bf16", text)
     assert re.search(r"kernels chosen here \(bertfn.fast.choice, .*\): .*float32 few: (F.linear|onednn|onednn-packed) ", text)
     assert "faster-clip: not run: it assumes bert-base's shapes" in text
     lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")]
