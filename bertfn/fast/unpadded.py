@@ -96,8 +96,8 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
     Where the products run on oneDNN, which pads their rows to one of a few counts by copying its
     input (:func:`~bertfn.fast.kernels.padded_rows`), zero rows up to that count are added once after
     the embeddings instead (:func:`~bertfn.fast.choice.run_rows`): they attend to nothing, no text
-    attends to them, and they are dropped at the end. Scoring's groups of up to 2048 rows ran 11%
-    faster so in bf16 on an AMD EPYC than with a copy of every product's input.
+    attends to them, and they are dropped at the end. In bf16 on an AMD EPYC, scoring's groups of up
+    to 2048 rows ran 9-11% faster this way than with a copy of every product's input.
 
     rows: (r,) the positions the caller reads (fill_mask: the masks; scoring: one per copy). Then the
     last layer's attention output and feed-forward run at those alone (its keys and values still
