@@ -218,18 +218,11 @@ def sentence_gflop(config, n: int) -> float:
     return 2 * macs / 1e9
 
 
-def peak_gflops(device: str, dtype, reps: int = 5) -> float:
-    """The best GFLOP/s of :func:`matmul`'s workloads in ``dtype`` over ``reps`` rounds: what the best kernel
-    does when arithmetic, not memory, bounds it."""
+def peak_gflops(device: str, dtype, sync=lambda: None, reps: int = 5) -> float:
+    """The best GFLOP/s of :func:`matmul`'s workloads in ``dtype`` over ``reps`` alternating rounds: what the
+    best kernel does when arithmetic, not memory, bounds it."""
     mm, gflop = matmul(device, dtype)
-    return max(gflop / min(timed(f) for _ in range(reps)) for f in mm.values())
-
-
-def timed(f: Callable[[], object]) -> float:
-    """Seconds one call of ``f`` takes."""
-    start = time.perf_counter()
-    f()
-    return time.perf_counter() - start
+    return max(gflop / min(times) for times in alternate(mm, reps, sync).values())
 
 
 def matmul(device: str, dtype=None) -> tuple[dict[str, Callable[[], object]], float]:
@@ -434,12 +427,12 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
     by_length = [t for _, t in sorted(zip(lengths, texts))]  # what the other sides get: their best order
     # one sentence's floor: its weights read once at stream bandwidth, or its FLOPs at the best kernel's peak,
     # whichever takes longer (on this AMD EPYC at 12 rows the two are close: 24 FLOPs per fp32 weight read)
-    gbs = stream_gbs(device)
+    gbs_before = stream_gbs(device)
     n = model.tokenizer([ROME]).input_ids.shape[1]
     flops = sentence_gflop(model.config, n)
-    peak32, peak16 = peak_gflops(device, torch.float32), peak_gflops(device, torch.bfloat16)
-    floor32 = max(read_bytes(model) / gbs / 1e9, flops / peak32)  # seconds
-    floor16 = max(read_bytes(bf16) / gbs / 1e9, flops / peak16)
+    peak32, peak16 = peak_gflops(device, torch.float32, sync), peak_gflops(device, torch.bfloat16, sync)
+    floor32 = max(read_bytes(model) / gbs_before / 1e9, flops / peak32)  # seconds
+    floor16 = max(read_bytes(bf16) / gbs_before / 1e9, flops / peak16)
     rows: list[Row] = []
 
     # one sentence, end to end: text in, top-5 answers out (ONNX Runtime: tokenized ids in, logits out)
@@ -539,14 +532,14 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
              Row("peak RSS of that process", "MB", [f["bertfn_rss_mb"]], "pipeline over KeyDataset",
                  [f["pipeline_rss_mb"]], "<= 1.0")]
 
-    gbs0, gbs = gbs, max(gbs, stream_gbs(device))  # again after the run: the better of the two
+    gbs = max(gbs_before, stream_gbs(device))  # again after the run: the better of the two
     kernels = "; ".join(f"{name}: {c['kernel']}" + (" (" + ", ".join(f"{k} {v:.1f}" for k, v in c["ms"].items())
                                                      + " ms)" if c["ms"] else " (forced)")
                         for name, c in choice.chosen().items())
     notes = [f"stream bandwidth (a sum over 440 MB, the better of a run before and after the table): {gbs:.1f} GB/s; "
              f"one sentence reads at least {read_bytes(model) / 1e6:.0f} MB of weights in fp32 "
-             f"({read_bytes(bf16) / 1e6:.0f} MB in bf16), {read_bytes(model) / gbs0 / 1e6:.1f} and "
-             f"{read_bytes(bf16) / gbs0 / 1e6:.1f} ms at the bandwidth measured before the table; it needs at "
+             f"({read_bytes(bf16) / 1e6:.0f} MB in bf16), {read_bytes(model) / gbs_before / 1e6:.1f} and "
+             f"{read_bytes(bf16) / gbs_before / 1e6:.1f} ms at the bandwidth measured before the table; it needs at "
              f"least {flops:.2f} GFLOP (sentence_gflop), {flops / peak32 * 1e3:.1f} ms at the fp32 peak of "
              f"{peak32:.0f} GFLOP/s and {flops / peak16 * 1e3:.1f} ms at the bf16 peak of {peak16:.0f} GFLOP/s "
              f"(peak_gflops, before the table); floors, the longer of the two: {floor32 * 1e3:.1f} ms fp32, "
