@@ -425,18 +425,19 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
     texts = batch_texts(model.tokenizer, max_tokens=min(128, model.config.max_position_embeddings))
     lengths = model.tokenizer(texts).attention_mask.sum(dim=1).tolist()
     by_length = [t for _, t in sorted(zip(lengths, texts))]  # what the other sides get: their best order
-    # one sentence's floor: its weights read once at stream bandwidth, or its FLOPs at the best kernel's peak,
+    enc = model.tokenizer([ROME])  # the one-sentence workload
+    n = enc.input_ids.shape[1]
+    # its floor: its weights read once at stream bandwidth, or its FLOPs at the best kernel's peak,
     # whichever takes longer (on this AMD EPYC at 12 rows the two are close: 24 FLOPs per fp32 weight read)
     gbs_before = stream_gbs(device)
-    n = model.tokenizer([ROME]).input_ids.shape[1]
+    bytes32, bytes16 = read_bytes(model), read_bytes(bf16)
     flops = sentence_gflop(model.config, n)
     peak32, peak16 = peak_gflops(device, torch.float32, sync), peak_gflops(device, torch.bfloat16, sync)
-    floor32 = max(read_bytes(model) / gbs_before / 1e9, flops / peak32)  # seconds
-    floor16 = max(read_bytes(bf16) / gbs_before / 1e9, flops / peak16)
+    floor32 = max(bytes32 / gbs_before / 1e9, flops / peak32)  # seconds
+    floor16 = max(bytes16 / gbs_before / 1e9, flops / peak16)
     rows: list[Row] = []
 
     # one sentence, end to end: text in, top-5 answers out (ONNX Runtime: tokenized ids in, logits out)
-    enc = model.tokenizer([ROME])
     feed = {"input_ids": enc.input_ids.numpy(), "attention_mask": enc.attention_mask.numpy(),
             "token_type_ids": enc.token_type_ids.numpy()}
     calls = {"bertfn": lambda: bertfn.fill_mask(ROME, model),
@@ -537,9 +538,9 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
                                                      + " ms)" if c["ms"] else " (forced)")
                         for name, c in choice.chosen().items())
     notes = [f"stream bandwidth (a sum over 440 MB, the better of a run before and after the table): {gbs:.1f} GB/s; "
-             f"one sentence reads at least {read_bytes(model) / 1e6:.0f} MB of weights in fp32 "
-             f"({read_bytes(bf16) / 1e6:.0f} MB in bf16), {read_bytes(model) / gbs_before / 1e6:.1f} and "
-             f"{read_bytes(bf16) / gbs_before / 1e6:.1f} ms at the bandwidth measured before the table; it needs at "
+             f"one sentence reads at least {bytes32 / 1e6:.0f} MB of weights in fp32 "
+             f"({bytes16 / 1e6:.0f} MB in bf16), {bytes32 / gbs_before / 1e6:.1f} and "
+             f"{bytes16 / gbs_before / 1e6:.1f} ms at the bandwidth measured before the table; it needs at "
              f"least {flops:.2f} GFLOP (sentence_gflop), {flops / peak32 * 1e3:.1f} ms at the fp32 peak of "
              f"{peak32:.0f} GFLOP/s and {flops / peak16 * 1e3:.1f} ms at the bf16 peak of {peak16:.0f} GFLOP/s "
              f"(peak_gflops, before the table); floors, the longer of the two: {floor32 * 1e3:.1f} ms fp32, "
