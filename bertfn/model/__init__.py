@@ -23,6 +23,15 @@ Sizes are named by the same letters everywhere, in shapes and comments:
     N    selected positions (the [MASK]s the MLM head reads)
     T    tokens of several texts laid end to end (the fast path, bertfn/fast/)
 
+BERT's family, each member a small module of what it changes (``family.py`` lists the kinds of change):
+
+    roberta.py      RoBERTa and XLM-RoBERTa: positions from padding_idx + 1, names, the head's GELU
+    distilbert.py   DistilBERT: no token types, its own names (and config.json's)
+    electra.py      ELECTRA: narrower embeddings projected to H, the generator and discriminator heads
+    albert.py       ALBERT: narrower embeddings projected to H, one layer's weights shared by every layer
+
 Nothing here loads a file or tokenizes text (checkpoint/ does), and nothing here is tuned for speed
 (fast/ is): this folder is the definition the rest of bertfn is tested against.
 """
+
+from . import albert, distilbert, electra, roberta  # noqa: E402,F401  each registers its config and Family

@@ -2,6 +2,11 @@
 
 Mirrors ``transformers.BertConfig``: the same field names and the same defaults for fields a
 file leaves out, so any BERT ``config.json`` from the hub reads as transformers reads it.
+
+A family member's config is a subclass in the member's module (``RobertaConfig`` in roberta.py, ...)
+with its own defaults and fields; :meth:`BertConfig.from_dict` reads ``model_type`` and builds the
+member's class, so ``BertConfig.from_file("config.json")`` reads a RoBERTa folder as RoBERTa. A
+``model_type`` no member claims is refused in one line (:class:`~bertfn.errors.CheckpointError`).
 """
 
 from __future__ import annotations
@@ -11,10 +16,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, unreadable
+from ..errors import CheckpointError, ConfigError, unreadable
 from .functional import ACTIVATIONS
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
+
+CONFIGS: dict[str, type["BertConfig"]] = {}
+"""``model_type`` -> the config class that reads it: BertConfig and each member's subclass (registered
+as the member's module defines it; bertfn/model/__init__.py imports them all)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,11 @@ class BertConfig:
     classifier_dropout: float | None = None
     num_labels: int = 2
     pruned_heads: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    model_type: str = "bert"  # which family member's functions and names read the weights (bertfn/model/family.py)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        CONFIGS[cls.model_type] = cls  # the subclass's default model_type (a dataclass field default)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -87,6 +101,16 @@ class BertConfig:
         """Build from a ``config.json`` dict; unknown keys are ignored, absent keys take HF defaults."""
         if not isinstance(d, dict):
             raise ConfigError(f"a config must be a JSON object, got {type(d).__name__}")
+        model_type = d.get("model_type", cls.model_type)
+        if model_type not in CONFIGS:
+            raise CheckpointError(f"model_type {model_type!r} is not a model bertfn reads; it reads BERT and its "
+                                  f"family: {', '.join(sorted(CONFIGS))}")
+        if CONFIGS[model_type] is not cls:
+            if cls is not BertConfig:
+                raise ConfigError(f"{cls.__name__} reads model_type {cls.model_type!r}, but the config says "
+                                  f"{model_type!r}; read it with BertConfig.from_dict, which picks the class")
+            return CONFIGS[model_type].from_dict(d)
+        d = cls.renamed(d)
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
         if "num_labels" not in d and isinstance(d.get("id2label"), dict):
@@ -102,6 +126,12 @@ class BertConfig:
             return cls(**kwargs)
         except TypeError as e:  # a field with a value of the wrong kind
             raise ConfigError(f"config.json has a field bertfn cannot read: {e}") from e
+
+    @classmethod
+    def renamed(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """``d`` with the fields of this model's own config.json named as BertConfig names them; BERT's are
+        (a member whose config.json names them otherwise, DistilBERT, overrides this)."""
+        return d
 
     @classmethod
     def from_file(cls, path: str | Path) -> BertConfig:
@@ -124,9 +154,14 @@ class BertConfig:
             raise ConfigError(f"{path} is not valid JSON ({e}); re-download or fix the file") from e
         except ConfigError as e:  # a value the model cannot be built from: say which file holds it
             raise ConfigError(f"{path}: {e}") from None
+        except CheckpointError as e:  # a model of another architecture
+            raise CheckpointError(f"{path}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a ``config.json``-style dict."""
         d = asdict(self)
         d["pruned_heads"] = {str(k): list(v) for k, v in self.pruned_heads.items()}
         return d
+
+
+CONFIGS["bert"] = BertConfig

@@ -22,6 +22,7 @@ from ..errors import InputError
 from .attention import KV, attention, causal_keep_mask, chosen_impl, extended_mask
 from .config import BertConfig
 from .embeddings import embeddings
+from .family import family_of
 from .functional import ACTIVATIONS, dropout, layer_norm, linear
 from .heads import pooler
 from .params import Params, as_params, scoped
@@ -207,6 +208,9 @@ def encoder(
 ) -> EncoderOutput:
     """BERT's forward pass (``BertModel.forward``): embeddings, L layers, pooler.
 
+    A family member's model runs the same pass with its exceptions (:mod:`bertfn.model.family`): its own
+    embeddings step where it has one, its weights read under its own names.
+
     params: a loaded ``Model``, its ``params`` (reads ``bert.*``), or a flat HF-keyed state_dict with its
     ``config`` (a BertConfig or config.json dict). input_ids: (B, S) or
     inputs_embeds: (B, S, H). attention_mask: 0/1 (B, S_k) padding mask (S_k = cached + S), or a
@@ -231,8 +235,9 @@ def encoder(
     p = params.scope("bert")
     past = cache.length if cache is not None else 0
 
-    x = embeddings(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds, past,
-                   generator, trace.scope("embeddings"))  # (B, S, H)
+    embed = family_of(cfg).embeddings or embeddings  # a family member's own first step, where it has one
+    x = embed(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds, past,
+              generator, trace.scope("embeddings"))  # (B, S, H)
     B, S, _ = x.shape
     warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
 

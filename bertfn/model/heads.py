@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from .config import BertConfig
+from .family import family_of
 from .functional import ACTIVATIONS, dropout, layer_norm, linear
 from .params import Params, as_params
 from .recorder import NO_TRACE, Trace
@@ -42,6 +43,7 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
     """Vocabulary logits: dense + act + LayerNorm, then the decoder tied to the word embeddings.
 
     Mirrors ``BertLMPredictionHead`` (used by BertForMaskedLM, BertForPreTraining, BertLMHeadModel).
+    A family member's head is the same function on its own keys (RoBERTa's ``lm_head.*``, ...; :func:`head_act`).
     Reads ``cls.predictions.transform.dense.*``, ``cls.predictions.transform.LayerNorm.*``,
     ``cls.predictions.decoder.weight`` (V, H; the word embeddings when the checkpoint ties them)
     and ``cls.predictions.bias`` (V,).
@@ -52,12 +54,18 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
     cfg = params.config
     p = params.scope("cls.predictions")
     t = linear(h, p["transform.dense.weight"], p["transform.dense.bias"])  # (..., H)
-    t = ACTIVATIONS[cfg.hidden_act](t)
+    t = ACTIVATIONS[head_act(cfg)](t)
     t = layer_norm(t, p["transform.LayerNorm.weight"], p["transform.LayerNorm.bias"], cfg.layer_norm_eps)
     t = trace("mlm.transform", t)
     logits = linear(t, p["decoder.weight"], p["bias"])  # (..., V)
     logits = trace("mlm.logits", logits)
     return logits
+
+
+def head_act(config: BertConfig) -> str:
+    """The MLM head's activation: ``config.hidden_act`` as in BERT, or a family member's own
+    (RoBERTa's and ELECTRA's generator's heads use exact GELU whatever the encoder uses)."""
+    return family_of(config).head_act or config.hidden_act
 
 
 def nsp_head(params: Params, pooled: Tensor, *, config: BertConfig | dict | None = None) -> Tensor:

@@ -5,6 +5,10 @@ The checkpoint *is* the model: one flat ``dict[str, Tensor]`` keyed by Hugging F
 scoped to the part they mirror, so ``attention(p, x, mask)`` reads ``p["self.query.weight"]`` and
 the full key it touched is ``p.key("self.query.weight")`` (candle's ``vb.pp(...)`` idea).
 The view also carries the model's :class:`~bertfn.model.config.BertConfig`.
+
+Functions always ask for BERT's names. A family member's checkpoint keeps its own
+(``roberta.encoder.layer.0...``): its view turns each name into the member's key as it reads
+(:func:`~bertfn.model.family.renamer`), so the state is never renamed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import torch
 
 from ..errors import CheckpointError, InputError
 from .config import BertConfig
+from .family import family_of, named_shapes, renamer
 
 
 class Params(Mapping):
@@ -24,16 +29,18 @@ class Params(Mapping):
     A key that is not there raises :class:`CheckpointError` naming the full HF key.
     """
 
-    __slots__ = ("state", "config", "prefix")
+    __slots__ = ("state", "config", "prefix", "rename")
 
     def __init__(self, state: Mapping[str, torch.Tensor], config: BertConfig, prefix: str = ""):
         self.state = state
         self.config = config
         self.prefix = prefix
+        self.rename = renamer(config)  # None for BERT: the names are the keys
 
     def key(self, name: str) -> str:
-        """Full HF key of a name relative to this scope."""
-        return self.prefix + name
+        """Full HF key of a name relative to this scope, as the checkpoint names it."""
+        full = self.prefix + name
+        return full if self.rename is None else self.rename(full)
 
     def scope(self, name: str) -> Params:
         """A view one level down: ``p.scope("attention")["self.query.weight"]``."""
@@ -47,20 +54,30 @@ class Params(Mapping):
         return Params(self.state, self.config, f"{self.prefix}bert.encoder.layer.{i % L}.")
 
     def __getitem__(self, name: str) -> torch.Tensor:
+        full = self.prefix + name
+        key = full if self.rename is None else self.rename(full)
         try:
-            return self.state[self.prefix + name]
+            return self.state[key]
         except KeyError:
+            named = f"{key!r}" if key == full else f"{key!r} (BERT's {full!r})"
             raise CheckpointError(
-                f"the weights have no {self.prefix + name!r}; this step of the model needs it "
+                f"the weights have no {named}; this step of the model needs it "
                 "(load a checkpoint that contains this part, e.g. a *ForMaskedLM one for the MLM head)"
             ) from None
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (self.prefix + name) in self.state
+        if not isinstance(name, str):
+            return False
+        full = self.prefix + name
+        return (full if self.rename is None else self.rename(full)) in self.state
 
     def __iter__(self) -> Iterator[str]:
         n = len(self.prefix)
-        return (k[n:] for k in self.state if k.startswith(self.prefix))
+        if self.rename is None:
+            return (k[n:] for k in self.state if k.startswith(self.prefix))
+        root = Params(self.state, self.config)  # a member's keys, by the BERT names that read them
+        names = named_shapes(self.config, root)
+        return (k[n:] for k in names if k.startswith(self.prefix) and k in root)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -86,7 +103,7 @@ def as_params(model: object, config: BertConfig | dict | None = None, what: str 
                              "'config.json') (or the dict), or wrap both as bertfn.Params(state, config), or pass "
                              "the Model from bertfn.load(...)")
         config = config if isinstance(config, BertConfig) else BertConfig.from_dict(config)
-        return Params(normalize_keys(dict(model), config), config)
+        return Params(normalized(dict(model), config), config)
     raise InputError(f"{what} takes a Model from bertfn.load(...), its .params, or a state_dict with config=...; "
                      f"got {type(model).__name__}")
 
@@ -102,6 +119,12 @@ def scoped(p: object, what: str, example: str) -> Params:
 
 
 BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")  # non-weights some files carry
+
+
+def normalized(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
+    """``state`` as loading leaves it: BERT's :func:`normalize_keys`, or a family member's own ``normalize``."""
+    family = family_of(config)
+    return (family.normalize or normalize_keys)(state, config)
 
 
 def normalize_keys(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:

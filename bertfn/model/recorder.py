@@ -26,6 +26,7 @@ import torch
 
 from ..errors import InputError
 from .config import BertConfig
+from .family import family_of
 
 
 class Point(NamedTuple):
@@ -134,10 +135,14 @@ def point_names(config: BertConfig) -> list[str]:
     ones, ``crossattention.*`` only for decoders with cross-attention, ``pooler`` and ``mlm.*`` only
     when the model has those parts (listed here whatever the weights hold).
     """
-    names = ["embeddings.word", "embeddings.token_type"]
-    if config.position_embedding_type == "absolute":
-        names.append("embeddings.position")
-    names += ["embeddings.sum", "embeddings.output"]
+    own = family_of(config).embedding_points  # a family member's own embeddings step names its own points
+    if own is not None:
+        names = [f"embeddings.{n}" for n in own(config)]
+    else:
+        names = ["embeddings.word", "embeddings.token_type"]
+        if config.position_embedding_type == "absolute":
+            names.append("embeddings.position")
+        names += ["embeddings.sum", "embeddings.output"]
     blocks = ["attention"] + (["crossattention"] if config.add_cross_attention else [])
     for i in range(config.num_hidden_layers):
         for block in blocks:
@@ -146,6 +151,12 @@ def point_names(config: BertConfig) -> list[str]:
                     names.append(f"layer.{i}.{block}.{n}")
         names += [f"layer.{i}.ffn.{n}" for n in FFN_POINTS] + [f"layer.{i}.output"]
     return names + ["pooler", "mlm.transform", "mlm.logits"]
+
+
+def layer_input(config: BertConfig) -> str:
+    """The point whose tensor is layer 0's input (B, S, H): the embeddings' last, ``embeddings.output`` in BERT,
+    ``embeddings.projected`` in a member whose embeddings are narrower than H (ELECTRA, ALBERT)."""
+    return [n for n in point_names(config) if n.startswith("embeddings.")][-1]
 
 
 def check_edits(edits: Mapping[str, Edit] | None, config: BertConfig) -> dict[str, Edit]:

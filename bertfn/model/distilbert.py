@@ -1,0 +1,122 @@
+"""DistilBERT (Sanh et al. 2019): BERT distilled to half its layers.
+
+DistilBERT is BERT except:
+
+* **no token types**: its embeddings are word + position, then LayerNorm (:func:`embeddings`); a
+  second segment is told apart by ``[SEP]`` alone, and there is no pooler;
+* **names**: ``distilbert.transformer.layer.{i}.attention.q_lin|k_lin|v_lin|out_lin``, ``sa_layer_norm``,
+  ``ffn.lin1|lin2``, ``output_layer_norm``, and the MLM head ``vocab_transform``, ``vocab_layer_norm``,
+  ``vocab_projector`` (:data:`KEYS`);
+* **its config.json names**: ``dim``, ``n_layers``, ``n_heads``, ``hidden_dim``, ``activation``,
+  ``dropout``, ``attention_dropout`` (:class:`DistilBertConfig`); every LayerNorm's eps is 1e-12.
+
+Its layers are BERT's: post-LN attention and feed-forward with the same residuals (transformers
+scales the queries before ``q k^T`` rather than the scores after it: the same numbers to float
+rounding). Its positions are 0, 1, ... as BERT's, padding included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import InputError
+from .config import BertConfig
+from .embeddings import check_ids, default_position_ids
+from .family import Family, normalizer, register, renamed
+from .functional import dropout, layer_norm
+from .params import Params, scoped
+from .recorder import NO_TRACE, Trace
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class DistilBertConfig(BertConfig):
+    """``transformers.DistilBertConfig`` read into BertConfig's names (:meth:`renamed`)."""
+
+    num_hidden_layers: int = 6
+    type_vocab_size: int = 1  # no token-type table: the field only keeps BertConfig's checks whole
+    model_type: str = "distilbert"
+
+    NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+             "hidden_dim": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+             "attention_dropout": "attention_probs_dropout_prob", "seq_classif_dropout": "classifier_dropout"}
+
+    @classmethod
+    def renamed(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """DistilBERT's config.json fields under BertConfig's names; eps is 1e-12 (hard-coded in transformers)."""
+        out = {cls.NAMES.get(k, k): v for k, v in d.items() if k not in cls.NAMES.values()}
+        out["layer_norm_eps"] = 1e-12
+        return out
+
+
+def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
+               position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,
+               generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
+    """Word + position embeddings, then LayerNorm and dropout: BERT's without the token types
+    (``transformers.models.distilbert.Embeddings``). ``token_type_ids`` are accepted and ignored.
+
+    p: ``bert.embeddings.`` scope. input_ids: (B, S), or inputs_embeds: (B, S, H). position_ids: (B, S),
+    default 0 .. S-1. Returns (B, S, H).
+    """
+    p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
+    cfg = p.config
+    if (input_ids is None) == (inputs_embeds is None):
+        raise InputError("pass exactly one of input_ids (B, S) or inputs_embeds (B, S, H)")
+    if input_ids is not None:
+        check_ids("input_ids", input_ids, cfg.vocab_size, "use the tokenizer that came with the model")
+        words = F.embedding(input_ids, p["word_embeddings.weight"], padding_idx=cfg.pad_token_id)  # (B, S, H)
+    else:
+        words = inputs_embeds  # (B, S, H)
+    B, S = words.shape[:2]
+    words = trace("word", words)
+    if position_ids is None:
+        position_ids = default_position_ids(B, S, past_length, words.device)
+    check_ids("position_ids", position_ids, cfg.max_position_embeddings,
+              f"this model has {cfg.max_position_embeddings} positions; shorten the input", (B, S))
+    positions = trace("position", p["position_embeddings.weight"][position_ids])  # (B, S, H)
+    x = trace("sum", words + positions)
+    x = layer_norm(x, p["LayerNorm.weight"], p["LayerNorm.bias"], cfg.layer_norm_eps)  # (B, S, H)
+    x = dropout(x, cfg.hidden_dropout_prob, generator)
+    return trace("output", x)
+
+
+LAYER = r"bert\.encoder\.layer\.(\d+)\."
+KEYS = (
+    (LAYER + r"attention\.self\.query\.", r"distilbert.transformer.layer.\1.attention.q_lin."),
+    (LAYER + r"attention\.self\.key\.", r"distilbert.transformer.layer.\1.attention.k_lin."),
+    (LAYER + r"attention\.self\.value\.", r"distilbert.transformer.layer.\1.attention.v_lin."),
+    (LAYER + r"attention\.output\.dense\.", r"distilbert.transformer.layer.\1.attention.out_lin."),
+    (LAYER + r"attention\.output\.LayerNorm\.", r"distilbert.transformer.layer.\1.sa_layer_norm."),
+    (LAYER + r"intermediate\.dense\.", r"distilbert.transformer.layer.\1.ffn.lin1."),
+    (LAYER + r"output\.dense\.", r"distilbert.transformer.layer.\1.ffn.lin2."),
+    (LAYER + r"output\.LayerNorm\.", r"distilbert.transformer.layer.\1.output_layer_norm."),
+    (r"bert\.", "distilbert."),
+    (r"cls\.predictions\.transform\.dense\.", "vocab_transform."),
+    (r"cls\.predictions\.transform\.LayerNorm\.", "vocab_layer_norm."),
+    (r"cls\.predictions\.decoder\.weight", "vocab_projector.weight"),
+    (r"cls\.predictions\.(decoder\.)?bias", "vocab_projector.bias"),
+)
+"""BERT's names -> DistilBERT's, first match wins (:func:`~bertfn.model.family.renamed`)."""
+
+
+def key(name: str, config: BertConfig) -> str:
+    """The DistilBERT checkpoint key that holds BERT's ``name`` (:data:`KEYS`)."""
+    return renamed(name, KEYS)
+
+
+def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
+    """BERT's table without the token-type embeddings."""
+    return {k: s for k, s in table.items() if k != "bert.embeddings.token_type_embeddings.weight"}
+
+
+DISTILBERT = register(Family(
+    name="DistilBERT", model_type="distilbert", prefix="distilbert.", key=key, shapes=shapes,
+    normalize=normalizer("distilbert.", ("embeddings.", "transformer."),
+                         (("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight"),)),
+    embeddings=embeddings, embedding_points=lambda config: ("word", "position", "sum", "output"),
+))

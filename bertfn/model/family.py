@@ -1,0 +1,148 @@
+"""BERT's family: what a descendant changes, as one small record per member.
+
+RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA and ALBERT run BERT's own functions (embeddings.py,
+attention.py, encoder.py, heads.py) with a few exceptions. Each member's module (roberta.py,
+distilbert.py, electra.py, albert.py) states them in its docstring ("X is BERT except: ...") and
+holds them as named pure functions, which its :class:`Family` record lists. Every field left None
+is BERT's own. The kinds of exception are:
+
+* **names** (``key``): the member's checkpoint keeps its own HF key names (``roberta.encoder.layer.0...``,
+  ``distilbert.transformer.layer.0.attention.q_lin.weight``). The model's state stays as the file
+  has it; the :class:`~bertfn.model.params.Params` view reads it through the member's ``key``, which
+  turns each BERT name a function asks for into the member's. ALBERT's shares one layer's weights
+  with every layer this way: its ``key`` sends layer 3's names to its one layer group's.
+* **shapes**: the keys and shapes the config implies, where they differ from BERT's table
+  (:func:`~bertfn.model.shapes.expected_shapes`): ELECTRA's and ALBERT's narrower embeddings and
+  their projection to the hidden size.
+* **normalize**: what loading does to a state read from a file (a bare base model's keys get the
+  member's prefix; a tied decoder stored once gets its second name, as transformers' state_dict shows it).
+* **embeddings**: the first step, if it is not BERT's (DistilBERT has no token types; ELECTRA and
+  ALBERT project their embeddings to the hidden size); **position_ids**: RoBERTa's count from
+  ``padding_idx + 1`` over the real tokens.
+* **head_act**: the MLM head's activation when it is not ``config.hidden_act`` (RoBERTa's and ELECTRA's
+  generator's are always exact GELU).
+
+:func:`family_of` gives a config's record. The encoder, the heads and the fast path ask it at the
+few points where a member differs; nothing in BERT's functions names a member.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import CheckpointError
+from .config import BertConfig
+from .shapes import expected_shapes
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Family:
+    """One member of BERT's family: its name and its exceptions to BERT (None: BERT's own)."""
+
+    name: str  # as people write it: "RoBERTa"
+    model_type: str  # config.json's model_type: "roberta"
+    prefix: str  # the base model's key prefix in its checkpoints: "roberta."
+    key: Callable[[str, BertConfig], str] | None = None  # BERT name -> the member's checkpoint name
+    shapes: Callable[[BertConfig, dict[str, tuple[int, ...]], Mapping[str, Tensor]], dict[str, tuple[int, ...]]] | None = None
+    normalize: Callable[[dict[str, Tensor], BertConfig], dict[str, Tensor]] | None = None
+    embeddings: Callable[..., Tensor] | None = None  # the embeddings step, BERT's signature
+    embedding_points: Callable[[BertConfig], tuple[str, ...]] | None = None  # its trace points, in order
+    position_ids: Callable[[Tensor, int | None, int], Tensor] | None = None  # (input_ids (B, S), pad, past) -> (B, S)
+    head_act: str | None = None  # the MLM head's activation, when not config.hidden_act
+    heads: Mapping[str, str] | None = None  # the member's head parts: {part name: a key that stands for it}
+
+
+BERT = Family("BERT", "bert", "bert.")
+
+FAMILIES: dict[str, Family] = {"bert": BERT}
+"""``model_type`` -> :class:`Family`; each member's module adds its own (:func:`register`)."""
+
+
+def register(family: Family, *aliases: str) -> Family:
+    """Add ``family`` under its model_type (and ``aliases``: XLM-RoBERTa reads as RoBERTa); returns it."""
+    for model_type in (family.model_type, *aliases):
+        FAMILIES[model_type] = family
+    return family
+
+
+def family_of(config: BertConfig) -> Family:
+    """The :class:`Family` that reads a model of ``config`` (its ``model_type``)."""
+    try:
+        return FAMILIES[config.model_type]
+    except KeyError:
+        raise CheckpointError(f"config model_type {config.model_type!r} is not a model bertfn reads; it reads "
+                              f"{', '.join(sorted(FAMILIES))}") from None
+
+
+def renamed(name: str, table: tuple[tuple[str, str], ...]) -> str:
+    """``name`` rewritten by the first rule of ``table`` whose pattern matches its start, ``(regex, template)``
+    as :func:`re.sub` takes them (``\\1`` for a group), or unchanged: a member's key table, read top to bottom."""
+    for pattern, template in table:
+        new, n = re.subn(f"^{pattern}", template, name, count=1)
+        if n:
+            return new
+    return name
+
+
+def normalizer(prefix: str, bare: tuple[str, ...], ties: tuple[tuple[str, str], ...]) -> Callable:
+    """A member's ``normalize``: what loading does to a state read from the member's checkpoint file.
+
+    * a bare base model's keys (starting with one of ``bare``, e.g. ``embeddings.``) get ``prefix``;
+    * buffers (``*.position_ids``, ``*.token_type_ids``) are dropped: bertfn computes them;
+    * each ``(alias, source)`` of ``ties`` names a weight stored once under two names, as
+      transformers' ``state_dict()`` shows it (``lm_head.decoder.weight`` is the word embeddings): where the
+      file has the alias's head but not the alias, the alias is added for the same tensor.
+    Returns a new dict of the same tensors.
+    """
+    def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
+        out = {}
+        for k, t in state.items():
+            k = prefix + k if k.startswith(bare) else k
+            if not k.endswith((".position_ids", ".token_type_ids")):
+                out[k] = t
+        for alias, source in ties:
+            head = alias.split(".")[0] + "."
+            if alias not in out and source in out and any(k.startswith(head) for k in out):
+                out[alias] = out[source]
+        return out
+
+    return normalize
+
+
+def named_shapes(config: BertConfig, present: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
+    """Every weight a model of ``config`` reads, by BERT's name, with its shape: BERT's table
+    (:func:`~bertfn.model.shapes.expected_shapes`; optional parts as ``present`` holds them, asked by
+    BERT's names) with the member's ``shapes`` exceptions."""
+    table = expected_shapes(config, present)
+    family = family_of(config)
+    return family.shapes(config, table, present) if family.shapes is not None else table
+
+
+_renamers: dict[int, tuple[BertConfig, Callable[[str], str]]] = {}
+
+
+def renamer(config: BertConfig) -> Callable[[str], str] | None:
+    """``name -> checkpoint key`` for a model of ``config``: None for BERT (the names are the keys), else the
+    member's ``key`` with its answers remembered (a pass asks for the same few hundred names again and again)."""
+    family = family_of(config)
+    if family.key is None:
+        return None
+    found = _renamers.get(id(config))
+    if found is not None and found[0] is config:
+        return found[1]
+    memo: dict[str, str] = {}
+
+    def rename(name: str) -> str:
+        k = memo.get(name)
+        if k is None:
+            k = memo[name] = family.key(name, config)
+        return k
+
+    _renamers[id(config)] = (config, rename)  # the config is kept alive with it, so its id stays its own
+    return rename

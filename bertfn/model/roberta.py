@@ -1,0 +1,103 @@
+"""RoBERTa (Liu et al. 2019) and XLM-RoBERTa (Conneau et al. 2020).
+
+RoBERTa is BERT except:
+
+* **positions** count the real tokens from ``padding_idx + 1`` (fairseq's ``make_positions``,
+  :func:`count_positions`): padding keeps position ``padding_idx``, so a left-padded text gets the same
+  positions as alone, and the table has two rows more than the longest text (514 for 512 tokens);
+* **names**: its weights are ``roberta.*`` and its MLM head is ``lm_head.dense``, ``lm_head.layer_norm``,
+  ``lm_head.decoder`` (the word embeddings, stored once) and ``lm_head.bias`` (:func:`key`);
+* **the MLM head's activation** is exact GELU whatever ``hidden_act`` says (``RobertaLMHead``);
+* **its config's defaults**: pad 1, ``<s>`` 0, ``</s>`` 2 (:class:`RobertaConfig`); checkpoints have
+  one token type.
+
+Its tokenizer (byte-level BPE, ``<s> A </s></s> B </s>``, ``<mask>``) is the tokenizer's business
+(bertfn/checkpoint/tokenizer.py). XLM-RoBERTa is RoBERTa with a SentencePiece vocabulary of 250,002
+pieces: the same functions and names, ``model_type`` "xlm-roberta" (``XLMRobertaForMaskedLM``).
+Everything else (attention, the layers, post-LN, the head's shape) is BERT's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from .config import BertConfig
+from .embeddings import embeddings as bert_embeddings
+from .family import Family, normalizer, register, renamed
+from .params import Params
+from .recorder import NO_TRACE, Trace
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class RobertaConfig(BertConfig):
+    """``transformers.RobertaConfig``: BertConfig with RoBERTa's special token ids."""
+
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | None = 2
+    model_type: str = "roberta"
+
+
+@dataclass(frozen=True)
+class XLMRobertaConfig(RobertaConfig):
+    """``transformers.XLMRobertaConfig``: RoBERTa's, under its own model_type."""
+
+    model_type: str = "xlm-roberta"
+
+
+def count_positions(input_ids: Tensor, padding_idx: int | None, past: int = 0) -> Tensor:
+    """RoBERTa's positions: ``padding_idx + 1, + 2, ...`` over the real tokens, ``padding_idx`` at padding.
+
+    Mirrors ``create_position_ids_from_input_ids`` (fairseq's ``utils.make_positions``); ``past`` is the
+    number of cached positions before these. input_ids: (B, S) -> (B, S).
+    """
+    real = input_ids.ne(padding_idx).int()  # (B, S): 1 for a real token, 0 for padding
+    return ((torch.cumsum(real, dim=1) + past) * real).long() + padding_idx  # (B, S)
+
+
+def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
+               position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,
+               generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
+    """BERT's :func:`~bertfn.model.embeddings.embeddings` at RoBERTa's positions (``RobertaEmbeddings``).
+
+    Positions not given come from the ids (:func:`count_positions`) or, for ``inputs_embeds`` (no ids to
+    find padding in), run ``padding_idx + 1 ..`` as in transformers. Shapes as BERT's: -> (B, S, H).
+    """
+    pad = p.config.pad_token_id
+    if position_ids is None and input_ids is not None and isinstance(input_ids, Tensor) and input_ids.dim() == 2:
+        position_ids = count_positions(input_ids, pad, past_length)
+    elif position_ids is None and isinstance(inputs_embeds, Tensor) and inputs_embeds.dim() == 3:
+        B, S = inputs_embeds.shape[:2]
+        position_ids = torch.arange(pad + 1, pad + 1 + S, device=inputs_embeds.device).expand(B, S)
+    return bert_embeddings(p, input_ids, token_type_ids, position_ids, inputs_embeds, past_length, generator, trace)
+
+
+KEYS = (
+    (r"bert\.", "roberta."),
+    (r"cls\.predictions\.transform\.dense\.", "lm_head.dense."),
+    (r"cls\.predictions\.transform\.LayerNorm\.", "lm_head.layer_norm."),
+    (r"cls\.predictions\.decoder\.", "lm_head.decoder."),
+    (r"cls\.predictions\.bias", "lm_head.bias"),
+)
+"""BERT's names -> RoBERTa's, first match wins (:func:`~bertfn.model.family.renamed`); the layers' own
+names are BERT's."""
+
+
+def key(name: str, config: BertConfig) -> str:
+    """The RoBERTa checkpoint key that holds BERT's ``name`` (:data:`KEYS`)."""
+    return renamed(name, KEYS)
+
+
+ROBERTA = register(Family(
+    name="RoBERTa", model_type="roberta", prefix="roberta.", key=key,
+    normalize=normalizer("roberta.", ("embeddings.", "encoder.", "pooler."),
+                         (("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight"),
+                          ("lm_head.decoder.bias", "lm_head.bias"))),
+    embeddings=embeddings, position_ids=count_positions, head_act="gelu",
+))
+
+XLM_ROBERTA = register(replace(ROBERTA, name="XLM-RoBERTa", model_type="xlm-roberta"))
