@@ -25,13 +25,15 @@ from pathlib import Path
 
 import torch
 
-from ..errors import (CheckpointError, InputError, MissingPartError, ModelLoadError, UnusedWeightsWarning, require_readable,
+from ..errors import (CheckpointError, InputError, MissingPartError, ModelLoadError, UnusedWeightsWarning,
                       syntax, unreadable)
 from ..model.config import BertConfig
-from ..model.params import Params, normalize_keys
+from ..model.family import family_of
+from ..model.params import Params, normalized
 from .dtypes import resolve_dtype
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
+from .weights import read_weights
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
@@ -89,22 +91,28 @@ class Model:
 
     @property
     def device(self) -> torch.device:
-        return self.state["bert.embeddings.word_embeddings.weight"].device
+        return self.params["bert.embeddings.word_embeddings.weight"].device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.state["bert.embeddings.word_embeddings.weight"].dtype
+        return self.params["bert.embeddings.word_embeddings.weight"].dtype
+
+    @property
+    def family(self):
+        """The family member this model is (:class:`~bertfn.model.family.Family`: BERT, RoBERTa, ...)."""
+        return family_of(self.config)
 
     def __repr__(self) -> str:
         """A summary (the full state would print every weight): sizes, parts, precision, device, tokenizer."""
         c = self.config
         unique = {id(t): t for t in self.state.values()}  # tied weights count once
+        root = self.params  # asked by BERT's names, whatever the family calls them
         parts = [name for name, key in (("MLM head", "cls.predictions.decoder.weight"), ("pooler", "bert.pooler.dense.weight"),
                                         ("NSP head", "cls.seq_relationship.weight"), ("classifier", "classifier.weight"),
-                                        ("QA head", "qa_outputs.weight")) if key in self.state]
+                                        ("QA head", "qa_outputs.weight"), *(self.family.heads or {}).items()) if key in root]
         tok = "none" if not self.tokenizer else \
             f"{self.tokenizer.vocab_size} tokens{', lowercased' if self.tokenizer.lowercase else ''}"
-        return (f"Model({self.name!r}: {c.num_hidden_layers} layers, {c.num_attention_heads} heads, hidden "
+        return (f"Model({self.name!r}: {self.family.name}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads, hidden "
                 f"{c.hidden_size}, FFN {c.intermediate_size}, vocab {c.vocab_size}, {c.max_position_embeddings} "
                 f"positions ({c.position_embedding_type}); {len(self.state)} tensors, "
                 f"{sum(t.numel() for t in unique.values()):,} parameters, {self.dtype} on {self.device}; "
@@ -130,57 +138,6 @@ class Model:
                 moved[id(t)] = t.to(device=device, dtype=dtype if t.is_floating_point() else None)
             state[k] = moved[id(t)]
         return replace(self, state=state)
-
-
-# --- reading files --------------------------------------------------------------------------------
-
-
-def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tensor]:
-    """Tensors of one weights file. ``.safetensors`` via safetensors; ``.bin`` via ``weights_only`` torch.load.
-
-    mapped: a safetensors file is memory-mapped (privately: an edit in place never reaches the file) instead
-    of read into memory, for a caller that keeps the weights as they are; reading is the default because
-    laying the weights out or packing them copies them, and mapped pages would stay resident beside the copies.
-
-    Raises :class:`CheckpointError` for a file this user may not read, a corrupt file, or one that holds code.
-    """
-    path = Path(path)
-    require_readable(path)
-    if path.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(path)) if mapped else load_file(str(path), backend="pread")
-        except (SafetensorError, OSError, ValueError) as e:
-            raise CheckpointError(
-                f"{path} is not a readable safetensors file ({e}); it may be truncated or corrupt, download it again"
-            ) from e
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # UnpicklingError from the restricted unpickler, RuntimeError / EOFError for broken zips
-        reason = _torch_load_reason(e)
-        if "global" in reason.lower():  # the pickle names a function or class to call: code, refused unrun
-            raise CheckpointError(
-                f"{path} holds more than plain tensors ({reason}); bertfn reads .bin files with "
-                "torch.load(weights_only=True) and never runs code a pickle carries. If you trust the file, "
-                "convert it to model.safetensors; if you do not, delete it"
-            ) from e
-        raise CheckpointError(
-            f"{path} is not a PyTorch checkpoint bertfn can read ({reason}); it may be truncated or corrupt "
-            "(download it again) or not written by torch.save"
-        ) from e
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path} does not hold a flat state_dict of tensors")
-    return state
-
-
-def _torch_load_reason(e: Exception) -> str:
-    """The informative line of a torch.load error (its message wraps the reason in paragraphs of advice)."""
-    boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    reason = next((line for line in lines if not line.startswith(boilerplate)), lines[0] if lines else "")
-    return f"{type(e).__name__}: {reason}"
 
 
 # --- finding files --------------------------------------------------------------------------------
@@ -340,9 +297,9 @@ def load(
         raise InputError(f"config= takes a BertConfig, a dict or the path of a config.json, got {type(config).__name__}")
 
     kept = prepare is as_stored and device is None and dtype is None  # nothing will copy the weights: map the file
-    state = normalize_keys(read_weights(weights, mapped=kept), config)
+    state = normalized(read_weights(weights, mapped=kept), config)
     check_state(state, config, strict, str(weights), str(config_file) if config_file is not None else None)
-    unused = unused_keys(state)
+    unused = unused_keys(state, config)
     if unused:
         warnings.warn(f"{weights} has {len(unused)} key(s) that no BERT part reads ({', '.join(group_keys(unused))}): "
                       "kept in model.state, skipped by the forward pass", UnusedWeightsWarning, stacklevel=2)

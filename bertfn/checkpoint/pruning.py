@@ -22,6 +22,7 @@ from dataclasses import replace
 import torch
 
 from ..errors import CheckpointError, InputError
+from ..model.family import family_of
 from ..model.params import Params
 from .loading import Model
 from .state import in_out, is_in_out
@@ -65,6 +66,7 @@ def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, It
                          f"got {params_or_model!r}")
 
     nh, hd, L = cfg.num_attention_heads, cfg.head_dim, cfg.num_hidden_layers
+    root = Params(state, cfg)  # asked by BERT's names; a family member's keys are its own
     new_state = dict(state)
     pruned = dict(cfg.pruned_heads)
     for layer, heads in heads_to_prune.items():
@@ -82,17 +84,22 @@ def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, It
                              f"keep at least one")
 
         prefix = f"bert.encoder.layer.{layer}.attention."
-        if state[prefix + "self.query.weight"].shape[0] != len(present) * hd:
+        query = root.key(prefix + "self.query.weight")
+        if any(root.key(f"bert.encoder.layer.{i}.attention.self.query.weight") == query for i in range(L) if i != layer):
+            raise InputError(f"layer {layer} shares its weights with other layers ({family_of(cfg).name}), so pruning "
+                             "its heads would prune them in every layer; silence them in one layer with "
+                             "edits=bertfn.interventions.zero_heads(...) instead")
+        if state[query].shape[0] != len(present) * hd:
             raise CheckpointError(
-                f"{prefix}self.query.weight has {state[prefix + 'self.query.weight'].shape[0] // hd} heads but the "
-                f"config says {len(present)} (pruned_heads={sorted(already)}); the config does not belong to these weights"
+                f"{query} has {state[query].shape[0] // hd} heads but the config says {len(present)} "
+                f"(pruned_heads={sorted(already)}); the config does not belong to these weights"
             )
-        rows = kept_rows(present, drop, hd).to(state[prefix + "self.query.weight"].device)
+        rows = kept_rows(present, drop, hd).to(state[query].device)
         for name in ("query", "key", "value"):
             for leaf in ("weight", "bias"):
-                key = f"{prefix}self.{name}.{leaf}"
+                key = root.key(f"{prefix}self.{name}.{leaf}")
                 new_state[key] = kept(state[key], 0, rows)  # (kept*hd, H) or (kept*hd,)
-        key = f"{prefix}output.dense.weight"
+        key = root.key(f"{prefix}output.dense.weight")
         new_state[key] = kept(state[key], 1, rows)  # (H, kept*hd); the bias (H,) is unchanged
         pruned[layer] = tuple(sorted(already | drop))
 

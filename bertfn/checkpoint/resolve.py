@@ -68,15 +68,17 @@ def require_tokenizer(m: Model, what: str) -> Tokenizer:
 
 def require_mlm_head(m: Model, what: str) -> None:
     """:class:`MissingPartError` unless ``m`` has the masked-LM head (``cls.predictions.*``) that ``what`` needs."""
-    if "cls.predictions.decoder.weight" not in m.state:
+    root = m.params
+    if "cls.predictions.decoder.weight" not in root:
+        head = root.key("cls.predictions.decoder.weight").rsplit(".", 2)[0]  # lm_head, generator_lm_head, ...
         raise MissingPartError(
-            f"{what} needs the masked-LM head (cls.predictions.*), and model {m.name!r} has none (an encoder-only "
+            f"{what} needs the masked-LM head ({head}.*), and model {m.name!r} has none (an encoder-only "
             "checkpoint); load a *ForMaskedLM or *ForPreTraining checkpoint")
 
 
 def _looks_like_text(s: object) -> bool:
     """A string with inner spaces or a [MASK] that names no file or folder here."""
-    if not (isinstance(s, str) and (any(c.isspace() for c in s.strip()) or "[MASK]" in s)):
+    if not (isinstance(s, str) and (any(c.isspace() for c in s.strip()) or "[MASK]" in s or "<mask>" in s)):
         return False
     try:
         return not Path(s).exists()

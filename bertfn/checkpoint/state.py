@@ -16,9 +16,17 @@ import torch
 
 from ..errors import CheckpointError
 from ..model.config import BertConfig
+from ..model.family import family_of, named_shapes
+from ..model.params import Params
+from ..model.shapes import expected_shapes  # noqa: F401  (BERT's table; scratch.py reads it here)
 
-LINEAR_WEIGHT = re.compile(r"\.(query|key|value|dense|classifier|qa_outputs|seq_relationship)\.weight$|^(classifier|qa_outputs)\.weight$")
-"""Keys of the weights that :func:`~bertfn.model.functional.linear` multiplies by (attention, feed-forward, pooler, heads)."""
+LINEAR_WEIGHT = re.compile(r"(^|\.)(query|key|value|dense|classifier|qa_outputs|seq_relationship|pooler"
+                           r"|q_lin|k_lin|v_lin|out_lin|lin1|lin2|vocab_transform"  # DistilBERT's names
+                           r"|ffn|ffn_output|dense_prediction)\.weight$")  # ALBERT's, ELECTRA's
+"""Keys of the weights that :func:`~bertfn.model.functional.linear` multiplies by (attention, feed-forward, pooler, heads),
+under BERT's names and the family members'. Not among them: a decoder tied to the word embeddings (lookups read it) and
+ELECTRA's and ALBERT's embedding projection, which the embeddings step multiplies by on every path (reference functions
+cannot read a packed weight)."""
 
 
 def matmul_layout(state: dict[str, torch.Tensor]) -> None:
@@ -75,62 +83,12 @@ def release_memory() -> None:
         _malloc_trim(0)
 
 
-def expected_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
-    """Every key the model needs, with its shape. Optional parts (pooler, heads) count when ``state`` has them."""
-    H, V, I, P, hd = (config.hidden_size, config.vocab_size, config.intermediate_size,
-                      config.max_position_embeddings, config.head_dim)
-    shapes: dict[str, tuple[int, ...]] = {
-        "bert.embeddings.word_embeddings.weight": (V, H),
-        "bert.embeddings.position_embeddings.weight": (P, H),
-        "bert.embeddings.token_type_embeddings.weight": (config.type_vocab_size, H),
-        "bert.embeddings.LayerNorm.weight": (H,),
-        "bert.embeddings.LayerNorm.bias": (H,),
-    }
-
-    def attention_block(prefix: str, heads: int, relative: bool) -> None:
-        A = heads * hd
-        for m in ("query", "key", "value"):
-            shapes[f"{prefix}.self.{m}.weight"] = (A, H)
-            shapes[f"{prefix}.self.{m}.bias"] = (A,)
-        if relative:
-            shapes[f"{prefix}.self.distance_embedding.weight"] = (2 * P - 1, hd)
-        shapes[f"{prefix}.output.dense.weight"] = (H, A)
-        shapes[f"{prefix}.output.dense.bias"] = (H,)
-        shapes[f"{prefix}.output.LayerNorm.weight"] = (H,)
-        shapes[f"{prefix}.output.LayerNorm.bias"] = (H,)
-
-    for i in range(config.num_hidden_layers):
-        layer = f"bert.encoder.layer.{i}"
-        attention_block(f"{layer}.attention", config.heads_in_layer(i), config.position_embedding_type != "absolute")
-        if config.add_cross_attention:
-            attention_block(f"{layer}.crossattention", config.num_attention_heads, False)
-        shapes[f"{layer}.intermediate.dense.weight"] = (I, H)
-        shapes[f"{layer}.intermediate.dense.bias"] = (I,)
-        shapes[f"{layer}.output.dense.weight"] = (H, I)
-        shapes[f"{layer}.output.dense.bias"] = (H,)
-        shapes[f"{layer}.output.LayerNorm.weight"] = (H,)
-        shapes[f"{layer}.output.LayerNorm.bias"] = (H,)
-
-    optional = {
-        "bert.pooler.dense.weight": {"bert.pooler.dense.weight": (H, H), "bert.pooler.dense.bias": (H,)},
-        "cls.predictions.transform.dense.weight": {
-            "cls.predictions.transform.dense.weight": (H, H), "cls.predictions.transform.dense.bias": (H,),
-            "cls.predictions.transform.LayerNorm.weight": (H,), "cls.predictions.transform.LayerNorm.bias": (H,),
-            "cls.predictions.decoder.weight": (V, H), "cls.predictions.decoder.bias": (V,),
-            "cls.predictions.bias": (V,),
-        },
-        "cls.seq_relationship.weight": {"cls.seq_relationship.weight": (2, H), "cls.seq_relationship.bias": (2,)},
-    }
-    for group in optional.values():
-        if any(k in state for k in group):
-            shapes.update(group)
-    for head in ("classifier", "qa_outputs"):  # task heads: any number of labels, each of width H
-        if f"{head}.weight" in state or f"{head}.bias" in state:
-            w = state.get(f"{head}.weight")
-            n = w.shape[0] if w is not None and w.dim() == 2 else config.num_labels
-            shapes[f"{head}.weight"] = (n, H)
-            shapes[f"{head}.bias"] = (n,)
-    return shapes
+def checkpoint_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    """Every key a model of ``config`` reads, as its checkpoint names it, with its shape: BERT's table as the
+    model's family changes it (:func:`~bertfn.model.family.named_shapes`), each name turned into the family's
+    key (several of ALBERT's layers read one key)."""
+    root = Params(state, config)
+    return {root.key(k): shape for k, shape in named_shapes(config, root).items()}
 
 
 def config_contradictions(config: BertConfig, state: dict[str, torch.Tensor]) -> list[str]:
@@ -139,18 +97,20 @@ def config_contradictions(config: BertConfig, state: dict[str, torch.Tensor]) ->
     Read from the embeddings, the first layer and the layers' query weights. (Head count and eps leave no trace
     in the shapes: a wrong ``num_attention_heads`` that divides ``hidden_size`` cannot be detected.)
     """
+    root = Params(state, config)  # read by BERT's names, whatever the family calls them
+
     def size(key: str, axis: int) -> int | None:
-        t = state.get(key)
+        t = state.get(root.key(key))
         return t.shape[axis] if t is not None and t.dim() > axis else None
 
     layers = [k for k in state if re.fullmatch(r"bert\.encoder\.layer\.\d+\.attention\.self\.query\.weight", k)]
     found = {
         "vocab_size": size("bert.embeddings.word_embeddings.weight", 0),
-        "hidden_size": size("bert.embeddings.word_embeddings.weight", 1),
         "max_position_embeddings": size("bert.embeddings.position_embeddings.weight", 0),
         "type_vocab_size": size("bert.embeddings.token_type_embeddings.weight", 0),
+        "hidden_size": size("bert.encoder.layer.0.attention.self.query.weight", 1),
         "intermediate_size": size("bert.encoder.layer.0.intermediate.dense.weight", 0),
-        "num_hidden_layers": len(layers) or None,
+        "num_hidden_layers": len(layers) or None,  # BERT's keys only (a member's layers may share keys)
     }
     out = [f"{name}={getattr(config, name)} but the weights have {n}"
            for name, n in found.items() if n is not None and n != getattr(config, name)]
@@ -165,11 +125,16 @@ BERT_PARTS = ("bert.", "cls.predictions.", "cls.seq_relationship.", "classifier.
 """Key prefixes of the parts bertfn's functions read: the encoder and the heads of heads.py."""
 
 
-def unused_keys(state: dict[str, torch.Tensor]) -> list[str]:
+def unused_keys(state: dict[str, torch.Tensor], config: BertConfig | None = None) -> list[str]:
     """Keys outside every BERT part (:data:`BERT_PARTS`): other heads (AntiBERTy's ``cls.species.*``),
     training leftovers. A key inside a part that the config does not expect is not unused but
-    unexpected (e.g. a layer too many): :func:`check_state` refuses it."""
-    return sorted(k for k in state if not k.startswith(BERT_PARTS))
+    unexpected (e.g. a layer too many): :func:`check_state` refuses it. For a family member (``config``
+    of another model_type) the parts are its base model (``roberta.``) and the keys its heads read."""
+    family = family_of(config) if config is not None else None
+    if family is None or family.key is None:
+        return sorted(k for k in state if not k.startswith(BERT_PARTS))
+    read = set(checkpoint_shapes(config, state))
+    return sorted(k for k in state if k not in read and not k.startswith(family.prefix))
 
 
 def group_keys(keys: list[str]) -> list[str]:
@@ -187,9 +152,10 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
     name the files in the message.
     """
     present = set(state)
-    shapes = expected_shapes(config, state)
+    shapes = checkpoint_shapes(config, state)
+    unused = set(unused_keys(state, config))
     missing = sorted(set(shapes) - present)
-    unexpected = sorted(present - set(shapes) - (set() if strict else set(unused_keys(state))))
+    unexpected = sorted(present - set(shapes) - (set() if strict else unused))
     wrong = [f"{k}: expected {shapes[k]}, found {tuple(state[k].shape)}"
              for k in sorted(present & set(shapes)) if tuple(state[k].shape) != shapes[k]]
     if missing or unexpected or wrong:
@@ -203,7 +169,7 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
             parts.append(f"wrong shape: {'; '.join(wrong[:8])}{' ...' if len(wrong) > 8 else ''}")
         weights = f"the weights in {weights_file}" if weights_file else "the weights"
         config_name = config_file or "the config"
-        if not missing and not wrong and set(unexpected) <= set(unused_keys(state)):  # strict=True refused other heads
+        if not missing and not wrong and set(unexpected) <= unused:  # strict=True refused other heads
             raise CheckpointError(f"{weights} have {parts[0]}, which no BERT part reads ({', '.join(group_keys(unexpected))}) "
                                   "and strict=True refuses; load with strict=False (the default) to keep them in "
                                   "model.state, unused")
