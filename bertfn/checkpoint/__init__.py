@@ -2,11 +2,13 @@
 
     dtypes.py       the precisions a model runs in, as Python and the CLI spell them
     tokenizer.py    text -> ids: vocab.txt or tokenizer.json through the tokenizers library
+    weights.py      one weights file read safely: safetensors, or torch.load(weights_only=True)
     state.py        the checkpoint's tensors checked against the shapes the config implies, laid out for products
     loading.py      load(): weights (safetensors, never pickled code), config and tokenizer -> Model
     resolve.py      what the text-reading calls accept (a Model, a folder, a hub id; one text or many)
     pruning.py      prune_heads(): a Model without some attention heads
     scratch.py      init_model(): a Model from a config alone, weights drawn as BERT initialises them
+    fairseq.py      convert_fairseq_roberta(): a fairseq RoBERTa (Sapiens' antibody models) -> an HF folder
 
 Each module imports only those above it (and bertfn/model/, errors.py).
 """
