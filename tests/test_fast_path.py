@@ -214,7 +214,7 @@ def test_texts_end_to_end_equal_the_padded_batch(case):
     rows = list(range(len(lengths)))
     with torch.inference_mode():
         padded = bertfn.encoder(model.params, enc.input_ids, enc.attention_mask, enc.token_type_ids).last_hidden_state
-    ids, types, positions = end_to_end(enc, rows, lengths)
+    ids, types, positions = end_to_end(enc, rows, lengths, model.config)
     where = torch.arange(0, sum(lengths), 3)  # (r,)
     for name in AVAILABLE:
         with forced(name), torch.inference_mode():
@@ -266,7 +266,7 @@ def test_bf16_mode_stays_close_to_fp32():
     assert F.cosine_similarity(h16[real], h[real], dim=-1).min() > 0.999
     lengths = enc.attention_mask.sum(dim=1).tolist()
     with torch.inference_mode():  # the fast path's kernels (oneDNN on packed bf16 weights where the CPU has it)
-        fast16 = unpadded_encoder(bf16.params, *end_to_end(enc, [0, 1], lengths), lengths)[0].float()  # (T, H)
+        fast16 = unpadded_encoder(bf16.params, *end_to_end(enc, [0, 1], lengths, bf16.config), lengths)[0].float()  # (T, H)
     assert (fast16 - h[real]).norm() / h[real].norm() < 3e-2
     assert F.cosine_similarity(fast16, h[real], dim=-1).min() > 0.999
 
@@ -384,7 +384,7 @@ def test_the_encoder_pads_its_rows_once_so_no_product_copies_its_input(monkeypat
     g = torch.Generator().manual_seed(0)
     mask = (torch.arange(9)[None, :] < torch.tensor(lengths)[:, None]).long()
     enc = Encoding(torch.randint(1, 30, (3, 9), generator=g) * mask, torch.zeros(3, 9, dtype=torch.long), mask, [], [])
-    ids, types, positions = end_to_end(enc, [0, 1, 2], lengths)
+    ids, types, positions = end_to_end(enc, [0, 1, 2], lengths, model.config)
     seen = []
     real = kernels.onednn_linear
     monkeypatch.setattr(kernels, "onednn_linear", lambda x, *a, **k: seen.append(x.shape[-2]) or real(x, *a, **k))

@@ -55,8 +55,9 @@ each), few enough that a chunk's results are a few MB and a killed run loses lit
 class Task:
     """A pipeline call this room can run: ``function(texts, model, **options)`` -> one result per text.
 
-    probe: a text the function accepts with any model that can run it at all (fill-mask: ``"[MASK]"``),
-    or a function of the task's options that gives one (score-mutations: the reference itself).
+    probe: a text the function accepts with any model that can run it at all (score: ``"a"``), or a
+    function of the model and the task's options that gives one (fill-mask: the model's mask token,
+    ``[MASK]`` or ``<mask>``; score-mutations: the reference itself).
     Runs that turn refused texts into error lines call the function on it once before the first
     text, so that a bad option or a model without the part it needs stops the run at once instead
     of marking every line as failed.
@@ -64,7 +65,7 @@ class Task:
 
     name: str
     function: Callable[..., object]
-    probe: str | Callable[[dict], str]
+    probe: str | Callable[[Model, dict], str]
     max_tokens: Callable[[Model, dict], int] | None = None
     """The tokens per text the task reads at most with these options (what its truncation keeps); None:
     the model's positions (a longer text is refused, or, in fill-mask with truncation, read through a window of that size)."""
@@ -74,11 +75,11 @@ TASKS: dict[str, Task] = {}
 """Task name (the CLI subcommand, e.g. ``"fill-mask"``) -> :class:`Task`; filled by :func:`register`."""
 
 
-def register(name: str, function: Callable[..., object], probe: str | Callable[[dict], str],
+def register(name: str, function: Callable[..., object], probe: str | Callable[[Model, dict], str],
              max_tokens: Callable[[Model, dict], int] | None = None) -> type[Mapper]:
     """Make ``function`` a task named ``name``; returns its callable class for ``map_batches``.
 
-    ``FillMask = register("fill-mask", fill_mask, probe="[MASK]")`` (the end of this file) is all it takes: :func:`stream`,
+    ``Score = register("score", score, probe="a")`` (the end of this file) is all it takes: :func:`stream`,
     :func:`run_file` (``bertfn NAME --input``) and the returned :class:`Mapper` subclass then run it.
     """
     TASKS[name] = Task(name, function, probe, max_tokens)
@@ -165,7 +166,7 @@ class Runner:
         if probe:
             with warnings.catch_warnings():  # the probe's own text may be all [UNK] (e.g. "a" for capitals)
                 warnings.simplefilter("ignore")
-                probe = self.task.probe(options) if callable(self.task.probe) else self.task.probe
+                probe = self.task.probe(self.model, options) if callable(self.task.probe) else self.task.probe
                 self.task.function([probe], self.model, **options)
 
     def __call__(self, texts: list) -> list:
@@ -320,7 +321,7 @@ class Mapper:
         return out
 
 
-FillMask = register("fill-mask", fill_mask, probe="[MASK]")
+FillMask = register("fill-mask", fill_mask, probe=lambda m, options: m.tokenizer.mask_token)
 Embed = register("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
 Score = register("score", score, probe="a")
-ScoreMutations = register("score-mutations", score_mutations, probe=lambda options: options.get("reference") or "a")
+ScoreMutations = register("score-mutations", score_mutations, probe=lambda m, options: options.get("reference") or "a")

@@ -14,7 +14,9 @@ import torch
 
 from ..checkpoint.loading import Model
 from ..checkpoint.tokenizer import Encoding
+from ..model.config import BertConfig
 from ..model.encoder import encoder
+from ..model.family import family_of
 from ..model.recorder import NO_TRACE, Trace
 from .unpadded import unpadded_encoder
 
@@ -43,16 +45,23 @@ def text_groups(lengths: list[int], batch_size: int, max_tokens: int) -> list[li
     return groups
 
 
-def end_to_end(enc: Encoding, rows: list[int], lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def end_to_end(enc: Encoding, rows: list[int], lengths: list[int],
+               config: BertConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The texts ``rows`` of ``enc`` one after another, without padding: the inputs of ``unpadded_encoder``.
 
     Returns input_ids, token_type_ids and position_ids, each (1, T) with T the sum of the texts'
-    lengths; positions restart at 0 for each text.
+    lengths; positions restart for each text: 0, 1, ... in BERT, or as the model's family counts
+    them (RoBERTa's from ``padding_idx + 1``: :mod:`bertfn.model.family`).
     """
     ns = [lengths[i] for i in rows]
-    ids = torch.cat([enc.input_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
+    texts = [enc.input_ids[i, :n] for i, n in zip(rows, ns)]  # each (n,)
+    ids = torch.cat(texts)[None]  # (1, T)
     types = torch.cat([enc.token_type_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
-    positions = torch.cat([torch.arange(n) for n in ns])[None]  # (1, T)
+    count = family_of(config).position_ids
+    if count is None:
+        positions = torch.cat([torch.arange(n) for n in ns])[None]  # (1, T)
+    else:
+        positions = torch.cat([count(t[None], config.pad_token_id, 0)[0] for t in texts])[None]  # (1, T)
     return ids, types, positions
 
 
@@ -75,7 +84,7 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
     P = m.config.max_position_embeddings
     group_tokens = GROUP_TOKENS if m.config.position_embedding_type == "absolute" else min(GROUP_TOKENS, P)
     for rows in text_groups(lengths, batch_size, group_tokens):
-        ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
+        ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths, m.config))
         where = read(rows, ids) if read is not None else None  # (N,) or all T
         ns = [lengths[i] for i in rows]
         if points:
@@ -90,6 +99,8 @@ def padded_encoder(m: Model, enc: Encoding, rows: list[int], ns: list[int], poin
     padded batch (b, S), with ``points``' edits, laid end to end as :func:`end_to_end` lays them: (T, H)."""
     S = max(ns)
     keep = (torch.arange(S)[None, :] < torch.tensor(ns)[:, None]).long()  # (b, S): 1 for each text's tokens
-    ids, types = enc.input_ids[rows, :S] * keep, enc.token_type_ids[rows, :S] * keep  # (b, S) each
+    pad = m.config.pad_token_id if m.config.pad_token_id is not None else 0
+    ids = enc.input_ids[rows, :S].masked_fill(keep == 0, pad)  # (b, S): each text, then padding
+    types = enc.token_type_ids[rows, :S] * keep  # (b, S)
     out = encoder(m.params, ids.to(m.device), keep.to(m.device), types.to(m.device), trace=points)
     return torch.cat([h[:n] for h, n in zip(out.last_hidden_state, ns)])  # (T, H)

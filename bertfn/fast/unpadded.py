@@ -27,7 +27,9 @@ from ..model.attention import (
     split_heads,
 )
 from ..model.embeddings import embeddings
+from ..model.family import family_of
 from ..model.functional import layer_norm
+from ..model.heads import head_act
 from ..model.params import Params
 from .choice import linear, linears, run_rows
 
@@ -105,7 +107,7 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
     """
     cfg = params.config
     p = params.scope("bert")
-    x = embeddings(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
+    x = (family_of(cfg).embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
     T = x.shape[1]
     pad = run_rows(x, p["encoder.layer.0.attention.self.query.weight"], p["encoder.layer.0.attention.self.query.bias"]) - T
     if pad:
@@ -125,6 +127,6 @@ def fast_mlm_head(params: Params, h: Tensor) -> Tensor:
     """
     cfg = params.config
     p = params.scope("cls.predictions")
-    t = linear(h, p["transform.dense.weight"], p["transform.dense.bias"], cfg.hidden_act)  # (..., H)
+    t = linear(h, p["transform.dense.weight"], p["transform.dense.bias"], head_act(cfg))  # (..., H)
     t = layer_norm(t, p["transform.LayerNorm.weight"], p["transform.LayerNorm.bias"], cfg.layer_norm_eps)
     return linear(t, p["decoder.weight"], p["bias"])  # (..., V)

@@ -38,18 +38,29 @@ import html
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import InputError
+from ..model.config import BertConfig
 from .page_arrays import LEVELS, PageArrays, top_k as _top_k
 
-if TYPE_CHECKING:  # for the annotations only: trace.py imports this module (Recording.to_html), not the reverse
-    from .trace import Recording
+
+class Recording(Protocol):
+    """What the page is drawn from: a :class:`bertfn.inspect.trace.Recording` (``bertfn.trace(text, model)``)
+    or anything with its fields. Named here, not imported: trace.py imports this module
+    (``Recording.to_html``), and the house has no cycles (tests/test_layout.py)."""
+
+    tokens: list[str]  # S tokens
+    input_ids: Any  # (1, S)
+    mask_positions: list[int]
+    tensors: Mapping[str, Any]  # name -> tensor, or a PageArrays store
+    config: BertConfig
+    model: Any  # the Model traced, whose MLM head gives the predictions; None without one
 
 PAGE_FILES = ("page.html", "explorer.css", "explorer.js")
 """The page's template, style and script, shipped in ``bertfn/inspect/explorer_page/``."""

@@ -51,17 +51,24 @@ from ..fast.kernels import ONEDNN, packed
 from ..fast.unpadded import fast_mlm_head
 from ..model.config import BertConfig
 from ..model.params import Params
+from ..model.recorder import layer_input
 
 Tensor = torch.Tensor
 
-READS = re.compile(r"embeddings\.output|layer\.(\d+)\.(attention\.(q|k|probs)|output)|mlm\.logits")
-"""The recorded names the page reads (group 1: the layer; group 3: q, k or probs)."""
+READS = re.compile(r"embeddings\.(output|projected)|layer\.(\d+)\.(attention\.(q|k|probs)|output)|mlm\.logits")
+"""The recorded names the page reads (group 2: the layer; group 4: q, k or probs). Of the embeddings' points it
+keeps the one that is layer 0's input (:func:`~bertfn.model.recorder.layer_input`)."""
 
 _CHUNK_BYTES = 18 << 20
 """The per-layer predictions run the MLM head on as many positions at a time as keep that chunk's bf16 logits
 and float32 probabilities (6 bytes a word of the vocabulary) within this many bytes, in multiples of 16: 96
 positions on bert-base's vocabulary. On an AMD EPYC with 32 MiB of L3, the chunk then stays in the cache from
 the product to the top-k: 512 positions took 86 ms, against 111 ms at 128 positions (23 MiB)."""
+
+
+HEAD = tuple(f"cls.predictions.{n}" for n in ("transform.dense.weight", "transform.dense.bias", "transform.LayerNorm.weight",
+                                                "transform.LayerNorm.bias", "decoder.weight", "bias"))
+"""The weights :func:`~bertfn.fast.unpadded.fast_mlm_head` reads, by BERT's names."""
 
 
 def _chunk_rows(vocab_size: int) -> int:
@@ -110,10 +117,10 @@ class PageArrays(dict):
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise InputError(f"top_k must be an integer of at least 1, got {top_k!r}")
         self.config, self.top_k = config, top_k
-        state = model.state if model is not None else {}
-        self.lens = "cls.predictions.decoder.weight" in state
+        self.first = layer_input(config)  # the embeddings' point that is layer 0's input
+        self._root = model.params if model is not None else None  # read by BERT's names, whatever the family's
+        self.lens = self._root is not None and "cls.predictions.decoder.weight" in self._root
         self.head = None  # the MLM head's weights in bf16, made when the first hidden state comes
-        self._state = state
         self.arrays: dict[str, np.ndarray] = {}
         self.seen: set[str] = set()
 
@@ -124,7 +131,7 @@ class PageArrays(dict):
 
     def __setitem__(self, name: str, x: Tensor) -> None:
         found = READS.fullmatch(name)
-        if found is None:
+        if found is None or (found[1] and name != self.first):
             return
         if name == "mlm.logits":
             super().__setitem__(name, x)
@@ -133,18 +140,18 @@ class PageArrays(dict):
         L = self.config.num_hidden_layers
         with torch.no_grad():
             x = x[0].detach()
-            if found[3] == "probs":  # (nh, S, S)
-                i, (nh, S, _) = int(found[1]), x.shape
+            if found[4] == "probs":  # (nh, S, S)
+                i, (nh, S, _) = int(found[2]), x.shape
                 p = x.to(torch.float32)
                 self._array("attention", (L, nh, S, S), np.uint8)[i] = quantise_probs(p)
                 self._array("entropy", (L, nh, S), np.float32)[i] = entropy(p).cpu().numpy()
-            elif found[3]:  # q or k: (nh, S, hd)
-                i, (nh, S, hd) = int(found[1]), x.shape
+            elif found[4]:  # q or k: (nh, S, hd)
+                i, (nh, S, hd) = int(found[2]), x.shape
                 codes, scale = quantise_vectors(x.to(torch.float32))
-                self._array(found[3], (L, nh, S, hd), np.int8)[i] = codes
-                self._array(f"{found[3]}_scale", (L, nh, S), np.float32)[i] = scale
-            else:  # a hidden state (S, H): the embeddings' output (row 0) or layer i's (row i + 1)
-                row = 0 if found[1] is None else int(found[1]) + 1
+                self._array(found[4], (L, nh, S, hd), np.int8)[i] = codes
+                self._array(f"{found[4]}_scale", (L, nh, S), np.float32)[i] = scale
+            else:  # a hidden state (S, H): layer 0's input (row 0) or layer i's output (row i + 1)
+                row = 0 if found[2] is None else int(found[2]) + 1
                 S = x.shape[0]
                 self._array("norms", (L + 1, S), np.float32)[row] = torch.linalg.vector_norm(x.float(), dim=-1).cpu().numpy()
                 if self.lens:
@@ -160,11 +167,11 @@ class PageArrays(dict):
         (V, H) decoder are most of the page's cost, and bf16 takes a third of fp32's time on a CPU with
         AVX-512-bf16."""
         if self.head is None:
-            head = {n: t.to(torch.bfloat16) for n, t in self._state.items() if n.startswith("cls.predictions.")}
-            decoder = head["cls.predictions.decoder.weight"]
-            if ONEDNN and decoder.device.type == "cpu":  # where fast_mlm_head multiplies on oneDNN: keep that copy alone
-                head["cls.predictions.decoder.weight"] = packed(decoder)
-            del decoder
+            root = self._root
+            head = {root.key(n): root[n].to(torch.bfloat16) for n in HEAD}  # under the checkpoint's own names
+            decoder = root.key("cls.predictions.decoder.weight")
+            if ONEDNN and head[decoder].device.type == "cpu":  # where fast_mlm_head multiplies on oneDNN: keep that copy alone
+                head[decoder] = packed(head[decoder])
             self.head = Params(head, self.config)
         h = h.to(torch.bfloat16)
         probs, ids = [], []
@@ -178,7 +185,7 @@ class PageArrays(dict):
 
     def missing(self) -> list[str]:
         """The names the page reads that this store has not been given (empty once a whole pass went through)."""
-        names = ["embeddings.output"] + [f"layer.{i}.{n}" for i in range(self.config.num_hidden_layers)
+        names = [self.first] + [f"layer.{i}.{n}" for i in range(self.config.num_hidden_layers)
                                          for n in ("attention.q", "attention.k", "attention.probs", "output")]
         return [n for n in names if n not in self.seen]
 

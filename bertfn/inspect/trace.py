@@ -16,6 +16,8 @@ name                                        shape             what it is
 ``embeddings.position``                     (B, S, H)         rows of the position table (absolute only)
 ``embeddings.sum``                          (B, S, H)         their sum, before LayerNorm
 ``embeddings.output``                       (B, S, H)         after LayerNorm: the input of layer 0
+``embeddings.projected``                    (B, S, H)         ELECTRA's and ALBERT's: their E-wide tables'
+                                                              ``output`` mapped to H, the input of layer 0
 ``layer.{i}.attention.query|key|value``     (B, S, nh*hd)     ``x W^T + b``, all heads side by side
 ``layer.{i}.attention.q|k|v``               (B, nh, S, hd)    the same, split into heads
 ``layer.{i}.attention.relative_scores``     (B, nh, S, S)     relative-position scores (if any)
@@ -37,6 +39,10 @@ name                                        shape             what it is
 ``mlm.transform``                           (N, H)            MLM transform at the N ``[MASK]`` positions
 ``mlm.logits``                              (N, V)            vocabulary logits at those positions
 ==========================================  ================  ==============================================
+
+The family's members record the same names (DistilBERT has no ``embeddings.token_type``; ELECTRA's and
+ALBERT's embeddings are E wide up to ``embeddings.projected``): :func:`~bertfn.model.recorder.point_names`
+lists a model's.
 """
 
 from __future__ import annotations
@@ -183,6 +189,6 @@ def trace(text: str, model: Model | str | Path | None = None, pair: str | None =
         out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
                       impl="eager", trace=record)
         where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,) positions of the [MASK]s
-        if len(where) and "cls.predictions.decoder.weight" in m.state:
+        if len(where) and "cls.predictions.decoder.weight" in m.params:
             mlm_head(m.params, out.last_hidden_state[0, where], trace=record)  # (N, V)
     return Recording(enc.tokens[0], ids, where.tolist(), record.store, m.config, m)

@@ -32,7 +32,7 @@ from ..inspect.trace import Recording
 from ..model.attention import causal_keep_mask, extended_mask
 from ..model.encoder import encoder, layer
 from ..model.heads import mlm_head
-from ..model.recorder import Edit, Point, Trace, check_edits
+from ..model.recorder import Edit, Point, Trace, check_edits, layer_input
 from .points import select
 
 Tensor = torch.Tensor
@@ -153,7 +153,8 @@ def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metri
     keep = torch.ones_like(corrupted.input_ids)  # (1, S): one text, no padding
     if m.config.is_decoder:
         keep = causal_keep_mask(keep, keep.shape[1])  # (1, S, S)
-    mask = extended_mask(keep, corrupted["embeddings.output"].dtype)
+    first = layer_input(m.config)  # the embeddings' last point: layer 0's input
+    mask = extended_mask(keep, corrupted[first].dtype)
     if over == "heads" and any(clean[n].dim() != 4 for n in names):
         raise InputError(f"{template} is not split into heads; sweep heads at layer.{{i}}.attention.q|k|v|context")
     counts = [clean[n].shape[1] if over == "heads" else clean[n].shape[2 if clean[n].dim() == 4 else 1]
@@ -167,7 +168,7 @@ def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metri
     with torch.no_grad():
         active, members = None, []  # copies patched below the current layer: (A, S, H), and (layer, n) of each group
         for i in layers:
-            x = corrupted[f"layer.{i - 1}.output"] if i else corrupted["embeddings.output"]  # (1, S, H): below the patch, once
+            x = corrupted[f"layer.{i - 1}.output"] if i else corrupted[first]  # (1, S, H): below the patch, once
             new = x.expand(counts[i], *x.shape[1:])  # (n, S, H): the copies to patch at layer i
             if i == L - 1 and active is not None:  # the last layer: the copies patched below at the masks alone
                 new = _patched_layer(params, new.contiguous(), mask, i, names[i], clean[names[i]], counts[i], over)[:, where]
