@@ -56,6 +56,7 @@ from .model.recorder import Trace
 from .tasks.embed import embed
 from .tasks.fill_mask import fill_mask
 from .tasks.mutations import Substitutions, score_mutations, substitution_matrix
+from .tasks.replaced import replaced_tokens
 from .tasks.scoring import score
 
 __version__ = "0.1.0"
@@ -64,7 +65,7 @@ __all__ = [
     "BertConfig", "BertfnError", "BertfnWarning", "Cache", "CheckpointError", "ConfigError", "DependencyError", "EncoderOutput",
     "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
     "embed", "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
-    "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "score", "score_mutations", "sdpa_attention",
+    "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "replaced_tokens", "score", "score_mutations", "sdpa_attention",
     "sequence_classification", "Substitutions", "substitution_matrix", "token_classification", "trace", "plots", "interventions",
     "UnknownTokensWarning", "UnusedWeightsWarning",
 ]

@@ -1,0 +1,74 @@
+"""Replaced-token detection: ELECTRA's discriminator says, for each token, whether it was replaced.
+
+    P(token t was replaced) = sigmoid(dense_prediction(act(dense h_t)))       (Clark et al. 2020, sec. 2)
+
+ELECTRA trains its discriminator to spot the tokens its generator put in place of the originals, so
+the score reads as "how out of place is this token here": a word that does not fit its context
+scores near 1. :func:`replaced_tokens` tokenizes, runs the encoder on the fast path (the texts end to
+end, :func:`~bertfn.fast.batching.encoded_groups`) and applies the discriminator's head
+(:func:`~bertfn.model.electra.discriminator_head`) at every token, as ``ElectraForPreTraining`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.loading import Model
+from ..checkpoint.resolve import flag_unknown, get_model, require_tokenizer, text_list, texts_and_model
+from ..errors import InputError, MissingPartError
+from ..fast.batching import encoded_groups
+from ..model.electra import DISCRIMINATOR, discriminator_head
+from ..model.recorder import NO_TRACE, Edit, with_edits
+
+
+def replaced_tokens(
+    inputs: str | list[str],
+    model: Model | str | Path,
+    *,
+    batch_size: int = 16,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    edits: Mapping[str, Edit] | None = None,
+) -> list:
+    """For each token of a text, the discriminator's probability that it was replaced.
+
+    Returns, for one text, a list of ``{"token", "index", "start", "end", "score", "replaced"}`` per
+    token ([CLS] and [SEP] left out), in order: the word piece, its position in the tokenized text,
+    its span in the text's characters, the probability (sigmoid of the logit ``ElectraForPreTraining``
+    gives) and whether it is above 1/2. For a list of texts, a list of those.
+    model: an ELECTRA discriminator (``ElectraForPreTraining``): a loaded :class:`Model`, a folder or a
+    hub id such as ``google/electra-small-discriminator``. edits: as in :func:`~bertfn.model.encoder.encoder`.
+    Raises :class:`MissingPartError` for a model without the discriminator's head.
+    """
+    inputs, model = texts_and_model(inputs, model, "replaced_tokens")
+    texts, single = text_list(inputs, "replaced_tokens")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    m = get_model(model, device, dtype)
+    tok = require_tokenizer(m, "replaced_tokens")
+    if DISCRIMINATOR[2] not in m.params:
+        raise MissingPartError(f"replaced_tokens needs ELECTRA's discriminator head (discriminator_predictions.*), and "
+                               f"model {m.name!r} ({m.family.name}) has none; load an ElectraForPreTraining checkpoint "
+                               "such as google/electra-small-discriminator")
+    points = with_edits(NO_TRACE, edits, m.config)
+    P = m.config.max_position_embeddings
+    enc = tok(list(texts))
+    lengths = enc.attention_mask.sum(dim=1).tolist()
+    for i, n in enumerate(lengths):
+        if n > P:
+            raise InputError(f"text {i} is {n} tokens long but the model reads at most {P}; shorten it")
+    specials = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
+    results: list = [None] * len(texts)
+    with torch.inference_mode():
+        for rows, _, h in encoded_groups(m, enc, lengths, batch_size, points=points):  # h: (T, H), texts end to end
+            probs = torch.sigmoid(discriminator_head(m.params, h).float())  # (T,)
+            for i, p in zip(rows, probs.split([lengths[i] for i in rows])):  # text i's (n,)
+                ids = enc.input_ids[i, :lengths[i]].tolist()
+                results[i] = [{"token": enc.tokens[i][j], "index": j, "start": enc.offsets[i][j][0],
+                               "end": enc.offsets[i][j][1], "score": float(p[j]), "replaced": bool(p[j] > 0.5)}
+                              for j in range(len(ids)) if ids[j] not in specials]
+    results = flag_unknown(results, enc.unknown)
+    return results[0] if single else results
