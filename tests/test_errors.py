@@ -125,12 +125,11 @@ def test_truncation_keeps_a_window_around_the_mask(model, mlm_checkpoint, before
 
 
 def test_window_moves_off_word_pieces():
-    """Tokens alternate 'a', '##b' (two-piece words); the centred window [17, 27) would start and end mid-word."""
-    tokens = ["a" if i % 2 == 0 else "##b" for i in range(50)]
-    tokens[21] = "[MASK]"
-    ids = [0 if t == "[MASK]" else 1 for t in tokens]
-    assert window_around_masks(ids, tokens, mask_id=0, width=10) == (18, 26)
-    assert window_around_masks(ids, tokens, mask_id=0, width=1) == (21, 22)  # the mask alone still fits
+    """Two-piece words (word ids 0 0 1 1 ...); the centred window [17, 27) would start and end mid-word."""
+    ids = [0 if j == 21 else 1 for j in range(50)]  # 21: the mask, a word of its own
+    words = [j // 2 + (j >= 21) for j in range(50)]
+    assert window_around_masks(ids, words, mask_id=0, width=10) == (18, 26)
+    assert window_around_masks(ids, words, mask_id=0, width=1) == (21, 22)  # the mask alone still fits
 
 
 def test_truncation_does_not_cut_inside_a_word(model):
@@ -581,7 +580,8 @@ def assert_one_line(err: str, *parts: str) -> None:
 
 @pytest.mark.parametrize("argv, part", [
     ([], "the following arguments are required: command; see 'bertfn --help'"),
-    (["fill-mask"], "pass at least one text with [MASK], or --input FILE; see 'bertfn fill-mask --help'"),
+    (["fill-mask"], "pass at least one text with the model's mask token ([MASK] or <mask>), or --input FILE; see "
+                    "'bertfn fill-mask --help'"),
     (["score"], "pass at least one text to score, or --input FILE; see 'bertfn score --help'"),
     (["fill-mask", "a [MASK]", "--top-k", "many"], "argument --top-k: invalid int value: 'many'"),
     (["fill-mask", "a [MASK]", "--colour"], "unrecognized arguments: --colour"),

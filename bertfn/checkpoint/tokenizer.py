@@ -1,10 +1,15 @@
-"""Text <-> ids: BERT's WordPiece tokenizer through the ``tokenizers`` library.
+"""Text <-> ids: the tokenizer of a BERT-family checkpoint, through the ``tokenizers`` library.
 
-Reads ``tokenizer.json`` when the checkpoint has one (the exact pipeline its authors saved), else
-builds the standard BERT pipeline from ``vocab.txt`` with the lowercasing that
-``tokenizer_config.json`` asks for (``BertTokenizerFast``'s conversion): clean text, split Chinese
-characters, lowercase and strip accents, split on whitespace and punctuation, WordPiece with ``##``
-continuations, then ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with token type ids 0 / 1.
+Reads ``tokenizer.json`` when the checkpoint has one: the exact pipeline its authors saved, of any kind
+(BERT's WordPiece, RoBERTa's byte-level BPE, XLM-R's and ALBERT's SentencePiece unigram, a word-level
+vocabulary), with its own template (``[CLS] A [SEP]``, ``<s> A </s></s> B </s>``, ...). Else it builds the
+standard BERT pipeline from ``vocab.txt`` with the lowercasing that ``tokenizer_config.json`` asks for
+(``BertTokenizerFast``'s conversion): clean text, split Chinese characters, lowercase and strip accents,
+split on whitespace and punctuation, WordPiece with ``##`` continuations, then ``[CLS] A [SEP]`` or
+``[CLS] A [SEP] B [SEP]`` with token type ids 0 / 1.
+
+The special tokens (start, separator, mask, padding, unknown) are those ``tokenizer_config.json`` or
+``special_tokens_map.json`` names (``cls_token``, ``mask_token``, ...), else the usual ones (:data:`ROLES`).
 """
 
 from __future__ import annotations
@@ -21,13 +26,25 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 from ..errors import CheckpointError, InputError, UnknownTokensWarning, require_readable, syntax, unreadable
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+"""BERT's special tokens, those a ``vocab.txt`` holds."""
+
+ROLES = {
+    "cls": (("cls_token", "bos_token"), ("[CLS]", "<s>")),
+    "sep": (("sep_token", "eos_token"), ("[SEP]", "</s>")),
+    "mask": (("mask_token",), ("[MASK]", "<mask>")),
+    "pad": (("pad_token",), ("[PAD]", "<pad>")),
+    "unk": (("unk_token",), ("[UNK]", "<unk>")),
+}
+"""Each special token's role: (the tokenizer_config.json keys that may name it, in order; the usual names,
+BERT's and RoBERTa's, tried after them)."""
 
 
 class Encoding(NamedTuple):
     """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span;
-    ``word_ids[b][s]`` numbers the words of a text from 0 (the pre-tokenizer's words: whitespace and
-    punctuation split them), None for [CLS], [SEP] and padding. ``unknown``: ``{text index: what to say
-    of it}`` for the texts whose tokens are mostly [UNK] (:meth:`Tokenizer.unknown`)."""
+    ``word_ids[b][s]`` numbers the words of a text (and again of its second segment) from 0 (the
+    pre-tokenizer's words: whitespace, and for most kinds punctuation, split them), None for the tokens the
+    template adds ([CLS], [SEP], <s>, </s>) and padding. ``unknown``: ``{text index: what to say of it}``
+    for the texts whose tokens are mostly the unknown token (:meth:`Tokenizer.unknown`)."""
 
     input_ids: torch.Tensor
     token_type_ids: torch.Tensor
@@ -35,7 +52,7 @@ class Encoding(NamedTuple):
     tokens: list[list[str]]
     offsets: list[list[tuple[int, int]]]
     word_ids: list[list[int | None]] | None = None
-    unknown: dict[int, str] | None = None  # the texts that are mostly [UNK]: Tokenizer.unknown
+    unknown: dict[int, str] | None = None  # the texts that are mostly [UNK] (or <unk>): Tokenizer.unknown
 
 
 def _read_json(path: Path) -> dict:
@@ -47,6 +64,55 @@ def _read_json(path: Path) -> dict:
         raise unreadable(path) from None
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path} is not readable JSON ({e}); re-download or remove it") from e
+
+
+def _token_name(value: object) -> str | None:
+    """A special token's name as tokenizer_config.json or special_tokens_map.json holds it: a string, or a
+    dict with ``"content"`` (an ``AddedToken``); None for anything else (absent, null)."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def _steps(component: object) -> list[dict]:
+    """The steps of a normalizer or pre-tokenizer as tokenizer.json spells them, a Sequence's in order."""
+    def flat(spec: dict) -> list[dict]:
+        inner = spec.get("normalizers", spec.get("pretokenizers", [])) if spec["type"] == "Sequence" else None
+        return [step for part in inner for step in flat(part)] if inner is not None else [spec]
+    return flat(json.loads(component.__getstate__())) if component is not None else []
+
+
+def _lowercases(normalizer: object) -> bool | None:
+    """Whether the normalizer lowercases: BERT's normalizer's flag, True for a Lowercase step, None when no
+    step is about case (the text's case reaches the vocabulary)."""
+    for step in _steps(normalizer):
+        if step["type"] == "BertNormalizer":
+            return bool(step["lowercase"])
+        if step["type"] == "Lowercase":
+            return True
+    return None
+
+
+def _word_marks(pre_tokenizer: object) -> tuple[str, ...]:
+    """The marks that begin a word's first piece in the vocabulary: SentencePiece's ``"▁"`` (Metaspace) and
+    byte-level BPE's ``"Ġ"`` (a space, as ByteLevel spells bytes); none for WordPiece, which marks the rest."""
+    return tuple("Ġ" if step["type"] == "ByteLevel" else step["replacement"]
+                 for step in _steps(pre_tokenizer) if step["type"] in ("ByteLevel", "Metaspace"))
+
+
+def _find_special(backend: _HFTokenizer, names: dict, role: str) -> tuple[str | None, int | None, list[str]]:
+    """The token of ``role`` (a key of :data:`ROLES`) in ``backend``'s vocabulary: (name, id, the names looked for).
+
+    names: tokenizer_config.json's entries (``{"mask_token": "<mask>", ...}``); the names they give are tried
+    first, then the usual ones. (None, None, looked) when the vocabulary has none of them.
+    """
+    keys, usual = ROLES[role]
+    looked = list(dict.fromkeys([*filter(None, (_token_name(names.get(k)) for k in keys)), *usual]))
+    for name in looked:
+        i = backend.token_to_id(name)
+        if i is not None:
+            return name, i, looked
+    return None, None, looked
 
 
 def _wordpiece_from_vocab(vocab: Path, options: dict) -> _HFTokenizer:
@@ -99,33 +165,45 @@ def check_text(text: str, which: str) -> None:
 
 
 class Tokenizer:
-    """A BERT tokenizer: ``tok(["a text", ...])`` -> padded :class:`Encoding`; ``tok.decode(ids)``.
+    """A BERT-family tokenizer: ``tok(["a text", ...])`` -> padded :class:`Encoding`; ``tok.decode(ids)``.
 
+    ``cls_token_id``, ``sep_token_id``, ``mask_token_id``, ``pad_token_id``, ``unk_token_id`` and their
+    names ``cls_token``, ... (``mask_token``: ``"[MASK]"``, ``"<mask>"``, ...) are found by their role
+    (:data:`ROLES`): the name ``names`` gives (tokenizer_config.json's ``cls_token``, ``bos_token``, ...),
+    else the usual ones. No padding token: id 0 pads (attention masks hide it); no unknown token: None.
     ``clean_up_spaces`` mirrors transformers' ``clean_up_tokenization_spaces``: read from
     tokenizer_config.json, else True for a tokenizer built from vocab.txt (the slow BertTokenizer's
     default) and False for one read from tokenizer.json (the fast tokenizers' default).
+    ``lowercase``: whether the tokenizer lowercases (None: it has no step about case); ``word_marks``: the
+    marks that begin a word in its vocabulary (``("▁",)`` for SentencePiece, ``("Ġ",)`` for byte-level BPE).
     """
 
     def __init__(self, backend: _HFTokenizer, max_length: int | None = None, clean_up_spaces: bool = False,
-                 source: str = "given"):
+                 source: str = "given", names: dict | None = None):
         self.backend = backend
         self.max_length = max_length  # the model's max positions, if known
         self.clean_up_spaces = clean_up_spaces
         self.source = source  # the file it was read from, for messages
-        normalizer = backend.normalizer
-        self.lowercase = bool(normalizer.lowercase) if isinstance(normalizer, normalizers.BertNormalizer) else None
-        ids = {t: backend.token_to_id(t) for t in SPECIAL_TOKENS}
-        missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if ids[t] is None]
+        self.lowercase = _lowercases(backend.normalizer)
+        self.word_marks = _word_marks(backend.pre_tokenizer)  # "▁" (SentencePiece), "Ġ" (byte-level BPE), or none
+        found = {role: _find_special(backend, names or {}, role) for role in ROLES}
+        missing = [f"no {role} token (looked for {', '.join(found[role][2])})"
+                   for role in ("cls", "sep", "mask") if found[role][1] is None]
         if missing:
-            raise CheckpointError(f"the tokenizer has no {', '.join(missing)} token; it is not a BERT tokenizer")
-        self.cls_token_id, self.sep_token_id, self.mask_token_id = ids["[CLS]"], ids["[SEP]"], ids["[MASK]"]
-        self.pad_token_id = ids["[PAD]"] if ids["[PAD]"] is not None else 0
-        self.unk_token_id = ids["[UNK]"]
-        self.mask_token = "[MASK]"
+            raise CheckpointError(
+                f"{source}: the tokenizer has {'; '.join(missing)}; a BERT-family tokenizer needs a start, a "
+                "separator and a mask token. Use the tokenizer that came with the model, or name its tokens in "
+                "tokenizer_config.json (cls_token, sep_token, mask_token)")
+        self.cls_token, self.cls_token_id, _ = found["cls"]
+        self.sep_token, self.sep_token_id, _ = found["sep"]
+        self.mask_token, self.mask_token_id, _ = found["mask"]
+        self.unk_token, self.unk_token_id, _ = found["unk"]
+        self.pad_token_id = found["pad"][1] if found["pad"][1] is not None else 0
+        self.pad_token = backend.id_to_token(self.pad_token_id)
         # counted once: tokenizers rebuilds its whole vocabulary map on every get_vocab_size (~14 ms for 30k)
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         backend.no_truncation()
-        backend.enable_padding(pad_id=self.pad_token_id, pad_token=backend.id_to_token(self.pad_token_id))
+        backend.enable_padding(pad_id=self.pad_token_id, pad_token=self.pad_token)
 
     @classmethod
     def from_folder(cls, folder: str | Path, max_length: int | None = None,
@@ -141,8 +219,9 @@ class Tokenizer:
     def from_path(cls, path: str | Path, max_length: int | None = None, lowercase: bool | None = None) -> Tokenizer:
         """Read a tokenizer from a ``tokenizer.json``, a WordPiece ``vocab.txt`` or a folder holding one.
 
-        A ``tokenizer_config.json`` beside the file sets lowercasing (``do_lower_case``) and
-        ``clean_up_tokenization_spaces``. lowercase: True / False overrides it (False keeps case, as
+        A ``tokenizer_config.json`` beside the file sets lowercasing (``do_lower_case``, for vocab.txt),
+        ``clean_up_tokenization_spaces`` and the special tokens' names (``mask_token``, ...; else those of
+        ``special_tokens_map.json``, else the usual ones). lowercase: True / False overrides it (False keeps case, as
         ``BertTokenizer(vocab, do_lower_case=False)``); None keeps what the files say (a bare vocab.txt
         lowercases, as transformers' default).
         """
@@ -176,7 +255,8 @@ class Tokenizer:
         else:
             backend = _wordpiece_from_vocab(path, options)
         from_vocab = path.suffix != ".json"
-        return cls(backend, max_length, bool(options.get("clean_up_tokenization_spaces", from_vocab)), str(path))
+        names = {**_read_json(path.parent / "special_tokens_map.json"), **options}
+        return cls(backend, max_length, bool(options.get("clean_up_tokenization_spaces", from_vocab)), str(path), names)
 
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
@@ -187,8 +267,9 @@ class Tokenizer:
     def __call__(self, texts: str | list[str], pairs: str | list[str] | None = None) -> Encoding:
         """Tokenize one text or a batch (optionally with second segments) into a padded batch.
 
-        texts: str or list of B str; pairs: the same number of second segments (token type 1).
-        Returns (B, S) tensors padded with [PAD] to the longest row.
+        texts: str or list of B str; pairs: the same number of second segments (A and B joined as the template says).
+        Returns (B, S) tensors padded with the padding token to the longest row (``word_ids`` numbers the
+        words of each segment; token types as the template gives them: 0 / 1 for BERT's, all 0 for RoBERTa's).
         """
         texts = [texts] if isinstance(texts, str) else list(texts)
         if pairs is not None:
@@ -210,16 +291,19 @@ class Tokenizer:
         )
 
     def unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> dict[int, str]:
-        """The texts whose tokens are mostly ``[UNK]`` (the model would answer, confidently, about nothing):
-        ``{index: what to say of it}``, e.g. ``"2 of its 2 tokens are [UNK] (e.g. 'é'), so the results say
-        little about it; <the likely fix>"``.
+        """The texts whose tokens are mostly the unknown token (the model would answer, confidently, about
+        nothing): ``{index: what to say of it}``, e.g. ``"2 of its 2 tokens are [UNK] (e.g. 'é'), so the results
+        say little about it; <the likely fix>"`` (``<unk>`` for RoBERTa's kind: the tokenizer's own name).
 
-        The fix named: keeping case (a cased vocabulary read with lowercasing, e.g. amino acids as
+        The fix named: keeping case (a cased vocabulary read with BERT's lowercasing, e.g. amino acids as
         capitals), writing capitals (small letters given to a vocabulary of capitals), or spacing (a
-        vocabulary of single characters written without spaces).
+        vocabulary of single characters written without spaces). The vocabulary's words are read without
+        their marks (``##`` pieces left out, ``▁`` and ``Ġ`` taken off) and without its ``[...]`` / ``<...>``
+        specials; a lone ``▁`` piece is a space, not a token of the text.
         batch: the ``tokenizers`` encodings of ``texts`` (and their second segments ``pairs``).
         """
-        specials = {self.cls_token_id, self.sep_token_id, self.mask_token_id, self.pad_token_id}
+        specials = {self.cls_token_id, self.sep_token_id, self.mask_token_id, self.pad_token_id,
+                    *(self.backend.token_to_id(m) for m in self.word_marks)}  # and a lone "▁": a space, not text
         flagged = {}
         for i, e in enumerate(batch):
             segments = (texts[i], pairs[i] if pairs is not None else "")
@@ -229,14 +313,15 @@ class Tokenizer:
                 flagged[i] = (len(unknown), len(pieces), unknown)
         if not flagged:
             return {}
-        vocab = self.backend.get_vocab()
-        letters = [w for w in vocab if not w.startswith(("[", "##"))]
-        single_chars = sum(len(w) == 1 for w in letters) > 0.8 * len(letters)
+        vocab = self._vocabulary_words()
+        single_chars = sum(len(w) == 1 for w in vocab) > 0.8 * len(vocab)
+        cased_switch = isinstance(self.backend.normalizer, normalizers.BertNormalizer)  # what lowercase=False turns off
         said = {}
         for i, (n_unk, n, unknown) in flagged.items():
             shown = written = unknown[0][:4]  # the start of the first unknown word, and how to write it
             fixes = []
-            if self.lowercase and sum(w in vocab or all(c in vocab for c in w) for w in unknown) * 2 >= len(unknown):
+            if self.lowercase and cased_switch and \
+                    sum(w in vocab or all(c in vocab for c in w) for w in unknown) * 2 >= len(unknown):
                 fixes.append(f"this vocabulary is cased: load it with {syntax(python='lowercase=False', cli='--cased')}")
             elif sum(w != w.upper() and all(c.upper() in vocab for c in w) for w in unknown) * 2 >= len(unknown):
                 fixes.append("this vocabulary holds capitals")
@@ -245,9 +330,23 @@ class Tokenizer:
                 fixes.append("this vocabulary holds single characters, to be separated by spaces")
                 written = " ".join(written)
             advice = "; ".join(fixes) + (f": write {written!r}, not {shown!r}" if written != shown else "")
-            said[i] = (f"{n_unk} of its {n} tokens are [UNK] (e.g. {', '.join(repr(w[:20]) for w in unknown[:3])}), "
+            examples = ", ".join(repr(w[:20]) for w in unknown[:3])
+            said[i] = (f"{n_unk} of its {n} tokens are {self.unk_token} (e.g. {examples}), "
                        f"so the results say little about it; {advice or 'use the tokenizer that came with the model'}")
         return said
+
+    def _vocabulary_words(self) -> set[str]:
+        """The vocabulary's entries as the text spells them: without the specials (``[CLS]``, ``<mask>``, any
+        ``[...]`` or ``<...>``), without WordPiece's ``##`` continuations, and with the word-start mark of
+        SentencePiece (``▁``) or byte-level BPE (``Ġ``) taken off: ``"▁Rome"`` -> ``"Rome"``."""
+        prefix = getattr(self.backend.model, "continuing_subword_prefix", None)
+        words = set()
+        for w in self.backend.get_vocab():
+            if (len(w) > 2 and w[0] + w[-1] in ("[]", "<>")) or (prefix and w.startswith(prefix)):
+                continue
+            mark = next((m for m in self.word_marks if w.startswith(m) and len(w) > len(m)), "")
+            words.add(w[len(mark):])
+        return words
 
     def warn_unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> dict[int, str]:
         """Warn, once for the batch, about the texts that are mostly ``[UNK]`` (:meth:`unknown`), naming them by
@@ -259,7 +358,10 @@ class Tokenizer:
             also = f" (and text{'s' * (len(others) > 1)} {', '.join(map(str, others[:9]))}{more} like it)" if others else ""
             warnings.warn(f"text {first}{also}: {said[first]}", UnknownTokensWarning, stacklevel=3)
         return said
+
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        """ids -> text, joining ``##`` pieces; same defaults as ``tokenizer.decode`` in transformers."""
+        """ids -> text, as ``tokenizer.decode`` in transformers (same defaults): the tokenizer's own decoder
+        joins the pieces (``##`` continuations, ``▁`` and ``Ġ`` as spaces: the id of ``"Ġromans"`` alone is
+        ``" romans"``), then punctuation is glued back if ``clean_up_spaces``."""
         text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return clean_up_tokenization(text) if self.clean_up_spaces else text

@@ -186,21 +186,28 @@ def fill_mask(
     return results[0] if single else results
 
 
-def window_around_masks(ids: list[int], tokens: list[str], mask_id: int, width: int) -> tuple[int, int]:
+def window_around_masks(ids: list[int], words: list[int | None], mask_id: int, width: int) -> tuple[int, int]:
     """The span ``[start, end)`` of at most ``width`` tokens of ``ids`` that holds every ``mask_id``.
 
-    Centred on the masks (as much context on each side as the text allows), then moved off ``##``
-    continuations so that it neither starts nor ends inside a word, as long as every mask stays in.
-    ids, tokens: one text's tokens without [CLS] / [SEP]. The caller checks that the masks fit.
+    Centred on the masks (as much context on each side as the text allows), then moved off the inside of
+    words so that it neither starts nor ends in the middle of one, as long as every mask stays in.
+    ids, words: one text's tokens without the template's first and last token ([CLS] / [SEP], <s> / </s>),
+    and the word of each (:attr:`Encoding.word_ids`: a token continues a word when its word is the one
+    before's; so for every kind, ``##`` pieces, BPE and unigram pieces alike). The caller checks that the
+    masks fit.
     """
     masks = [j for j, t in enumerate(ids) if t == mask_id]
     first, last = masks[0], masks[-1]
     spare = width - (last - first + 1)  # context tokens the window holds besides the masks' span
     start = min(max(first - spare // 2, 0), len(ids) - width)
     end = start + width
-    while start < first and tokens[start].startswith("##"):  # do not begin in the middle of a word
+
+    def inside(j: int) -> bool:  # token j continues the word of token j - 1
+        return j > 0 and words[j] is not None and words[j] == words[j - 1]
+
+    while start < first and inside(start):  # do not begin in the middle of a word
         start += 1
-    while end > last + 1 and end < len(ids) and tokens[end].startswith("##"):  # nor end in one
+    while end > last + 1 and end < len(ids) and inside(end):  # nor end in one
         end -= 1
     return start, end
 
@@ -208,40 +215,40 @@ def window_around_masks(ids: list[int], tokens: list[str], mask_id: int, width: 
 def mask_windows(tok: Tokenizer, enc: Encoding, lengths: list[int], limit: int) -> Encoding:
     """``enc`` with every row longer than ``limit`` tokens cut to a window that keeps all its masks.
 
-    A cut row is [CLS] + :func:`window_around_masks` of its text tokens + [SEP]; shorter rows stay.
-    enc: a padded single-text batch (B, S) -> a padded batch (B, S') with S' <= ``limit``.
+    A cut row is its first token ([CLS], <s>) + :func:`window_around_masks` of its text tokens (cut at the
+    words of ``enc.word_ids``) + its last ([SEP], </s>); shorter rows stay.
+    enc: a padded single-text batch (B, S) -> a padded batch (B, S') with S' <= ``limit`` (word_ids kept).
     Raises :class:`InputError` when a row's masks are further apart than ``limit - 2`` tokens.
     """
     width = limit - 2  # room for [CLS] and [SEP]
-    rows = []  # (ids, token types, tokens, offsets) of each row, unpadded
+    rows = []  # (ids, token types, tokens, offsets, word ids) of each row, unpadded
     for i, n in enumerate(lengths):
         ids, types = enc.input_ids[i, :n].tolist(), enc.token_type_ids[i, :n].tolist()
-        tokens, offsets = enc.tokens[i][:n], enc.offsets[i][:n]
+        tokens, offsets, words = enc.tokens[i][:n], enc.offsets[i][:n], enc.word_ids[i][:n]
         if n > limit:
             masks = [j for j, t in enumerate(ids) if t == tok.mask_token_id]
             if masks[-1] - masks[0] + 1 > width:
                 raise InputError(
                     f"text {i} has masks {masks[-1] - masks[0] + 1} tokens apart (first to last) but the model "
-                    f"reads {limit} tokens at a time ({width} besides [CLS] and [SEP]), so no window holds them "
-                    "all; split the text into pieces whose masks are closer together"
+                    f"reads {limit} tokens at a time ({width} besides {tok.cls_token} and {tok.sep_token}), so no "
+                    "window holds them all; split the text into pieces whose masks are closer together"
                 )
-            start, end = window_around_masks(ids[1:-1], tokens[1:-1], tok.mask_token_id, width)
+            start, end = window_around_masks(ids[1:-1], words[1:-1], tok.mask_token_id, width)
             keep = [0, *range(start + 1, end + 1), n - 1]  # [CLS], the window, [SEP]
-            ids, types = [ids[j] for j in keep], [types[j] for j in keep]
-            tokens, offsets = [tokens[j] for j in keep], [offsets[j] for j in keep]
-        rows.append((ids, types, tokens, offsets))
+            ids, types, tokens, offsets, words = ([row[j] for j in keep] for row in (ids, types, tokens, offsets, words))
+        rows.append((ids, types, tokens, offsets, words))
     S = max(len(r[0]) for r in rows)
     input_ids = torch.full((len(rows), S), tok.pad_token_id, dtype=torch.long)  # (B, S)
     token_type_ids = torch.zeros(len(rows), S, dtype=torch.long)
     attention_mask = torch.zeros(len(rows), S, dtype=torch.long)
-    pad = tok.id_to_token(tok.pad_token_id)
-    for i, (ids, types, _, _) in enumerate(rows):
+    for i, (ids, types, *_) in enumerate(rows):
         input_ids[i, :len(ids)] = torch.tensor(ids)
         token_type_ids[i, :len(ids)] = torch.tensor(types)
         attention_mask[i, :len(ids)] = 1
-    tokens = [r[2] + [pad] * (S - len(r[2])) for r in rows]
+    tokens = [r[2] + [tok.pad_token] * (S - len(r[2])) for r in rows]
     offsets = [r[3] + [(0, 0)] * (S - len(r[3])) for r in rows]
-    return Encoding(input_ids, token_type_ids, attention_mask, tokens, offsets)
+    word_ids = [r[4] + [None] * (S - len(r[4])) for r in rows]
+    return Encoding(input_ids, token_type_ids, attention_mask, tokens, offsets, word_ids)
 
 
 def _propositions(tok, row_ids: list[int], masks: list) -> list:

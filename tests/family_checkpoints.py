@@ -1,0 +1,298 @@
+"""Small random checkpoints of BERT's family (RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ALBERT), built offline.
+
+:func:`save_member` writes a folder as the hub has one: ``config.json`` and ``model.safetensors`` from
+``save_pretrained`` of a random-init transformers model, and a fast tokenizer of the member's own kind
+(``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``), so that tests can hold bertfn
+to transformers on every member with no download. The tokenizers are trained here, in a few milliseconds,
+on :data:`CORPUS` with the ``tokenizers`` library's trainers, and set up as the real models' tokenizers
+are (the converters of ``transformers.convert_slow_tokenizer`` and the hub's tokenizer.json files):
+
+    roberta                byte-level BPE ("Ġword"), <s> A </s></s> B </s> (RobertaProcessing), <mask> lstrip
+    xlm-roberta            SentencePiece-style unigram ("▁word"), the same template, <mask> lstrip
+    distilbert             WordPiece ("##"), lowercased, [CLS] A [SEP] B [SEP]
+    electra(-discriminator) the same WordPiece
+    albert                 SentencePiece-style unigram, lowercased, [CLS] A [SEP] B [SEP], [MASK] lstrip
+
+Training is deterministic: every process writes the same tokenizer.json (BpeTrainer with a fixed alphabet is;
+UnigramTrainer's scores and WordPieceTrainer's vocabulary are not, so :func:`_unigram` and :func:`_wordpiece`
+work around them), and each kind is trained once per process (:func:`member_tokenizer`).
+
+The models are small and of odd sizes (so that a transposed or mis-split weight shows), with dropout 0,
+ELECTRA's and ALBERT's embedding size unlike their hidden size (so the projection exists), and LayerNorms
+and biases moved off their init (as conftest's ``build_hf``) so that every weight matters.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+MEMBERS = ("roberta", "xlm-roberta", "distilbert", "electra", "electra-discriminator", "albert")
+"""The kinds :func:`save_member` builds."""
+
+CORPUS = (
+    "When in Rome, do as the Romans do.",
+    "The capital of France is Paris.",
+    "The capital of Italy is Rome, and the capital of Spain is Madrid.",
+    "The cat sat on the mat.",
+    "The dog sat on the mat, and the cat sat on the dog.",
+    "A man and a woman walked their dogs through the city.",
+    "The king and the queen lived in a big castle.",
+    "The king is a man and the queen is a woman.",
+    "Paris is a beautiful city with many museums.",
+    "Romans built roads, bridges and aqueducts everywhere.",
+    "She was reading an unbelievably interesting book.",
+    "They were walking, talking and laughing together.",
+    "The unhappiness of the people was understandable.",
+    "He is the happiest person I have ever met.",
+    "We are going to the market tomorrow morning.",
+    "It's raining again; don't forget your umbrella!",
+    "Do you know where the nearest station is?",
+    "The children played happily in the garden.",
+    "Red, blue and green are colours of the rainbow.",
+    "One, two, three, four, five, six, seven.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Translation between languages is a difficult problem.",
+    "Tokenization splits words into smaller pieces.",
+    "The internationalization of the internet continues.",
+    "A small cat and a big dog are friends.",
+    "The queen's crown was made of gold and silver.",
+    "Everyone in the village knew the old fisherman.",
+    "Scientists discovered a new species of butterfly.",
+    "The weather in London is often cloudy and cold.",
+    "My favourite food is pasta with tomatoes and cheese.",
+    "Learning a language takes patience and practice.",
+    "The Roman empire was huge and powerful.",
+    "Music, painting and poetry are forms of art.",
+    "The teacher explained the lesson very clearly.",
+    "Mountains, rivers and forests cover the country.",
+    "I'd rather walk than drive when it's sunny.",
+    "The cat sat on the mat and the dog sat on the cat.",
+    "A big cat, a small cat, a red cat and a blue cat.",
+    "The king, the queen, the man and the woman are in Rome.",
+    "The Romans and the people of Paris are not in France.",
+    "Hello world! Is the king a man? Is the queen a woman?",
+    "One red dog, two blue dogs, three green cats.",
+    "He was the king and she was the queen of the city.",
+    "When the Romans sat in Rome, the people of Rome sat too.",
+    "We sat on a big mat; they sat on a small mat.",
+    "It is a red, green and blue world, you know.",
+)
+"""The text the tokenizers are trained on: English sentences with the words tests use, often enough to be one
+piece each (rome, romans, paris, cat, dog, sat, mat, king, queen, man, woman, red, blue, big, small), and long
+words that take several pieces (unbelievably, internationalization)."""
+
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4 in the WordPiece vocabulary
+ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0-3 as in roberta-base and xlm-roberta-base; <mask> last
+ALBERT_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4 as in albert-base-v2
+
+
+def _trained(model, trainer, normalizer, pre_tokenizer, decoder):
+    """A ``tokenizers.Tokenizer`` of ``model`` with these parts, trained by ``trainer`` on :data:`CORPUS`."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer(model)
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer, tok.decoder = pre_tokenizer, decoder
+    tok.train_from_iterator(CORPUS, trainer)
+    return tok
+
+
+def _specials(tok, names: list[str], lstrip: str | None = None) -> None:
+    """Mark ``names`` as special tokens of ``tok`` (adding those the vocabulary lacks, at its end), with
+    ``lstrip`` (the mask token of RoBERTa, XLM-R and ALBERT) eating the space before it, as on the hub."""
+    from tokenizers import AddedToken
+
+    tok.add_special_tokens([AddedToken(n, special=True, normalized=False, lstrip=n == lstrip) for n in names])
+
+
+def _byte_level_bpe():
+    """RoBERTa's kind: byte-level BPE over all 256 bytes, no normalizer, RobertaProcessing."""
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+    tok = _trained(models.BPE(), trainers.BpeTrainer(
+        vocab_size=399, special_tokens=ROBERTA_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False), None, pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel())
+    _specials(tok, ROBERTA_SPECIALS + ["<mask>"], lstrip="<mask>")
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True, add_prefix_space=False)
+    return tok
+
+
+def _unigram(specials: list[str], unk: str, normalizer, vocab_size: int):
+    """A SentencePiece-style unigram: whitespace split then Metaspace ("▁" starts a word), as xlm-roberta-base's
+    and albert-base-v2's tokenizer.json; the template is set by the caller.
+
+    The pieces are UnigramTrainer's; their scores are not. The trainer's scores change from one process to the
+    next (the characters it keeps for coverage get the lowest score plus k * 1e-4, k in hash order), so each
+    piece gets, as SentencePiece's seed pieces do, the log of its frequency as a substring of the corpus' words.
+    """
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = _trained(models.Unigram(), trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=specials, unk_token=unk, show_progress=False), normalizer,
+        pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()]), decoders.Metaspace())
+    words = Counter(w for text in CORPUS for w, _ in tok.pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
+    counts = {p: 1 + sum(n * w.count(p) for w, n in words.items()) for p in tok.get_vocab() if p not in specials}
+    total = sum(counts.values())
+    scored = sorted(((p, math.log(c / total)) for p, c in counts.items()), key=lambda ps: (-ps[1], ps[0]))
+    tok.model = models.Unigram([(s, 0.0) for s in specials] + scored, unk_id=specials.index(unk), byte_fallback=False)
+    return tok
+
+
+def _template(tok, cls: str, sep: str, roberta_pair: bool) -> None:
+    """``cls A sep`` and, for pairs, ``cls A sep sep B sep`` (XLM-R, all type 0) or ``cls A sep B:1 sep:1`` (BERT)."""
+    from tokenizers import processors
+
+    pair = f"{cls} $A {sep} {sep} $B {sep}" if roberta_pair else f"{cls} $A {sep} $B:1 {sep}:1"
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}", pair=pair, special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))])
+
+
+def _xlmr_unigram():
+    """XLM-R's kind: unigram, NFKC (standing in for SentencePiece's precompiled nmt_nfkc map), case kept."""
+    from tokenizers import normalizers
+
+    tok = _unigram(ROBERTA_SPECIALS, "<unk>", normalizers.NFKC(), 320)
+    _specials(tok, ROBERTA_SPECIALS + ["<mask>"], lstrip="<mask>")
+    _template(tok, "<s>", "</s>", roberta_pair=True)
+    return tok
+
+
+def _albert_unigram():
+    """ALBERT's kind: unigram after AlbertConverter's normalizer (quotes, NFKD, accents stripped, lowercased)."""
+    from tokenizers import Regex, normalizers
+
+    normalizer = normalizers.Sequence([
+        normalizers.Replace("``", '"'), normalizers.Replace("''", '"'), normalizers.NFKD(), normalizers.StripAccents(),
+        normalizers.Lowercase(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tok = _unigram(ALBERT_SPECIALS, "<unk>", normalizer, 300)
+    _specials(tok, ALBERT_SPECIALS, lstrip="[MASK]")
+    _template(tok, "[CLS]", "[SEP]", roberta_pair=False)
+    return tok
+
+
+def _wordpiece():
+    """BERT's kind (DistilBERT, ELECTRA): BertNormalizer lowercasing, BertPreTokenizer, WordPiece with ``##``.
+
+    The vocabulary is what BPE (BpeTrainer, no continuation prefix) cuts the corpus' words into, a word's first
+    piece as is and the others after ``##``, plus every character in both forms. Not WordPieceTrainer's: it
+    numbers the ``##`` pieces in hash order, which breaks ties between equally frequent merges differently
+    from one process to the next.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    bpe = _trained(models.BPE(unk_token="[UNK]"), trainers.BpeTrainer(
+        vocab_size=240, special_tokens=BERT_SPECIALS, show_progress=False),
+        normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer(), None)
+    chars = {c for text in CORPUS for c in bpe.normalizer.normalize_str(text) if not c.isspace()}
+    pieces = chars | {"##" + c for c in chars}
+    for text in CORPUS:
+        for word, _ in bpe.pre_tokenizer.pre_tokenize_str(bpe.normalizer.normalize_str(text)):
+            first, *rest = (t.value for t in bpe.model.tokenize(word))
+            pieces.update([first, *("##" + p for p in rest)])
+    vocab = BERT_SPECIALS + sorted(pieces)
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = bpe.normalizer, bpe.pre_tokenizer, decoders.WordPiece()
+    _specials(tok, BERT_SPECIALS)
+    _template(tok, "[CLS]", "[SEP]", roberta_pair=False)
+    return tok
+
+
+@functools.cache
+def member_tokenizer(kind: str):
+    """The transformers fast tokenizer of ``kind`` (one of :data:`MEMBERS`), trained once per process."""
+    import transformers
+
+    if kind == "roberta":
+        return transformers.RobertaTokenizerFast(tokenizer_object=_byte_level_bpe())
+    if kind == "xlm-roberta":
+        return transformers.XLMRobertaTokenizerFast(tokenizer_object=_xlmr_unigram())
+    if kind == "distilbert":
+        return transformers.DistilBertTokenizerFast(tokenizer_object=_wordpiece())
+    if kind in ("electra", "electra-discriminator"):
+        return transformers.ElectraTokenizerFast(tokenizer_object=_wordpiece())
+    if kind == "albert":
+        return transformers.AlbertTokenizerFast(tokenizer_object=_albert_unigram(), pad_token="<pad>",
+                                                unk_token="<unk>")
+    raise ValueError(f"unknown kind {kind!r}; pass one of {', '.join(MEMBERS)}")
+
+
+def member_config(kind: str, vocab_size: int, **overrides):
+    """The transformers config of ``kind``: small odd sizes, dropout 0, 64 positions (RoBERTa's 64 + 2 for
+    its padding offset), the vocabulary of its tokenizer; ``overrides`` replace any field."""
+    import transformers
+
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    if kind in ("roberta", "xlm-roberta"):
+        cls = transformers.RobertaConfig if kind == "roberta" else transformers.XLMRobertaConfig
+        sizes = dict(hidden_size=44, num_attention_heads=4) if kind == "roberta" else dict(hidden_size=45,
+                                                                                          num_attention_heads=3)
+        fields = dict(**sizes, num_hidden_layers=2, intermediate_size=72, max_position_embeddings=66,
+                      type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, **no_dropout)
+    elif kind == "distilbert":
+        cls = transformers.DistilBertConfig
+        fields = dict(dim=40, n_heads=4, n_layers=2, hidden_dim=72, max_position_embeddings=64, pad_token_id=0,
+                      dropout=0.0, attention_dropout=0.0, qa_dropout=0.0, seq_classif_dropout=0.0)
+    elif kind in ("electra", "electra-discriminator"):
+        cls = transformers.ElectraConfig
+        fields = dict(embedding_size=28, hidden_size=45, num_attention_heads=3, num_hidden_layers=2,
+                      intermediate_size=72, max_position_embeddings=64, pad_token_id=0, **no_dropout)
+    elif kind == "albert":
+        cls = transformers.AlbertConfig
+        fields = dict(embedding_size=24, hidden_size=40, num_attention_heads=4, num_hidden_layers=3,
+                      num_hidden_groups=1, inner_group_num=1, intermediate_size=72, max_position_embeddings=64,
+                      pad_token_id=0, bos_token_id=2, eos_token_id=3, classifier_dropout_prob=0.0, **no_dropout)
+    else:
+        raise ValueError(f"unknown kind {kind!r}; pass one of {', '.join(MEMBERS)}")
+    return cls(vocab_size=vocab_size, **{**fields, **overrides})
+
+
+MODEL_CLASSES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM",
+                 "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM",
+                 "electra-discriminator": "ElectraForPreTraining", "albert": "AlbertForMaskedLM"}
+"""The transformers class of each kind (ELECTRA's generator is a masked LM; its discriminator is not)."""
+
+
+def save_member(kind: str, folder: Path, seed: int = 0, **config_overrides):
+    """Write a random ``kind`` checkpoint (one of :data:`MEMBERS`) with its tokenizer to ``folder``.
+
+    The folder holds config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
+    special_tokens_map.json. The model is the transformers one (eval mode), returned as the oracle;
+    ``seed`` sets its weights, ``config_overrides`` any config field (:func:`member_config`).
+    """
+    import transformers
+
+    tokenizer = member_tokenizer(kind)
+    config = member_config(kind, len(tokenizer), **config_overrides)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, MODEL_CLASSES[kind])(config)
+    with torch.no_grad():  # break the init's symmetry (LayerNorm 1/0, zero biases) so every weight matters
+        for name, p in model.named_parameters():
+            if "layernorm" in name.lower().replace("_", "") or name.endswith(".bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    model.eval()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+def member_fixture(kinds: tuple[str, ...] = MEMBERS, scope: str = "module"):
+    """A pytest fixture over ``kinds`` (one test per kind) giving ``(kind, folder, transformers model)``,
+    the folder written once per ``scope`` by :func:`save_member`. In a test module:
+    ``member = member_fixture()``, then ``def test_x(member): kind, folder, model = member``."""
+    import pytest
+
+    @pytest.fixture(scope=scope, params=kinds)
+    def member(request, tmp_path_factory):
+        folder = tmp_path_factory.mktemp(request.param)
+        return request.param, folder, save_member(request.param, folder)
+
+    return member
