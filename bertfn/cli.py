@@ -143,7 +143,7 @@ def _table(text: str, result: list) -> str:
     lines = [text]
     for m, answers in enumerate(per_mask):
         if len(per_mask) > 1:
-            lines.append(f"[MASK] #{m + 1}")
+            lines.append(f"mask #{m + 1}")
         lines.append(f"  {'rank':>4}  {'score':>8}  {'token':<16} sequence")
         for r, a in enumerate(answers, 1):
             word = a["token_str"] + (f" ({a['pieces']} pieces)" if "pieces" in a else "")
@@ -166,7 +166,7 @@ def _run_fill_mask(args: argparse.Namespace) -> int:
     if args.input is not None:
         return run_file_command(args, "fill-mask", **options)
     if not args.text:
-        raise InputError("pass at least one text with [MASK], or --input FILE; see 'bertfn fill-mask --help'")
+        raise InputError("pass at least one text with the model's mask token ([MASK] or <mask>), or --input FILE; see 'bertfn fill-mask --help'")
     results = fill_mask(list(args.text), model_from_args(args, pack_state), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))

@@ -53,6 +53,26 @@ def test_ray_map_batches_equals_single_process(local_ray, tiny_folder, tmp_path)
             same_answers(json.loads(row["result"]), want["result"])
 
 
+@pytest.mark.needs_transformers
+def test_ray_map_batches_on_a_roberta(local_ray, tmp_path):
+    """A family member through the same callable class: RoBERTa's <mask>, its byte-level BPE, its own names."""
+    from family_checkpoints import save_member
+
+    save_member("roberta", tmp_path / "roberta")
+    texts = ["The <mask> sat on the mat.", "no mask here", "When in Rome, do as the <mask> do."] * 20
+    ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)])
+    out = ds.map_batches(FillMask, fn_constructor_kwargs={"model": str(tmp_path / "roberta"), "top_k": 2},
+                         batch_size=16, compute=ray.data.ActorPoolStrategy(size=1), num_cpus=1)
+    rows = sorted(out.take_all(), key=lambda r: r["id"])
+    model = bertfn.load(tmp_path / "roberta")
+    for row, text in zip(rows, texts):
+        if "<mask>" in text:
+            assert row["error"] is None
+            same_answers(json.loads(row["result"]), bertfn.fill_mask(text, model, top_k=2))
+        else:
+            assert row["result"] is None and "has no <mask> token" in row["error"]
+
+
 def test_datasets_map_batched(tiny_folder):
     """The README's datasets recipe: Dataset.map(batched=True) with the callable class."""
     model = bertfn.load(tiny_folder)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.loading import Model
-from ..errors import InputError, syntax
+from ..errors import InputError, UnknownTokensWarning, syntax
 from .formats import Output, check_formats, compact_path, open_compact
 from .record import OWN_KEYS, InputPrint, check_record, make_record, read_record, scan_output, write_record
 from .runner import CHUNK, Runner, chunks, jsonable, relabel
@@ -140,7 +140,7 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
         read = runner.read([text for _, text, _ in runnable])
     names = {str(i): label(n, carried) for i, (n, _, carried) in enumerate(runnable)}
     for w in caught:
-        if "tokens are [UNK]" not in str(w.message):  # said per line below
+        if not issubclass(w.category, UnknownTokensWarning):  # said per line below
             tally.warn(re.sub(r"\btext (\d+)\b", lambda m: names.get(m.group(1), m.group(0)), str(w.message)))
     by_line = {n: (next(results), tokens, unk) for (n, _, _), (tokens, unk) in zip(runnable, read)}
     lines, done = [], iter(parsed)
