@@ -211,3 +211,24 @@ def test_replaced_tokens_equal_electras_discriminator(tmp_path):
     with pytest.raises(bertfn.MissingPartError, match="discriminator"):
         bertfn.replaced_tokens("The cat sat.", bertfn.load(tmp_path / "generator"))
     del generator
+
+
+def test_a_target_of_several_pieces_is_scored_as_a_whole_word(member):
+    """A word the vocabulary cuts into pieces is scored whole (P(piece 1 | k masked) x P(piece 2 | piece 1 shown, ...)),
+    the product computed here with transformers; transformers' pipeline would score its first piece alone."""
+    kind, hf, tok, model, _ = member
+    text = masked(tok, "She was reading an {m} book.")
+    word = next(w for w in ("unbelievably", " unbelievably", "interesting", " interesting")
+                if len(tok(w, add_special_tokens=False)["input_ids"]) > 1)
+    pieces = tok(word, add_special_tokens=False)["input_ids"]
+    answer = next(a for a in bertfn.fill_mask(text, model, targets=[word, "a"], top_k=2) if a.get("pieces"))
+    assert answer["token"] == pieces and answer["pieces"] == len(pieces)
+    ids = tok(text)["input_ids"]
+    at = ids.index(tok.mask_token_id)
+    ids = ids[:at] + [tok.mask_token_id] * len(pieces) + ids[at + 1:]  # the mask widened to the word's k pieces
+    p = 1.0
+    for n, piece in enumerate(pieces):
+        with torch.no_grad():
+            p *= float(hf(input_ids=torch.tensor([ids])).logits[0, at + n].softmax(-1)[piece])
+        ids[at + n] = piece  # shown for the next piece
+    assert answer["score"] == pytest.approx(p, rel=1e-4)
