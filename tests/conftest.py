@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -228,3 +231,27 @@ def antiberty_hf():
         warnings.simplefilter("ignore")  # the extra heads' unused weights
         hf = transformers.BertForMaskedLM.from_pretrained(paths[0], attn_implementation="eager").eval()
     return hf, transformers.BertTokenizerFast(vocab_file=str(paths[1]), do_lower_case=False)
+
+
+SAPIENS = "sapiens==1.0.5"  # MIT; a wheel that carries trained fairseq RoBERTa checkpoints of antibody chains
+
+
+@pytest.fixture(scope="session")
+def sapiens_wheel(tmp_path_factory) -> Path:
+    """The sapiens wheel: BERTFN_SAPIENS_WHEEL if it names one, else ``pip download --no-deps`` (CI reaches PyPI);
+    skips with pip's reason when it cannot be had."""
+    given = os.environ.get("BERTFN_SAPIENS_WHEEL")
+    if given and Path(given).is_file():
+        return Path(given)
+    folder = tmp_path_factory.mktemp("sapiens")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", SAPIENS, "-d", str(folder), "--quiet",
+           "--disable-pip-version-check", "--retries", "1", "--timeout", "20"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"`pip download --no-deps {SAPIENS}` took over 180 s (no network to PyPI?)")
+    wheels = sorted(folder.glob("sapiens-*.whl"))
+    if done.returncode or not wheels or not zipfile.is_zipfile(wheels[0]):
+        last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+        pytest.skip(f"`pip download --no-deps {SAPIENS}` failed (no network to PyPI?): {last}")
+    return wheels[0]

@@ -16,8 +16,6 @@ import itertools
 import json
 import os
 import pickle
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -31,7 +29,6 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.needs_transformers  # transformers is the reader of every converted folder here
 
 DATA = Path(__file__).parent / "data" / "antibodies.tsv"
-WHEEL = "sapiens==1.0.5"
 HEAVY_SHA256 = "43254666e9ac0d5aa8fc120f12ac02b6ff082cd1f107c389023c1b947f214825"  # sapiens/models/v1/checkpoint_vh.pt
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 LAYER_NAMES = [("attention.self.query", "self_attn.q_proj"), ("attention.self.key", "self_attn.k_proj"),
@@ -42,22 +39,12 @@ LAYER_NAMES = [("attention.self.query", "self_attn.q_proj"), ("attention.self.ke
 
 
 @pytest.fixture(scope="session")
-def sapiens(tmp_path_factory) -> Path:
+def sapiens(sapiens_wheel, tmp_path_factory) -> Path:
     """sapiens/models/v1 of the downloaded wheel (checkpoint_vh.pt, checkpoint_vl.pt, dict.txt); skip if offline."""
-    root = tmp_path_factory.mktemp("sapiens")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", WHEEL, "-d", str(root), "--quiet",
-           "--disable-pip-version-check", "--retries", "1", "--timeout", "20"]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"`pip download --no-deps {WHEEL}` took over 180 s (no network to PyPI?)")
-    wheels = sorted(root.glob("sapiens-*.whl"))
-    if done.returncode or not wheels:
-        last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
-        pytest.skip(f"`pip download --no-deps {WHEEL}` failed (no network to PyPI?): {last}")
-    with zipfile.ZipFile(wheels[0]) as whl:
-        whl.extractall(root / "wheel", [n for n in whl.namelist() if n.startswith("sapiens/models/")])
-    return root / "wheel" / "sapiens" / "models" / "v1"
+    root = tmp_path_factory.mktemp("sapiens-files")
+    with zipfile.ZipFile(sapiens_wheel) as whl:
+        whl.extractall(root, [n for n in whl.namelist() if n.startswith("sapiens/models/")])
+    return root / "sapiens" / "models" / "v1"
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,6 @@ notebook: ``BERTFN_WRITE_NOTEBOOKS=1 python -m pytest tests/test_notebooks.py -k
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -41,7 +38,6 @@ REAL_WEIGHTS = {  # run on their own default model (real weights shipped by a pa
 DOWNLOADED = {  # and the weights of a PyPI wheel: the notebook's environment variable -> the fixture that fetches it
     "14_a_real_roberta_for_antibodies.ipynb": ("BERTFN_SAPIENS_WHEEL", "sapiens_wheel"),
 }
-SAPIENS = "sapiens==1.0.5"  # MIT; its fairseq RoBERTa checkpoints (tests/test_fairseq.py converts them too)
 OWN_MODEL = {  # build their model from CONFIG in the first cell
     "07_decoder_cross_attention_and_cache.ipynb",
     "09_memory_and_training.ipynb",
@@ -49,27 +45,6 @@ OWN_MODEL = {  # build their model from CONFIG in the first cell
 }
 EXPLORER = {"02_attention_internals.ipynb", "04_inside_a_trained_bert.ipynb", "05_a_real_masked_lm.ipynb"}  # show bertfn's explorer
 MAX_STORED_BYTES = 1_500_000  # a notebook stored with its outputs: figures at modest resolution, no data dumps
-
-
-@pytest.fixture(scope="session")
-def sapiens_wheel(tmp_path_factory) -> Path:
-    """The sapiens wheel: BERTFN_SAPIENS_WHEEL if it names one, else ``pip download --no-deps`` (CI reaches PyPI);
-    skips with pip's reason when it cannot be had."""
-    given = os.environ.get("BERTFN_SAPIENS_WHEEL")
-    if given and Path(given).is_file():
-        return Path(given)
-    folder = tmp_path_factory.mktemp("sapiens")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", SAPIENS, "-d", str(folder), "--quiet",
-           "--disable-pip-version-check", "--retries", "1", "--timeout", "20"]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"`pip download --no-deps {SAPIENS}` took over 180 s (no network to PyPI?)")
-    wheels = sorted(folder.glob("sapiens-*.whl"))
-    if done.returncode or not wheels or not zipfile.is_zipfile(wheels[0]):
-        last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
-        pytest.skip(f"`pip download --no-deps {SAPIENS}` failed (no network to PyPI?): {last}")
-    return wheels[0]
 
 
 def test_every_notebook_is_numbered_and_in_the_readme():

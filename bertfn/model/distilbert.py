@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from ..errors import InputError
 from .config import BertConfig
-from .embeddings import check_ids, default_position_ids
+from .embeddings import check_ids, default_position_ids, word_vectors
 from .family import Family, normalizer, register, renamed
 from .functional import dropout, layer_norm
 from .params import Params, scoped
@@ -65,13 +63,7 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
     """
     p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
     cfg = p.config
-    if (input_ids is None) == (inputs_embeds is None):
-        raise InputError("pass exactly one of input_ids (B, S) or inputs_embeds (B, S, H)")
-    if input_ids is not None:
-        check_ids("input_ids", input_ids, cfg.vocab_size, "use the tokenizer that came with the model")
-        words = F.embedding(input_ids, p["word_embeddings.weight"], padding_idx=cfg.pad_token_id)  # (B, S, H)
-    else:
-        words = inputs_embeds  # (B, S, H)
+    words = word_vectors(p, input_ids, inputs_embeds)  # (B, S, H)
     B, S = words.shape[:2]
     words = trace("word", words)
     if position_ids is None:

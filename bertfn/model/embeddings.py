@@ -52,6 +52,35 @@ def default_position_ids(batch: int, seq: int, past: int, device: torch.device) 
     return torch.arange(past, past + seq, device=device).expand(batch, seq)
 
 
+def word_vectors(p: Params, input_ids: Tensor | None, inputs_embeds: Tensor | None) -> Tensor:
+    """The word-embedding rows of ``input_ids`` (B, S), or ``inputs_embeds`` (B, S, H) given instead, checked:
+    the first term of every embeddings step (BERT's and the family's). p: ``bert.embeddings.`` scope. -> (B, S, H).
+    """
+    cfg = p.config
+    if (input_ids is None) == (inputs_embeds is None):
+        raise InputError("pass exactly one of input_ids (B, S) or inputs_embeds (B, S, H)")
+    if input_ids is not None:
+        check_ids("input_ids", input_ids, cfg.vocab_size, "use the tokenizer that came with the model")
+        if input_ids.dim() != 2 or not input_ids.numel():
+            raise InputError(f"input_ids must have shape (batch, seq) with at least one token, "
+                             f"got {tuple(input_ids.shape)}")
+        # a row lookup; padding_idx leaves the [PAD] row out of the gradient, as HF's
+        # nn.Embedding(V, H, padding_idx=pad_token_id) does (the forward values are the same)
+        words = F.embedding(input_ids, p["word_embeddings.weight"], padding_idx=cfg.pad_token_id)  # (B, S, H)
+    else:
+        width = p["word_embeddings.weight"].shape[-1]  # H in BERT; E in a member with factorized embeddings
+        if not isinstance(inputs_embeds, Tensor) or inputs_embeds.dim() != 3 or not inputs_embeds.numel() \
+                or inputs_embeds.shape[-1] != width:
+            got = tuple(inputs_embeds.shape) if isinstance(inputs_embeds, Tensor) else type(inputs_embeds).__name__
+            raise InputError(f"inputs_embeds must be a tensor of shape (batch, seq, {width}), got {got}")
+        weight_dtype = p["word_embeddings.weight"].dtype
+        if inputs_embeds.dtype != weight_dtype:
+            raise InputError(f"inputs_embeds must have the model's dtype {weight_dtype}, got {inputs_embeds.dtype}; "
+                             f"convert it with .to({weight_dtype})")
+        words = inputs_embeds
+    return words
+
+
 def embeddings(
     p: Params,
     input_ids: Tensor | None = None,
@@ -72,28 +101,8 @@ def embeddings(
     """
     p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
     cfg = p.config
-    if (input_ids is None) == (inputs_embeds is None):
-        raise InputError("pass exactly one of input_ids (B, S) or inputs_embeds (B, S, H)")
-    if input_ids is not None:
-        check_ids("input_ids", input_ids, cfg.vocab_size, "use the tokenizer that came with the model")
-        if input_ids.dim() != 2 or not input_ids.numel():
-            raise InputError(f"input_ids must have shape (batch, seq) with at least one token, "
-                             f"got {tuple(input_ids.shape)}")
-        B, S = input_ids.shape
-        # a row lookup; padding_idx leaves the [PAD] row out of the gradient, as HF's
-        # nn.Embedding(V, H, padding_idx=pad_token_id) does (the forward values are the same)
-        words = F.embedding(input_ids, p["word_embeddings.weight"], padding_idx=cfg.pad_token_id)  # (B, S, H)
-    else:
-        if not isinstance(inputs_embeds, Tensor) or inputs_embeds.dim() != 3 or not inputs_embeds.numel() \
-                or inputs_embeds.shape[-1] != cfg.hidden_size:
-            got = tuple(inputs_embeds.shape) if isinstance(inputs_embeds, Tensor) else type(inputs_embeds).__name__
-            raise InputError(f"inputs_embeds must be a tensor of shape (batch, seq, {cfg.hidden_size}), got {got}")
-        weight_dtype = p["word_embeddings.weight"].dtype
-        if inputs_embeds.dtype != weight_dtype:
-            raise InputError(f"inputs_embeds must have the model's dtype {weight_dtype}, got {inputs_embeds.dtype}; "
-                             f"convert it with .to({weight_dtype})")
-        B, S, _ = inputs_embeds.shape
-        words = inputs_embeds
+    words = word_vectors(p, input_ids, inputs_embeds)  # (B, S, H)
+    B, S, _ = words.shape
     device = words.device
     words = trace("word", words)
 
