@@ -232,3 +232,22 @@ def test_a_target_of_several_pieces_is_scored_as_a_whole_word(member):
             p *= float(hf(input_ids=torch.tensor([ids])).logits[0, at + n].softmax(-1)[piece])
         ids[at + n] = piece  # shown for the next piece
     assert answer["score"] == pytest.approx(p, rel=1e-4)
+
+
+def test_a_patching_sweep_is_the_run_patched_at_that_slice(member):
+    """interventions.sweep on a member (ELECTRA's and ALBERT's layer 0 reads embeddings.projected): each value is
+    the metric of the corrupted run with that one slice patched in from the clean run."""
+    from bertfn import interventions as iv
+
+    kind, hf, tok, model, _ = member
+    clean = masked(tok, "When in Rome, do as the {m} do.")
+    corrupted = next(c for c in (masked(tok, "When in " + city + ", do as the {m} do.") for city in
+                                 ("Paris", "London", "Spain", "Italy", "France", "Romans", "the"))
+                     if len(tok(c)["input_ids"]) == len(tok(clean)["input_ids"]))  # a city of as many pieces
+    metric = iv.logit_difference(*tok(" dog cat" if kind == "roberta" else "dog cat", add_special_tokens=False)["input_ids"][:2])
+    clean_rec = bertfn.trace(clean, model)
+    result = iv.sweep(clean, corrupted, model, metric, over="positions", progress=False)
+    for i in range(model.config.num_hidden_layers):
+        for k in (0, 4, len(clean_rec.tokens) - 2):
+            edited = bertfn.trace(corrupted, model, edits=iv.patch(clean_rec, f"layer.{i}.output", positions=k))
+            assert abs(result.values[i, k].item() - metric(edited["mlm.logits"]).item()) < 1e-5
