@@ -122,3 +122,44 @@ def test_patching_quick_run_writes_its_section_and_the_maps_agree(mlm_checkpoint
     apart = dict(re.findall(r"(nnsight, [^;]+) ([^;\s]+)", note.split("(the bound is 1e-5): ")[1]))
     assert set(apart) == {"nnsight, a trace per layer", "nnsight, one trace"}
     assert all(float(gap) < 1e-5 for gap in apart.values()), apart
+
+
+FAMILY = BENCH.parent / "family.py"
+FAMILY_ROWS = [
+    r"fill-mask, 1 sentence \(12 tokens\), text to answers \| ms \| {spread} \| transformers pipeline \| {spread} "
+    r"\| {number} \| <= 0.5 \|",
+    *(rf"fill-mask, 64 mixed sentences, batch size {b} \| s \| {{spread}} \| transformers pipeline \| {{spread}} "
+      rf"\| {{number}} \| - \|" for b in (8, 64)),  # --quick's (all: 1, 8, 16, 64)
+    r"fill-mask, 64 mixed sentences, each side's best batch size \((8|64) vs (8|64)\) \| s \| {spread} "
+    r"\| transformers pipeline \| {spread} \| {number} \| <= 0.625 \|",
+]
+
+
+@pytest.mark.needs_transformers
+def test_family_quick_run_writes_its_section_and_keeps_the_others(tmp_path, monkeypatch):
+    """bench/family.py --quick: it builds its two members' checkpoints (ELECTRA's generator, ALBERT) in the work
+    folder, checks that bertfn and the pipeline give the same answers, writes every member's rows after bench.py's
+    section and leaves that section as it was."""
+    spec = importlib.util.spec_from_file_location("bench_family", FAMILY)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_family", module)  # its dataclass looks its module up there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py and workload.py
+    spec.loader.exec_module(module)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
+    module.main(["--quick", "--out", str(out), "--workdir", str(tmp_path / "work")])
+
+    text = out.read_text()
+    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn BERT's family (bench/family.py)")
+    assert "machine: " in text and "load average" in text and re.search(r"\(flags: [^)]*\)", text)
+    members = [("ELECTRA \\(generator\\) \\(electra-base-generator\\)", "electra-base-generator"),
+               ("ALBERT \\(albert-base-v2\\)", "albert-base-v2")]
+    for _, folder in members:  # built once, where --workdir says
+        assert (tmp_path / "work" / "family" / folder / "model.safetensors").is_file()
+    assert len(re.findall(r"the sentence's top 5 equal the pipeline's", text)) == len(members)
+    assert all(" 4352 tokens (8 to 128 each" in line for line in text.splitlines() if "the sentence's top 5" in line)
+    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
+    patterns = [rf"{name}: {row}" for name, _ in members for row in FAMILY_ROWS]
+    assert len(lines) == len(patterns)
+    for pattern, line in zip(patterns, lines):
+        assert re.match(rf"\| {pattern.format(spread=SPREAD, number=NUMBER)}", line), line
