@@ -231,6 +231,8 @@ def convert_fairseq_roberta(checkpoint: str | Path, dictionary: str | Path, out:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bertfn.checkpoint.fairseq CHECKPOINT DICT OUT``: convert, print the folder and what it came from;
+    a refusal is one line and the error's exit code, as the ``bertfn`` command gives them."""
     parser = argparse.ArgumentParser(prog="python -m bertfn.checkpoint.fairseq", description=__doc__.split("\n")[0])
     for name, text in [("checkpoint", "fairseq checkpoint.pt"), ("dictionary", "its dict.txt"), ("out", "new folder")]:
         parser.add_argument(name, help=text)
@@ -238,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = convert_fairseq_roberta(a.checkpoint, a.dictionary, a.out)
     except BertfnError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"bertfn: error: {e}", file=sys.stderr)  # as the bertfn command says it
         return e.exit_code
     print(f"{out}  {json.loads((out / 'config.json').read_text())['bertfn_converted_from']}")
     return 0
