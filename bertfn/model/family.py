@@ -64,10 +64,9 @@ FAMILIES: dict[str, Family] = {"bert": BERT}
 """``model_type`` -> :class:`Family`; each member's module adds its own (:func:`register`)."""
 
 
-def register(family: Family, *aliases: str) -> Family:
-    """Add ``family`` under its model_type (and ``aliases``: XLM-RoBERTa reads as RoBERTa); returns it."""
-    for model_type in (family.model_type, *aliases):
-        FAMILIES[model_type] = family
+def register(family: Family) -> Family:
+    """Add ``family`` under its model_type; returns it."""
+    FAMILIES[family.model_type] = family
     return family
 
 
