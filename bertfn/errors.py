@@ -37,36 +37,61 @@ SURFACE: ContextVar[str] = ContextVar("bertfn_surface", default="python")
 
 
 def syntax(python: str, cli: str) -> str:
-    """The spelling of an option for the current caller: ``python`` from Python, ``cli`` from the command line."""
+    """The spelling of an option for the current caller: ``python`` from Python, ``cli`` from the command line.
+
+    Args:
+        python: the Python spelling, e.g. ``lowercase=False``.
+        cli: the command line's, e.g. ``--cased``.
+    """
     return cli if SURFACE.get() == "cli" else python
 
 
 class BertfnError(Exception):
-    """Base class of every error bertfn raises on purpose."""
+    """Base class of every error bertfn raises on purpose.
+
+    Attributes:
+        exit_code: the ``bertfn`` command's exit status for this error (1; each subclass has its own).
+    """
 
     exit_code = 1
 
 
 class InputError(BertfnError, ValueError):
-    """The caller passed something bertfn cannot work with (text, ids, masks, options)."""
+    """The caller passed something bertfn cannot work with (text, ids, masks, options).
+
+    Attributes:
+        exit_code: 2.
+    """
 
     exit_code = 2
 
 
 class ConfigError(BertfnError, ValueError):
-    """A model config is missing, unreadable, or describes an impossible model."""
+    """A model config is missing, unreadable, or describes an impossible model.
+
+    Attributes:
+        exit_code: 3.
+    """
 
     exit_code = 3
 
 
 class CheckpointError(BertfnError):
-    """Checkpoint weights are missing, unexpected, mis-shaped, corrupt, or unsafe to load."""
+    """Checkpoint weights are missing, unexpected, mis-shaped, corrupt, or unsafe to load.
+
+    Attributes:
+        exit_code: 4.
+    """
 
     exit_code = 4
 
 
 class ModelLoadError(BertfnError):
-    """A model could not be located: unknown hub id, missing folder, or offline without a cache."""
+    """A model could not be located: unknown hub id, missing folder, or offline without a cache.
+
+    Attributes:
+        exit_code: 5.
+    """
 
     exit_code = 5
 
@@ -76,7 +101,11 @@ class MissingPartError(InputError):
 
 
 class DependencyError(BertfnError, ImportError):
-    """An optional library that this feature needs is not installed; the message names the extra to install."""
+    """An optional library that this feature needs is not installed; the message names the extra to install.
+
+    Attributes:
+        exit_code: 6.
+    """
 
     exit_code = 6
 
@@ -86,8 +115,10 @@ class BertfnWarning(UserWarning):
 
 
 class UnusedWeightsWarning(BertfnWarning):
-    """The checkpoint holds weights that no BERT part reads (another model's heads, e.g. AntiBERTy's
-    ``cls.species.*``): kept in ``model.state``, unused. ``load(..., strict=True)`` refuses them instead."""
+    """The checkpoint holds weights that no BERT part reads: kept in ``model.state``, unused.
+
+    Another model's heads, e.g. AntiBERTy's ``cls.species.*``. ``load(..., strict=True)`` refuses them instead.
+    """
 
 
 class UnknownTokensWarning(BertfnWarning):
@@ -97,7 +128,12 @@ class UnknownTokensWarning(BertfnWarning):
 def unreadable(path: str | Path, error: type[BertfnError] | None = None) -> BertfnError:
     """The error for a file or folder that this user may not read (permissions), naming it and the fix.
 
-    error: the class to return (default :class:`CheckpointError`, a file of the checkpoint).
+    Args:
+        path: the file or folder.
+        error: the class to return (default :class:`CheckpointError`, a file of the checkpoint).
+
+    Returns:
+        The error, to raise.
     """
     return (error or CheckpointError)(
         f"cannot read {path}: permission denied for this user; give this user read access to it and the folders "
@@ -108,6 +144,13 @@ def require_readable(path: Path, error: type[BertfnError] | None = None) -> None
     """Raise :func:`unreadable` unless this user may open the file ``path``.
 
     For readers that misreport a denied file (safetensors says "No such file", tokenizers a bare Exception).
+
+    Args:
+        path: the file.
+        error: the class to raise (default :class:`CheckpointError`).
+
+    Raises:
+        CheckpointError: (or ``error``) the file cannot be opened for reading.
     """
     try:
         path.open("rb").close()

@@ -17,7 +17,11 @@ DTYPES = {
 def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     """A floating-point ``torch.dtype`` from itself or a name in :data:`DTYPES` (``"bfloat16"``, ``"bf16"``, ...).
 
-    None stays None (keep the stored precision). Anything else raises :class:`InputError`.
+    Args:
+        dtype: a ``torch.dtype``, a name, or None (stays None: keep the stored precision).
+
+    Raises:
+        InputError: anything else.
     """
     if dtype is None or (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         return dtype

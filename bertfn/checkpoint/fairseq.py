@@ -65,7 +65,19 @@ IGNORED = re.compile(r"(^|\.)classification_heads\.|\.version$|_float_tensor$")
 
 
 def read_checkpoint(path: Path) -> tuple[dict, str]:
-    """The unpickled checkpoint (plain containers and tensors only) and the sha256 of the bytes read."""
+    """The unpickled checkpoint (plain containers and tensors only) and the sha256 of the bytes read.
+
+    Args:
+        path: fairseq's ``checkpoint.pt``.
+
+    Returns:
+        checkpoint: the checkpoint's dict (its ``model`` state_dict, ``args`` or ``cfg``).
+        sha256: the hex digest of its bytes.
+
+    Raises:
+        CheckpointError: a pickle that names a class or function beyond ``argparse.Namespace``, a file
+            that is not a PyTorch checkpoint, or one without a ``model`` state_dict.
+    """
     require_readable(path)
     data = path.read_bytes()
     try:
@@ -85,7 +97,18 @@ def read_checkpoint(path: Path) -> tuple[dict, str]:
 
 
 def read_dictionary(path: Path) -> tuple[list[str], str]:
-    """fairseq's symbols in id order (its four specials, dict.txt's lines, ``<mask>``) and dict.txt's sha256."""
+    """fairseq's symbols in id order (its four specials, dict.txt's lines, ``<mask>``) and dict.txt's sha256.
+
+    Args:
+        path: fairseq's ``dict.txt`` (``SYMBOL COUNT`` lines).
+
+    Returns:
+        symbols: in id order.
+        sha256: the hex digest of the file's bytes.
+
+    Raises:
+        CheckpointError: not UTF-8, a line that is not ``SYMBOL COUNT``, or a symbol listed twice.
+    """
     require_readable(path)
     data, symbols = path.read_bytes(), list(SPECIALS)
     try:
@@ -105,8 +128,19 @@ def read_dictionary(path: Path) -> tuple[list[str], str]:
 
 
 def fairseq_to_hf(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], bool]:
-    """HF RoBERTa names for fairseq's tensors (the same tensor objects, q/k/v cut from in_proj) and whether
-    the LM head's decoder is tied to the word embeddings. Raises CheckpointError for keys it cannot place."""
+    """HF RoBERTa names for fairseq's tensors (the same tensor objects, q/k/v cut from in_proj).
+
+    Args:
+        state: the checkpoint's ``model`` state_dict.
+
+    Returns:
+        tensors: ``{HF RobertaForMaskedLM name: tensor}`` (without ``lm_head.decoder.weight`` when tied).
+        tied: whether the LM head's decoder is tied to the word embeddings.
+
+    Raises:
+        CheckpointError: keys it cannot place (a pre-LN model, a missing tensor, tensors with no place in
+            ``RobertaForMaskedLM``).
+    """
     roots = [k.removesuffix("sentence_encoder.embed_tokens.weight") for k in state if "sentence_encoder.embed_t" in k]
     if len(roots) != 1:
         raise CheckpointError(f"the checkpoint has {len(roots)} sentence_encoder.embed_tokens; it is not one RoBERTa")
@@ -156,7 +190,15 @@ def fairseq_to_hf(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tenso
 
 
 def _tokenizer_files(symbols: list[str], max_length: int) -> dict[str, str]:
-    """tokenizer.json, tokenizer_config.json and special_tokens_map.json: one residue per token."""
+    """tokenizer.json, tokenizer_config.json and special_tokens_map.json: one residue per token.
+
+    Args:
+        symbols: fairseq's symbols in id order.
+        max_length: the model's max tokens (``model_max_length``).
+
+    Returns:
+        ``{file name: text}``.
+    """
     tok = Tokenizer(models.WordLevel({s: i for i, s in enumerate(symbols)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
                                                  pre_tokenizers.Split(Regex("."), behavior="isolated")])
@@ -173,9 +215,22 @@ def _tokenizer_files(symbols: list[str], max_length: int) -> dict[str, str]:
 
 
 def convert_fairseq_roberta(checkpoint: str | Path, dictionary: str | Path, out: str | Path) -> Path:
-    """A fairseq RoBERTa masked LM written to the new (or empty) folder ``out``, returned; both inputs' sha256 in its
-    ``config.json["bertfn_converted_from"]``. Raises :class:`CheckpointError` for an unsafe, unreadable or unfit
-    checkpoint or dictionary, :class:`InputError` for a taken ``out``."""
+    """A fairseq RoBERTa masked LM written to the new (or empty) folder ``out`` (see the module docstring).
+
+    Both inputs' sha256 go in its ``config.json["bertfn_converted_from"]``.
+
+    Args:
+        checkpoint: fairseq's ``checkpoint.pt``.
+        dictionary: its ``dict.txt``.
+        out: a new or empty folder.
+
+    Returns:
+        ``out``, as a Path.
+
+    Raises:
+        CheckpointError: an unsafe, unreadable or unfit checkpoint or dictionary.
+        InputError: a taken ``out``.
+    """
     checkpoint, dictionary, out = Path(checkpoint), Path(dictionary), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"{out} already exists and is not an empty folder; pass a new folder or delete it")
@@ -231,8 +286,16 @@ def convert_fairseq_roberta(checkpoint: str | Path, dictionary: str | Path, out:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bertfn.checkpoint.fairseq CHECKPOINT DICT OUT``: convert, print the folder and what it came from;
-    a refusal is one line and the error's exit code, as the ``bertfn`` command gives them."""
+    """``python -m bertfn.checkpoint.fairseq CHECKPOINT DICT OUT``: convert, print the folder and what it came from.
+
+    A refusal is one line and the error's exit code, as the ``bertfn`` command gives them.
+
+    Args:
+        argv: the command's arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0, or the error's.
+    """
     parser = argparse.ArgumentParser(prog="python -m bertfn.checkpoint.fairseq", description=__doc__.split("\n")[0])
     for name, text in [("checkpoint", "fairseq checkpoint.pt"), ("dictionary", "its dict.txt"), ("out", "new folder")]:
         parser.add_argument(name, help=text)

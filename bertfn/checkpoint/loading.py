@@ -73,8 +73,13 @@ class NoTokenizer:
 class Model:
     """A loaded BERT: the flat HF-keyed ``state`` is the model; ``params`` is its root view.
 
-    tokenizer: a :class:`Tokenizer`, or for a model without one (None given) a :class:`NoTokenizer`, which is
-    false (``if model.tokenizer:``) and raises :class:`MissingPartError` when used."""
+    Attributes:
+        config: the model's hyper-parameters.
+        state: the flat HF-keyed weights, as :func:`load` normalised them.
+        tokenizer: a :class:`Tokenizer`, or for a model without one (None given) a :class:`NoTokenizer`, which is
+            false (``if model.tokenizer:``) and raises :class:`MissingPartError` when used.
+        name: the hub id, folder or file it was loaded from.
+    """
 
     config: BertConfig
     state: dict[str, torch.Tensor]
@@ -119,10 +124,17 @@ class Model:
                 f"parts: encoder{''.join(', ' + p for p in parts)}; tokenizer: {tok})")
 
     def to(self, device: str | torch.device | None = None, dtype: torch.dtype | str | None = None) -> Model:
-        """A copy of the model with its weights on ``device`` / in ``dtype`` (tied weights stay tied,
-        and each weight keeps its memory layout, see :func:`matmul_layout`).
+        """A copy of the model with its weights on ``device`` / in ``dtype``.
 
-        Raises :class:`InputError` for a device this torch cannot use or a dtype that is not floating point.
+        Tied weights stay tied, and each weight keeps its memory layout, see :func:`matmul_layout`.
+
+        Args:
+            device: where the weights go (None: where they are).
+            dtype: the floating-point precision, a ``torch.dtype`` or a string such as ``"bfloat16"``
+                (None: as they are; integer tensors keep theirs).
+
+        Raises:
+            InputError: a device this torch cannot use or a dtype that is not floating point.
         """
         dtype = resolve_dtype(dtype)
         if device is not None:
@@ -172,7 +184,11 @@ def download(repo_id: str, revision: str | None = None) -> Path:
 
     Honours ``HF_HUB_OFFLINE`` (cache only) and the usual cache variables. Prefers safetensors. When
     the hub cannot be reached (one short connection attempt, :func:`hub_unreachable`), the cache is
-    used if it has the model, and otherwise the error says so at once instead of retrying.
+    used if it has the model, and otherwise the error (:class:`ModelLoadError`) says so at once instead of retrying.
+
+    Args:
+        repo_id: the hub id, e.g. ``google-bert/bert-base-uncased``.
+        revision: a branch, tag or commit (default: the main branch).
     """
     from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
     from huggingface_hub.errors import (
@@ -234,8 +250,11 @@ def _looks_like_path(name: str) -> bool:
 
 def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path, Path]:
     """The checkpoint's folder and weights file: a local folder or file first, else a hub id (:func:`download`).
-
     Raises :class:`ModelLoadError` when nothing is found or a folder cannot be read (permissions).
+
+    Args:
+        name_or_path: a folder, a weights file or a hub id.
+        revision: the hub revision, for a hub id.
     """
     path = Path(name_or_path).expanduser()
     try:
@@ -269,23 +288,42 @@ def load(
 ) -> Model:
     """Load a BERT checkpoint from a hub id, a folder or a weights file (see the module docstring).
 
-    tokenizer: where the vocabulary is when it is not beside the weights: a ``vocab.txt``, a
-    ``tokenizer.json``, a folder holding one, or a :class:`Tokenizer` (default: the checkpoint's folder).
-    lowercase: False keeps the text's case (a cased ``vocab.txt`` without tokenizer_config.json,
-    e.g. AntiBERTy's), True lowercases; default: as the tokenizer's files say.
-    config: overrides ``config.json`` (a :class:`BertConfig`, a dict, or a path). device / dtype: where
-    the weights go (default: as stored, on the CPU); dtype also as a string such as ``"bfloat16"``.
     Keys that no BERT part reads (other heads such as AntiBERTy's ``cls.species.*``) are kept in
     ``model.state``, unused, with a one-line :class:`~bertfn.errors.UnusedWeightsWarning` (quieted with
-    ``warnings.filterwarnings("ignore", category=bertfn.UnusedWeightsWarning)``); ``strict=True`` refuses them. Missing or
+    ``warnings.filterwarnings("ignore", category=bertfn.UnusedWeightsWarning)``). Missing or
     mis-shaped keys are always errors. The linear weights are then laid out (in, out) in memory
-    (:func:`~bertfn.checkpoint.state.matmul_layout`), unless ``prepare`` is given: a change made to the state
-    in place, on the weights as stored ((out, in), on ``device`` in ``dtype``), which returns whether they
-    are now as wanted (if not, the layout follows). :func:`~bertfn.checkpoint.state.as_stored` keeps them as
-    stored, and then a safetensors file is memory-mapped instead of read: nothing copies its weights.
-    :func:`~bertfn.fast.choice.pack_state` packs them: on an AMD EPYC oneDNN reorders a 3072 x 768 weight in
-    2.6 ms from (out, in), in 11 ms from (in, out).
-    Raises :class:`ModelLoadError`, :class:`ConfigError` or :class:`CheckpointError` with what to do.
+    (:func:`~bertfn.checkpoint.state.matmul_layout`), unless ``prepare`` says otherwise.
+
+    Args:
+        name_or_path: a hub id such as ``google-bert/bert-base-uncased``, a local folder, or a
+            ``.safetensors`` / ``.bin`` file.
+        tokenizer: where the vocabulary is when it is not beside the weights: a ``vocab.txt``, a
+            ``tokenizer.json``, a folder holding one, or a :class:`Tokenizer` (default: the checkpoint's folder).
+        lowercase: False keeps the text's case (a cased ``vocab.txt`` without tokenizer_config.json,
+            e.g. AntiBERTy's), True lowercases; default: as the tokenizer's files say.
+        config: overrides ``config.json`` (a :class:`BertConfig`, a dict, or a path).
+        device: where the weights go (default: as stored, on the CPU).
+        dtype: their precision (default: as stored), also as a string such as ``"bfloat16"``.
+        revision: the hub revision (branch, tag or commit) of a hub id.
+        strict: refuse keys that no BERT part reads.
+        prepare: a change made to the state in place, on the weights as stored ((out, in), on ``device``
+            in ``dtype``), which returns whether they are now as wanted (if not, the layout follows).
+            :func:`~bertfn.checkpoint.state.as_stored` keeps them as stored, and then a safetensors file is
+            memory-mapped instead of read: nothing copies its weights. :func:`~bertfn.fast.choice.pack_state`
+            packs them: on an AMD EPYC oneDNN reorders a 3072 x 768 weight in 2.6 ms from (out, in), in 11 ms
+            from (in, out).
+
+    Returns:
+        The model.
+
+    Raises:
+        ModelLoadError: no checkpoint found or fetched, with what to do.
+        ConfigError: a config the model cannot be built from.
+        CheckpointError: weights that do not fit the config, with what to do.
+        InputError: a ``config`` of another kind.
+
+    Warns:
+        UnusedWeightsWarning: keys that no BERT part reads (without ``strict``).
     """
     folder, weights = locate(name_or_path, revision)
     config_file = folder / "config.json" if config is None else config if isinstance(config, (str, Path)) else None
@@ -314,10 +352,15 @@ def load(
 
 def load_tokenizer(tokenizer: Tokenizer | str | Path | None, folder: Path, lowercase: bool | None,
                    config: BertConfig) -> Tokenizer | None:
-    """The model's tokenizer: given, read from ``tokenizer`` (a file or folder), or found in ``folder``.
+    """The model's tokenizer: given, read from ``tokenizer`` (a file or folder), or found in ``folder``; None, with a
+    warning, when there is none (the model can still run on ids). Raises :class:`CheckpointError` when its vocabulary
+    is larger than the model's embedding table.
 
-    None, with a warning, when there is none: the model can still run on ids.
-    Raises :class:`CheckpointError` when its vocabulary is larger than the model's embedding table.
+    Args:
+        tokenizer: a :class:`Tokenizer`, a file or folder, or None (look in ``folder``).
+        folder: the checkpoint's folder.
+        lowercase: as in :func:`load` (not with a :class:`Tokenizer` given).
+        config: the model's config (its positions and vocabulary size).
     """
     if isinstance(tokenizer, Tokenizer):
         if lowercase is not None:

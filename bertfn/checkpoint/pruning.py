@@ -33,16 +33,31 @@ Tensor = torch.Tensor
 def kept_rows(present: list[int], drop: set[int], hd: int) -> Tensor:
     """Indices of the weight rows (or columns) that stay when the heads in ``drop`` go.
 
-    present: the original numbers of the heads the weights still hold, in weight order.
-    Mirrors ``find_pruneable_heads_and_indices``. -> (len(kept heads) * hd,) long.
+    Mirrors ``find_pruneable_heads_and_indices``.
+
+    Args:
+        present: the original numbers of the heads the weights still hold, in weight order.
+        drop: the original numbers of the heads to remove.
+        hd: the width of one head.
+
+    Returns:
+        (len(kept heads) * hd,) long.
     """
     keep = [slot for slot, head in enumerate(present) if head not in drop]  # positions in the weights
     return torch.cat([torch.arange(slot * hd, (slot + 1) * hd) for slot in keep])
 
 
 def kept(t: Tensor, dim: int, rows: Tensor) -> Tensor:
-    """``t.index_select(dim, rows)``, laid out in memory as ``t`` is: a weight that ``bertfn.load`` stored
-    (in, out) (:func:`bertfn.checkpoint.state.matmul_layout`) stays so, and keeps its faster products."""
+    """``t.index_select(dim, rows)``, laid out in memory as ``t`` is.
+
+    A weight that ``bertfn.load`` stored (in, out) (:func:`bertfn.checkpoint.state.matmul_layout`) stays
+    so, and keeps its faster products.
+
+    Args:
+        t: a weight or bias.
+        dim: the dimension to select along.
+        rows: the indices to keep (:func:`kept_rows`).
+    """
     out = t.index_select(dim, rows)
     return in_out(out) if is_in_out(t) else out
 
@@ -50,12 +65,22 @@ def kept(t: Tensor, dim: int, rows: Tensor) -> Tensor:
 def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, Iterable[int]]) -> Params | Model:
     """A copy of the model without the given self-attention heads (``BertModel.prune_heads``).
 
-    params_or_model: a loaded :class:`Model` or its root :class:`Params` (``model.params``).
-    heads_to_prune: ``{layer: [head, ...]}`` in original head numbers; heads already pruned are skipped.
-    Returns the same kind of object with a new state dict (tensors not touched are shared, so tied
-    weights stay tied) and ``config.pruned_heads`` extended. For each pruned layer i the new
-    ``bert.encoder.layer.{i}.attention.self.{query,key,value}.{weight,bias}`` lose rows and
-    ``...attention.output.dense.weight`` loses columns; attention reads the smaller head count from them.
+    For each pruned layer i the new ``bert.encoder.layer.{i}.attention.self.{query,key,value}.{weight,bias}``
+    lose rows and ``...attention.output.dense.weight`` loses columns; attention reads the smaller head count
+    from them.
+
+    Args:
+        params_or_model: a loaded :class:`Model` or its root :class:`Params` (``model.params``).
+        heads_to_prune: ``{layer: [head, ...]}`` in original head numbers; heads already pruned are skipped.
+
+    Returns:
+        The same kind of object with a new state dict (tensors not touched are shared, so tied
+            weights stay tied) and ``config.pruned_heads`` extended.
+
+    Raises:
+        InputError: something else than a model or its root params, layers or heads out of range, a
+            layer left with no heads, or a layer whose weights other layers share (ALBERT).
+        CheckpointError: weights with another number of heads than the config says.
     """
     if isinstance(params_or_model, Model):
         state, cfg = params_or_model.state, params_or_model.config

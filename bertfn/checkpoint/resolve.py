@@ -31,14 +31,23 @@ _models_lock = threading.Lock()
 def get_model(model: Model | str | Path | None, device: str | torch.device | None = None,
               dtype: torch.dtype | str | None = None,
               prepare: Callable[[dict[str, torch.Tensor]], object] | None = None) -> Model:
-    """A loaded model on ``device`` in ``dtype``: given, or loaded once per process by name, device and
-    dtype (default: bert-base-uncased, as stored). A given :class:`Model` on another device or in
-    another dtype is converted for this call only; load it with ``device=`` / ``dtype=`` to avoid that.
+    """A loaded model on ``device`` in ``dtype``: given, or loaded once per process by name, device and dtype.
 
-    prepare: a change made once to the state of a model loaded by name, which is then kept apart
-    from the plain one under the same name. The calls that run on the fast path alone pass
-    :func:`~bertfn.fast.choice.pack_state`, so such a model holds its linear weights once, in the
-    layout the fast path reads (``load``'s ``prepare``). A given :class:`Model` is never changed."""
+    A given :class:`Model` on another device or in another dtype is converted for this call only; load it
+    with ``device=`` / ``dtype=`` to avoid that. A given :class:`Model` is never changed.
+
+    Args:
+        model: a loaded :class:`Model`, a local folder or a hub id (default: bert-base-uncased, as stored).
+        device: where the model runs (None: where it is, or the CPU).
+        dtype: its precision, a ``torch.dtype`` or a string (:func:`~bertfn.checkpoint.dtypes.resolve_dtype`).
+        prepare: a change made once to the state of a model loaded by name, which is then kept apart
+            from the plain one under the same name. The calls that run on the fast path alone pass
+            :func:`~bertfn.fast.choice.pack_state`, so such a model holds its linear weights once, in the
+            layout the fast path reads (``load``'s ``prepare``).
+
+    Raises:
+        InputError: ``Params`` or a state_dict (no tokenizer), or anything else that is no model.
+    """
     dtype = resolve_dtype(dtype)
     if isinstance(model, Model):
         same_device = device is None or model.device == torch.device(device)
@@ -57,7 +66,15 @@ def get_model(model: Model | str | Path | None, device: str | torch.device | Non
 
 
 def require_tokenizer(m: Model, what: str) -> Tokenizer:
-    """``m.tokenizer``, or :class:`MissingPartError` saying that ``what`` needs one and how to give it."""
+    """``m.tokenizer``, or :class:`MissingPartError` saying that ``what`` needs one and how to give it.
+
+    Args:
+        m: the model.
+        what: the call that needs it, for the message.
+
+    Raises:
+        MissingPartError: the model has no tokenizer.
+    """
     if not m.tokenizer:  # a NoTokenizer
         raise MissingPartError(
             f"{what} needs a tokenizer, and model {m.name!r} has none; load it with "
@@ -67,7 +84,15 @@ def require_tokenizer(m: Model, what: str) -> Tokenizer:
 
 
 def require_mlm_head(m: Model, what: str) -> None:
-    """:class:`MissingPartError` unless ``m`` has the masked-LM head (``cls.predictions.*``) that ``what`` needs."""
+    """Check that ``m`` has the masked-LM head (``cls.predictions.*``) that ``what`` needs.
+
+    Args:
+        m: the model.
+        what: the call that needs it, for the message.
+
+    Raises:
+        MissingPartError: the model has no masked-LM head (an encoder-only checkpoint).
+    """
     root = m.params
     if "cls.predictions.decoder.weight" not in root:
         head = root.key("cls.predictions.decoder.weight").rsplit(".", 2)[0]  # lm_head, generator_lm_head, ...
@@ -77,7 +102,11 @@ def require_mlm_head(m: Model, what: str) -> None:
 
 
 def _looks_like_text(s: object) -> bool:
-    """A string with inner spaces or a [MASK] that names no file or folder here."""
+    """A string with inner spaces or a [MASK] that names no file or folder here.
+
+    Args:
+        s: what was passed.
+    """
     if not (isinstance(s, str) and (any(c.isspace() for c in s.strip()) or "[MASK]" in s or "<mask>" in s)):
         return False
     try:
@@ -89,9 +118,20 @@ def _looks_like_text(s: object) -> bool:
 def texts_and_model(texts, model, what: str, *, old_order: bool = False):
     """``(texts, model)`` of a call written ``what(texts, model)``, checking the order.
 
-    A model first and texts second is the old order of ``trace(model, text)``: with ``old_order`` it
-    still works, with a DeprecationWarning; elsewhere it is an :class:`InputError`. Two strings are
-    taken as swapped when the second reads like text (spaces or a [MASK]) and is no path here.
+    A model first and texts second is the old order of ``trace(model, text)``. Two strings are taken as
+    swapped when the second reads like text (spaces or a [MASK]) and is no path here.
+
+    Args:
+        texts (object): what was passed first.
+        model (object): what was passed second.
+        what: the call, for the messages.
+        old_order: the old order still works, with a DeprecationWarning; elsewhere it is an :class:`InputError`.
+
+    Raises:
+        InputError: the model first, without ``old_order``.
+
+    Warns:
+        DeprecationWarning: the model first, with ``old_order``.
     """
     swapped = isinstance(texts, (Model, Params)) or (texts is None and isinstance(model, str)) or (
         _looks_like_text(model) and isinstance(texts, (str, Path)) and not _looks_like_text(str(texts)))
@@ -111,9 +151,15 @@ def text_list(inputs, what: str) -> tuple[list[str], bool]:
     """``(texts, single)``: the texts of a call given one text or a sequence of them, and whether it was one.
 
     A sequence is anything with a length and an order: a list, a tuple, a pandas Series (its values),
-    a numpy array of strings (its ``str_`` become ``str``). Raises :class:`InputError` for anything
-    else (a set has no order, a generator no length: pass ``list(...)``), an empty sequence, or an
-    item that is not a non-empty string.
+    a numpy array of strings (its ``str_`` become ``str``).
+
+    Args:
+        inputs (str | Sequence[str]): one text or a sequence of them.
+        what: the call, for the messages.
+
+    Raises:
+        InputError: anything else (a set has no order, a generator no length: pass ``list(...)``), an
+            empty sequence, or an item that is not a non-empty string.
     """
     single = isinstance(inputs, str)
     if single:
@@ -136,9 +182,17 @@ def text_list(inputs, what: str) -> tuple[list[str], bool]:
 
 
 def flag_unknown(results: list, unknown: dict[int, str] | None) -> list:
-    """``results`` (one per text, as a task returns them) with ``"warning": ...`` set in each dict of text
-    i's result for every text i that ``unknown`` names (mostly [UNK]: :attr:`Encoding.unknown`), as a file
-    run flags its lines: fill_mask's answers and score's dicts say so themselves, not only the warning."""
+    """``results`` with ``"warning": ...`` set in each dict of text i's result for every text i that ``unknown`` names.
+
+    As a file run flags its lines: fill_mask's answers and score's dicts say so themselves, not only the warning.
+
+    Args:
+        results: one per text, as a task returns them (changed in place).
+        unknown: the texts that are mostly [UNK] (:attr:`Encoding.unknown`), ``{index: message}``.
+
+    Returns:
+        ``results``.
+    """
     def add(result: object, message: str) -> None:
         if isinstance(result, dict):
             result["warning"] = message

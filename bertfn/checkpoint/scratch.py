@@ -36,7 +36,15 @@ TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weigh
 
 
 def model_shapes(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict[str, tuple[int, ...]]:
-    """Every key of the encoder plus ``parts`` (names from :data:`PARTS`) with its shape, tied keys included."""
+    """Every key of the encoder plus ``parts`` with its shape, tied keys included.
+
+    Args:
+        config: the model's config.
+        parts: names from :data:`PARTS`.
+
+    Raises:
+        InputError: an unknown part.
+    """
     parts = tuple(parts)
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -45,8 +53,15 @@ def model_shapes(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict
 
 
 def part_of(key: str) -> str:
-    """Which part of BERT a state_dict key belongs to: embeddings, attention (self- and cross-),
-    feed-forward, pooler, mlm head, nsp head, or task heads (classifier, qa_outputs and any other)."""
+    """Which part of BERT a state_dict key belongs to.
+
+    Args:
+        key: a key, by BERT's names.
+
+    Returns:
+        embeddings, attention (self- and cross-), feed-forward, pooler, mlm head, nsp head, or task heads
+            (classifier, qa_outputs and any other).
+    """
     if key.startswith("bert.embeddings."):
         return "embeddings"
     if re.search(r"\.layer\.\d+\.(attention|crossattention)\.", key):
@@ -66,10 +81,19 @@ def parameter_count(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> d
     """Parameters by part for ``config`` with the optional ``parts``, from the shapes alone (no weights).
 
     Each tensor counts once, as ``model.num_parameters()`` counts it in transformers: the MLM decoder
-    shares the word embeddings' tensor. The LayerNorm after a block belongs to the block.
-    Returns ``{part: count}`` in model order (see :func:`part_of`) and ``"total"``. For the default
+    shares the word embeddings' tensor. The LayerNorm after a block belongs to the block. For the default
     config (bert-base) with the pooler: attention 12 x 2,363,904, feed-forward 12 x 4,723,968,
     total 109,482,240.
+
+    Args:
+        config: the model's config.
+        parts: the optional parts above the encoder, names from :data:`PARTS`.
+
+    Returns:
+        ``{part: count}`` in model order (see :func:`part_of`) and ``"total"``.
+
+    Raises:
+        InputError: an unknown part.
     """
     counts: dict[str, int] = {}
     for key, shape in model_shapes(config, parts).items():
@@ -85,10 +109,20 @@ def init_model(config: BertConfig, parts: Iterable[str] = ("pooler", "mlm"), *,
 
     Linear weights and embedding tables ~ N(0, ``config.initializer_range``), biases 0, LayerNorm
     weight 1 and bias 0, the [PAD] row (``config.pad_token_id``) of the word embeddings 0; the MLM
-    decoder is the word-embedding tensor itself (tied). ``parts`` as in :func:`model_shapes`; the
-    default gives ``BertForMaskedLM`` with a pooler. Draws from ``generator`` (default: seeded with 0),
-    so one seed gives one model. The keys are those :func:`bertfn.load` gives; fp32 on the CPU
-    (``model.to(...)`` moves it). To train it, see docs/guides/features.md (dropout / training).
+    decoder is the word-embedding tensor itself (tied). The keys are those :func:`bertfn.load` gives;
+    fp32 on the CPU (``model.to(...)`` moves it). To train it, see docs/guides/features.md (dropout / training).
+
+    Args:
+        config: the model's config.
+        parts: as in :func:`model_shapes`; the default gives ``BertForMaskedLM`` with a pooler.
+        generator: what the weights are drawn from (default: seeded with 0), so one seed gives one model.
+        tokenizer: the model's tokenizer, if any.
+
+    Returns:
+        The model, named "init_model".
+
+    Raises:
+        InputError: an unknown part.
     """
     parts = tuple(parts)
     g = generator if generator is not None else torch.Generator().manual_seed(0)

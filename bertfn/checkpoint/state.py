@@ -41,6 +41,9 @@ def matmul_layout(state: dict[str, torch.Tensor]) -> None:
     Weights are replaced one at a time, so memory holds one weight twice at most. The embedding
     tables (and the decoder tied to the word embeddings) stay row by row: lookups read rows. Such a
     dict is not contiguous: to save it with safetensors, pass ``{k: v.contiguous() for k, v in state.items()}``.
+
+    Args:
+        state: a model's flat state, changed in place.
     """
     for k, t in state.items():
         if LINEAR_WEIGHT.search(k) and t.dim() == 2:
@@ -48,21 +51,37 @@ def matmul_layout(state: dict[str, torch.Tensor]) -> None:
 
 
 def as_stored(state: dict[str, torch.Tensor]) -> bool:
-    """A ``prepare`` for :func:`~bertfn.checkpoint.loading.load` that keeps every weight as the file stores it,
-    (out, in): for a trace of a long text, where the (in, out) layout gains less than it costs. On an AMD EPYC,
+    """A ``prepare`` for :func:`~bertfn.checkpoint.loading.load` that keeps every weight as stored, (out, in).
+
+    For a trace of a long text, where the (in, out) layout gains less than it costs. On an AMD EPYC,
     at 512 tokens on bert-base's shape, the layout makes the trace's products 0.04 s faster and costs
     0.27 s of copies (``bertfn view``, ``bertfn attention``). With it, ``load`` maps a safetensors file
-    instead of reading it (nothing copies the weights). Returns True: the weights are as wanted."""
+    instead of reading it (nothing copies the weights).
+
+    Args:
+        state: the model's state (left as it is).
+
+    Returns:
+        Always True: the weights are as wanted.
+    """
     return True
 
 
 def in_out(w: torch.Tensor) -> torch.Tensor:
-    """``w`` (out, in) as a view of an (in, out) contiguous copy: the same weight, laid out for ``F.linear``."""
+    """``w`` (out, in) as a view of an (in, out) contiguous copy: the same weight, laid out for ``F.linear``.
+
+    Args:
+        w: a 2-D weight.
+    """
     return w.t().contiguous().t()
 
 
 def is_in_out(w: torch.Tensor) -> bool:
-    """Whether ``w`` is laid out as :func:`in_out` makes it (a 2-D weight transposed in memory)."""
+    """Whether ``w`` is laid out as :func:`in_out` makes it (a 2-D weight transposed in memory).
+
+    Args:
+        w: a weight.
+    """
     return w.dim() == 2 and not w.is_contiguous() and w.t().is_contiguous()
 
 
@@ -84,9 +103,15 @@ def release_memory() -> None:
 
 
 def checkpoint_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
-    """Every key a model of ``config`` reads, as its checkpoint names it, with its shape: BERT's table as the
-    model's family changes it (:func:`~bertfn.model.family.named_shapes`), each name turned into the family's
-    key (several of ALBERT's layers read one key)."""
+    """Every key a model of ``config`` reads, as its checkpoint names it, with its shape.
+
+    BERT's table as the model's family changes it (:func:`~bertfn.model.family.named_shapes`), each name
+    turned into the family's key (several of ALBERT's layers read one key).
+
+    Args:
+        config: the model's config.
+        state: the weights at hand (their optional parts count).
+    """
     root = Params(state, config)
     return {root.key(k): shape for k, shape in named_shapes(config, root).items()}
 
@@ -96,6 +121,10 @@ def config_contradictions(config: BertConfig, state: dict[str, torch.Tensor]) ->
 
     Read from the embeddings, the first layer and the layers' query weights. (Head count and eps leave no trace
     in the shapes: a wrong ``num_attention_heads`` that divides ``hidden_size`` cannot be detected.)
+
+    Args:
+        config: the model's config.
+        state: the weights.
     """
     root = Params(state, config)  # read by BERT's names, whatever the family calls them
 
@@ -126,10 +155,16 @@ BERT_PARTS = ("bert.", "cls.predictions.", "cls.seq_relationship.", "classifier.
 
 
 def unused_keys(state: dict[str, torch.Tensor], config: BertConfig | None = None) -> list[str]:
-    """Keys outside every BERT part (:data:`BERT_PARTS`): other heads (AntiBERTy's ``cls.species.*``),
-    training leftovers. A key inside a part that the config does not expect is not unused but
-    unexpected (e.g. a layer too many): :func:`check_state` refuses it. For a family member (``config``
-    of another model_type) the parts are its base model (``roberta.``) and the keys its heads read."""
+    """Keys outside every BERT part (:data:`BERT_PARTS`): other heads (AntiBERTy's ``cls.species.*``), leftovers.
+
+    A key inside a part that the config does not expect is not unused but unexpected (e.g. a layer too
+    many): :func:`check_state` refuses it.
+
+    Args:
+        state: the weights.
+        config: the model's config; for a family member (of another model_type) the parts are its base
+            model (``roberta.``) and the keys its heads read.
+    """
     family = family_of(config) if config is not None else None
     if family is None or family.key is None:
         return sorted(k for k in state if not k.startswith(BERT_PARTS))
@@ -138,7 +173,11 @@ def unused_keys(state: dict[str, torch.Tensor], config: BertConfig | None = None
 
 
 def group_keys(keys: list[str]) -> list[str]:
-    """Keys grouped by their parent name, for messages: ``["cls.chain.*", "cls.species.*"]``."""
+    """Keys grouped by their parent name, for messages: ``["cls.chain.*", "cls.species.*"]``.
+
+    Args:
+        keys: the keys.
+    """
     return sorted({k.rsplit(".", 1)[0] + ".*" if "." in k else k for k in keys})
 
 
@@ -146,10 +185,18 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
                 weights_file: str | None = None, config_file: str | None = None) -> None:
     """Raise :class:`CheckpointError` naming every missing, unexpected and mis-shaped key.
 
-    Unexpected keys are those the config does not imply; with ``strict=False`` the :func:`unused_keys`
-    (outside every BERT part) are let through. When config values contradict the weights
-    (:func:`config_contradictions`) the message leads with them. ``weights_file`` / ``config_file``
-    name the files in the message.
+    When config values contradict the weights (:func:`config_contradictions`) the message leads with them.
+
+    Args:
+        state: the weights, normalised.
+        config: the model's config.
+        strict: refuse the :func:`unused_keys` (outside every BERT part) too; with False they are let
+            through. Unexpected keys are those the config does not imply.
+        weights_file: names the weights file in the message.
+        config_file: names the config file in the message.
+
+    Raises:
+        CheckpointError: missing, unexpected or mis-shaped keys.
     """
     present = set(state)
     shapes = checkpoint_shapes(config, state)

@@ -167,15 +167,20 @@ def check_text(text: str, which: str) -> None:
 class Tokenizer:
     """A BERT-family tokenizer: ``tok(["a text", ...])`` -> padded :class:`Encoding`; ``tok.decode(ids)``.
 
-    ``cls_token_id``, ``sep_token_id``, ``mask_token_id``, ``pad_token_id``, ``unk_token_id`` and their
-    names ``cls_token``, ... (``mask_token``: ``"[MASK]"``, ``"<mask>"``, ...) are found by their role
-    (:data:`ROLES`): the name ``names`` gives (tokenizer_config.json's ``cls_token``, ``bos_token``, ...),
-    else the usual ones. No padding token: id 0 pads (attention masks hide it); no unknown token: None.
-    ``clean_up_spaces`` mirrors transformers' ``clean_up_tokenization_spaces``: read from
-    tokenizer_config.json, else True for a tokenizer built from vocab.txt (the slow BertTokenizer's
-    default) and False for one read from tokenizer.json (the fast tokenizers' default).
-    ``lowercase``: whether the tokenizer lowercases (None: it has no step about case); ``word_marks``: the
-    marks that begin a word in its vocabulary (``("▁",)`` for SentencePiece, ``("Ġ",)`` for byte-level BPE).
+    ``cls_token_id``, ``sep_token_id``, ``mask_token_id``, ``pad_token_id``, ``unk_token_id`` and their names
+    ``cls_token``, ... (``mask_token``: ``"[MASK]"``, ``"<mask>"``, ...) are found by their role (:data:`ROLES`): the
+    name ``names`` gives, else the usual ones. No padding token: id 0 pads (attention masks hide it); no unknown
+    token: None. ``lowercase``: whether the tokenizer lowercases (None: it has no step about case); ``word_marks``:
+    the marks that begin a word in its vocabulary (``("▁",)`` for SentencePiece, ``("Ġ",)`` for byte-level BPE).
+
+    Args:
+        backend: the ``tokenizers`` tokenizer.
+        max_length: the model's max positions, if known.
+        clean_up_spaces: mirrors transformers' ``clean_up_tokenization_spaces``: read from tokenizer_config.json, else
+            True for a tokenizer built from vocab.txt (the slow BertTokenizer's default) and False for one read from
+            tokenizer.json (the fast tokenizers' default).
+        source: the file it was read from, for messages.
+        names: the special tokens' names (tokenizer_config.json's ``cls_token``, ``bos_token``, ...).
     """
 
     def __init__(self, backend: _HFTokenizer, max_length: int | None = None, clean_up_spaces: bool = False,
@@ -208,7 +213,13 @@ class Tokenizer:
     @classmethod
     def from_folder(cls, folder: str | Path, max_length: int | None = None,
                     lowercase: bool | None = None) -> Tokenizer | None:
-        """``tokenizer.json`` if present, else ``vocab.txt`` (+ ``tokenizer_config.json``); None if neither."""
+        """``tokenizer.json`` if present, else ``vocab.txt`` (+ ``tokenizer_config.json``); None if neither.
+
+        Args:
+            folder: the folder to look in.
+            max_length: the model's max positions, if known.
+            lowercase: as in :meth:`from_path`.
+        """
         folder = Path(folder)
         for name in ("tokenizer.json", "vocab.txt"):
             if (folder / name).is_file():
@@ -217,13 +228,17 @@ class Tokenizer:
 
     @classmethod
     def from_path(cls, path: str | Path, max_length: int | None = None, lowercase: bool | None = None) -> Tokenizer:
-        """Read a tokenizer from a ``tokenizer.json``, a WordPiece ``vocab.txt`` or a folder holding one.
-
-        A ``tokenizer_config.json`` beside the file sets lowercasing (``do_lower_case``, for vocab.txt),
+        """Read a tokenizer from a ``tokenizer.json``, a WordPiece ``vocab.txt`` or a folder holding one. A
+        ``tokenizer_config.json`` beside the file sets lowercasing (``do_lower_case``, for vocab.txt),
         ``clean_up_tokenization_spaces`` and the special tokens' names (``mask_token``, ...; else those of
-        ``special_tokens_map.json``, else the usual ones). lowercase: True / False overrides it (False keeps case, as
-        ``BertTokenizer(vocab, do_lower_case=False)``); None keeps what the files say (a bare vocab.txt
-        lowercases, as transformers' default).
+        ``special_tokens_map.json``, else the usual ones).
+
+        Args:
+            path: the file, or a folder holding one.
+            max_length: the model's max positions, if known.
+            lowercase: True / False overrides the files (False keeps case, as ``BertTokenizer(vocab,
+                do_lower_case=False)``); None keeps what the files say (a bare vocab.txt lowercases, as transformers'
+                default).
         """
         path = Path(path).expanduser()
         try:
@@ -267,9 +282,13 @@ class Tokenizer:
     def __call__(self, texts: str | list[str], pairs: str | list[str] | None = None) -> Encoding:
         """Tokenize one text or a batch (optionally with second segments) into a padded batch.
 
-        texts: str or list of B str; pairs: the same number of second segments (A and B joined as the template says).
-        Returns (B, S) tensors padded with the padding token to the longest row (``word_ids`` numbers the
-        words of each segment; token types as the template gives them: 0 / 1 for BERT's, all 0 for RoBERTa's).
+        Args:
+            texts: str or list of B str.
+            pairs: the same number of second segments (A and B joined as the template says).
+
+        Returns:
+            (B, S) tensors padded with the padding token to the longest row (``word_ids`` numbers the words of each
+                segment; token types as the template gives them: 0 / 1 for BERT's, all 0 for RoBERTa's).
         """
         texts = [texts] if isinstance(texts, str) else list(texts)
         if pairs is not None:
@@ -291,16 +310,18 @@ class Tokenizer:
         )
 
     def unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> dict[int, str]:
-        """The texts whose tokens are mostly the unknown token (the model would answer, confidently, about
-        nothing): ``{index: what to say of it}``, e.g. ``"2 of its 2 tokens are [UNK] (e.g. 'é'), so the results
-        say little about it; <the likely fix>"`` (``<unk>`` for RoBERTa's kind: the tokenizer's own name).
+        """The texts whose tokens are mostly the unknown token (the model would answer, confidently, about nothing):
+        ``{index: what to say of it}``, e.g. ``"2 of its 2 tokens are [UNK] (e.g. 'é'), so the results say little
+        about it; <the likely fix>"`` (``<unk>`` for RoBERTa's kind: the tokenizer's own name). The fix named: keeping
+        case (a cased vocabulary read with BERT's lowercasing, e.g. amino acids as capitals), writing capitals (small
+        letters given to a vocabulary of capitals), or spacing (a vocabulary of single characters written without
+        spaces). The vocabulary's words are read without their marks (``##`` pieces left out, ``▁`` and ``Ġ`` taken
+        off) and without its ``[...]`` / ``<...>`` specials; a lone ``▁`` piece is a space, not a token of the text.
 
-        The fix named: keeping case (a cased vocabulary read with BERT's lowercasing, e.g. amino acids as
-        capitals), writing capitals (small letters given to a vocabulary of capitals), or spacing (a
-        vocabulary of single characters written without spaces). The vocabulary's words are read without
-        their marks (``##`` pieces left out, ``▁`` and ``Ġ`` taken off) and without its ``[...]`` / ``<...>``
-        specials; a lone ``▁`` piece is a space, not a token of the text.
-        batch: the ``tokenizers`` encodings of ``texts`` (and their second segments ``pairs``).
+        Args:
+            texts: the texts.
+            pairs: their second segments, or None.
+            batch: the ``tokenizers`` encodings of ``texts`` (and their second segments ``pairs``).
         """
         specials = {self.cls_token_id, self.sep_token_id, self.mask_token_id, self.pad_token_id,
                     *(self.backend.token_to_id(m) for m in self.word_marks)}  # and a lone "▁": a space, not text
@@ -350,7 +371,14 @@ class Tokenizer:
 
     def warn_unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> dict[int, str]:
         """Warn, once for the batch, about the texts that are mostly ``[UNK]`` (:meth:`unknown`), naming them by
-        index: ``text 3 (and texts 7, 9, +12 more like it): 2 of its 2 tokens are [UNK] ...``; returns :meth:`unknown`."""
+        index. ``text 3 (and texts 7, 9, +12 more like it): 2 of its 2 tokens are [UNK] ...``; returns
+        :meth:`unknown`.
+
+        Args:
+            texts: the texts.
+            pairs: their second segments, or None.
+            batch: the ``tokenizers`` encodings.
+        """
         said = self.unknown(texts, pairs, batch)
         if said:
             first, *others = said
@@ -360,8 +388,13 @@ class Tokenizer:
         return said
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        """ids -> text, as ``tokenizer.decode`` in transformers (same defaults): the tokenizer's own decoder
-        joins the pieces (``##`` continuations, ``▁`` and ``Ġ`` as spaces: the id of ``"Ġromans"`` alone is
-        ``" romans"``), then punctuation is glued back if ``clean_up_spaces``."""
+        """ids -> text, as ``tokenizer.decode`` in transformers (same defaults). The tokenizer's own decoder joins the
+        pieces (``##`` continuations, ``▁`` and ``Ġ`` as spaces: the id of ``"Ġromans"`` alone is ``" romans"``), then
+        punctuation is glued back if ``clean_up_spaces``.
+
+        Args:
+            ids: token ids.
+            skip_special_tokens: leave out the special tokens.
+        """
         text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return clean_up_tokenization(text) if self.clean_up_spaces else text

@@ -16,11 +16,14 @@ from ..errors import CheckpointError, require_readable
 def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tensor]:
     """Tensors of one weights file. ``.safetensors`` via safetensors; ``.bin`` via ``weights_only`` torch.load.
 
-    mapped: a safetensors file is memory-mapped (privately: an edit in place never reaches the file) instead
-    of read into memory, for a caller that keeps the weights as they are; reading is the default because
-    laying the weights out or packing them copies them, and mapped pages would stay resident beside the copies.
+    Args:
+        path: the file.
+        mapped: a safetensors file is memory-mapped (privately: an edit in place never reaches the file) instead
+            of read into memory, for a caller that keeps the weights as they are; reading is the default because
+            laying the weights out or packing them copies them, and mapped pages would stay resident beside the copies.
 
-    Raises :class:`CheckpointError` for a file this user may not read, a corrupt file, or one that holds code.
+    Raises:
+        CheckpointError: a file this user may not read, a corrupt file, or one that holds code.
     """
     path = Path(path)
     require_readable(path)
@@ -54,7 +57,11 @@ def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tens
 
 
 def torch_load_reason(e: Exception) -> str:
-    """The informative line of a torch.load error (its message wraps the reason in paragraphs of advice)."""
+    """The informative line of a torch.load error (its message wraps the reason in paragraphs of advice).
+
+    Args:
+        e: the error torch.load raised.
+    """
     boilerplate = ("Weights only load failed", "(1) ", "(2) ", "Please file an issue", "Check the documentation")
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     reason = next((line for line in lines if not line.startswith(boilerplate)), lines[0] if lines else "")

@@ -38,10 +38,18 @@ FLUSH_SECONDS = 5.0
 class Summary:
     """What :func:`run_file` did: texts run this time, how many failed, tokens read, seconds.
 
-    resumed_after: lines already in the output when the run started (resume); retried: of those,
-    the error lines run again (retry_errors); kept_errors: error lines left from before, not run
-    again; warned: lines this run flagged with a ``"warning"``. The output is complete and clean when
-    ``errors + kept_errors == 0``.
+    The output is complete and clean when ``errors + kept_errors == 0``.
+
+    Attributes:
+        texts: texts run this time.
+        errors: of those, how many were refused.
+        tokens: tokens read.
+        seconds: the run's time.
+        output: the files written (or "stdout").
+        resumed_after: lines already in the output when the run started (resume).
+        retried: of those, the error lines run again (retry_errors).
+        kept_errors: error lines left from before, not run again.
+        warned: lines this run flagged with a ``"warning"``.
     """
 
     texts: int
@@ -79,8 +87,14 @@ def _read_lines(source: str | Path) -> Iterator[bytes]:
 def parse_line(n: int, raw: bytes, field: str | None) -> tuple[object, dict, str | None]:
     """Input line ``n`` -> (its text, the fields the output carries, or the error that makes it a bad line).
 
-    field None: the line is the text (UTF-8), carried as ``{"text": ...}``. Otherwise the line is a
-    JSON object whose ``field`` holds the text; every field is carried.
+    Args:
+        n: the line's number, from 1.
+        raw: the line's bytes.
+        field: None: the line is the text (UTF-8), carried as ``{"text": ...}``. Otherwise the line is a
+            JSON object whose ``field`` holds the text; every field is carried.
+
+    Returns:
+        ``(text, carried fields, error message or None)``.
     """
     try:
         line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
@@ -108,8 +122,19 @@ def parse_line(n: int, raw: bytes, field: str | None) -> tuple[object, dict, str
 
 
 def probe_input(first: bytes | None, field: str | None, source: str | Path) -> None:
-    """Check the input's first line before any model loads: with ``field``, it must be a JSON object
-    holding that field (a typo in ``--field`` stops the run here, not after a file of error lines)."""
+    """Check the input's first line before any model loads.
+
+    With ``field``, it must be a JSON object holding that field (a typo in ``--field`` stops the run here,
+    not after a file of error lines).
+
+    Args:
+        first: the first line's bytes, or None for an empty input.
+        field: the JSON field that holds the text, or None.
+        source: the input, for the message.
+
+    Raises:
+        InputError: the first line lacks ``field``.
+    """
     if field is None or first is None:
         return
     _, record, bad = parse_line(1, first, field)
@@ -125,12 +150,20 @@ def label(n: int, carried: dict) -> str:
 
 def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], field: str | None, echo: bool,
               drop: frozenset, tally: Tally, printed: InputPrint) -> list[str]:
-    """The output lines of ``entries``, in order: ``(n, raw input line, the output line to keep or None to run)``.
+    """The output lines of ``entries``, in order.
 
     The texts to run go to ``runner`` in one call; the task's warnings are caught and said again naming
     the line (:meth:`Tally.warn`), and a text that is mostly [UNK] gets a ``"warning"`` in its line.
-    echo False leaves the text out; drop: keys left out of a result's dicts (``"text"``, ``"tokens"``; their
-    own ``"warning"`` always: the line holds one naming the line).
+
+    Args:
+        runner: the task with its model.
+        entries: ``(n, raw input line, the output line to keep or None to run)``.
+        field: as in :func:`parse_line`.
+        echo: False leaves the text out.
+        drop: keys left out of a result's dicts (``"text"``, ``"tokens"``; their own ``"warning"`` always:
+            the line holds one naming the line).
+        tally: the run's counts.
+        printed: the fingerprint of the result lines' inputs, added to.
     """
     parsed = [(n, raw, kept, *parse_line(n, raw, field)) for n, raw, kept in entries if kept is None]
     runnable = [(n, text, carried) for n, _, _, text, carried, bad in parsed if bad is None]
@@ -221,31 +254,47 @@ def run_file(
 ) -> Summary:
     """Run ``task`` on every line of ``source`` and write one JSON line per input line to ``target``.
 
-    source: a text file (one text a line) or, with ``field``, JSON Lines whose ``field`` holds the
-    text; ``"-"`` reads standard input. target: a file, or ``"-"`` for standard output. Output line n
-    is ``{"line": n, <the input's fields>, "result": ...}`` (a text line's field is ``"text"``;
-    ``result`` as the task returns it for that text, e.g. fill_mask's list of answers), or the same
-    with ``"error": "..."`` in place of ``result`` when line n is not valid JSON, has no such field,
+    Output line n is ``{"line": n, <the input's fields>, "result": ...}`` (a text line's field is
+    ``"text"``; ``result`` as the task returns it for that text, e.g. fill_mask's list of answers), or the
+    same with ``"error": "..."`` in place of ``result`` when line n is not valid JSON, has no such field,
     or its text is refused (no [MASK], too long, ...). A line whose text is mostly [UNK] also holds
     ``"warning": "..."``. Lines are written in input order; memory holds one chunk of ``chunk_size``.
-    Before any model loads, the first line is checked to hold ``field`` (:func:`probe_input`).
+    Before any model loads, the first line is checked to hold ``field`` (:func:`probe_input`). Floats are
+    written at float32 precision (:func:`~bertfn.corpus.runner.jsonable`).
 
-    flush_every: seconds between flushes of the output at most (and at every chunk's end): texts run
-    in pieces sized to take about that long, so a kill loses at most that much work.
-    echo: False leaves the text out of each output line (the input's other fields, e.g. an id, stay);
-    a result's own echo of the text (score's ``"text"``) is always left out: the line holds it once.
-    detail: False leaves per-token detail out of results
-    (score's ``"tokens"``). Floats are written at float32 precision (:func:`~bertfn.corpus.runner.jsonable`).
-    formats: also write the output as ``"npy"`` (embed) and/or ``"parquet"`` beside it, as the run goes
-    (:mod:`~bertfn.corpus.formats`; a resume brings them level with the JSON Lines).
-    resume: ``target`` holds the output of an interrupted run: check it against the run record beside
-    it (:mod:`bertfn.corpus.record`: the same task, options, field, model weights and vocabulary, and
-    input) and every written line against its input line, then continue after the last complete
-    line. retry_errors (with resume): first run again the lines that hold errors, in place. Without
-    resume a non-empty ``target`` is not overwritten.
-    progress: a tqdm bar on stderr (texts/s, tokens/s, ETA); default: when stderr is a terminal.
-    model, tokenizer, lowercase, device, dtype: as in :func:`open_model`; options: the task's.
-    Returns a :class:`Summary`; the caller decides what errors mean (the CLI exits 2 if any).
+    Args:
+        source: a text file (one text a line) or, with ``field``, JSON Lines whose ``field`` holds the
+            text; ``"-"`` reads standard input.
+        target: a file, or ``"-"`` for standard output.
+        model: as in :func:`~bertfn.corpus.runner.open_model`.
+        task: the task's name: ``"fill-mask"``, ``"score"``, ``"embed"`` or ``"score-mutations"``.
+        field: the JSON field that holds each line's text (None: the input is plain text).
+        resume: ``target`` holds the output of an interrupted run: check it against the run record beside
+            it (:mod:`bertfn.corpus.record`: the same task, options, field, model weights and vocabulary, and
+            input) and every written line against its input line, then continue after the last complete
+            line. Without resume a non-empty ``target`` is not overwritten.
+        retry_errors: (with resume) first run again the lines that hold errors, in place.
+        progress: a tqdm bar on stderr (texts/s, tokens/s, ETA); default: when stderr is a terminal.
+        chunk_size: input lines read at a time.
+        flush_every: seconds between flushes of the output at most (and at every chunk's end): texts run
+            in pieces sized to take about that long, so a kill loses at most that much work.
+        echo: False leaves the text out of each output line (the input's other fields, e.g. an id, stay);
+            a result's own echo of the text (score's ``"text"``) is always left out: the line holds it once.
+        detail: False leaves per-token detail out of results (score's ``"tokens"``).
+        formats: also write the output as ``"npy"`` (embed) and/or ``"parquet"`` beside it, as the run goes
+            (:mod:`~bertfn.corpus.formats`; a resume brings them level with the JSON Lines).
+        tokenizer: as in :func:`~bertfn.corpus.runner.open_model`.
+        lowercase: as in :func:`~bertfn.corpus.runner.open_model`.
+        device: as in :func:`~bertfn.corpus.runner.open_model`.
+        dtype: as in :func:`~bertfn.corpus.runner.open_model`.
+        **options (Any): the task's options.
+
+    Returns:
+        What the run did; the caller decides what errors mean (the CLI exits 2 if any).
+
+    Raises:
+        InputError: a missing input, options that do not fit together, a first line without ``field``, a
+            taken ``target`` without ``resume``, or an output that does not match the run record.
     """
     started = time.perf_counter()
     to_stdout = str(target) == "-"

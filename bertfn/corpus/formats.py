@@ -41,18 +41,35 @@ PART_ROWS = 16384
 
 
 def compact_path(target: Path, fmt: str) -> Path:
-    """Where format ``fmt`` of the run writing ``target`` lies: ``out.jsonl`` -> ``out.npy`` / ``out.parquet``."""
+    """Where format ``fmt`` of the run writing ``target`` lies: ``out.jsonl`` -> ``out.npy`` / ``out.parquet``.
+
+    Args:
+        target: the run's JSON Lines output.
+        fmt: ``"npy"`` or ``"parquet"``.
+    """
     return target.with_suffix("." + fmt)
 
 
 class NpyOutput:
-    """``out.npy`` written row by row: a version 1.0 header of fixed length (:data:`HEADER` bytes) whose shape
-    is rewritten at each flush, then float32 rows. ``rows``: the rows it holds (written or buffered)."""
+    """``out.npy`` written row by row.
+
+    A version 1.0 header of fixed length (:data:`HEADER` bytes) whose shape is rewritten at each flush,
+    then float32 rows. ``rows``: the rows it holds (written or buffered).
+
+    Args:
+        target: the run's JSON Lines output.
+        done: the lines the JSON Lines hold: keep at most that many of its rows.
+    """
 
     HEADER = 128
 
     def __init__(self, target: Path, done: int) -> None:
-        """Open it for a run whose JSON Lines hold ``done`` lines: keep at most that many of its rows."""
+        """Open it for a run whose JSON Lines hold ``done`` lines: keep at most that many of its rows.
+
+        Args:
+            target: the run's JSON Lines output.
+            done: the lines they hold.
+        """
         self.path, self.rows, self.dim, self.file = compact_path(target, "npy"), 0, None, None
         if done and self.path.is_file() and self.path.stat().st_size >= self.HEADER:
             with open(self.path, "rb") as f:
@@ -110,8 +127,18 @@ class NpyOutput:
 
 
 class ParquetOutput:
-    """``out.parquet``: parts in ``out.parquet.parts/`` (``part-{first line:09d}.parquet``) while the run goes,
-    joined into one file when it ends. ``vectors``: results are float32 vectors (embed), else JSON text."""
+    """``out.parquet``: parts in ``out.parquet.parts/`` (``part-{first line:09d}.parquet``) while the run goes.
+
+    Joined into one file when it ends.
+
+    Args:
+        target: the run's JSON Lines output.
+        done: the lines the JSON Lines hold: keep at most that many rows.
+        vectors: results are float32 vectors (embed), else JSON text.
+
+    Raises:
+        DependencyError: pyarrow is missing.
+    """
 
     def __init__(self, target: Path, done: int, vectors: bool) -> None:
         try:
@@ -197,9 +224,21 @@ class ParquetOutput:
 
 
 class Output:
-    """The output file as a run writes it: lines appended, flushed at least every ``flush_every`` seconds (and
-    when asked), then the run's record beside it (``record``: None writes none); compact: the run's
-    :mod:`~bertfn.corpus.formats` outputs, given the same lines, flushed just before the file."""
+    """The output file as a run writes it.
+
+    Lines appended, flushed at least every ``flush_every`` seconds (and when asked), then the run's record
+    beside it.
+
+    Args:
+        out (BinaryIO): the open output (a binary file).
+        target: its path (None for standard output).
+        record: the run's record; None writes none.
+        lines: lines already in it.
+        printed: the fingerprint of the inputs of the result lines.
+        flush_every: seconds between flushes at most.
+        compact: the run's :mod:`~bertfn.corpus.formats` outputs, given the same lines, flushed just before
+            the file.
+    """
 
     def __init__(self, out, target: Path | None, record: dict | None, lines: int, printed: InputPrint,
                  flush_every: float, compact: list = ()) -> None:
@@ -227,8 +266,16 @@ class Output:
 
 
 def check_formats(formats: Iterable[str], vectors: bool, to_stdout: bool) -> None:
-    """:class:`InputError` unless every one of ``formats`` is known and can be written: beside an output file
-    (not standard output), ``"npy"`` only for vectors (``vectors``: the task gives them, as embed does)."""
+    """Check that every one of ``formats`` is known and can be written.
+
+    Args:
+        formats: format names.
+        vectors: the task gives vectors, as embed does (``"npy"`` needs them).
+        to_stdout: the output is standard output (only ``"jsonl"`` then: the others go beside an output file).
+
+    Raises:
+        InputError: an unknown format, or one that cannot be written here.
+    """
     formats = tuple(formats)
     if any(f not in FORMATS for f in formats) or (to_stdout and any(f != "jsonl" for f in formats)):
         raise InputError(f"formats are {', '.join(map(repr, FORMATS))}, written beside an --output file; got "
@@ -240,11 +287,17 @@ def check_formats(formats: Iterable[str], vectors: bool, to_stdout: bool) -> Non
 
 def open_compact(target: Path, formats: Iterable[str], vectors: bool, done: int,
                  written: Iterable[bytes], rebuild: bool = False) -> list:
-    """The compact outputs of a run whose JSON Lines ``target`` hold ``done`` lines, each cut back to at most
-    those lines and filled in with the ones it lacks from ``written`` (the JSON Lines' lines, read lazily).
+    """The compact outputs of a run whose JSON Lines ``target`` hold ``done`` lines.
 
-    vectors: the task's results are vectors (embed); ``"npy"`` needs them. ``done`` 0 starts them anew;
-    rebuild: write them anew from ``written`` (after ``--retry-errors`` changed lines in place).
+    Each is cut back to at most those lines and filled in with the ones it lacks from ``written``.
+
+    Args:
+        target: the run's JSON Lines output.
+        formats: format names.
+        vectors: the task's results are vectors (embed); ``"npy"`` needs them.
+        done: the lines the JSON Lines hold; 0 starts them anew.
+        written: the JSON Lines' lines, read lazily.
+        rebuild: write them anew from ``written`` (after ``--retry-errors`` changed lines in place).
     """
     check_formats(formats, vectors, False)
     formats = [f for f in dict.fromkeys(formats) if f != "jsonl"]

@@ -33,7 +33,11 @@ OWN_KEYS = ("line", "result", "error", "warning")
 
 
 def record_path(target: Path) -> Path:
-    """Where the record of the run writing ``target`` lies: ``target`` + ``.run.json``."""
+    """Where the record of the run writing ``target`` lies: ``target`` + ``.run.json``.
+
+    Args:
+        target: the run's output file.
+    """
     return target.with_name(target.name + ".run.json")
 
 
@@ -43,7 +47,12 @@ def _digest() -> hashlib.blake2b:
 
 def weights_print(model: Model) -> str:
     """A fingerprint of the model's weights: every tensor's name, shape, dtype and bytes (tied ones once each).
-    A weight the fast path holds packed (:func:`~bertfn.fast.choice.pack_state`) counts by its values, as plain."""
+
+    A weight the fast path holds packed (:func:`~bertfn.fast.choice.pack_state`) counts by its values, as plain.
+
+    Args:
+        model: the model.
+    """
     h = _digest()
     for key in sorted(model.state):
         t = model.state[key].detach()
@@ -54,7 +63,11 @@ def weights_print(model: Model) -> str:
 
 
 def vocabulary_print(model: Model) -> str | None:
-    """A fingerprint of the tokenizer's vocabulary and case rule (None: the model has no tokenizer)."""
+    """A fingerprint of the tokenizer's vocabulary and case rule (None: the model has no tokenizer).
+
+    Args:
+        model: the model.
+    """
     tok = model.tokenizer
     if not tok:
         return None
@@ -79,7 +92,14 @@ class InputPrint:
 
 
 def make_record(task: str, options: dict, field: str | None, model: Model) -> dict:
-    """The record of a run (without its ``input`` part, which :func:`write_record` adds)."""
+    """The record of a run (without its ``input`` part, which :func:`write_record` adds).
+
+    Args:
+        task: the task's name.
+        options: the options that change results.
+        field: the JSON field of the input's texts, or None.
+        model: the model (its name, dtype and fingerprints).
+    """
     return {"bertfn_run": VERSION, "task": task, "options": json.loads(json.dumps(options, default=str)),
             "field": field,
             "model": {"name": model.name, "dtype": str(model.dtype), "weights": weights_print(model),
@@ -87,8 +107,16 @@ def make_record(task: str, options: dict, field: str | None, model: Model) -> di
 
 
 def write_record(target: Path, record: dict, lines: int, results: InputPrint) -> None:
-    """Write ``record`` beside ``target`` with its input part (``lines`` written, the fingerprint of their
-    inputs), atomically: a kill leaves the old record or the new one, never half of one."""
+    """Write ``record`` beside ``target`` with its input part, atomically.
+
+    A kill leaves the old record or the new one, never half of one.
+
+    Args:
+        target: the run's output file.
+        record: :func:`make_record`'s.
+        lines: output lines written.
+        results: the fingerprint of the inputs of those holding a result.
+    """
     path = record_path(target)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({**record, "input": {"lines": lines, "results": results.value()}}, indent=1) + "\n",
@@ -97,7 +125,14 @@ def write_record(target: Path, record: dict, lines: int, results: InputPrint) ->
 
 
 def read_record(target: Path) -> dict:
-    """The record beside ``target``, or :class:`InputError` when it is missing or not one."""
+    """The record beside ``target``.
+
+    Args:
+        target: the run's output file.
+
+    Raises:
+        InputError: the record is missing or not one.
+    """
     path = record_path(target)
     again = "pass another --output to start a new run"
     try:
@@ -114,8 +149,17 @@ def read_record(target: Path) -> dict:
 
 
 def check_record(old: dict, new: dict, target: Path) -> None:
-    """:class:`InputError` naming the first difference between the record of the run that wrote ``target``
-    and the run asked for now (task, options, field, model name, dtype, weights, vocabulary)."""
+    """Check the record of the run that wrote ``target`` against the run asked for now.
+
+    Args:
+        old: the record read beside ``target``.
+        new: the record of this run.
+        target: the output file, for the message.
+
+    Raises:
+        InputError: naming the first difference (task, options, field, model name, dtype, weights,
+            vocabulary).
+    """
     def refuse(what: str, before: object, now: object) -> None:
         before, now = ("its default" if v is None else repr(v) for v in (before, now))  # None: the option not given
         raise InputError(f"{target} was written with {what} {before}, and this run has {now}; "
@@ -139,8 +183,13 @@ def check_record(old: dict, new: dict, target: Path) -> None:
 
 
 def complete_lines(target: Path) -> Iterator[bytes]:
-    """The complete lines of ``target`` (without their newline), after cutting it after its last newline
-    (a line a killed run was writing is dropped, to be written again)."""
+    """The complete lines of ``target`` (without their newline), after cutting it after its last newline.
+
+    A line a killed run was writing is dropped, to be written again.
+
+    Args:
+        target: the run's output file (cut in place).
+    """
     with open(target, "rb+") as f:
         f.seek(0, os.SEEK_END)
         size = end = f.tell()
@@ -161,14 +210,23 @@ def complete_lines(target: Path) -> Iterator[bytes]:
 
 def scan_output(target: Path, source: str | Path, inputs: Iterator[tuple[int, bytes]], parse,
                 recorded: dict) -> tuple[int, list[int], InputPrint]:
-    """Check every complete line of ``target`` against its input line, and the input's fingerprint against
-    the record's (``recorded``: its ``input`` part); returns (lines written, the lines holding an error,
-    the fingerprint of the inputs of the lines holding a result).
+    """Check every complete line of ``target`` against its input line, and the input's fingerprint against the record's.
 
-    inputs: the input's ``(n, raw)`` pairs, consumed up to the last line written; parse: ``n, raw ->
-    (text, carried fields, error)`` (:func:`~bertfn.corpus.files.parse_line`). Output line n must be a
-    JSON object with ``"line": n`` whose carried fields equal what input line n gives, else
-    :class:`InputError` names the line.
+    Output line n must be a JSON object with ``"line": n`` whose carried fields equal what input line n gives.
+
+    Args:
+        target: the run's output file.
+        source: the input, for messages.
+        inputs: the input's ``(n, raw)`` pairs, consumed up to the last line written.
+        parse (Callable[[int, bytes], tuple]): ``n, raw -> (text, carried fields, error)``
+            (:func:`~bertfn.corpus.files.parse_line`).
+        recorded: the record's ``input`` part.
+
+    Returns:
+        ``(lines written, the lines holding an error, the fingerprint of the inputs of the lines holding a result)``.
+
+    Raises:
+        InputError: naming the line that does not match.
     """
     count, errors, results = 0, [], InputPrint()
     for count, raw_out in enumerate(complete_lines(target), 1):

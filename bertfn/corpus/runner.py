@@ -55,12 +55,17 @@ each), few enough that a chunk's results are a few MB and a killed run loses lit
 class Task:
     """A pipeline call this room can run: ``function(texts, model, **options)`` -> one result per text.
 
-    probe: a text the function accepts with any model that can run it at all (score: ``"a"``), or a
-    function of the model and the task's options that gives one (fill-mask: the model's mask token,
-    ``[MASK]`` or ``<mask>``; score-mutations: the reference itself).
-    Runs that turn refused texts into error lines call the function on it once before the first
-    text, so that a bad option or a model without the part it needs stops the run at once instead
+    Runs that turn refused texts into error lines call the function on its ``probe`` once before the
+    first text, so that a bad option or a model without the part it needs stops the run at once instead
     of marking every line as failed.
+
+    Attributes:
+        name: the task's name (the CLI subcommand, e.g. ``"fill-mask"``).
+        function: the pipeline call.
+        probe: a text the function accepts with any model that can run it at all (score: ``"a"``), or a
+            function of the model and the task's options that gives one (fill-mask: the model's mask token,
+            ``[MASK]`` or ``<mask>``; score-mutations: the reference itself).
+        max_tokens: the tokens per text the task reads at most with these options.
     """
 
     name: str
@@ -81,6 +86,16 @@ def register(name: str, function: Callable[..., object], probe: str | Callable[[
 
     ``Score = register("score", score, probe="a")`` (the end of this file) is all it takes: :func:`stream`,
     :func:`run_file` (``bertfn NAME --input``) and the returned :class:`Mapper` subclass then run it.
+
+    Args:
+        name: the task's name, e.g. ``"fill-mask"`` (the class is named ``FillMask``).
+        function: ``function(texts, model, **options)`` -> one result per text, in order.
+        probe: as :attr:`Task.probe`: a text the function accepts, or ``(model, options) -> text``.
+        max_tokens: ``(model, options) -> the tokens per text the task reads at most``; None: the model's
+            positions.
+
+    Returns:
+        The task's callable class, a :class:`Mapper` subclass.
     """
     TASKS[name] = Task(name, function, probe, max_tokens)
     class_name = "".join(part.capitalize() for part in name.split("-"))  # "fill-mask" -> "FillMask"
@@ -98,13 +113,22 @@ def task_named(name: str) -> Task:
 def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None = None, lowercase: bool | None = None,
                device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
                prepare: Callable[[dict[str, torch.Tensor]], bool] | None = None, fresh: bool = False) -> Model:
-    """The model a run uses: :func:`~bertfn.checkpoint.resolve.get_model`, or :func:`~bertfn.checkpoint.loading.load` when a
-    tokenizer or a case rule is given (as ``--tokenizer`` / ``--cased`` do in the CLI).
+    """The model a run uses: :func:`~bertfn.checkpoint.resolve.get_model`, or :func:`~bertfn.checkpoint.loading.load`.
 
-    prepare: ``load``'s, for a model loaded here; a run on the fast path alone passes
-    :func:`~bertfn.fast.choice.pack_state`, so the model holds each linear weight once, in the layout the
-    fast path's kernel reads. A given :class:`Model` is used as it is. fresh: load it anew instead of
-    sharing get_model's (a command line's model)."""
+    ``load`` when a tokenizer or a case rule is given (as ``--tokenizer`` / ``--cased`` do in the CLI).
+    A given :class:`Model` is used as it is.
+
+    Args:
+        model: a :class:`Model`, a folder or a hub id.
+        tokenizer: as in :func:`~bertfn.checkpoint.loading.load`.
+        lowercase: as in :func:`~bertfn.checkpoint.loading.load`.
+        device: where the model runs.
+        dtype: its precision.
+        prepare: ``load``'s, for a model loaded here; a run on the fast path alone passes
+            :func:`~bertfn.fast.choice.pack_state`, so the model holds each linear weight once, in the
+            layout the fast path's kernel reads.
+        fresh: load it anew instead of sharing get_model's (a command line's model).
+    """
     if tokenizer is None and lowercase is None and not fresh or isinstance(model, Model):
         return get_model(model, device, dtype, prepare=prepare)
     return load(model or DEFAULT_MODEL, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
@@ -145,13 +169,23 @@ def relabel(error: InputError, label: str) -> InputError:
 
 
 class Runner:
-    """A task bound to a loaded model and its options: a list of texts in, one result or one
-    :class:`InputError` per text out, in order.
+    """A task bound to a loaded model and its options.
 
-    model: a :class:`Model`, a folder or a hub id (loaded once, here); tokenizer / lowercase / device /
-    dtype: as in :func:`open_model`; options: the task's own (fill-mask: ``top_k``, ``targets``,
-    ``truncation``, ``batch_size``, ...). probe: check the model and the options once now, on the
-    task's :attr:`Task.probe` (raises their error) so that an error later is always a text's.
+    A list of texts in, one result or one :class:`InputError` per text out, in order.
+
+    Args:
+        task: the task's name (:data:`TASKS`).
+        model: a :class:`Model`, a folder or a hub id (loaded once, here).
+        tokenizer: as in :func:`open_model`.
+        lowercase: as in :func:`open_model`.
+        device: as in :func:`open_model`.
+        dtype: as in :func:`open_model`.
+        probe: check the model and the options once now, on the task's :attr:`Task.probe` (raises their
+            error) so that an error later is always a text's.
+        **options (Any): the task's own (fill-mask: ``top_k``, ``targets``, ``truncation``, ``batch_size``, ...).
+
+    Raises:
+        InputError: an unknown task, or (with ``probe``) options the task refuses.
     """
 
     def __init__(self, task: str, model: Model | str | Path | None = None, *, tokenizer: str | Path | None = None,
@@ -176,6 +210,12 @@ class Runner:
         that only the texts at fault fail and the rest keep large batches. A refused text's error
         speaks of it as "text 0" (it ran alone): :func:`relabel` names it for the caller. Afterwards
         the memory the call freed goes back to the system (:func:`release_memory`).
+
+        Args:
+            texts: the texts.
+
+        Raises:
+            MissingPartError: the model lacks a part the task needs.
         """
         results = self._run(texts)
         release_memory()
@@ -203,9 +243,16 @@ class Runner:
         return self._run(texts[:half], offset) + self._run(texts[half:], offset + half)
 
     def read(self, texts: list[str]) -> list[tuple[int, str | None]]:
-        """Per text: how many tokens the task reads ([CLS] and [SEP] included; at most what its truncation
-        keeps, :attr:`Task.max_tokens`: embed's ``max_length`` or model setting), and the tokenizer's [UNK]
-        warning for it (speaking of it as "text 0"), or None when most of its tokens are known."""
+        """Per text: how many tokens the task reads, and the tokenizer's [UNK] warning for it.
+
+        Args:
+            texts: the texts.
+
+        Returns:
+            Per text, ``(tokens, warning)``: [CLS] and [SEP] included, at most what its truncation keeps
+                (:attr:`Task.max_tokens`: embed's ``max_length`` or model setting); the warning speaks of it
+                as "text 0", None when most of its tokens are known.
+        """
         tok = self.model.tokenizer
         if not tok or not texts:
             return [(0, None)] * len(texts)
@@ -238,16 +285,31 @@ def stream(
     dtype: torch.dtype | str | None = None,
     **options,
 ) -> Iterator:
-    """Results of ``task`` for each of ``texts``, lazily and in order: what ``fill_mask(list(texts), model,
-    **options)`` returns, one item at a time, without holding the texts or the results in memory.
+    """Results of ``task`` for each of ``texts``, lazily and in order.
 
-    texts: any iterable of strings (a list, an open file's lines, a generator, a dataset column);
-    it is read :data:`CHUNK` texts ahead. model, device, dtype and ``**options`` are the task's
-    (fill-mask: ``top_k``, ``targets``, ``truncation``, ``batch_size``).
-    errors: ``"raise"`` raises the :class:`InputError` of the first text the task refuses, naming it
-    by its index ("text 1234 has no [MASK] ..."), after yielding every result before it;
-    ``"return"`` yields that InputError in the text's place and goes on (the model and options are
-    checked once first, so such an error is always the text's own).
+    What ``fill_mask(list(texts), model, **options)`` returns, one item at a time, without holding the
+    texts or the results in memory.
+
+    Args:
+        texts: any iterable of strings (a list, an open file's lines, a generator, a dataset column);
+            it is read ``chunk_size`` texts ahead.
+        model: the task's (a :class:`Model`, a folder or a hub id).
+        task: the task's name: ``"fill-mask"``, ``"score"``, ``"embed"`` or ``"score-mutations"``.
+        errors: ``"raise"`` raises the :class:`InputError` of the first text the task refuses, naming it
+            by its index ("text 1234 has no [MASK] ..."), after yielding every result before it;
+            ``"return"`` yields that InputError in the text's place and goes on (the model and options are
+            checked once first, so such an error is always the text's own).
+        chunk_size: texts per call of the task (default :data:`CHUNK`).
+        device: the task's.
+        dtype: the task's.
+        **options (Any): the task's (fill-mask: ``top_k``, ``targets``, ``truncation``, ``batch_size``).
+
+    Yields:
+        Each text's result, or with ``errors="return"`` the InputError that refused it.
+
+    Raises:
+        InputError: one string instead of an iterable, a bad ``errors`` or ``chunk_size``, or (with
+            ``errors="raise"``) the first refused text.
     """
     texts, model = texts_and_model(texts, model, "stream")
     if isinstance(texts, str):
@@ -285,19 +347,23 @@ class Mapper:
     """A task as a callable class: a batch of rows in, the same rows with ``result`` and ``error`` out.
 
     For ``ray.data.Dataset.map_batches`` (each worker builds one instance, so the model loads once
-    per worker) and ``datasets.Dataset.map(batched=True)``::
+    per worker) and ``datasets.Dataset.map(batched=True)``:
 
         ds.map_batches(bertfn.corpus.FillMask, fn_constructor_kwargs={"model": "/models/bert", "top_k": 3},
                        batch_size=256, concurrency=4)
 
-    model, tokenizer, lowercase, device, dtype: as in :func:`open_model`; column: the column that
-    holds the texts; options: the task's (fill-mask: ``top_k``, ``targets``, ``truncation``, ...).
     A batch is a dict of columns (numpy arrays or lists) or a pandas DataFrame; what comes back is
     of the same kind with two more columns: ``result``, the task's result for the row as JSON text
     (what ``run_file`` writes under "result"; None where the text was refused), and ``error``, the
     refusal's message or None. JSON text because results need not share one Arrow type (fill-mask
     gives a list of answers for a text with one [MASK] and a list of such lists for several), and
     Ray Data and datasets store columns in Arrow: a string column writes to Parquet or JSON as is.
+
+    Args:
+        model: as in :func:`open_model`.
+        column: the column that holds the texts.
+        **options (Any): the task's (fill-mask: ``top_k``, ``targets``, ``truncation``, ...), and tokenizer,
+            lowercase, device, dtype as in :func:`open_model`.
     """
 
     task: str = ""  # set by register()

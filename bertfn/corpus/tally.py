@@ -15,7 +15,11 @@ from pathlib import Path
 
 
 class Tally:
-    """Counts, warnings and the progress bar of a run: texts, errors, tokens read, lines warned."""
+    """Counts, warnings and the progress bar of a run: texts, errors, tokens read, lines warned.
+
+    Args:
+        bar (tqdm | None): the tqdm bar, or None.
+    """
 
     def __init__(self, bar) -> None:
         self.bar, self.texts, self.errors, self.tokens, self.warned = bar, 0, 0, 0, 0
@@ -23,8 +27,13 @@ class Tally:
         self.started = time.perf_counter()
 
     def warn(self, message: str, kind: str | None = None) -> None:
-        """Warn once per run per ``kind`` of message (default: the message with its numbers and quoted words
-        blanked, so that the same words about other lines, ids or texts count as one)."""
+        """Warn once per run per ``kind`` of message.
+
+        Args:
+            message: what to say.
+            kind: what counts as the same message (default: the message with its numbers and quoted words
+                blanked, so that the same words about other lines, ids or texts count as one).
+        """
         kind = kind or re.sub(r"\d+|'[^']*'", "#", message)
         if kind not in self.shown:
             self.shown.add(kind)
@@ -39,7 +48,11 @@ class Tally:
 
 
 def count_lines(path: Path) -> int:
-    """Lines in a file, a last one without a newline included (for the progress bar's total)."""
+    """Lines in a file, a last one without a newline included (for the progress bar's total).
+
+    Args:
+        path: the file.
+    """
     count, last = 0, b"\n"
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
@@ -49,8 +62,13 @@ def count_lines(path: Path) -> int:
 
 
 def progress_bar(source: str | Path, done: int, show: bool):
-    """A tqdm bar on stderr counting texts (its total: the input's lines, counted here; none for stdin),
-    or None when hidden (then the file is not read an extra time)."""
+    """A tqdm bar on stderr counting texts, or None when hidden (then the file is not read an extra time).
+
+    Args:
+        source: the input; its lines are the bar's total (none for stdin), counted here.
+        done: texts done before (resume).
+        show: whether to show it.
+    """
     if not show:
         return None
     from tqdm import tqdm
@@ -62,7 +80,10 @@ def progress_bar(source: str | Path, done: int, show: bool):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM during :func:`~bertfn.corpus.files.run_file`: it stops as at Ctrl-C, what was run written (the CLI exits 143)."""
+    """SIGTERM during :func:`~bertfn.corpus.files.run_file`: it stops as at Ctrl-C, what was run written.
+
+    The CLI exits 143.
+    """
 
     exit_code = 143
 

@@ -29,9 +29,12 @@ relative positions take at most ``max_position_embeddings``, the longest input t
 def text_groups(lengths: list[int], batch_size: int, max_tokens: int) -> list[list[int]]:
     """Which texts run through the encoder together: indices sorted by length, cut into groups.
 
-    A group holds at most ``batch_size`` texts and, laid end to end, at most ``max_tokens`` tokens
-    (a text longer than that runs alone). Sorting puts similar lengths together, so the last groups
-    hold few long texts and the first many short ones.
+    Sorting puts similar lengths together, so the last groups hold few long texts and the first many short ones.
+
+    Args:
+        lengths: each text's tokens.
+        batch_size: texts per group at most.
+        max_tokens: tokens per group, laid end to end, at most (a text longer than that runs alone).
     """
     groups: list[list[int]] = []
     tokens = 0
@@ -49,9 +52,19 @@ def end_to_end(enc: Encoding, rows: list[int], lengths: list[int],
                config: BertConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The texts ``rows`` of ``enc`` one after another, without padding: the inputs of ``unpadded_encoder``.
 
-    Returns input_ids, token_type_ids and position_ids, each (1, T) with T the sum of the texts'
-    lengths; positions restart for each text: 0, 1, ... in BERT, or as the model's family counts
-    them (RoBERTa's from ``padding_idx + 1``: :mod:`bertfn.model.family`).
+    Positions restart for each text: 0, 1, ... in BERT, or as the model's family counts them
+    (RoBERTa's from ``padding_idx + 1``: :mod:`bertfn.model.family`).
+
+    Args:
+        enc: the texts as a padded batch.
+        rows: the texts to lay out, by index.
+        lengths: each text's tokens.
+        config: the model's config.
+
+    Returns:
+        input_ids: (1, T), T the sum of the texts' lengths.
+        token_type_ids: (1, T).
+        position_ids: (1, T).
     """
     ns = [lengths[i] for i in rows]
     texts = [enc.input_ids[i, :n] for i, n in zip(rows, ns)]  # each (n,)
@@ -70,16 +83,26 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
                    points: Trace = NO_TRACE) -> Iterator[tuple[list[int], torch.Tensor | None, torch.Tensor]]:
     """The texts of ``enc`` through the encoder on the fast path, a group at a time (:func:`text_groups`).
 
-    lengths: each text's tokens (a text longer than its row's real tokens is not allowed; a shorter
-    one is cut there). read(rows, ids): the positions of a group whose last hidden states the caller
-    wants, (N,) indices into its input ids end to end ``ids`` (1, T); the encoder's last layer runs
-    at those alone. Yields ``(rows, where, h)`` per group: the texts' indices in ``enc``, those
-    positions (N,) and the last hidden states there (N, H); without ``read``, where is None and h is
-    every position's (T, H). Either way each text's tokens sit where :func:`end_to_end` put them.
-    points: a :class:`~bertfn.model.recorder.Trace` with edits: then each group runs through the
-    reference :func:`~bertfn.model.encoder.encoder` instead, as a padded batch (b, S) of its texts, so
-    that the edits see the named tensors with the shapes :func:`bertfn.trace` shows (b <= batch_size
-    texts, sorted by length). Call it under ``torch.inference_mode()`` (or ``torch.no_grad()``).
+    Either way each text's tokens sit where :func:`end_to_end` put them. Call it under
+    ``torch.inference_mode()`` (or ``torch.no_grad()``).
+
+    Args:
+        m: the model.
+        enc: the texts as a padded batch.
+        lengths: each text's tokens (a text longer than its row's real tokens is not allowed; a shorter
+            one is cut there).
+        batch_size: texts per group at most.
+        read: ``read(rows, ids)``: the positions of a group whose last hidden states the caller wants,
+            (N,) indices into its input ids end to end ``ids`` (1, T); the encoder's last layer runs at
+            those alone.
+        points: a :class:`~bertfn.model.recorder.Trace` with edits: then each group runs through the
+            reference :func:`~bertfn.model.encoder.encoder` instead, as a padded batch (b, S) of its texts, so
+            that the edits see the named tensors with the shapes :func:`bertfn.trace` shows (b <= batch_size
+            texts, sorted by length).
+
+    Yields:
+        ``(rows, where, h)`` per group: the texts' indices in ``enc``, those positions (N,) and the last
+            hidden states there (N, H); without ``read``, where is None and h is every position's (T, H).
     """
     P = m.config.max_position_embeddings
     group_tokens = GROUP_TOKENS if m.config.position_embedding_type == "absolute" else min(GROUP_TOKENS, P)
@@ -95,8 +118,20 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
 
 
 def padded_encoder(m: Model, enc: Encoding, rows: list[int], ns: list[int], points: Trace) -> torch.Tensor:
-    """The last hidden states of texts ``rows`` (their first ``ns`` tokens) by the reference encoder on a
-    padded batch (b, S), with ``points``' edits, laid end to end as :func:`end_to_end` lays them: (T, H)."""
+    """The last hidden states of texts ``rows`` by the reference encoder, with ``points``' edits.
+
+    On a padded batch (b, S), laid end to end as :func:`end_to_end` lays them.
+
+    Args:
+        m: the model.
+        enc: the texts as a padded batch.
+        rows: the texts, by index.
+        ns: their first ``ns`` tokens are read.
+        points: the Trace with the edits.
+
+    Returns:
+        (T, H).
+    """
     S = max(ns)
     keep = (torch.arange(S)[None, :] < torch.tensor(ns)[:, None]).long()  # (b, S): 1 for each text's tokens
     pad = m.config.pad_token_id if m.config.pad_token_id is not None else 0

@@ -51,12 +51,20 @@ _lock = threading.Lock()
 
 
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None = None) -> Tensor:
-    """``x W^T + b`` as :func:`~bertfn.model.functional.linear` computes it, by the kernel chosen for its
-    dtype and rows (``F.linear`` where no other fits: a gradient to track, another device or dtype);
-    then the activation ``act`` names (:data:`~bertfn.model.functional.ACTIVATIONS`), if any, which
-    oneDNN applies as it writes the result (:data:`~bertfn.fast.kernels.FUSED`).
+    """``x W^T + b`` as :func:`~bertfn.model.functional.linear` computes it, by the kernel chosen for it.
 
-    x: (..., in) ; w: (out, in) ; b: (out,) -> (..., out).
+    The kernel chosen for its dtype and rows; ``F.linear`` where no other fits: a gradient to track,
+    another device or dtype.
+
+    Args:
+        x: (..., in).
+        w: (out, in), or its packed copy.
+        b: (out,), or None.
+        act: the activation then applied (a name of :data:`~bertfn.model.functional.ACTIVATIONS`), if any,
+            which oneDNN applies as it writes the result (:data:`~bertfn.fast.kernels.FUSED`).
+
+    Returns:
+        (..., out).
     """
     if w.is_mkldnn:  # a state that holds packed copies only (:func:`pack_state`)
         return onednn_linear(x, w, b, act)
@@ -70,7 +78,15 @@ def linears(x: Tensor, ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> list[T
 
     Where the kernel chosen is oneDNN on packed weights, the weights are stacked and packed as one
     (:func:`~bertfn.fast.kernels.joined`) and multiplied in one product, whose result is split; otherwise
-    each is :func:`linear`. x: (..., in) ; ws: each (out_i, in) ; bs: each (out_i,) -> each (..., out_i).
+    each is :func:`linear`.
+
+    Args:
+        x: (..., in).
+        ws: each (out_i, in).
+        bs: each (out_i,).
+
+    Returns:
+        Each (..., out_i).
     """
     plain = all(not w.is_mkldnn and not w.is_inference() and b is not None and onednn_fits(x, w, b)
                 for w, b in zip(ws, bs))
@@ -81,10 +97,20 @@ def linears(x: Tensor, ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> list[T
 
 
 def run_rows(x: Tensor, w: Tensor, b: Tensor | None = None) -> int:
-    """The rows a product of ``x`` (..., in) by ``w`` runs at on the fast path: where it runs on oneDNN,
-    which pads them with a copy of ``x`` (:func:`~bertfn.fast.kernels.padded_rows`), that padded count;
-    else ``x``'s own. A caller that adds the padding rows once up front (:func:`~bertfn.fast.unpadded.unpadded_encoder`)
-    spares every product that copy."""
+    """The rows a product of ``x`` by ``w`` runs at on the fast path.
+
+    A caller that adds the padding rows once up front (:func:`~bertfn.fast.unpadded.unpadded_encoder`)
+    spares every product that copy.
+
+    Args:
+        x: (..., in).
+        w: (out, in).
+        b: (out,), or None.
+
+    Returns:
+        Where it runs on oneDNN, which pads the rows with a copy of ``x``
+            (:func:`~bertfn.fast.kernels.padded_rows`), that padded count; else ``x``'s own.
+    """
     m = x.numel() // x.shape[-1]
     if w.is_mkldnn or (onednn_fits(x, w, b) and kernel(w.dtype, m) != "F.linear"):
         return padded_rows(m)
@@ -92,9 +118,10 @@ def run_rows(x: Tensor, w: Tensor, b: Tensor | None = None) -> int:
 
 
 def pack_state(state: dict[str, Tensor]) -> bool:
-    """Replace the linear weights of ``state`` by their oneDNN-packed copies, in place, where oneDNN is the
-    kernel chosen for their dtype at every row band, packed at one at least (at the others, oneDNN on
-    the weight as stored: the same kernel, which reads a packed copy no slower); returns whether it did.
+    """Replace the linear weights of ``state`` by their oneDNN-packed copies, in place.
+
+    Where oneDNN is the kernel chosen for their dtype at every row band, packed at one at least (at the
+    others, oneDNN on the weight as stored: the same kernel, which reads a packed copy no slower).
 
     Then the state holds each weight once, in the layout the fast path reads (bert-base fp32: 340 MB
     instead of 340 plain + 340 packed), but only the fast path can use it: the reference functions
@@ -104,6 +131,12 @@ def pack_state(state: dict[str, Tensor]) -> bool:
     word embeddings, which lookups read) stay as they are. Weights are replaced one at a time, each
     plain one's memory handed back at once (:func:`~bertfn.checkpoint.state.release_memory`), so
     memory holds one weight twice at most.
+
+    Args:
+        state: a model's flat state, changed in place.
+
+    Returns:
+        Whether it packed them.
     """
     weights = [k for k, t in state.items() if LINEAR_WEIGHT.search(k) and t.dim() == 2 and not t.is_mkldnn]
     dtypes = {state[k].dtype for k in weights}
@@ -121,7 +154,11 @@ def pack_state(state: dict[str, Tensor]) -> bool:
 
 
 def band(rows: int) -> str:
-    """The name of the :data:`BANDS` entry a product of ``rows`` rows falls in."""
+    """The name of the :data:`BANDS` entry a product of ``rows`` rows falls in.
+
+    Args:
+        rows: the product's rows.
+    """
     for name, below, _ in BANDS[:-1]:
         if rows < below:
             return name
@@ -129,7 +166,12 @@ def band(rows: int) -> str:
 
 
 def kernel(dtype: torch.dtype, rows: int) -> str:
-    """The kernel for a product of ``rows`` rows in ``dtype``: forced, cached, or measured now (once)."""
+    """The kernel for a product of ``rows`` rows in ``dtype``: forced, cached, or measured now (once).
+
+    Args:
+        dtype: the product's dtype.
+        rows: its rows.
+    """
     b = band(rows)
     found = _chosen.get((dtype, b))
     if found is not None:
@@ -141,7 +183,11 @@ def kernel(dtype: torch.dtype, rows: int) -> str:
 
 
 def forced() -> str | None:
-    """The kernel ``BERTFN_KERNEL`` names, or None. Raises :class:`InputError` for a name no kernel has."""
+    """The kernel ``BERTFN_KERNEL`` names, or None.
+
+    Raises:
+        InputError: a name no kernel has, or a oneDNN kernel without oneDNN.
+    """
     name = os.environ.get("BERTFN_KERNEL", "").strip()
     if not name:
         return None
@@ -175,13 +221,18 @@ def _choose(dtype: torch.dtype, b: str) -> str:
 
 
 def measure(dtype: torch.dtype, b: str, reps: int = 5) -> dict[str, float]:
-    """Seconds each kernel takes for bert-base's layer products at the band's rows (the best of ``reps``:
-    background load only ever adds time, so the best is the closest to what each kernel can do).
+    """Seconds each kernel takes for bert-base's layer products at the band's rows.
 
     The weights are bert-base-shaped (768 x 768 four times, 3072 x 768, 768 x 3072 per layer), laid
     out (in, out) as :func:`bertfn.load` lays them: for "few", as many layers as make
     :data:`MEASURED_BYTES`; for "many", one layer (the products are bound by arithmetic, not memory).
     The kernels take turns within each repetition, so background load hits them alike.
+
+    Args:
+        dtype: the products' dtype.
+        b: the band's name.
+        reps: repetitions; the best is kept (background load only ever adds time, so the best is the
+            closest to what each kernel can do).
     """
     rows = next(r for name, _, r in BANDS if name == b)
     H, I = 768, 3072
@@ -206,8 +257,10 @@ def measure(dtype: torch.dtype, b: str, reps: int = 5) -> dict[str, float]:
 
 
 def chosen() -> dict[str, dict]:
-    """What this process has chosen so far: ``{"float32 few": {"kernel": ..., "ms": {kernel: ms}}, ...}``
-    (ms: what the measurement found, here or when the cache was written; empty when forced)."""
+    """What this process has chosen so far: ``{"float32 few": {"kernel": ..., "ms": {kernel: ms}}, ...}``.
+
+    ms: what the measurement found, here or when the cache was written; empty when forced.
+    """
     return {f"{str(d).removeprefix('torch.')} {b}": {"kernel": k, "ms": _times.get((d, b), {})}
             for (d, b), k in sorted(_chosen.items(), key=str)}
 
@@ -251,7 +304,11 @@ def cache_path() -> Path | None:
 
 
 def read_cache(path: Path) -> dict:
-    """The cache's entries ``{machine key: {"<dtype> <band>": {"kernel", "ms"}}}``; {} if missing or unreadable."""
+    """The cache's entries ``{machine key: {"<dtype> <band>": {"kernel", "ms"}}}``; {} if missing or unreadable.
+
+    Args:
+        path: the cache file.
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
@@ -262,7 +319,12 @@ def read_cache(path: Path) -> dict:
 
 
 def write_cache(path: Path, cache: dict) -> None:
-    """Write ``cache`` to ``path`` whole (a temporary file renamed over it); a failure leaves things as they were."""
+    """Write ``cache`` to ``path`` whole (a temporary file renamed over it); a failure leaves things as they were.
+
+    Args:
+        path: the cache file.
+        cache: its entries.
+    """
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -50,11 +50,20 @@ _lock = threading.Lock()
 
 
 def run(kernel: str, x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None = None) -> Tensor:
-    """``act(x W^T + b)`` by the named kernel of :data:`KERNELS` (``act``: None, or a name of
-    :data:`~bertfn.model.functional.ACTIVATIONS`; oneDNN applies those of :data:`FUSED` as it writes the product).
+    """``act(x W^T + b)`` by the named kernel of :data:`KERNELS`.
 
-    x: (..., in) ; w: (out, in) ; b: (out,) -> (..., out). Kernels other than ``"F.linear"`` need
-    :func:`onednn_fits`.
+    Kernels other than ``"F.linear"`` need :func:`onednn_fits`.
+
+    Args:
+        kernel: a name of :data:`KERNELS`.
+        x: (..., in).
+        w: (out, in).
+        b: (out,), or None.
+        act: None, or a name of :data:`~bertfn.model.functional.ACTIVATIONS`; oneDNN applies those of
+            :data:`FUSED` as it writes the product.
+
+    Returns:
+        (..., out).
     """
     if kernel == "onednn-packed" and not w.is_inference():
         return onednn_linear(x, packed(w), b, act)
@@ -69,8 +78,15 @@ KERNELS = ("F.linear", "onednn", "onednn-packed")
 
 
 def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
-    """Whether ``x W^T + b`` may run on another kernel than ``F.linear``: fp32 or bf16 on the
-    CPU with oneDNN, one dtype throughout, no gradient to track."""
+    """Whether ``x W^T + b`` may run on another kernel than ``F.linear``.
+
+    fp32 or bf16 on the CPU with oneDNN, one dtype throughout, no gradient to track.
+
+    Args:
+        x: (..., in).
+        w: (out, in).
+        b: (out,), or None.
+    """
     if not (x.dtype == w.dtype and w.dtype in DTYPES and ONEDNN and x.device.type == "cpu" and x.numel() > 0):
         return False
     if b is not None and b.dtype != w.dtype:
@@ -94,9 +110,17 @@ def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None
     each): a file run, whose groups of texts come in every length, would hold 150 MB of them. So
     the rows are padded with zeros up to one of a few sizes (:func:`padded_rows`) and the padding's
     results dropped. It has no backward, hence inference only. It sums in another order than
-    ``F.linear``: results agree to rounding (tests/test_fast_path.py). act: None, or an activation's name
-    (applied by oneDNN where :data:`FUSED` has it, after the product otherwise). x: (..., in) ; w: (out, in) ;
-    b: (out,) -> (..., out).
+    ``F.linear``: results agree to rounding (tests/test_fast_path.py).
+
+    Args:
+        x: (..., in).
+        w: (out, in).
+        b: (out,), or None.
+        act: None, or an activation's name (applied by oneDNN where :data:`FUSED` has it, after the
+            product otherwise).
+
+    Returns:
+        (..., out).
     """
     attr, algorithm = FUSED.get(act, ("none", ""))
     m = x.numel() // x.shape[-1]
@@ -112,21 +136,34 @@ def onednn_linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None
 
 
 def padded_rows(m: int) -> int:
-    """The row count oneDNN runs ``m`` rows as: a multiple of 4 up to 64, of 16 up to 256, of 128 beyond,
-    so at most 46 sizes up to the 2048 rows of a group (:data:`bertfn.fast.batching.GROUP_TOKENS`)."""
+    """The row count oneDNN runs ``m`` rows as: a multiple of 4 up to 64, of 16 up to 256, of 128 beyond.
+
+    So at most 46 sizes up to the 2048 rows of a group (:data:`bertfn.fast.batching.GROUP_TOKENS`).
+
+    Args:
+        m: the rows.
+    """
     step = 4 if m <= 64 else 16 if m <= 256 else 128
     return -(-m // step) * step
 
 
 def joined(ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
-    """The weights ``ws`` (each (out_i, in)) stacked into one (sum out_i, in) and :func:`packed`, with their
-    biases ``bs`` (each (out_i,)) joined into one (sum out_i,): attention's query, key and value weights
-    multiplied as one product (:func:`bertfn.fast.choice.linears`).
+    """The weights ``ws`` stacked into one and :func:`packed`, with their biases ``bs`` joined into one.
 
+    Attention's query, key and value weights multiplied as one product (:func:`bertfn.fast.choice.linears`).
     At a sentence's few rows a product's time is reading its weight, and oneDNN reads one 2304 x 768
     weight faster than three 768 x 768 ones (bert-base, one sentence: 6-10% of the forward pass in fp32,
     10-14% in bf16 on an AMD EPYC). Made once, and again when any of ``ws`` or ``bs`` changes in place
-    (its version) or is replaced by another tensor; it takes the place of the three packed copies."""
+    (its version) or is replaced by another tensor; it takes the place of the three packed copies.
+
+    Args:
+        ws: the weights, each (out_i, in).
+        bs: their biases, each (out_i,).
+
+    Returns:
+        weight: (sum out_i, in), packed.
+        bias: (sum out_i,).
+    """
     stamp = tuple((id(t), t._version) for t in ws + bs)
     entry = _joined.get(ws[0])
     if entry is None or entry[0] != stamp:
@@ -142,7 +179,11 @@ def packed(w: Tensor) -> Tensor:
     """``w`` (out, in) reordered for oneDNN, made once per version of ``w``: an opaque mkldnn tensor, same shape.
 
     A weight already packed comes back as it is, so a caller may keep the packed copy alone and pass it to
-    :func:`linear` (the explorer's per-layer MLM head: no second 47 MB copy of bert-base's decoder)."""
+    :func:`linear` (the explorer's per-layer MLM head: no second 47 MB copy of bert-base's decoder).
+
+    Args:
+        w: (out, in).
+    """
     if w.is_mkldnn:
         return w
     entry = _copies.get(w)

@@ -39,11 +39,18 @@ Tensor = torch.Tensor
 def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | None = None) -> Tensor:
     """:func:`~bertfn.model.attention.attention` (SDPA path) for texts laid end to end: each attends to itself only.
 
-    p: one layer's ``attention.`` scope. x: (1, T, H), the texts one after another, T = sum(lengths),
-    then any padding rows (:func:`unpadded_encoder`), which attend to nothing: their context is zero
-    -> (1, T, H). Relative positions count from each text's start; a decoder's texts see only
-    their earlier tokens. rows: (r,) positions whose output is wanted (default: all T); every
-    position is still attended to, but the output projection and LayerNorm run at these alone -> (1, r, H).
+    Relative positions count from each text's start; a decoder's texts see only their earlier tokens.
+
+    Args:
+        p: one layer's ``attention.`` scope.
+        x: (1, T, H), the texts one after another, T = sum(lengths), then any padding rows
+            (:func:`unpadded_encoder`), which attend to nothing: their context is zero.
+        lengths: the texts' lengths.
+        rows: (r,) positions whose output is wanted (default: all T); every position is still attended
+            to, but the output projection and LayerNorm run at these alone.
+
+    Returns:
+        (1, T, H), or (1, r, H) with ``rows``.
     """
     cfg = p.config
     hd = cfg.head_dim
@@ -80,7 +87,15 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | 
 
 
 def unpadded_feed_forward(p: Params, x: Tensor) -> Tensor:
-    """:func:`~bertfn.model.encoder.feed_forward` on the fast path's kernels. p: one layer's scope; x: (1, T, H) -> (1, T, H)."""
+    """:func:`~bertfn.model.encoder.feed_forward` on the fast path's kernels.
+
+    Args:
+        p: one layer's scope.
+        x: (1, T, H).
+
+    Returns:
+        (1, T, H).
+    """
     h = linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"], p.config.hidden_act)  # (1, T, I)
     h = linear(h, p["output.dense.weight"], p["output.dense.bias"])  # (1, T, H)
     return layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], p.config.layer_norm_eps)
@@ -90,10 +105,7 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
                      lengths: list[int], rows: Tensor | None = None) -> Tensor:
     """The last hidden states of :func:`~bertfn.model.encoder.encoder` for texts laid end to end.
 
-    params: the root view of a loaded model. input_ids, token_type_ids, position_ids: (1, T), the
-    texts one after another, positions restarting at 0 for each; lengths: the texts' lengths,
-    summing to T. Returns (1, T, H). Each text must fit the model's positions, and so must T with
-    relative positions (the embeddings check).
+    Each text must fit the model's positions, and so must T with relative positions (the embeddings check).
 
     Where the products run on oneDNN, which pads their rows to one of a few counts by copying its
     input (:func:`~bertfn.fast.kernels.padded_rows`), zero rows up to that count are added once after
@@ -101,9 +113,18 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
     attends to them, and they are dropped at the end. In bf16 on an AMD EPYC, scoring's groups of up
     to 2048 rows ran 9-11% faster this way than with a copy of every product's input.
 
-    rows: (r,) the positions the caller reads (fill_mask: the masks; scoring: one per copy). Then the
-    last layer's attention output and feed-forward run at those alone (its keys and values still
-    at all T), which spares most of that layer, and the result is (1, r, H).
+    Args:
+        params: the root view of a loaded model.
+        input_ids: (1, T), the texts one after another.
+        token_type_ids: (1, T).
+        position_ids: (1, T), restarting at 0 for each text.
+        lengths: the texts' lengths, summing to T.
+        rows: (r,) the positions the caller reads (fill_mask: the masks; scoring: one per copy). Then the
+            last layer's attention output and feed-forward run at those alone (its keys and values still
+            at all T), which spares most of that layer.
+
+    Returns:
+        (1, T, H), or (1, r, H) with ``rows``.
     """
     cfg = params.config
     p = params.scope("bert")
@@ -123,7 +144,12 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
 def fast_mlm_head(params: Params, h: Tensor) -> Tensor:
     """:func:`~bertfn.model.heads.mlm_head` on the fast path's kernels (its decoder is most of the head's cost).
 
-    params: the root view of a loaded model; h: (..., H) hidden states at the positions read -> (..., V) logits.
+    Args:
+        params: the root view of a loaded model.
+        h: (..., H) hidden states at the positions read.
+
+    Returns:
+        (..., V) logits.
     """
     cfg = params.config
     p = params.scope("cls.predictions")

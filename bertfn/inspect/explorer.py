@@ -9,8 +9,10 @@ The page has three views of the attention and two panels beside them:
 * head view: the tokens in two columns, queries left and keys right, joined by lines as strong as
   the attention; pick a layer and a head (or the mean of the heads), hover a token to see only its lines,
   click it to keep them so; it opens on the first ``[MASK]``, with a strip of the whole text beside it;
-* model view: every layer x head as a small map, each on its own colour scale (as :mod:`bertfn.inspect.plots`
-  draws by default; a switch sets one scale for all, or fixed 0..1); click one to open it large;
+* model view: every layer x head as a small map; click one to open it large. Colour is log p by default
+  (white at a thousandth of the scale's top), so a diffuse head over hundreds of tokens still shows its
+  structure; sqrt p and linear p are the other curves. The scale's top is each map's own largest value by
+  default (as :mod:`bertfn.inspect.plots` draws), or each row's, one for all maps, or fixed 0..1;
 * neuron view: for one query token, its query vector, every key vector, their elementwise product,
   the sum (``q.k``), the scaled score and the softmax, per head: the arithmetic of one row of attention;
 * the MLM head's predictions at each ``[MASK]``, with probabilities;
@@ -51,9 +53,19 @@ from .page_arrays import LEVELS, PageArrays, top_k as _top_k
 
 
 class Recording(Protocol):
-    """What the page is drawn from: a :class:`bertfn.inspect.trace.Recording` (``bertfn.trace(text, model)``)
-    or anything with its fields. Named here, not imported: trace.py imports this module
-    (``Recording.to_html``), and the house has no cycles (tests/test_layout.py)."""
+    """What the page is drawn from: a :class:`bertfn.inspect.trace.Recording` (``bertfn.trace(text, model)``).
+
+    Or anything with its fields. Named here, not imported: trace.py imports this module
+    (``Recording.to_html``), and the house has no cycles (tests/test_layout.py).
+
+    Attributes:
+        tokens: S tokens.
+        input_ids: (1, S).
+        mask_positions: the positions of the [MASK]s.
+        tensors: name -> tensor, or a PageArrays store.
+        config: the traced model's config.
+        model: the Model traced, whose MLM head gives the predictions; None without one.
+    """
 
     tokens: list[str]  # S tokens
     input_ids: Any  # (1, S)
@@ -70,8 +82,19 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
     """What the page shows: a JSON-able ``meta`` dict and the named arrays of :mod:`bertfn.inspect.page_arrays`.
 
     The MLM predictions and the per-layer predictions need the model's MLM head (``rec.model``, as
-    :func:`bertfn.trace` sets it); without one the page says why they are missing. A recording traced
-    into a :class:`PageArrays` store (as ``bertfn view`` does) already holds the arrays, for its own top_k.
+    :func:`bertfn.trace` sets it); without one the page says why they are missing.
+
+    Args:
+        rec: the recording.
+        top_k: predictions per position. A recording traced into a :class:`PageArrays` store (as
+            ``bertfn view`` does) already holds the arrays, for its own top_k.
+
+    Returns:
+        meta: what the page's script reads: tokens, sizes, predictions, vocabulary, ...
+        arrays: the named arrays.
+
+    Raises:
+        InputError: not a recording, or a PageArrays store made for another ``top_k``.
     """
     if not all(hasattr(rec, part) for part in ("tokens", "tensors", "mask_positions", "config")):
         raise InputError(f"the explorer draws a Recording from bertfn.trace(text, model), got {type(rec).__name__}")
@@ -124,13 +147,21 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
 
 
 def _label(name: str) -> str:
-    """A model's name for the page: a hub id as it is, a local path by its last two folders (not the whole disk layout)."""
+    """A model's name for the page: a hub id as it is, a local path by its last two folders (not the whole disk layout).
+
+    Args:
+        name: the model's name.
+    """
     path = Path(name)
     return "/".join(path.parts[-2:]) if path.is_absolute() or path.exists() else name
 
 
 def _layout(arrays: dict[str, np.ndarray]) -> dict:
-    """Where each array sits in the uncompressed data block: little-endian, one after another, each 4-byte aligned."""
+    """Where each array sits in the uncompressed data block: little-endian, one after another, each 4-byte aligned.
+
+    Args:
+        arrays: the named arrays, in order.
+    """
     index, offset = {}, 0
     for name, a in arrays.items():
         index[name] = {"dtype": a.dtype.name, "shape": list(a.shape), "offset": offset}
@@ -142,12 +173,16 @@ _SLICE = 1 << 22  # bytes handed to zlib at a time
 
 
 def _data_block(arrays: dict[str, np.ndarray]) -> Iterator[bytes]:
-    """The arrays in :func:`_layout`'s order as one zlib stream, base64-encoded, in pieces (ASCII bytes) as it
-    is compressed: the whole block is never in memory. Empties ``arrays``, freeing each array once compressed.
+    """The arrays in :func:`_layout`'s order as one zlib stream, base64-encoded, in pieces (ASCII bytes).
 
-    zlib runs at level 1 with ``Z_RLE`` (Huffman codes plus runs of one repeated byte, no string matching):
-    at 512 tokens on bert-base's shape the attention codes shrink to 11.6 MB of 37.7 in 0.3 s, where the
-    default strategy at level 3 gave 14.4 MB in 1 s (codes of diffuse rows are noise to string matching)."""
+    Yielded as it is compressed: the whole block is never in memory. zlib runs at level 1 with ``Z_RLE``
+    (Huffman codes plus runs of one repeated byte, no string matching): at 512 tokens on bert-base's
+    shape the attention codes shrink to 11.6 MB of 37.7 in 0.3 s, where the default strategy at level 3
+    gave 14.4 MB in 1 s (codes of diffuse rows are noise to string matching).
+
+    Args:
+        arrays: the named arrays; emptied, each array freed once compressed.
+    """
     z = zlib.compressobj(1, zlib.DEFLATED, 15, 8, zlib.Z_RLE)
     carry = b""
     for name in list(arrays):
@@ -165,19 +200,36 @@ def _data_block(arrays: dict[str, np.ndarray]) -> Iterator[bytes]:
 
 
 def _script_json(value: object) -> str:
-    """ASCII JSON safe inside a <script> element: no '<' can close it early."""
+    """ASCII JSON safe inside a <script> element: no '<' can close it early.
+
+    Args:
+        value: a JSON-able value.
+    """
     return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def _ascii_script(code: str) -> str:
-    """The page's script with its few non-ASCII characters (in strings and comments) written as \\u escapes,
-    so the page reads the same in a host page of any encoding (a notebook's iframe srcdoc)."""
+    r"""The page's script with its few non-ASCII characters (in strings and comments) written as \u escapes.
+
+    So the page reads the same in a host page of any encoding (a notebook's iframe srcdoc).
+
+    Args:
+        code: the script.
+    """
     return re.sub(r"[^\x00-\x7f]", lambda m: f"\\u{{{ord(m[0]):x}}}", code)
 
 
 def _pieces(rec: Recording, top_k: int, title: str | None) -> list[str | Iterator[bytes]]:
-    """The page's template with its parts put in, as pieces: ASCII strings, and the data block as an
-    iterator of ASCII bytes (:func:`_data_block`), so :func:`save_html` writes it as it is compressed."""
+    """The page's template with its parts put in, as pieces.
+
+    ASCII strings, and the data block as an iterator of ASCII bytes (:func:`_data_block`), so
+    :func:`save_html` writes it as it is compressed.
+
+    Args:
+        rec: the recording.
+        top_k: predictions per position.
+        title: the page's title, or None for the text.
+    """
     meta, arrays = page_data(rec, top_k)
     meta["arrays"] = _layout(arrays)
     meta["title"] = title or meta["text"] or "bertfn explorer"
@@ -195,13 +247,31 @@ def _pieces(rec: Recording, top_k: int, title: str | None) -> list[str | Iterato
 
 
 def to_html(rec: Recording, *, top_k: int = 5, title: str | None = None) -> str:
-    """The explorer page for ``rec`` as one HTML document (a string); nothing in it is fetched at view time."""
+    """The explorer page for ``rec`` as one HTML document (a string); nothing in it is fetched at view time.
+
+    Args:
+        rec: the recording.
+        top_k: predictions per position.
+        title: the page's title, or None for the text.
+    """
     return "".join(p if isinstance(p, str) else b"".join(p).decode("ascii") for p in _pieces(rec, top_k, title))
 
 
 def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | None = None) -> Path:
-    """Write the explorer page for ``rec`` to ``path`` (the bytes of :func:`to_html`, the data block as it is
-    compressed) and return it."""
+    """Write the explorer page for ``rec`` to ``path``: the bytes of :func:`to_html`, the data block as compressed.
+
+    Args:
+        rec: the recording.
+        path: the HTML file.
+        top_k: predictions per position.
+        title: the page's title, or None for the text.
+
+    Returns:
+        ``path``, as a Path.
+
+    Raises:
+        InputError: the file cannot be written.
+    """
     path = Path(path)
     pieces = _pieces(rec, top_k, title)
     try:
@@ -218,7 +288,12 @@ def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | 
 
 
 def notebook_html(rec: Recording, height: int = 860) -> str:
-    """The page inside an ``<iframe srcdoc>``, so its script and style keep to themselves in a notebook."""
+    """The page inside an ``<iframe srcdoc>``, so its script and style keep to themselves in a notebook.
+
+    Args:
+        rec: the recording.
+        height: the frame's height in pixels.
+    """
     doc = html.escape(to_html(rec), quote=True)
     return (f'<iframe srcdoc="{doc}" title="bertfn explorer" style="width:100%;height:{height}px;border:1px solid #ddd" '
             'sandbox="allow-scripts allow-downloads"></iframe>')

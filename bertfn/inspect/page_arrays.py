@@ -72,7 +72,11 @@ HEAD = tuple(f"cls.predictions.{n}" for n in ("transform.dense.weight", "transfo
 
 
 def _chunk_rows(vocab_size: int) -> int:
-    """Positions per call of the MLM head in the per-layer predictions (:data:`_CHUNK_BYTES`)."""
+    """Positions per call of the MLM head in the per-layer predictions (:data:`_CHUNK_BYTES`).
+
+    Args:
+        vocab_size: V.
+    """
     return max(16, _CHUNK_BYTES // (6 * vocab_size) // 16 * 16)
 
 
@@ -81,24 +85,55 @@ LEVELS = 127
 
 
 def quantise_probs(p: Tensor) -> np.ndarray:
-    """Probabilities in [0, 1] -> uint8 codes ``round(LEVELS sqrt(p))``, any shape; the page reads ``(c / LEVELS)^2``."""
+    """Probabilities in [0, 1] -> uint8 codes ``round(LEVELS sqrt(p))``; the page reads ``(c / LEVELS)^2``.
+
+    Args:
+        p: probabilities, any shape.
+
+    Returns:
+        The codes, the same shape.
+    """
     return torch.sqrt(p).mul_(LEVELS).round_().to(torch.uint8).cpu().numpy()
 
 
 def quantise_vectors(x: Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """(..., hd) floats -> int8 codes (..., hd) and one float32 scale per vector (...,): x ~ code * scale."""
+    """(..., hd) floats -> int8 codes and one float32 scale per vector: x ~ code * scale.
+
+    Args:
+        x: (..., hd).
+
+    Returns:
+        codes: (..., hd) int8.
+        scale: (...,) float32.
+    """
     scale = x.abs().amax(dim=-1) / 127  # (...,)
     codes = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny)[..., None])
     return codes.to(torch.int8).cpu().numpy(), scale.cpu().numpy()
 
 
 def entropy(p: Tensor) -> Tensor:
-    """-sum_j p_j ln p_j over the last axis, in nats (0 for one key, ln S for all S alike)."""
+    """-sum_j p_j ln p_j over the last axis, in nats (0 for one key, ln S for all S alike).
+
+    Args:
+        p: probabilities, (..., S).
+
+    Returns:
+        (...,).
+    """
     return torch.special.entr(p).sum(dim=-1)
 
 
 def top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Softmax over the vocabulary (in float32, whatever the logits' dtype), then the k best: (probabilities, ids), each (..., k)."""
+    """Softmax over the vocabulary (in float32, whatever the logits' dtype), then the k best.
+
+    Args:
+        logits: (..., V).
+        k: how many (at most V).
+
+    Returns:
+        probabilities: (..., k) float32.
+        ids: (..., k).
+    """
     return torch.softmax(logits, dim=-1, dtype=torch.float32).topk(min(k, logits.shape[-1]), dim=-1)
 
 
@@ -108,8 +143,15 @@ class PageArrays(dict):
     As a trace's store it receives each ``name -> tensor`` of the pass (``store[name] = tensor``),
     turns those the page reads into their stored form and keeps only ``mlm.logits`` as a tensor:
     ``dict(store)`` is ``{"mlm.logits": ...}`` at most, ``store.arrays`` the page's arrays.
-    config: the traced model's; model: the :class:`~bertfn.checkpoint.loading.Model` whose MLM head makes
-    the per-layer predictions (None, or one without the head: the page has none); top_k: predictions kept per position.
+
+    Args:
+        config: the traced model's.
+        model (Model | None): the :class:`~bertfn.checkpoint.loading.Model` whose MLM head makes the
+            per-layer predictions (None, or one without the head: the page has none).
+        top_k: predictions kept per position.
+
+    Raises:
+        InputError: a ``top_k`` that is not a positive integer.
     """
 
     def __init__(self, config: BertConfig, model=None, top_k: int = 5):
@@ -160,12 +202,16 @@ class PageArrays(dict):
                     self._array("lens_probs", (L + 1, S, ids.shape[-1]), np.float32)[row] = probs
 
     def _predictions(self, h: Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """The MLM head at every position of one hidden state (S, H): top-k ids and probabilities, each (S, k).
+        """The MLM head at every position of one hidden state: top-k ids and probabilities, each (S, k).
 
         In bf16, on a bf16 copy of the head's weights (of the decoder only its copy packed for oneDNN), through
         the fast path's kernels (:func:`~bertfn.fast.unpadded.fast_mlm_head`): (L + 1) x S products with the
         (V, H) decoder are most of the page's cost, and bf16 takes a third of fp32's time on a CPU with
-        AVX-512-bf16."""
+        AVX-512-bf16.
+
+        Args:
+            h: (S, H), one layer's hidden state.
+        """
         if self.head is None:
             root = self._root
             head = {root.key(n): root[n].to(torch.bfloat16) for n in HEAD}  # under the checkpoint's own names
@@ -190,7 +236,11 @@ class PageArrays(dict):
         return [n for n in names if n not in self.seen]
 
     def done(self) -> dict[str, np.ndarray]:
-        """The page's arrays (and the head's bf16 copy let go), or :class:`InputError` naming what the pass did not record."""
+        """The page's arrays (and the head's bf16 copy let go).
+
+        Raises:
+            InputError: naming what the pass did not record.
+        """
         self.head = None
         lost = self.missing()
         if lost:

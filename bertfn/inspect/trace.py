@@ -72,6 +72,14 @@ class Recording:
 
     ``rec["layer.0.attention.probs"]`` reads one tensor (see the module docstring for the names);
     ``rec.keys()`` lists them all in the order they were computed; ``repr(rec)`` is a short summary.
+
+    Attributes:
+        tokens: S word pieces, [CLS] ... [SEP].
+        input_ids: (1, S).
+        mask_positions: positions of the [MASK]s: row n of ``mlm.*`` belongs to ``mask_positions[n]``.
+        tensors: every recorded tensor by name, in the order computed (batch axis B = 1).
+        config: the traced model's config.
+        model: the model traced (the explorer reads its heads).
     """
 
     tokens: list[str]  # S word pieces, [CLS] ... [SEP]
@@ -95,8 +103,10 @@ class Recording:
         return list(self.tensors)
 
     def __repr__(self) -> str:
-        """The tokens and the recorded names grouped per layer, e.g. ``layer.{0..11}.attention.*``:
-        a few hundred characters, not the tensors (``rec.keys()`` lists every name)."""
+        """The tokens and the recorded names grouped per layer, e.g. ``layer.{0..11}.attention.*``.
+
+        A few hundred characters, not the tensors (``rec.keys()`` lists every name).
+        """
         S, where = len(self.tokens), self.mask_positions
         shown = [t[:20] for t in self.tokens] if S <= 20 else \
             [*(t[:20] for t in self.tokens[:16]), f"... ({S - 17} more)", self.tokens[-1]]
@@ -105,9 +115,17 @@ class Recording:
                 f"{', '.join(group_names(self.tensors))})")
 
     def attention(self, layer: int, head: int | None = None) -> Tensor:
-        """Attention probabilities of one layer: (nh, S, S), or (S, S) for one ``head``.
+        """Attention probabilities of one layer: rows are queries, columns keys.
 
-        Rows are queries, columns keys. Negative indices count from the end, as in Python.
+        Args:
+            layer: the layer; negative indices count from the end, as in Python.
+            head: one head (negative counts from the end), or None for all.
+
+        Returns:
+            (nh, S, S), or (S, S) for one ``head``.
+
+        Raises:
+            InputError: no such layer or head.
         """
         L = self.config.num_hidden_layers
         if isinstance(layer, bool) or not isinstance(layer, int) or not -L <= layer < L:
@@ -121,14 +139,30 @@ class Recording:
         return probs[head]  # (S, S)
 
     def to_html(self, *, top_k: int = 5, title: str | None = None) -> str:
-        """This pass as one self-contained HTML page: the explorer (head, model and neuron views, MLM
-        predictions, a per-layer strip). See :mod:`bertfn.inspect.explorer` for what it stores and how precisely."""
+        """This pass as one self-contained HTML page: the explorer.
+
+        Head, model and neuron views, MLM predictions, a per-layer strip. See :mod:`bertfn.inspect.explorer`
+        for what it stores and how precisely.
+
+        Args:
+            top_k: MLM predictions shown per position.
+            title: the page's title (default: the text).
+        """
         from .explorer import to_html  # here, not at the top: import bertfn does not need the page's code
 
         return to_html(self, top_k=top_k, title=title)
 
     def save_html(self, path: str | Path, *, top_k: int = 5, title: str | None = None) -> Path:
-        """Write :meth:`to_html` to ``path`` (e.g. ``"view.html"``) and return the path."""
+        """Write :meth:`to_html` to ``path`` (e.g. ``"view.html"``).
+
+        Args:
+            path: the HTML file to write.
+            top_k: as in :meth:`to_html`.
+            title: as in :meth:`to_html`.
+
+        Returns:
+            The path.
+        """
         from .explorer import save_html
 
         return save_html(self, path, top_k=top_k, title=title)
@@ -141,7 +175,11 @@ class Recording:
 
 
 def group_names(names) -> list[str]:
-    """Recorded names in groups, in order: ``embeddings.*``, ``layer.{0..11}.attention.*``, ``pooler``, ..."""
+    """Recorded names in groups, in order: ``embeddings.*``, ``layer.{0..11}.attention.*``, ``pooler``, ...
+
+    Args:
+        names (Iterable[str]): the recorded names, in order.
+    """
     layers: list[int] = []
     groups: dict[str, None] = {}  # an ordered set
     for name in names:
@@ -160,17 +198,28 @@ def trace(text: str, model: Model | str | Path | None = None, pair: str | None =
           edits: Mapping[str, Edit] | None = None, store: dict[str, Tensor] | None = None) -> Recording:
     """Run ``text`` (and an optional second segment ``pair``) through the model, recording every step.
 
-    model: a loaded :class:`~bertfn.checkpoint.loading.Model`, a hub id or a local folder (None: the
-    fill-mask default, google-bert/bert-base-uncased). The MLM head runs at the ``[MASK]``
-    positions when the model has one and the text has masks; ``mlm.logits`` then holds the logits
-    fill_mask turns into its scores. Returns a :class:`Recording`; tensors have the batch axis (B = 1).
-    edits: ``{point name: edit(tensor, point) -> tensor}`` changes the pass at those points (the names
-    above; see :mod:`bertfn.interventions`); the recording then holds what the edited pass computed.
-    The old order ``trace(model, text)`` still works, with a DeprecationWarning.
-    store: the dict that receives each tensor by name as the pass computes it (default: a new one, which keeps
-    them all); the Recording's ``tensors``. A dict subclass may keep less: ``bertfn view`` passes
-    :class:`bertfn.inspect.page_arrays.PageArrays`, which keeps only the explorer's arrays, made as the layers
-    come (at 512 tokens on bert-base's shape a whole trace is about 2 GB).
+    The MLM head runs at the ``[MASK]`` positions when the model has one and the text has masks;
+    ``mlm.logits`` then holds the logits fill_mask turns into its scores. The old order
+    ``trace(model, text)`` still works, with a DeprecationWarning.
+
+    Args:
+        text: one text.
+        model: a loaded :class:`~bertfn.checkpoint.loading.Model`, a hub id or a local folder (None: the
+            fill-mask default, google-bert/bert-base-uncased).
+        pair: a second segment, or None.
+        edits: ``{point name: edit(tensor, point) -> tensor}`` changes the pass at those points (the names
+            above; see :mod:`bertfn.interventions`); the recording then holds what the edited pass computed.
+        store: the dict that receives each tensor by name as the pass computes it (default: a new one, which keeps
+            them all); the Recording's ``tensors``. A dict subclass may keep less: ``bertfn view`` passes
+            :class:`bertfn.inspect.page_arrays.PageArrays`, which keeps only the explorer's arrays, made as the layers
+            come (at 512 tokens on bert-base's shape a whole trace is about 2 GB).
+
+    Returns:
+        The recording; tensors have the batch axis (B = 1).
+
+    Raises:
+        InputError: not one text, an empty text or pair, or edits that name no point.
+        MissingPartError: a model without a tokenizer.
     """
     text, model = texts_and_model(text, model, "trace", old_order=True)
     m = get_model(model)

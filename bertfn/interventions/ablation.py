@@ -45,8 +45,19 @@ def _layers(spec: Mapping[int, Iterable[int]], what: str) -> dict[int, list[int]
 
 
 def replace_with(value: Tensor | float, *, positions=None, heads=None, neurons=None) -> Edit:
-    """An edit that puts ``value`` (a number, or a tensor broadcasting to the selection's axes) at the
-    selected ``positions`` / ``heads`` / ``neurons`` of whatever point it runs at; the rest stays."""
+    """An edit that puts ``value`` at the selected ``positions`` / ``heads`` / ``neurons`` of whatever point it runs at.
+
+    The rest stays.
+
+    Args:
+        value: a number, or a tensor broadcasting to the selection's axes.
+        positions (int | Sequence[int] | None): the positions (None: all).
+        heads (int | Sequence[int] | None): the heads (None: all), at a point split into heads.
+        neurons (int | Sequence[int] | None): the neurons (None: all), along the last axis.
+
+    Returns:
+        ``edit(tensor, point) -> tensor``.
+    """
     def edit(x: Tensor, point: Point) -> Tensor:
         keep = select(x, point.name, positions, heads, neurons)
         new = value.to(x.device, x.dtype) if isinstance(value, Tensor) else torch.full_like(x, value)
@@ -56,13 +67,35 @@ def replace_with(value: Tensor | float, *, positions=None, heads=None, neurons=N
 
 
 def zero_heads(heads: Mapping[int, Iterable[int]], *, positions: int | Sequence[int] | None = None) -> dict[str, Edit]:
-    """Zero ablation: the context of each head in ``{layer: [heads]}`` set to 0 (at ``positions`` only, if given)."""
+    """Zero ablation: the context of each head set to 0.
+
+    Args:
+        heads: ``{layer: [heads]}``.
+        positions: only at these positions, if given.
+
+    Returns:
+        ``{"layer.{i}.attention.context": edit}``.
+
+    Raises:
+        InputError: ``heads`` that is not such a dict.
+    """
     return {f"layer.{i}.attention.context": replace_with(0.0, heads=hs, positions=positions)
             for i, hs in _layers(heads, "zero_heads").items()}
 
 
 def zero_neurons(neurons: Mapping[int, Iterable[int]], *, positions: int | Sequence[int] | None = None) -> dict[str, Edit]:
-    """Zero ablation of feed-forward neurons ``{layer: [neurons]}`` (their activation ``act(W_1 a + b_1)``)."""
+    """Zero ablation of feed-forward neurons (their activation ``act(W_1 a + b_1)``).
+
+    Args:
+        neurons: ``{layer: [neurons]}``.
+        positions: only at these positions, if given.
+
+    Returns:
+        ``{"layer.{i}.ffn.intermediate": edit}``.
+
+    Raises:
+        InputError: ``neurons`` that is not such a dict.
+    """
     return {f"layer.{i}.ffn.intermediate": replace_with(0.0, neurons=ns, positions=positions)
             for i, ns in _layers(neurons, "zero_neurons").items()}
 
@@ -70,7 +103,12 @@ def zero_neurons(neurons: Mapping[int, Iterable[int]], *, positions: int | Seque
 def mean_heads(heads: Mapping[int, Iterable[int]], means: Tensor) -> dict[str, Edit]:
     """Mean ablation: each head's context replaced by its mean ``means[layer, head]`` (hd,), everywhere.
 
-    means: (L, nh, hd), e.g. :func:`head_means` over texts like the ones studied.
+    Args:
+        heads: ``{layer: [heads]}``.
+        means: (L, nh, hd), e.g. :func:`head_means` over texts like the ones studied.
+
+    Returns:
+        ``{"layer.{i}.attention.context": edit}``.
     """
     out = {}
     for i, hs in _layers(heads, "mean_heads").items():
@@ -80,14 +118,34 @@ def mean_heads(heads: Mapping[int, Iterable[int]], means: Tensor) -> dict[str, E
 
 
 def mean_neurons(neurons: Mapping[int, Iterable[int]], means: Tensor) -> dict[str, Edit]:
-    """Mean ablation of feed-forward neurons: each replaced by ``means[layer, neuron]``. means: (L, I)."""
+    """Mean ablation of feed-forward neurons: each replaced by ``means[layer, neuron]``.
+
+    Args:
+        neurons: ``{layer: [neurons]}``.
+        means: (L, I), e.g. :func:`neuron_means`.
+
+    Returns:
+        ``{"layer.{i}.ffn.intermediate": edit}``.
+    """
     return {f"layer.{i}.ffn.intermediate": replace_with(means[i], neurons=ns)
             for i, ns in _layers(neurons, "mean_neurons").items()}
 
 
 def steer(name: str, vector: Tensor, *, scale: float = 1.0, positions: int | Sequence[int] | None = None) -> dict[str, Edit]:
-    """Activation addition: ``x + scale * vector`` at point ``name`` (a (B, S, H)-shaped one such as
-    ``layer.6.output``), at ``positions`` (None: every position). vector: (H,) or broadcastable to x."""
+    """Activation addition: ``x + scale * vector`` at point ``name``.
+
+    Args:
+        name: a (B, S, H)-shaped point such as ``layer.6.output``.
+        vector: (H,) or broadcastable to x.
+        scale: the factor of ``vector``.
+        positions: only at these positions (None: every position).
+
+    Returns:
+        ``{name: edit}``.
+
+    Raises:
+        InputError: ``vector`` is not a tensor.
+    """
     if not isinstance(vector, Tensor):
         raise InputError(f"steer adds a tensor, got {type(vector).__name__}; e.g. torch.tensor(...) of the point's width")
 
@@ -99,8 +157,18 @@ def steer(name: str, vector: Tensor, *, scale: float = 1.0, positions: int | Seq
 
 
 def activation_means(texts: str | Sequence[str], model: Model | str | Path, names: list[str]) -> dict[str, Tensor]:
-    """The mean of the tensors at ``names`` over every real token of ``texts`` (padding left out):
-    per name, the tensor's shape without its batch and position axes. The reference for mean ablation."""
+    """The mean of the tensors at ``names`` over every real token of ``texts`` (padding left out).
+
+    The reference for mean ablation.
+
+    Args:
+        texts: one text or several.
+        model: a loaded :class:`Model`, a folder or a hub id.
+        names: the points, by full name.
+
+    Returns:
+        Per name, the mean: the tensor's shape without its batch and position axes.
+    """
     texts, _ = text_list(texts, "activation_means")
     m = get_model(model)
     enc = require_tokenizer(m, "activation_means")(list(texts))
@@ -118,14 +186,30 @@ def activation_means(texts: str | Sequence[str], model: Model | str | Path, name
 
 
 def head_means(texts: str | Sequence[str], model: Model | str | Path) -> Tensor:
-    """Each head's mean context over the real tokens of ``texts``: (L, nh, hd), for :func:`mean_heads`."""
+    """Each head's mean context over the real tokens of ``texts``, for :func:`mean_heads`.
+
+    Args:
+        texts: one text or several.
+        model: a loaded :class:`Model`, a folder or a hub id.
+
+    Returns:
+        (L, nh, hd).
+    """
     m = get_model(model)
     names = [f"layer.{i}.attention.context" for i in range(m.config.num_hidden_layers)]
     return torch.stack([v for v in activation_means(texts, m, names).values()])
 
 
 def neuron_means(texts: str | Sequence[str], model: Model | str | Path) -> Tensor:
-    """Each feed-forward neuron's mean activation over the real tokens of ``texts``: (L, I), for :func:`mean_neurons`."""
+    """Each feed-forward neuron's mean activation over the real tokens of ``texts``, for :func:`mean_neurons`.
+
+    Args:
+        texts: one text or several.
+        model: a loaded :class:`Model`, a folder or a hub id.
+
+    Returns:
+        (L, I).
+    """
     m = get_model(model)
     names = [f"layer.{i}.ffn.intermediate" for i in range(m.config.num_hidden_layers)]
     return torch.stack([v for v in activation_means(texts, m, names).values()])

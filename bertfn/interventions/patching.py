@@ -42,11 +42,24 @@ Metric = Callable[[Tensor], Tensor]
 
 def patch(clean: Recording | Mapping[str, Tensor], name: str, *, positions: int | Sequence[int] | None = None,
           heads: int | Sequence[int] | None = None, neurons: int | Sequence[int] | None = None) -> dict[str, Edit]:
-    """An edit putting the clean run's tensor at point ``name`` into the run it is passed to, at
-    ``positions`` / ``heads`` / ``neurons`` (None: all). ``name`` may hold ``*`` (every matching point).
+    """An edit putting the clean run's tensor at point ``name`` into the run it is passed to.
 
-    clean: a :class:`~bertfn.inspect.trace.Recording` (``bertfn.trace(clean_text, model)``) or a dict of
-    tensors by name. The corrupted input must have the clean one's number of tokens (and batch).
+    The corrupted input must have the clean one's number of tokens (and batch).
+
+    Args:
+        clean: a :class:`~bertfn.inspect.trace.Recording` (``bertfn.trace(clean_text, model)``) or a dict of
+            tensors by name.
+        name: the point; it may hold ``*`` (every matching point).
+        positions: the positions to patch (None: all).
+        heads: the heads to patch (None: all), at a point split into heads.
+        neurons: the neurons to patch (None: all).
+
+    Returns:
+        ``{name: edit}``; the edit raises :class:`InputError` where the clean run lacks the point or has
+            another shape.
+
+    Raises:
+        InputError: ``clean`` is neither a Recording nor a dict.
     """
     tensors = clean.tensors if isinstance(clean, Recording) else clean
     if not isinstance(tensors, Mapping):
@@ -67,16 +80,30 @@ def patch(clean: Recording | Mapping[str, Tensor], name: str, *, positions: int 
 
 
 def logit_difference(right: int, wrong: int, mask: int = 0) -> Metric:
-    """A metric: logit of token id ``right`` minus that of ``wrong`` at the corrupted text's mask number ``mask``."""
+    """A metric: logit of token id ``right`` minus that of ``wrong`` at the corrupted text's mask number ``mask``.
+
+    Args:
+        right: the token id whose logit counts positively.
+        wrong: the token id whose logit is subtracted.
+        mask: which of the corrupted text's masks, from 0.
+
+    Returns:
+        ``metric(logits) -> scalar tensor``.
+    """
     return lambda logits: logits[mask, right] - logits[mask, wrong]
 
 
 class Sweep(NamedTuple):
     """What :func:`sweep` and :func:`attribution` return.
 
-    values: (L, n) the metric with each slice patched (attribution: its estimate), n positions or heads;
-    clean, corrupted: the metric of the two runs unpatched; names: the point each row patched.
     ``normalized`` puts the corrupted run at 0 and the clean one at 1.
+
+    Attributes:
+        values: (L, n) the metric with each slice patched (attribution: its estimate), n positions or heads.
+        clean: the metric of the clean run, unpatched.
+        corrupted: the metric of the corrupted run, unpatched.
+        names: the point each row patched.
+        over: "positions" or "heads".
     """
 
     values: Tensor
@@ -94,8 +121,20 @@ SWEEP_POINTS = {"positions": "layer.{i}.output", "heads": "layer.{i}.attention.c
 
 
 def _runs(clean_text: str, corrupted_text: str, m: Model) -> tuple[Recording, Recording]:
-    """The clean and the corrupted text recorded as :func:`~bertfn.inspect.trace.trace` records each, run as
-    one batch of two (the weights are read once; the two have the same number of tokens, so nothing is padded)."""
+    """The clean and the corrupted text recorded as :func:`~bertfn.inspect.trace.trace` records each.
+
+    Run as one batch of two (the weights are read once; the two have the same number of tokens, so
+    nothing is padded).
+
+    Args:
+        clean_text: the clean text.
+        corrupted_text: the corrupted text.
+        m: the model.
+
+    Raises:
+        InputError: an empty text, texts of different lengths in tokens or with masks at different
+            positions, or no [MASK].
+    """
     for what, text in (("the clean text", clean_text), ("the corrupted text", corrupted_text)):
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"{what} must be a sentence (a non-empty string), got {text!r:.60}")
@@ -131,10 +170,24 @@ def sweep(clean_text: str, corrupted_text: str, model: Model | str | Path, metri
           over: str = "positions", name: str | None = None, progress: bool = True) -> Sweep:
     """Patch the clean run into the corrupted one a slice at a time; the metric for every (layer, slice).
 
-    over: ``"positions"`` (each position of ``layer.{i}.output``: L x S) or ``"heads"`` (each head of
-    ``layer.{i}.attention.context``: L x nh); name: another point template with ``{i}`` for the layer
-    (e.g. ``"layer.{i}.attention.output"``). metric: :data:`Metric` (e.g. :func:`logit_difference`).
     Each value equals running the corrupted text with :func:`patch` at that one slice (tests hold it to 1e-5).
+
+    Args:
+        clean_text: the clean text.
+        corrupted_text: the corrupted text, of as many tokens, with its [MASK]s where the clean one has them.
+        model: a loaded :class:`Model`, a folder or a hub id (with its MLM head).
+        metric: :data:`Metric` (e.g. :func:`logit_difference`).
+        over: ``"positions"`` (each position of ``layer.{i}.output``: L x S) or ``"heads"`` (each head of
+            ``layer.{i}.attention.context``: L x nh).
+        name: another point template with ``{i}`` for the layer (e.g. ``"layer.{i}.attention.output"``).
+        progress: show a progress bar over the layers.
+
+    Returns:
+        The map, (L, S) or (L, nh).
+
+    Raises:
+        InputError: a bad ``over`` or ``name``, or texts that cannot be compared (:func:`_runs`).
+        MissingPartError: a model without a tokenizer or without the masked-LM head.
     """
     m = get_model(model)
     require_tokenizer(m, "sweep"), require_mlm_head(m, "sweep")
@@ -202,9 +255,23 @@ batch is run through the layers above and a new one starts (memory: a layer's in
 
 
 def _patched_layer(params, h: Tensor, mask: Tensor, i: int, name: str, source: Tensor, n: int, over: str) -> Tensor:
-    """Layer i on the copies ``h`` (A + n, S, H) whose last n are to be patched: copy A + c with slice c
-    of ``name`` from ``source`` (the first A pass through unpatched); n: heads or positions. Returns the
-    layer's output (A + n, S, H)."""
+    """Layer i on the copies ``h`` whose last n are to be patched.
+
+    Copy A + c gets slice c of ``name`` from ``source``; the first A pass through unpatched.
+
+    Args:
+        params (Params): the model's root params.
+        h: (A + n, S, H) the copies.
+        mask: the additive attention mask.
+        i: the layer.
+        name: the point patched.
+        source: the clean run's tensor at ``name``.
+        n: heads or positions.
+        over: "positions" or "heads".
+
+    Returns:
+        The layer's output (A + n, S, H).
+    """
     c = torch.arange(n, device=h.device)
     at = h.shape[0] - n + c  # the rows of the copies to patch
 
@@ -223,9 +290,21 @@ def _patched_layer(params, h: Tensor, mask: Tensor, i: int, name: str, source: T
 
 
 def _layer(params, i: int, h: Tensor, mask: Tensor, where: Tensor) -> Tensor:
-    """Layer i on the copies ``h`` (c, S, H) -> (c, S, H); the last layer only at the masks ``where``
-    (N,) -> (c, N, H): the fast path's last layer (:func:`~bertfn.fast.unpadded.unpadded_attention`), the
-    copies laid end to end, keys and values at every position, the rest at the masks alone."""
+    """Layer i on the copies ``h``; the last layer only at the masks ``where``.
+
+    The last layer is the fast path's (:func:`~bertfn.fast.unpadded.unpadded_attention`), the copies
+    laid end to end, keys and values at every position, the rest at the masks alone.
+
+    Args:
+        params (Params): the model's root params.
+        i: the layer.
+        h: (c, S, H) the copies.
+        mask: the additive attention mask.
+        where: (N,) the masks' positions.
+
+    Returns:
+        (c, S, H); for the last layer (c, N, H).
+    """
     p = params.layer(i)
     if i < params.config.num_hidden_layers - 1:
         return layer(p, h, mask, impl="sdpa").hidden
@@ -237,9 +316,22 @@ def _layer(params, i: int, h: Tensor, mask: Tensor, where: Tensor) -> Tensor:
 
 def attribution(clean_text: str, corrupted_text: str, model: Model | str | Path, metric: Metric, *,
                 over: str = "positions", name: str | None = None) -> Sweep:
-    """:func:`sweep`'s map estimated to first order from one forward and one backward pass of the
-    corrupted run: value = corrupted + sum over the slice of (clean - corrupted) * d metric / d activation.
-    Compare with the exact sweep by ``torch.corrcoef`` of the two ``values`` (:func:`correlation`)."""
+    """:func:`sweep`'s map estimated to first order from one forward and one backward pass of the corrupted run.
+
+    value = corrupted + sum over the slice of (clean - corrupted) * d metric / d activation. Compare with
+    the exact sweep by ``torch.corrcoef`` of the two ``values`` (:func:`correlation`).
+
+    Args:
+        clean_text: the clean text.
+        corrupted_text: the corrupted text, as in :func:`sweep`.
+        model: a loaded :class:`Model`, a folder or a hub id (with its MLM head).
+        metric: :data:`Metric` (e.g. :func:`logit_difference`).
+        over: as in :func:`sweep`.
+        name: as in :func:`sweep`.
+
+    Returns:
+        The estimated map.
+    """
     m = get_model(model)
     require_tokenizer(m, "attribution"), require_mlm_head(m, "attribution")
     if over not in SWEEP_POINTS:
@@ -279,5 +371,10 @@ def attribution(clean_text: str, corrupted_text: str, model: Model | str | Path,
 
 
 def correlation(a: Sweep, b: Sweep) -> float:
-    """Pearson's r between two maps (e.g. :func:`attribution` against the exact :func:`sweep`)."""
+    """Pearson's r between two maps (e.g. :func:`attribution` against the exact :func:`sweep`).
+
+    Args:
+        a: one map.
+        b: the other, of the same shape.
+    """
     return torch.corrcoef(torch.stack([a.values.flatten(), b.values.flatten()]))[0, 1].item()

@@ -31,13 +31,24 @@ PER_HEAD = ("q", "k", "v", "context", "relative_scores", "scores", "scaled_score
 
 
 def per_head(name: str) -> bool:
-    """Whether the tensor at point ``name`` is split into heads, (B, nh, S, ...)."""
+    """Whether the tensor at point ``name`` is split into heads, (B, nh, S, ...).
+
+    Args:
+        name: a point's full name.
+    """
     block = name.split(".")[2] if name.startswith("layer.") and name.count(".") >= 3 else ""
     return block in ("attention", "crossattention") and name.rpartition(".")[2] in PER_HEAD
 
 
 def axes(name: str) -> dict[str, int | None]:
-    """The axis of positions, heads and neurons in the tensor at point ``name`` (None: it has none)."""
+    """The axis of positions, heads and neurons in the tensor at point ``name`` (None: it has none).
+
+    Args:
+        name: a point's full name.
+
+    Returns:
+        ``{"positions": axis, "heads": axis, "neurons": axis}``.
+    """
     if per_head(name):
         return {"positions": 2, "heads": 1, "neurons": None}
     if name.startswith("mlm."):
@@ -48,7 +59,15 @@ def axes(name: str) -> dict[str, int | None]:
 
 
 def as_list(values: int | Sequence[int] | None, what: str) -> list[int] | None:
-    """None, or ``values`` (an integer or a sequence of them) as a list; :class:`InputError` otherwise."""
+    """None, or ``values`` (an integer or a sequence of them) as a list.
+
+    Args:
+        values: an integer, a sequence of integers, or None.
+        what: what they are, for the message.
+
+    Raises:
+        InputError: anything else.
+    """
     if values is None:
         return None
     values = [values] if isinstance(values, int) and not isinstance(values, bool) else values
@@ -60,11 +79,17 @@ def as_list(values: int | Sequence[int] | None, what: str) -> list[int] | None:
 
 def select(x: torch.Tensor, name: str, positions: int | Sequence[int] | None = None,
            heads: int | Sequence[int] | None = None, neurons: int | Sequence[int] | None = None) -> torch.Tensor:
-    """A boolean tensor that broadcasts to ``x``'s shape, True at ``positions`` x ``heads`` x ``neurons``
-    (None: all of that axis) of the tensor ``x`` at point ``name``.
+    """A boolean tensor that broadcasts to ``x``'s shape, True at ``positions`` x ``heads`` x ``neurons``.
 
-    Raises :class:`InputError` for an axis the point does not have, or an index out of its range
-    (naming the range).
+    Args:
+        x: the tensor at point ``name``.
+        name: the point's full name.
+        positions: the positions to pick (None: all of that axis).
+        heads: the heads to pick (None: all).
+        neurons: the neurons to pick (None: all).
+
+    Raises:
+        InputError: an axis the point does not have, or an index out of its range (naming the range).
     """
     keep = torch.ones([1] * x.dim(), dtype=torch.bool, device=x.device)
     where = axes(name)

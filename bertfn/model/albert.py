@@ -31,7 +31,24 @@ from .family import Family, normalizer, register, renamed
 
 @dataclass(frozen=True)
 class AlbertConfig(BertConfig):
-    """``transformers.AlbertConfig``: BertConfig with the embeddings' width, the layer groups and ALBERT's defaults."""
+    """``transformers.AlbertConfig``: BertConfig with the embeddings' width, the layer groups and ALBERT's defaults.
+
+    Attributes:
+        vocab_size: 30000.
+        embedding_size: E, the width of the embedding tables (128).
+        hidden_size: H, 4096.
+        num_attention_heads: 64.
+        intermediate_size: 16384.
+        num_hidden_groups: the layer groups the checkpoint holds, from 1 to ``num_hidden_layers``.
+        inner_group_num: layers per group; bertfn reads 1, as every released ALBERT has.
+        hidden_act: "gelu_new".
+        hidden_dropout_prob: 0.0.
+        attention_probs_dropout_prob: 0.0.
+        model_type: "albert".
+
+    Raises:
+        ConfigError: ``num_hidden_groups`` out of range, or ``inner_group_num`` other than 1.
+    """
 
     vocab_size: int = 30000
     embedding_size: int = 128
@@ -56,7 +73,12 @@ class AlbertConfig(BertConfig):
 
 
 def group(layer: int, config: BertConfig) -> int:
-    """The layer group whose weights layer ``layer`` reads: ``int(i / (L / groups))`` (``AlbertTransformer``)."""
+    """The layer group whose weights layer ``layer`` reads: ``int(i / (L / groups))`` (``AlbertTransformer``).
+
+    Args:
+        layer: i.
+        config: the model's config.
+    """
     return int(layer / (config.num_hidden_layers / config.num_hidden_groups))
 
 
@@ -84,7 +106,12 @@ LAYER = re.compile(r"bert\.encoder\.layer\.(\d+)\.(.*)")
 
 
 def key(name: str, config: BertConfig) -> str:
-    """The ALBERT checkpoint key that holds BERT's ``name``: a layer's weights are its group's (:func:`group`)."""
+    """The ALBERT checkpoint key that holds BERT's ``name``: a layer's weights are its group's (:func:`group`).
+
+    Args:
+        name: a BERT name.
+        config: the model's config (its layers and groups).
+    """
     m = LAYER.fullmatch(name)
     if m is None:
         return renamed(name, KEYS)

@@ -46,8 +46,16 @@ def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """0/1 keep-mask -> additive mask ``(1 - m) * finfo(dtype).min`` that broadcasts over heads.
 
     Mirrors ``ModuleUtilsMixin.get_extended_attention_mask`` / ``invert_attention_mask``.
-    mask: (B, S_k) padding mask, (B, S_q, S_k) per-query mask, or (B, 1 or nh, S_q, S_k)
-    -> (B, 1, 1, S_k), (B, 1, S_q, S_k) or unchanged 4D, in ``dtype``.
+
+    Args:
+        mask: (B, S_k) padding mask, (B, S_q, S_k) per-query mask, or (B, 1 or nh, S_q, S_k); 1 keeps a key.
+        dtype: the dtype of the result (that of the scores it is added to).
+
+    Returns:
+        (B, 1, 1, S_k), (B, 1, S_q, S_k) or the 4D mask unchanged in shape, in ``dtype``.
+
+    Raises:
+        InputError: a mask of another number of dimensions.
     """
     if mask.dim() == 2:
         mask = mask[:, None, None, :]  # (B, 1, 1, S_k)
@@ -65,7 +73,13 @@ def causal_keep_mask(mask: Tensor, seq: int) -> Tensor:
 
     Mirrors ``ModuleUtilsMixin.create_extended_attention_mask_for_decoder``. Query i (at absolute
     position past+i) may see every cached key and the new keys 0..i.
-    mask: (B, past + S) 0/1 -> (B, S, past + S) 0/1.
+
+    Args:
+        mask: (B, past + S) 0/1.
+        seq: S, the new positions.
+
+    Returns:
+        (B, S, past + S) 0/1.
     """
     B, S_k = mask.shape
     past = S_k - seq
@@ -79,7 +93,15 @@ def causal_keep_mask(mask: Tensor, seq: int) -> Tensor:
 
 
 def split_heads(x: Tensor, nh: int) -> Tensor:
-    """(B, S, nh*hd) -> (B, nh, S, hd): one slice of width hd per head (HF ``transpose_for_scores``)."""
+    """(B, S, nh*hd) -> (B, nh, S, hd): one slice of width hd per head (HF ``transpose_for_scores``).
+
+    Args:
+        x: (B, S, nh*hd).
+        nh: the number of heads.
+
+    Returns:
+        (B, nh, S, hd).
+    """
     B, S, _ = x.shape
     return x.view(B, S, nh, -1).transpose(1, 2)  # view: (B, S, nh, hd); transpose: (B, nh, S, hd)
 
@@ -88,6 +110,12 @@ def merge_heads(x: Tensor) -> Tensor:
     """(B, nh, S, hd) -> (B, S, nh*hd), the inverse of :func:`split_heads`.
 
     The transpose makes the tensor non-contiguous, so this needs ``reshape`` (a copy), not ``view``.
+
+    Args:
+        x: (B, nh, S, hd).
+
+    Returns:
+        (B, S, nh*hd).
     """
     B, nh, S, hd = x.shape
     return x.transpose(1, 2).reshape(B, S, nh * hd)
@@ -97,11 +125,20 @@ def relative_position_scores(q: Tensor, k: Tensor, distance_weight: Tensor, kind
     """Scores from relative-position embeddings (Shaw et al. 2018; Huang et al. 2020, "method 4").
 
     Query i sits at absolute position ``past + i`` and key j at ``j``; their distance ``i - j`` is
-    shifted by ``P - 1`` to index ``distance_weight`` (2P-1, hd). ``relative_key`` adds q·e(i-j),
+    shifted by ``P - 1`` to index ``distance_weight``. ``relative_key`` adds q·e(i-j),
     ``relative_key_query`` adds q·e(i-j) + k·e(i-j). Mirrors the ``distance_embedding`` branch
     of ``BertSelfAttention``; with a KV cache and one new token HF's ``key_length - 1`` equals our
     ``past + 0``.
-    q: (B, nh, S_q, hd), k: (B, nh, S_k, hd) -> (B, nh, S_q, S_k), *before* the 1/sqrt(d) scaling.
+
+    Args:
+        q: (B, nh, S_q, hd).
+        k: (B, nh, S_k, hd).
+        distance_weight: (2P-1, hd), ``self.distance_embedding.weight``.
+        kind: ``relative_key`` or ``relative_key_query`` (``config.position_embedding_type``).
+        past: the absolute position of the first query.
+
+    Returns:
+        (B, nh, S_q, S_k), *before* the 1/sqrt(d) scaling.
     """
     S_q, S_k = q.shape[2], k.shape[2]
     P = (distance_weight.shape[0] + 1) // 2
@@ -127,10 +164,22 @@ def eager_attention(
 ) -> tuple[Tensor, Tensor]:
     """The reference scaled dot-product attention, one step per line.
 
-    q: (B, nh, S_q, hd); k, v: (B, nh, S_k, hd); mask: additive, broadcastable to (B, nh, S_q, S_k);
-    bias: relative-position scores added before scaling; head_mask: (nh,) or broadcastable to the
-    probabilities, multiplies them (1 keeps a head, 0 silences it).
-    Returns context (B, nh, S_q, hd) and probabilities (B, nh, S_q, S_k).
+    ``softmax(Q K^T / sqrt(d) + M) V`` (Vaswani et al. 2017, eq. 1), as ``BertSelfAttention``'s eager path.
+
+    Args:
+        q: (B, nh, S_q, hd).
+        k: (B, nh, S_k, hd).
+        v: (B, nh, S_k, hd).
+        mask: additive, broadcastable to (B, nh, S_q, S_k).
+        bias: relative-position scores added before scaling.
+        head_mask: (nh,) or broadcastable to the probabilities, multiplies them (1 keeps a head, 0 silences it).
+        p_drop: the dropout probability of the attention probabilities (with ``generator``).
+        generator: turns dropout on (training).
+        trace: records (and edits) ``scores``, ``scaled_scores``, ``masked_scores`` and ``probs``.
+
+    Returns:
+        context: (B, nh, S_q, hd).
+        probs: (B, nh, S_q, S_k), the probabilities.
     """
     hd = q.shape[-1]
     scores = q @ k.transpose(-1, -2)  # (B, nh, S_q, S_k)
@@ -158,7 +207,16 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, 
     """The same attention as :func:`eager_attention` through torch's fused kernel (no probabilities).
 
     A relative-position ``bias`` is folded into the additive mask as ``bias / sqrt(hd)``.
-    Shapes as in :func:`eager_attention`; returns context (B, nh, S_q, hd).
+
+    Args:
+        q: (B, nh, S_q, hd).
+        k: (B, nh, S_k, hd).
+        v: (B, nh, S_k, hd).
+        mask: additive, broadcastable to (B, nh, S_q, S_k).
+        bias: relative-position scores, as in :func:`eager_attention`.
+
+    Returns:
+        context (B, nh, S_q, hd).
     """
     if bias is not None:
         bias = bias / math.sqrt(q.shape[-1])
@@ -167,8 +225,23 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, 
 
 
 def chosen_impl(impl: str, need_probs: bool, head_mask: Tensor | None, p_drop: float) -> str:
-    """The attention path that runs: ``impl``, except eager whenever the probabilities themselves are
-    needed (returned, multiplied by a head mask, or dropped out), which the fused kernel cannot give."""
+    """The attention path that runs: ``impl``, except eager whenever the probabilities are needed.
+
+    They are needed when returned, multiplied by a head mask, or dropped out, which the fused kernel
+    cannot give.
+
+    Args:
+        impl: "eager" or "sdpa".
+        need_probs: whether the probabilities are returned (or edited).
+        head_mask: the head mask, if any.
+        p_drop: the attention dropout probability in effect.
+
+    Returns:
+        "eager" or "sdpa".
+
+    Raises:
+        InputError: an unknown ``impl``.
+    """
     if impl not in ATTENTION_IMPLS:
         raise InputError(f"impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
     return "eager" if need_probs or head_mask is not None or p_drop > 0 else impl
@@ -196,13 +269,34 @@ def attention(
 ) -> AttentionOutput:
     """One BERT attention block: Q/K/V, heads, attention, merge, output dense, residual + LayerNorm.
 
-    p: the ``attention.`` (or ``crossattention.``) scope of one layer, e.g.
-    ``model.params.layer(0).scope("attention")``. x: (B, S_q, H).
-    mask: additive mask from :func:`extended_mask`, broadcastable to (B, nh, S_q, S_k).
-    Self-attention: keys/values come from x, appended to ``past_kv`` (the cache) when given, and
-    ``past_length`` is the absolute position of x's first token (for relative positions).
-    Cross-attention: ``encoder_hidden`` (B, S_e, H) gives keys/values; a ``past_kv`` is reused as is
-    (the encoder states do not change while decoding). Relative positions apply to self-attention only.
+    Mirrors ``transformers.BertAttention`` (``BertSelfAttention`` + ``BertSelfOutput``):
+    ``LayerNorm(x + Concat(head_1..head_nh) W_O)``. Self-attention: keys/values come from x, appended
+    to ``past_kv`` (the cache) when given. Cross-attention: ``encoder_hidden`` gives keys/values; a
+    ``past_kv`` is reused as is (the encoder states do not change while decoding). Relative positions
+    apply to self-attention only.
+
+    Args:
+        p: the ``attention.`` (or ``crossattention.``) scope of one layer, e.g.
+            ``model.params.layer(0).scope("attention")``.
+        x: (B, S_q, H).
+        mask: additive mask from :func:`extended_mask`, broadcastable to (B, nh, S_q, S_k).
+        encoder_hidden: (B, S_e, H), the encoder states cross-attention reads; None for self-attention.
+        past_kv: the cached keys and values, each (B, nh, S_k, hd).
+        past_length: the absolute position of x's first token (for relative positions).
+        head_mask: (nh,), 1 keeps a head, 0 silences it (runs the eager path).
+        impl: "eager" (reference) or "sdpa" (fused); eager runs anyway where the probabilities are needed.
+        need_probs: return the probabilities (runs the eager path).
+        generator: turns dropout on (training).
+        trace: records (and edits) every step under its name (``query`` ... ``output``,
+            :data:`~bertfn.model.recorder.ATTENTION_POINTS`).
+
+    Returns:
+        ``(hidden (B, S_q, H), probs (B, nh, S_q, S_k) or None, kv)``: the block's output after the
+            output dense, residual and LayerNorm; the probabilities when the eager path ran; the keys and
+            values attended to, each (B, nh, S_k, hd), the new cache entry.
+
+    Raises:
+        InputError: the scope of a whole layer instead of its attention block, or an unknown ``impl``.
     """
     p = scoped(p, "attention()", "model.params.layer(0).scope('attention')")
     if "self.query.weight" not in p and "attention.self.query.weight" in p:

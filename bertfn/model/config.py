@@ -28,7 +28,39 @@ as the member's module defines it; bertfn/model/__init__.py imports them all).""
 
 @dataclass(frozen=True)
 class BertConfig:
-    """Hyper-parameters of one BERT model (``transformers.BertConfig``, same names and defaults)."""
+    """Hyper-parameters of one BERT model (``transformers.BertConfig``, same names and defaults).
+
+    Attributes:
+        vocab_size: V, the rows of the word embeddings.
+        hidden_size: H, the width of every hidden state.
+        num_hidden_layers: L, the layers of the encoder.
+        num_attention_heads: nh, the heads of each attention block (H must be a multiple of it).
+        intermediate_size: I, the feed-forward block's hidden width.
+        hidden_act: the feed-forward block's activation, a key of
+            :data:`~bertfn.model.functional.ACTIVATIONS`.
+        hidden_dropout_prob: the dropout after the embeddings and each block's output dense.
+        attention_probs_dropout_prob: the dropout of the attention probabilities.
+        max_position_embeddings: P, the positions the model reads at most.
+        type_vocab_size: the token types (segments).
+        layer_norm_eps: the epsilon of every LayerNorm.
+        initializer_range: the standard deviation of the weights :func:`~bertfn.init_model` draws.
+        pad_token_id: the padding token's id (a row of the word embeddings), or None.
+        position_embedding_type: "absolute", "relative_key" or "relative_key_query".
+        is_decoder: a decoder: self-attention is causal.
+        add_cross_attention: a decoder with cross-attention layers (needs ``is_decoder``).
+        use_cache: transformers' default for returning the keys and values (kept as read; bertfn's
+            :func:`~bertfn.model.encoder.encoder` takes ``use_cache=`` per call).
+        chunk_size_feed_forward: positions per slice of the feed-forward block (0: one slice).
+        classifier_dropout: the dropout of the classification heads (None: ``hidden_dropout_prob``).
+        num_labels: the labels of a classification head (from ``id2label`` when the file has that alone).
+        pruned_heads: ``{layer: heads removed}``, as :func:`~bertfn.prune_heads` records them.
+        model_type: which family member's functions and names read the weights (bertfn/model/family.py).
+
+    Raises:
+        ConfigError: a value the model cannot be built from (a size that is not a positive integer,
+            H not divisible by nh, an unknown activation or position type, cross-attention without
+            ``is_decoder``, a pad id outside the vocabulary, a non-positive epsilon).
+    """
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -93,12 +125,27 @@ class BertConfig:
         return self.hidden_size // self.num_attention_heads
 
     def heads_in_layer(self, layer: int) -> int:
-        """Attention heads left in ``layer`` after the config's ``pruned_heads``."""
+        """Attention heads left in ``layer`` after the config's ``pruned_heads``.
+
+        Args:
+            layer: the layer's index.
+        """
         return self.num_attention_heads - len(self.pruned_heads.get(layer, ()))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BertConfig:
-        """Build from a ``config.json`` dict; unknown keys are ignored, absent keys take HF defaults."""
+        """Build from a ``config.json`` dict; unknown keys are ignored, absent keys take HF defaults.
+
+        Reads ``model_type`` and builds that family member's class.
+
+        Args:
+            d: the parsed ``config.json``.
+
+        Raises:
+            ConfigError: not a dict, a value of the wrong kind, or a member's class given another
+                member's config.
+            CheckpointError: a ``model_type`` no member claims.
+        """
         if not isinstance(d, dict):
             raise ConfigError(f"a config must be a JSON object, got {type(d).__name__}")
         model_type = d.get("model_type", cls.model_type)
@@ -129,13 +176,26 @@ class BertConfig:
 
     @classmethod
     def renamed(cls, d: dict[str, Any]) -> dict[str, Any]:
-        """``d`` with the fields of this model's own config.json named as BertConfig names them; BERT's are
-        (a member whose config.json names them otherwise, DistilBERT, overrides this)."""
+        """``d`` with the fields of this model's own config.json named as BertConfig names them.
+
+        BERT's are (a member whose config.json names them otherwise, DistilBERT, overrides this).
+
+        Args:
+            d: the parsed ``config.json``.
+        """
         return d
 
     @classmethod
     def from_file(cls, path: str | Path) -> BertConfig:
-        """Read ``config.json``; a missing or unreadable file raises :class:`ConfigError` naming it."""
+        """Read ``config.json``.
+
+        Args:
+            path: the file.
+
+        Raises:
+            ConfigError: a missing or unreadable file (naming it), or a value the model cannot be built from.
+            CheckpointError: a model of another architecture.
+        """
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")

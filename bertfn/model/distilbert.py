@@ -34,7 +34,13 @@ Tensor = torch.Tensor
 
 @dataclass(frozen=True)
 class DistilBertConfig(BertConfig):
-    """``transformers.DistilBertConfig`` read into BertConfig's names (:meth:`renamed`)."""
+    """``transformers.DistilBertConfig`` read into BertConfig's names (:meth:`renamed`).
+
+    Attributes:
+        num_hidden_layers: 6.
+        type_vocab_size: 1: no token-type table; the field only keeps BertConfig's checks whole.
+        model_type: "distilbert".
+    """
 
     num_hidden_layers: int = 6
     type_vocab_size: int = 1  # no token-type table: the field only keeps BertConfig's checks whole
@@ -46,7 +52,11 @@ class DistilBertConfig(BertConfig):
 
     @classmethod
     def renamed(cls, d: dict[str, Any]) -> dict[str, Any]:
-        """DistilBERT's config.json fields under BertConfig's names; eps is 1e-12 (hard-coded in transformers)."""
+        """DistilBERT's config.json fields under BertConfig's names; eps is 1e-12 (hard-coded in transformers).
+
+        Args:
+            d: the parsed ``config.json``.
+        """
         out = {cls.NAMES.get(k, k): v for k, v in d.items() if k not in cls.NAMES.values()}
         out["layer_norm_eps"] = 1e-12
         return out
@@ -55,11 +65,22 @@ class DistilBertConfig(BertConfig):
 def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,
                generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
-    """Word + position embeddings, then LayerNorm and dropout: BERT's without the token types
-    (``transformers.models.distilbert.Embeddings``). ``token_type_ids`` are accepted and ignored.
+    """Word + position embeddings, then LayerNorm and dropout: BERT's without the token types.
 
-    p: ``bert.embeddings.`` scope. input_ids: (B, S), or inputs_embeds: (B, S, H). position_ids: (B, S),
-    default 0 .. S-1. Returns (B, S, H).
+    Mirrors ``transformers.models.distilbert.Embeddings``.
+
+    Args:
+        p: ``bert.embeddings.`` scope.
+        input_ids: (B, S).
+        token_type_ids: accepted and ignored.
+        position_ids: (B, S), default 0 .. S-1 (from ``past_length``).
+        inputs_embeds: (B, S, H), instead of ``input_ids``.
+        past_length: the cached positions before these.
+        generator: turns dropout on (training).
+        trace: records (and edits) ``word``, ``position``, ``sum`` and ``output``.
+
+    Returns:
+        (B, S, H).
     """
     p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
     cfg = p.config
@@ -97,12 +118,23 @@ KEYS = (
 
 
 def key(name: str, config: BertConfig) -> str:
-    """The DistilBERT checkpoint key that holds BERT's ``name`` (:data:`KEYS`)."""
+    """The DistilBERT checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
+
+    Args:
+        name: a BERT name.
+        config: the model's config (unused).
+    """
     return renamed(name, KEYS)
 
 
 def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
-    """BERT's table without the token-type embeddings."""
+    """BERT's table without the token-type embeddings.
+
+    Args:
+        config: the model's config.
+        table: BERT's table of keys and shapes.
+        present (Mapping[str, Tensor]): the weights at hand (unused).
+    """
     return {k: s for k, s in table.items() if k != "bert.embeddings.token_type_embeddings.weight"}
 
 

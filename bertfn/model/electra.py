@@ -32,7 +32,15 @@ Tensor = torch.Tensor
 
 @dataclass(frozen=True)
 class ElectraConfig(BertConfig):
-    """``transformers.ElectraConfig``: BertConfig with the embeddings' width and ELECTRA-small's defaults."""
+    """``transformers.ElectraConfig``: BertConfig with the embeddings' width and ELECTRA-small's defaults.
+
+    Attributes:
+        embedding_size: E, the width of the embedding tables (128).
+        hidden_size: H, 256.
+        num_attention_heads: 4.
+        intermediate_size: 1024.
+        model_type: "electra".
+    """
 
     embedding_size: int = 128
     hidden_size: int = 256
@@ -48,8 +56,20 @@ def factorized_embeddings(p: Params, input_ids: Tensor | None = None, token_type
     """BERT's embeddings at width E, then ``project`` (H, E) to the hidden size when the model has it.
 
     Mirrors ``ElectraEmbeddings`` + ``ElectraModel.embeddings_project`` (and ALBERT's
-    ``AlbertEmbeddings`` + ``embedding_hidden_mapping_in``). p: ``bert.embeddings.`` scope, whose
-    ``project.*`` is the member's projection. inputs_embeds: (B, S, E). Returns (B, S, H).
+    ``AlbertEmbeddings`` + ``embedding_hidden_mapping_in``).
+
+    Args:
+        p: ``bert.embeddings.`` scope, whose ``project.*`` is the member's projection.
+        input_ids: (B, S).
+        token_type_ids: (B, S), as in BERT's.
+        position_ids: (B, S), as in BERT's.
+        inputs_embeds: (B, S, E), instead of ``input_ids``.
+        past_length: the cached positions before these.
+        generator: turns dropout on (training).
+        trace: records (and edits) BERT's embedding points, then ``projected``.
+
+    Returns:
+        (B, S, H).
     """
     x = bert_embeddings(p, input_ids, token_type_ids, position_ids, inputs_embeds, past_length, generator, trace)  # (B, S, E)
     if "project.weight" in p:
@@ -58,7 +78,12 @@ def factorized_embeddings(p: Params, input_ids: Tensor | None = None, token_type
 
 
 def factorized_points(config: BertConfig, project: bool) -> tuple[str, ...]:
-    """The trace points of :func:`factorized_embeddings`: BERT's, then the projection where ``project``."""
+    """The trace points of :func:`factorized_embeddings`: BERT's, then the projection where ``project``.
+
+    Args:
+        config: the model's config.
+        project: whether the model projects its embeddings (E < H).
+    """
     projected = ("projected",) if project else ()
     positions = ("position",) if config.position_embedding_type == "absolute" else ()
     return ("word", "token_type", *positions, "sum", "output", *projected)
@@ -66,8 +91,16 @@ def factorized_points(config: BertConfig, project: bool) -> tuple[str, ...]:
 
 def factorized_shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present,
                       project: bool) -> dict[str, tuple[int, ...]]:
-    """BERT's table with the embeddings and the MLM head's transform at width E, plus the (H, E)
-    projection where ``project``: the part ELECTRA and ALBERT share."""
+    """BERT's table with the embeddings and the MLM head's transform at width E, plus the (H, E) projection.
+
+    The part ELECTRA and ALBERT share.
+
+    Args:
+        config: the model's config.
+        table: BERT's table of keys and shapes.
+        present (Mapping[str, Tensor]): the weights at hand (unused).
+        project: add the (H, E) projection.
+    """
     E, H = config.embedding_size, config.hidden_size
     out = {}
     for k, shape in table.items():
@@ -85,7 +118,13 @@ def factorized_shapes(config: BertConfig, table: dict[str, tuple[int, ...]], pre
 
 
 def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
-    """ELECTRA's keys: :func:`factorized_shapes`, and the discriminator head where the checkpoint has one."""
+    """ELECTRA's keys: :func:`factorized_shapes`, and the discriminator head where the checkpoint has one.
+
+    Args:
+        config: the model's config.
+        table: BERT's table of keys and shapes.
+        present (Mapping[str, Tensor]): the weights at hand.
+    """
     H = config.hidden_size
     out = factorized_shapes(config, table, present, config.embedding_size != H)
     if any(k in present for k in DISCRIMINATOR):
@@ -100,8 +139,14 @@ DISCRIMINATOR = ("discriminator_predictions.dense.weight", "discriminator_predic
 def discriminator_head(params: Params, h: Tensor, *, config: BertConfig | dict | None = None) -> Tensor:
     """One logit per token: was it replaced? ``dense_prediction(act(dense h))`` (``ElectraDiscriminatorPredictions``).
 
-    h: (..., H) last hidden states -> (..., ) logits; sigmoid gives the probability that a token is not
-    the original. Reads ``discriminator_predictions.dense.*`` (H, H) and ``.dense_prediction.*`` (1, H).
+    Args:
+        params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``. Reads
+            ``discriminator_predictions.dense.*`` (H, H) and ``.dense_prediction.*`` (1, H).
+        h: (..., H) last hidden states.
+        config: the config of a bare state_dict.
+
+    Returns:
+        (..., ) logits; sigmoid gives the probability that a token is not the original.
     """
     params = as_params(params, config, "discriminator_head")
     p = params.scope("discriminator_predictions")
@@ -121,7 +166,12 @@ KEYS = (
 
 
 def key(name: str, config: BertConfig) -> str:
-    """The ELECTRA checkpoint key that holds BERT's ``name`` (:data:`KEYS`)."""
+    """The ELECTRA checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
+
+    Args:
+        name: a BERT name.
+        config: the model's config (unused).
+    """
     return renamed(name, KEYS)
 
 

@@ -26,8 +26,16 @@ INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8
 def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str, shape: tuple[int, int] | None = None) -> None:
     """Raise :class:`InputError` unless ``ids`` is an integer tensor whose values index an embedding table.
 
-    Every id must lie in ``[0, limit)`` (the table's rows). With ``shape`` = (B, S) given, ``ids``
-    must also fit the batch: (B, S), (1, S) or (S,).
+    Args:
+        name: the argument's name, for the message.
+        ids: the ids to check.
+        limit: the table's rows: every id must lie in ``[0, limit)``.
+        what_to_do: the advice the message ends with.
+        shape: (B, S) when given: ``ids`` must also fit the batch, (B, S), (1, S) or (S,).
+
+    Raises:
+        InputError: text instead of ids, a tensor that is not of integers, the wrong shape, or an id
+            outside the table.
     """
     if isinstance(ids, str) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], str)):
         raise InputError(f"{name} must be token ids, got text ({ids!r:.40}); the model functions read ids: "
@@ -48,13 +56,35 @@ def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str, shape: tuple[
 
 
 def default_position_ids(batch: int, seq: int, past: int, device: torch.device) -> Tensor:
-    """Positions ``past, past+1, ..., past+seq-1`` for every row -> (B, S) (HF's ``position_ids`` buffer)."""
+    """Positions ``past, past+1, ..., past+seq-1`` for every row (HF's ``position_ids`` buffer).
+
+    Args:
+        batch: B.
+        seq: S.
+        past: the first position (the KV cache's length).
+        device: where the tensor goes.
+
+    Returns:
+        (B, S).
+    """
     return torch.arange(past, past + seq, device=device).expand(batch, seq)
 
 
 def word_vectors(p: Params, input_ids: Tensor | None, inputs_embeds: Tensor | None) -> Tensor:
-    """The word-embedding rows of ``input_ids`` (B, S), or ``inputs_embeds`` (B, S, H) given instead, checked:
-    the first term of every embeddings step (BERT's and the family's). p: ``bert.embeddings.`` scope. -> (B, S, H).
+    """The word-embedding rows of ``input_ids``, or ``inputs_embeds`` given instead, checked.
+
+    The first term of every embeddings step (BERT's and the family's).
+
+    Args:
+        p: ``bert.embeddings.`` scope.
+        input_ids: (B, S), or None.
+        inputs_embeds: (B, S, H) (the width of the word embeddings), or None; exactly one of the two.
+
+    Returns:
+        (B, S, H).
+
+    Raises:
+        InputError: both or neither given, or either of the wrong kind, shape or dtype.
     """
     cfg = p.config
     if (input_ids is None) == (inputs_embeds is None):
@@ -93,11 +123,25 @@ def embeddings(
 ) -> Tensor:
     """Word + token-type (+ absolute position) embeddings, then LayerNorm and dropout.
 
-    p: ``bert.embeddings.`` scope. input_ids: (B, S) int, or inputs_embeds: (B, S, H) instead.
-    token_type_ids: (B, S), default all zeros (segment A). position_ids: (B, S) or (S,), default
-    ``past_length .. past_length+S-1`` (``past_length`` is the KV cache's length when decoding).
-    With relative position embeddings no absolute positions are added (HF does the same).
-    Returns (B, S, H).
+    Mirrors ``transformers.BertEmbeddings``. With relative position embeddings no absolute positions are
+    added (HF does the same).
+
+    Args:
+        p: ``bert.embeddings.`` scope.
+        input_ids: (B, S) int.
+        token_type_ids: (B, S), default all zeros (segment A).
+        position_ids: (B, S) or (S,), default ``past_length .. past_length+S-1``.
+        inputs_embeds: (B, S, H), instead of ``input_ids``.
+        past_length: the KV cache's length when decoding (the first default position).
+        generator: turns dropout on (training; :func:`~bertfn.model.functional.dropout`).
+        trace: records (and edits) the steps under ``word``, ``token_type``, ``position``, ``sum``
+            and ``output`` (:class:`~bertfn.model.recorder.Trace`).
+
+    Returns:
+        (B, S, H).
+
+    Raises:
+        InputError: ids of the wrong kind, shape or range, or an input longer than the model's positions.
     """
     p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
     cfg = p.config

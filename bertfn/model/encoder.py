@@ -52,8 +52,17 @@ def warn_if_padding_without_mask(input_ids: Tensor | None, attention_mask: Tenso
 def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
     """Position-wise FFN with residual + LayerNorm (``BertIntermediate`` then ``BertOutput``).
 
-    p: one layer's scope (reads ``intermediate.dense.*`` and ``output.*``), e.g. ``model.params.layer(0)``.
-    x: (B, S, H) -> (B, S, H). The hidden width I = ``config.intermediate_size`` (4H in BERT).
+    ``h' = LayerNorm(a + W_2 act(W_1 a + b_1) + b_2)``. The hidden width I = ``config.intermediate_size``
+    (4H in BERT).
+
+    Args:
+        p: one layer's scope (reads ``intermediate.dense.*`` and ``output.*``), e.g. ``model.params.layer(0)``.
+        x: (B, S, H), the attention block's output.
+        generator: turns dropout on (training).
+        trace: records (and edits) ``intermediate``, ``dense`` and ``output``.
+
+    Returns:
+        (B, S, H).
     """
     p = scoped(p, "feed_forward()", "model.params.layer(0)")
     cfg = p.config
@@ -73,9 +82,17 @@ def chunked_feed_forward(p: Params, x: Tensor, chunk_size: int, generator: torch
     """:func:`feed_forward` over slices of ``chunk_size`` positions (HF ``apply_chunking_to_forward``).
 
     The FFN treats each position alone, so slicing the sequence gives the same result while only
-    one slice's (chunk, I) intermediate is alive at a time. ``chunk_size`` 0 means one slice.
-    A trace records slice n under ``chunk.{n}.`` (e.g. ``ffn.chunk.0.intermediate``).
-    x: (B, S, H) -> (B, S, H).
+    one slice's (chunk, I) intermediate is alive at a time.
+
+    Args:
+        p: one layer's scope.
+        x: (B, S, H).
+        chunk_size: positions per slice; 0 means one slice.
+        generator: turns dropout on (training).
+        trace: records slice n under ``chunk.{n}.`` (e.g. ``ffn.chunk.0.intermediate``).
+
+    Returns:
+        (B, S, H).
     """
     if chunk_size <= 0 or chunk_size >= x.shape[1]:
         return feed_forward(p, x, generator, trace)
@@ -110,9 +127,26 @@ def layer(
 ) -> LayerOutput:
     """One transformer layer (``BertLayer``): self-attention, [cross-attention,] feed-forward.
 
-    p: ``bert.encoder.layer.{i}.`` scope (``model.params.layer(i)``). x: (B, S, H); mask, encoder_mask: additive masks.
-    encoder_hidden: (B, S_e, H), used when the layer has ``crossattention.*`` weights.
-    Returns the new hidden states (B, S, H) with probabilities and keys/values (see :class:`LayerOutput`).
+    Args:
+        p: ``bert.encoder.layer.{i}.`` scope (``model.params.layer(i)``).
+        x: (B, S, H).
+        mask: additive self-attention mask (:func:`~bertfn.model.attention.extended_mask`).
+        encoder_hidden: (B, S_e, H), used when the layer has ``crossattention.*`` weights.
+        encoder_mask: additive cross-attention mask.
+        past_self_kv: the self-attention cache of this layer.
+        past_cross_kv: the cross-attention cache of this layer.
+        past_length: the absolute position of x's first token.
+        head_mask: (nh,), 1 keeps a head.
+        impl: "eager" or "sdpa", as in :func:`~bertfn.model.attention.attention`.
+        need_probs: return the attention probabilities.
+        generator: turns dropout on (training).
+        trace: records (and edits) the steps under ``attention.*``, ``crossattention.*``, ``ffn.*`` and ``output``.
+
+    Returns:
+        The new hidden states (B, S, H) with probabilities and keys/values (see :class:`LayerOutput`).
+
+    Raises:
+        InputError: ``encoder_hidden`` for a layer without cross-attention weights.
     """
     p = scoped(p, "layer()", "model.params.layer(0)")
     common = dict(head_mask=head_mask, impl=impl, need_probs=need_probs, generator=generator)
@@ -150,6 +184,11 @@ def checkpointed(run: Callable[[Tensor], LayerOutput], x: Tensor,
     it. torch restores its own global RNG for that recomputation but knows nothing of the dropout
     ``generator`` bertfn draws from, so the recomputation rewinds it to where it stood before the
     layer: it draws the same dropout masks, and the gradients equal those without checkpointing.
+
+    Args:
+        run: one layer, ``x -> LayerOutput``.
+        x: (B, S, H), the layer's input.
+        generator: the dropout generator, or None.
     """
     if generator is None:
         return activation_checkpoint(run, x, use_reentrant=False)
@@ -159,7 +198,13 @@ def checkpointed(run: Callable[[Tensor], LayerOutput], x: Tensor,
 
 
 class Cache(NamedTuple):
-    """Keys and values kept between decoding steps: one (k, v) pair per layer, each (B, nh, S, hd)."""
+    """Keys and values kept between decoding steps: one (k, v) pair per layer, each (B, nh, S, hd).
+
+    Attributes:
+        self_attention: the self-attention keys and values, one pair per layer.
+        cross_attention: the cross-attention keys and values (of the encoder states), one pair per
+            layer; None without cross-attention.
+    """
 
     self_attention: tuple[KV, ...]
     cross_attention: tuple[KV, ...] | None = None
@@ -172,7 +217,19 @@ class Cache(NamedTuple):
 
 @dataclass(frozen=True)
 class EncoderOutput:
-    """What :func:`encoder` returns (``BaseModelOutputWithPoolingAndCrossAttentions``, named fields)."""
+    """What :func:`encoder` returns (``BaseModelOutputWithPoolingAndCrossAttentions``, named fields).
+
+    Attributes:
+        last_hidden_state: (B, S, H).
+        pooler_output: (B, H) when the checkpoint has a pooler.
+        hidden_states: L+1 of (B, S, H): embeddings, then every layer (``output_hidden_states``).
+        attentions: L of (B, nh, S, S_k) (``output_attentions``); a padding query's row is kept as
+            computed (it attends to the real keys and sums to 1, as in transformers): read only the rows
+            of real tokens.
+        cross_attentions: L of (B, nh, S, S_e).
+        cache: pass back as ``cache=`` for the next decoding step (``use_cache``).
+        attn_impl: the attention path that ran: "eager" or "sdpa".
+    """
 
     last_hidden_state: Tensor  # (B, S, H)
     pooler_output: Tensor | None  # (B, H) when the checkpoint has a pooler
@@ -209,25 +266,46 @@ def encoder(
     """BERT's forward pass (``BertModel.forward``): embeddings, L layers, pooler.
 
     A family member's model runs the same pass with its exceptions (:mod:`bertfn.model.family`): its own
-    embeddings step where it has one, its weights read under its own names.
+    embeddings step where it has one, its weights read under its own names. Decoders
+    (``config.is_decoder``) add the causal mask to a 2D mask. In a padded batch the probabilities of a
+    padding position's query row are what the softmax gives (they sum to 1 over the real keys, as in
+    transformers) and mean nothing: read the real tokens' rows.
 
-    params: a loaded ``Model``, its ``params`` (reads ``bert.*``), or a flat HF-keyed state_dict with its
-    ``config`` (a BertConfig or config.json dict). input_ids: (B, S) or
-    inputs_embeds: (B, S, H). attention_mask: 0/1 (B, S_k) padding mask (S_k = cached + S), or a
-    full (B, S, S_k) / (B, 1|nh, S, S_k) 0/1 mask. Decoders (``config.is_decoder``) add the causal mask
-    to a 2D mask. head_mask: (nh,) for every layer or (L, nh), 1 keeps a head.
-    cache / use_cache: continue from / return the keys and values for token-by-token decoding.
-    impl: "sdpa" (fast) or "eager" (reference); eager runs anyway where probabilities are needed
-    (``output_attentions``, head_mask, dropout), and ``EncoderOutput.attn_impl`` says which ran. In a
-    padded batch the probabilities of a padding position's query row are what the softmax gives (they
-    sum to 1 over the real keys, as in transformers) and mean nothing: read the real tokens' rows.
-    generator: turns dropout on (training); checkpoint: recompute each layer in backward
-    (activation checkpointing) to save memory.
-    trace: a :class:`~bertfn.model.recorder.Trace` that keeps every intermediate by name;
-    edits: ``{point name: edit(tensor, point) -> tensor}`` replaces the tensor at those points (names
-    as :func:`bertfn.trace` records them, ``*`` matching any run of characters; see
-    :mod:`bertfn.model.recorder` and :mod:`bertfn.interventions`). An edit of the attention scores or
-    probabilities makes every layer run the eager path, which forms them.
+    Args:
+        params: a loaded ``Model``, its ``params`` (reads ``bert.*``), or a flat HF-keyed state_dict with its
+            ``config``.
+        input_ids: (B, S).
+        attention_mask: 0/1 (B, S_k) padding mask (S_k = cached + S), or a full (B, S, S_k) /
+            (B, 1|nh, S, S_k) 0/1 mask.
+        token_type_ids: (B, S), default all zeros.
+        position_ids: (B, S) or (S,), default counting from the cache's length.
+        inputs_embeds: (B, S, H), instead of ``input_ids``.
+        head_mask: (nh,) for every layer or (L, nh), 1 keeps a head.
+        encoder_hidden_states: (B, S_e, H), what a decoder's cross-attention reads.
+        encoder_attention_mask: 0/1 mask of the encoder states, as ``attention_mask``.
+        cache: continue from the keys and values of earlier decoding steps (token-by-token decoding).
+        use_cache: return the keys and values (:class:`Cache`) for the next step.
+        output_hidden_states: return every layer's hidden states.
+        output_attentions: return every layer's attention probabilities (runs the eager path).
+        impl: "sdpa" (fast) or "eager" (reference); eager runs anyway where probabilities are needed
+            (``output_attentions``, head_mask, dropout), and ``EncoderOutput.attn_impl`` says which ran.
+        generator: turns dropout on (training).
+        checkpoint: recompute each layer in backward (activation checkpointing) to save memory.
+        trace: a :class:`~bertfn.model.recorder.Trace` that keeps every intermediate by name.
+        edits: ``{point name: edit(tensor, point) -> tensor}`` replaces the tensor at those points (names
+            as :func:`bertfn.trace` records them, ``*`` matching any run of characters; see
+            :mod:`bertfn.model.recorder` and :mod:`bertfn.interventions`). An edit of the attention scores or
+            probabilities makes every layer run the eager path, which forms them.
+        config: the config of a bare state_dict (a BertConfig or config.json dict).
+
+    Returns:
+        The outputs, named (:class:`EncoderOutput`).
+
+    Raises:
+        InputError: inputs, masks or edits the model cannot read (each message says which and why).
+
+    Warns:
+        UserWarning: ``input_ids`` start or end with padding and no ``attention_mask`` was given.
     """
     params = as_params(params, config, "encoder")
     cfg = params.config

@@ -43,7 +43,21 @@ Tensor = torch.Tensor
 
 @dataclass(frozen=True)
 class Family:
-    """One member of BERT's family: its name and its exceptions to BERT (None: BERT's own)."""
+    """One member of BERT's family: its name and its exceptions to BERT (None: BERT's own).
+
+    Attributes:
+        name: as people write it: "RoBERTa".
+        model_type: config.json's model_type: "roberta".
+        prefix: the base model's key prefix in its checkpoints: "roberta.".
+        key: ``(BERT name, config) -> the member's checkpoint name``.
+        shapes: ``(config, BERT's table, present weights) -> the member's table`` of keys and shapes.
+        normalize: ``(state, config) -> state``: what loading does to a state read from a file.
+        embeddings: the embeddings step, with BERT's signature.
+        embedding_points: ``config -> its trace points``, in order.
+        position_ids: ``(input_ids (B, S), pad, past) -> (B, S)`` positions.
+        head_act: the MLM head's activation, when not ``config.hidden_act``.
+        heads: the member's head parts: ``{part name: a key that stands for it}``.
+    """
 
     name: str  # as people write it: "RoBERTa"
     model_type: str  # config.json's model_type: "roberta"
@@ -65,13 +79,27 @@ FAMILIES: dict[str, Family] = {"bert": BERT}
 
 
 def register(family: Family) -> Family:
-    """Add ``family`` under its model_type; returns it."""
+    """Add ``family`` under its model_type.
+
+    Args:
+        family: the member's record.
+
+    Returns:
+        ``family``.
+    """
     FAMILIES[family.model_type] = family
     return family
 
 
 def family_of(config: BertConfig) -> Family:
-    """The :class:`Family` that reads a model of ``config`` (its ``model_type``)."""
+    """The :class:`Family` that reads a model of ``config`` (its ``model_type``).
+
+    Args:
+        config: the model's config.
+
+    Raises:
+        CheckpointError: a ``model_type`` no member claims.
+    """
     try:
         return FAMILIES[config.model_type]
     except KeyError:
@@ -80,8 +108,14 @@ def family_of(config: BertConfig) -> Family:
 
 
 def renamed(name: str, table: tuple[tuple[str, str], ...]) -> str:
-    """``name`` rewritten by the first rule of ``table`` whose pattern matches its start, ``(regex, template)``
-    as :func:`re.sub` takes them (``\\1`` for a group), or unchanged: a member's key table, read top to bottom."""
+    r"""``name`` rewritten by the first rule of ``table`` whose pattern matches its start, or unchanged.
+
+    A member's key table, read top to bottom.
+
+    Args:
+        name: a BERT name.
+        table: ``(regex, template)`` rules as :func:`re.sub` takes them (``\1`` for a group).
+    """
     for pattern, template in table:
         new, n = re.subn(f"^{pattern}", template, name, count=1)
         if n:
@@ -97,7 +131,14 @@ def normalizer(prefix: str, bare: tuple[str, ...], ties: tuple[tuple[str, str], 
     * each ``(alias, source)`` of ``ties`` names a weight stored once under two names, as
       transformers' ``state_dict()`` shows it (``lm_head.decoder.weight`` is the word embeddings): where the
       file has the alias's head but not the alias, the alias is added for the same tensor.
-    Returns a new dict of the same tensors.
+
+    Args:
+        prefix: the base model's key prefix, e.g. ``roberta.``.
+        bare: the starts of a bare base model's keys.
+        ties: ``(alias, source)`` pairs.
+
+    Returns:
+        ``normalize(state, config)``, which returns a new dict of the same tensors.
     """
     def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
         out = {}
@@ -115,9 +156,14 @@ def normalizer(prefix: str, bare: tuple[str, ...], ties: tuple[tuple[str, str], 
 
 
 def named_shapes(config: BertConfig, present: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
-    """Every weight a model of ``config`` reads, by BERT's name, with its shape: BERT's table
-    (:func:`~bertfn.model.shapes.expected_shapes`; optional parts as ``present`` holds them, asked by
-    BERT's names) with the member's ``shapes`` exceptions."""
+    """Every weight a model of ``config`` reads, by BERT's name, with its shape.
+
+    BERT's table (:func:`~bertfn.model.shapes.expected_shapes`) with the member's ``shapes`` exceptions.
+
+    Args:
+        config: the model's config.
+        present: the weights at hand: optional parts count as it holds them, asked by BERT's names.
+    """
     table = expected_shapes(config, present)
     family = family_of(config)
     return family.shapes(config, table, present) if family.shapes is not None else table
@@ -127,8 +173,17 @@ _renamers: dict[int, tuple[BertConfig, Callable[[str], str]]] = {}
 
 
 def renamer(config: BertConfig) -> Callable[[str], str] | None:
-    """``name -> checkpoint key`` for a model of ``config``: None for BERT (the names are the keys), else the
-    member's ``key`` with its answers remembered (a pass asks for the same few hundred names again and again)."""
+    """``name -> checkpoint key`` for a model of ``config``.
+
+    The member's ``key`` with its answers remembered (a pass asks for the same few hundred names again
+    and again).
+
+    Args:
+        config: the model's config.
+
+    Returns:
+        None for BERT (the names are the keys), else the renaming function.
+    """
     family = family_of(config)
     if family.key is None:
         return None

@@ -30,7 +30,15 @@ Tensor = torch.Tensor
 def pooler(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: BertConfig | dict | None = None) -> Tensor:
     """``tanh(W h_[CLS] + b)``: the [CLS] vector through a dense layer (``BertPooler``).
 
-    h: (B, S, H) last hidden states -> (B, H).
+    Args:
+        params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``
+            (reads ``bert.pooler.dense.*``).
+        h: (B, S, H) last hidden states.
+        trace: records (and edits) ``pooler``.
+        config: the config of a bare state_dict.
+
+    Returns:
+        (B, H).
     """
     params = as_params(params, config, "pooler")
     p = params.scope("bert.pooler")
@@ -44,11 +52,20 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
 
     Mirrors ``BertLMPredictionHead`` (used by BertForMaskedLM, BertForPreTraining, BertLMHeadModel).
     A family member's head is the same function on its own keys (RoBERTa's ``lm_head.*``, ...; :func:`head_act`).
-    Reads ``cls.predictions.transform.dense.*``, ``cls.predictions.transform.LayerNorm.*``,
-    ``cls.predictions.decoder.weight`` (V, H; the word embeddings when the checkpoint ties them)
-    and ``cls.predictions.bias`` (V,).
-    h: (..., H) -> (..., V). Pass only the positions you need (e.g. the [MASK]s): the head treats
-    each position alone, and the (V, H) decoder is most of its cost.
+    Pass only the positions you need (e.g. the [MASK]s): the head treats each position alone, and the
+    (V, H) decoder is most of its cost.
+
+    Args:
+        params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``. Reads
+            ``cls.predictions.transform.dense.*``, ``cls.predictions.transform.LayerNorm.*``,
+            ``cls.predictions.decoder.weight`` (V, H; the word embeddings when the checkpoint ties them)
+            and ``cls.predictions.bias`` (V,).
+        h: (..., H) hidden states.
+        trace: records (and edits) ``mlm.transform`` and ``mlm.logits``.
+        config: the config of a bare state_dict.
+
+    Returns:
+        (..., V).
     """
     params = as_params(params, config, "mlm_head")
     cfg = params.config
@@ -63,13 +80,31 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
 
 
 def head_act(config: BertConfig) -> str:
-    """The MLM head's activation: ``config.hidden_act`` as in BERT, or a family member's own
-    (RoBERTa's and ELECTRA's generator's heads use exact GELU whatever the encoder uses)."""
+    """The MLM head's activation: ``config.hidden_act`` as in BERT, or a family member's own.
+
+    RoBERTa's and ELECTRA's generator's heads use exact GELU whatever the encoder uses.
+
+    Args:
+        config: the model's config.
+
+    Returns:
+        An activation's name (a key of :data:`~bertfn.model.functional.ACTIVATIONS`).
+    """
     return family_of(config).head_act or config.hidden_act
 
 
 def nsp_head(params: Params, pooled: Tensor, *, config: BertConfig | dict | None = None) -> Tensor:
-    """Is sentence B the continuation of A? (``BertOnlyNSPHead``). pooled: (B, H) -> (B, 2), index 0 = yes."""
+    """Is sentence B the continuation of A? (``BertOnlyNSPHead``).
+
+    Args:
+        params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``
+            (reads ``cls.seq_relationship.*``).
+        pooled: (B, H), the pooler's output.
+        config: the config of a bare state_dict.
+
+    Returns:
+        (B, 2), index 0 = yes.
+    """
     params = as_params(params, config, "nsp_head")
     p = params.scope("cls.seq_relationship")
     return linear(pooled, p["weight"], p["bias"])
@@ -82,7 +117,18 @@ def _classifier_dropout(params: Params) -> float:
 
 def sequence_classification(params: Params, pooled: Tensor, generator: torch.Generator | None = None, *,
                             config: BertConfig | dict | None = None) -> Tensor:
-    """One label per text (``BertForSequenceClassification``). pooled: (B, H) -> (B, num_labels)."""
+    """One label per text (``BertForSequenceClassification``).
+
+    Args:
+        params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``
+            (reads ``classifier.*``).
+        pooled: (B, H), the pooler's output.
+        generator: turns dropout on (training; ``config.classifier_dropout``, else ``hidden_dropout_prob``).
+        config: the config of a bare state_dict.
+
+    Returns:
+        (B, num_labels).
+    """
     params = as_params(params, config, "sequence_classification")
     x = dropout(pooled, _classifier_dropout(params), generator)
     return linear(x, params["classifier.weight"], params["classifier.bias"])
@@ -90,14 +136,36 @@ def sequence_classification(params: Params, pooled: Tensor, generator: torch.Gen
 
 def token_classification(params: Params, h: Tensor, generator: torch.Generator | None = None, *,
                          config: BertConfig | dict | None = None) -> Tensor:
-    """One label per token (``BertForTokenClassification``). h: (B, S, H) -> (B, S, num_labels)."""
+    """One label per token (``BertForTokenClassification``).
+
+    Args:
+        params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``
+            (reads ``classifier.*``).
+        h: (B, S, H) last hidden states.
+        generator: turns dropout on (training; ``config.classifier_dropout``, else ``hidden_dropout_prob``).
+        config: the config of a bare state_dict.
+
+    Returns:
+        (B, S, num_labels).
+    """
     params = as_params(params, config, "token_classification")
     x = dropout(h, _classifier_dropout(params), generator)
     return linear(x, params["classifier.weight"], params["classifier.bias"])
 
 
 def question_answering(params: Params, h: Tensor, *, config: BertConfig | dict | None = None) -> tuple[Tensor, Tensor]:
-    """Answer-span start and end logits (``BertForQuestionAnswering``). h: (B, S, H) -> 2 x (B, S)."""
+    """Answer-span start and end logits (``BertForQuestionAnswering``).
+
+    Args:
+        params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``
+            (reads ``qa_outputs.*``).
+        h: (B, S, H) last hidden states.
+        config: the config of a bare state_dict.
+
+    Returns:
+        start: (B, S) logits of the span's start.
+        end: (B, S) logits of its end.
+    """
     params = as_params(params, config, "question_answering")
     logits = linear(h, params["qa_outputs.weight"], params["qa_outputs.bias"])  # (B, S, 2)
     start, end = logits.unbind(dim=-1)
@@ -108,7 +176,16 @@ def multiple_choice(params: Params, pooled: Tensor, num_choices: int,
                     generator: torch.Generator | None = None, *, config: BertConfig | dict | None = None) -> Tensor:
     """Score each choice (``BertForMultipleChoice``).
 
-    pooled: (B*C, H), the pooled outputs of the B*C flattened (text, choice) pairs -> (B, C).
+    Args:
+        params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``
+            (reads ``classifier.*``, one logit per choice).
+        pooled: (B*C, H), the pooled outputs of the B*C flattened (text, choice) pairs.
+        num_choices: C.
+        generator: turns dropout on (training; ``config.classifier_dropout``, else ``hidden_dropout_prob``).
+        config: the config of a bare state_dict.
+
+    Returns:
+        (B, C).
     """
     params = as_params(params, config, "multiple_choice")
     x = dropout(pooled, _classifier_dropout(params), generator)

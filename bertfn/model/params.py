@@ -27,6 +27,11 @@ class Params(Mapping):
 
     A mapping over the keys below its prefix (relative names), so ``dict(p)`` or ``len(p)`` work.
     A key that is not there raises :class:`CheckpointError` naming the full HF key.
+
+    Args:
+        state: the flat HF-keyed state_dict, as loading leaves it.
+        config: the model's config (a family member's view reads the member's key names).
+        prefix: the scope, e.g. ``bert.encoder.layer.0.`` ("" for the root).
     """
 
     __slots__ = ("state", "config", "prefix", "rename")
@@ -38,16 +43,31 @@ class Params(Mapping):
         self.rename = renamer(config)  # None for BERT: the names are the keys
 
     def key(self, name: str) -> str:
-        """Full HF key of a name relative to this scope, as the checkpoint names it."""
+        """Full HF key of a name relative to this scope, as the checkpoint names it.
+
+        Args:
+            name: a name relative to this scope.
+        """
         full = self.prefix + name
         return full if self.rename is None else self.rename(full)
 
     def scope(self, name: str) -> Params:
-        """A view one level down: ``p.scope("attention")["self.query.weight"]``."""
+        """A view one level down: ``p.scope("attention")["self.query.weight"]``.
+
+        Args:
+            name: the part, relative to this scope.
+        """
         return Params(self.state, self.config, f"{self.prefix}{name}.")
 
     def layer(self, i: int) -> Params:
-        """Layer ``i``'s weights (``bert.encoder.layer.{i}.``), what :func:`~bertfn.model.encoder.layer` reads."""
+        """Layer ``i``'s weights (``bert.encoder.layer.{i}.``), what :func:`~bertfn.model.encoder.layer` reads.
+
+        Args:
+            i: the layer, from 0 (negative counts from the last).
+
+        Raises:
+            InputError: no such layer.
+        """
         L = self.config.num_hidden_layers
         if isinstance(i, bool) or not isinstance(i, int) or not -L <= i < L:
             raise InputError(f"layer must be an integer from 0 to {L - 1} (this model has {L} layers), got {i!r}")
@@ -87,11 +107,16 @@ class Params(Mapping):
 
 
 def as_params(model: object, config: BertConfig | dict | None = None, what: str = "this function") -> Params:
-    """The root :class:`Params` of what a caller passes as the model: a loaded ``Model``, its ``Params``,
-    or a bare flat state_dict keyed by HF names together with its ``config`` (a BertConfig or a
-    config.json dict; keys are normalised as at load: ``bert.`` prefix, gamma/beta, tied decoder).
+    """The root :class:`Params` of what a caller passes as the model.
 
-    Raises :class:`InputError` saying how to pass a model when it is none of these.
+    Args:
+        model: a loaded ``Model``, its ``Params``, or a bare flat state_dict keyed by HF names.
+        config: the state_dict's config (a BertConfig or a config.json dict); its keys are normalised as
+            at load (``bert.`` prefix, gamma/beta, tied decoder).
+        what: the calling function, for the message.
+
+    Raises:
+        InputError: ``model`` is none of these (saying how to pass one).
     """
     if isinstance(model, Params):
         return model
@@ -109,8 +134,16 @@ def as_params(model: object, config: BertConfig | dict | None = None, what: str 
 
 
 def scoped(p: object, what: str, example: str) -> Params:
-    """``p`` if it is a :class:`Params` view of one part of the model; else :class:`InputError` naming the
-    view to pass (``example``), e.g. ``model.params.layer(0)`` for :func:`~bertfn.model.encoder.layer`."""
+    """``p`` if it is a :class:`Params` view of one part of the model.
+
+    Args:
+        p: what the caller passed.
+        what: the calling function, for the message.
+        example: the view to pass, e.g. ``model.params.layer(0)`` for :func:`~bertfn.model.encoder.layer`.
+
+    Raises:
+        InputError: ``p`` is not such a view (naming ``example``).
+    """
     if isinstance(p, Params) and p.prefix:
         return p
     got = "the whole model" if isinstance(p, (Params, Mapping)) or hasattr(p, "params") else type(p).__name__
@@ -122,7 +155,12 @@ BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")  # 
 
 
 def normalized(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
-    """``state`` as loading leaves it: BERT's :func:`normalize_keys`, or a family member's own ``normalize``."""
+    """``state`` as loading leaves it: BERT's :func:`normalize_keys`, or a family member's own ``normalize``.
+
+    Args:
+        state: a flat state_dict as read from a file.
+        config: the model's config.
+    """
     family = family_of(config)
     return (family.normalize or normalize_keys)(state, config)
 
@@ -135,6 +173,10 @@ def normalize_keys(state: dict[str, torch.Tensor], config: BertConfig) -> dict[s
     * buffers (``position_ids``, ``token_type_ids``) are dropped: bertfn computes them;
     * a missing ``cls.predictions.decoder.weight`` is the word embeddings (tied), and
       ``cls.predictions.decoder.bias`` and ``cls.predictions.bias`` are one tensor.
+
+    Args:
+        state: a flat state_dict as read from a file.
+        config: the model's config.
     """
     out = {}
     for k, t in state.items():

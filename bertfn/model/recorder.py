@@ -30,7 +30,12 @@ from .family import family_of
 
 
 class Point(NamedTuple):
-    """Where an edit runs: the point's full name and its layer (None outside the layers)."""
+    """Where an edit runs: the point's full name and its layer (None outside the layers).
+
+    Attributes:
+        name: the full name, e.g. "layer.3.attention.probs".
+        layer: its layer, 3 there; None outside the layers.
+    """
 
     name: str  # e.g. "layer.3.attention.probs"
     layer: int | None  # 3
@@ -41,11 +46,20 @@ Edit = Callable[[torch.Tensor, Point], torch.Tensor]
 
 
 class Trace:
-    """Named points of a pass: ``trace("name", x)`` keeps ``x`` (if ``keep``), applies the edit for that
-    name (if any) and returns the tensor to go on with; ``trace.scope("layer.0")`` names below ``layer.0.``.
+    """Named points of a pass, read and edited by name.
 
-    edits: ``{name or pattern: edit}`` (see :data:`Edit`); keep: whether to store the tensors
-    (False for a pass that only edits). ``trace.store`` maps full names to tensors, in order.
+    ``trace("name", x)`` keeps ``x`` (if ``keep``), applies the edit for that name (if any) and returns
+    the tensor to go on with; ``trace.scope("layer.0")`` names below ``layer.0.``. ``trace.store`` maps
+    full names to tensors, in order.
+
+    Args:
+        store: the dict the tensors are kept in (a new one by default; scopes share their parent's).
+        prefix: the names' common start, e.g. ``layer.0.`` (what :meth:`scope` sets).
+        edits: ``{name or pattern: edit}`` (see :data:`Edit`).
+        keep: whether to store the tensors (False for a pass that only edits).
+
+    Raises:
+        InputError: an edit that is not a function, or a name that is not a string.
     """
 
     def __init__(self, store: dict[str, torch.Tensor] | None = None, prefix: str = "", *,
@@ -72,8 +86,14 @@ class Trace:
         return x
 
     def edits_any(self, names: Iterable[str]) -> bool:
-        """Whether an edit applies to one of ``names`` (relative to this scope): the attention path asks,
-        since only the eager path forms the scores and probabilities (:data:`WEIGHT_POINTS`)."""
+        """Whether an edit applies to one of ``names`` (relative to this scope).
+
+        The attention path asks, since only the eager path forms the scores and probabilities
+        (:data:`WEIGHT_POINTS`).
+
+        Args:
+            names: point names relative to this scope.
+        """
         return any(fnmatch.fnmatchcase(self.prefix + n, pattern) for n in names for pattern in self.edits)
 
     def __bool__(self) -> bool:
@@ -103,13 +123,29 @@ NO_TRACE: Trace = _NoTrace()
 
 
 def layer_of(name: str) -> int | None:
-    """The layer a point belongs to: 3 for ``layer.3.attention.probs``, None for ``embeddings.sum``."""
+    """The layer a point belongs to: 3 for ``layer.3.attention.probs``, None for ``embeddings.sum``.
+
+    Args:
+        name: a point's full name.
+    """
     parts = name.split(".")
     return int(parts[1]) if parts[0] == "layer" and len(parts) > 1 and parts[1].isdigit() else None
 
 
 def edited(edit: Edit, x: torch.Tensor, point: Point) -> torch.Tensor:
-    """``edit(x, point)``, checked: it must return a tensor of ``x``'s shape (a clear error otherwise)."""
+    """``edit(x, point)``, checked: it must return a tensor of ``x``'s shape.
+
+    Args:
+        edit: the edit.
+        x: the tensor computed at ``point``.
+        point: where the pass is.
+
+    Returns:
+        The edited tensor, in ``x``'s dtype.
+
+    Raises:
+        InputError: the edit returned something else than a tensor of ``x``'s shape.
+    """
     y = edit(x, point)
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
@@ -134,6 +170,9 @@ def point_names(config: BertConfig) -> list[str]:
     ``relative_scores`` only with relative positions, ``embeddings.position`` only with absolute
     ones, ``crossattention.*`` only for decoders with cross-attention, ``pooler`` and ``mlm.*`` only
     when the model has those parts (listed here whatever the weights hold).
+
+    Args:
+        config: the model's config.
     """
     own = family_of(config).embedding_points  # a family member's own embeddings step names its own points
     if own is not None:
@@ -154,14 +193,27 @@ def point_names(config: BertConfig) -> list[str]:
 
 
 def layer_input(config: BertConfig) -> str:
-    """The point whose tensor is layer 0's input (B, S, H): the embeddings' last, ``embeddings.output`` in BERT,
-    ``embeddings.projected`` in a member whose embeddings are narrower than H (ELECTRA, ALBERT)."""
+    """The point whose tensor is layer 0's input (B, S, H): the embeddings' last.
+
+    ``embeddings.output`` in BERT, ``embeddings.projected`` in a member whose embeddings are narrower
+    than H (ELECTRA, ALBERT).
+
+    Args:
+        config: the model's config.
+    """
     return [n for n in point_names(config) if n.startswith("embeddings.")][-1]
 
 
 def check_edits(edits: Mapping[str, Edit] | None, config: BertConfig) -> dict[str, Edit]:
-    """``edits`` as a dict, each name (or pattern) checked against :func:`point_names`; raises
-    :class:`InputError` naming the close valid names for one that matches no point."""
+    """``edits`` as a dict, each name (or pattern) checked against :func:`point_names`.
+
+    Args:
+        edits: ``{name or pattern: edit}``, or None.
+        config: the model's config.
+
+    Raises:
+        InputError: a name that matches no point, naming the close valid names.
+    """
     if edits is None:
         return {}
     if not isinstance(edits, Mapping):
@@ -178,9 +230,18 @@ def check_edits(edits: Mapping[str, Edit] | None, config: BertConfig) -> dict[st
 
 
 def with_edits(trace: Trace, edits: Mapping[str, Edit] | None, config: BertConfig) -> Trace:
-    """``trace`` with ``edits`` added (checked by :func:`check_edits`): what ``encoder(..., edits=)``
-    and the calls above it pass down. Without edits, ``trace`` itself; with edits and no trace, a
-    :class:`Trace` that edits and keeps nothing."""
+    """``trace`` with ``edits`` added (checked by :func:`check_edits`).
+
+    What ``encoder(..., edits=)`` and the calls above it pass down.
+
+    Args:
+        trace: the trace the caller has (:data:`NO_TRACE` when none).
+        edits: ``{name or pattern: edit}``, or None.
+        config: the model's config.
+
+    Returns:
+        Without edits, ``trace`` itself; with edits and no trace, a :class:`Trace` that edits and keeps nothing.
+    """
     edits = check_edits(edits, config)
     if not edits:
         return trace

@@ -34,7 +34,14 @@ Tensor = torch.Tensor
 
 @dataclass(frozen=True)
 class RobertaConfig(BertConfig):
-    """``transformers.RobertaConfig``: BertConfig with RoBERTa's special token ids."""
+    """``transformers.RobertaConfig``: BertConfig with RoBERTa's special token ids.
+
+    Attributes:
+        pad_token_id: 1.
+        bos_token_id: ``<s>``, 0.
+        eos_token_id: ``</s>``, 2.
+        model_type: "roberta".
+    """
 
     pad_token_id: int | None = 1
     bos_token_id: int | None = 0
@@ -44,7 +51,11 @@ class RobertaConfig(BertConfig):
 
 @dataclass(frozen=True)
 class XLMRobertaConfig(RobertaConfig):
-    """``transformers.XLMRobertaConfig``: RoBERTa's, under its own model_type."""
+    """``transformers.XLMRobertaConfig``: RoBERTa's, under its own model_type.
+
+    Attributes:
+        model_type: "xlm-roberta".
+    """
 
     model_type: str = "xlm-roberta"
 
@@ -52,8 +63,15 @@ class XLMRobertaConfig(RobertaConfig):
 def count_positions(input_ids: Tensor, padding_idx: int | None, past: int = 0) -> Tensor:
     """RoBERTa's positions: ``padding_idx + 1, + 2, ...`` over the real tokens, ``padding_idx`` at padding.
 
-    Mirrors ``create_position_ids_from_input_ids`` (fairseq's ``utils.make_positions``); ``past`` is the
-    number of cached positions before these. input_ids: (B, S) -> (B, S).
+    Mirrors ``create_position_ids_from_input_ids`` (fairseq's ``utils.make_positions``).
+
+    Args:
+        input_ids: (B, S).
+        padding_idx: the pad id.
+        past: the number of cached positions before these.
+
+    Returns:
+        (B, S).
     """
     real = input_ids.ne(padding_idx).int()  # (B, S): 1 for a real token, 0 for padding
     return ((torch.cumsum(real, dim=1) + past) * real).long() + padding_idx  # (B, S)
@@ -64,8 +82,19 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
                generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
     """BERT's :func:`~bertfn.model.embeddings.embeddings` at RoBERTa's positions (``RobertaEmbeddings``).
 
-    Positions not given come from the ids (:func:`count_positions`) or, for ``inputs_embeds`` (no ids to
-    find padding in), run ``padding_idx + 1 ..`` as in transformers. Shapes as BERT's: -> (B, S, H).
+    Args:
+        p: ``bert.embeddings.`` scope (read as ``roberta.embeddings.``).
+        input_ids: (B, S).
+        token_type_ids: (B, S), as in BERT's.
+        position_ids: (B, S); when not given they come from the ids (:func:`count_positions`) or, for
+            ``inputs_embeds`` (no ids to find padding in), run ``padding_idx + 1 ..`` as in transformers.
+        inputs_embeds: (B, S, H), instead of ``input_ids``.
+        past_length: the cached positions before these.
+        generator: turns dropout on (training).
+        trace: records (and edits) the steps, as BERT's.
+
+    Returns:
+        (B, S, H).
     """
     pad = p.config.pad_token_id
     if position_ids is None and input_ids is not None and isinstance(input_ids, Tensor) and input_ids.dim() == 2:
@@ -88,7 +117,12 @@ names are BERT's."""
 
 
 def key(name: str, config: BertConfig) -> str:
-    """The RoBERTa checkpoint key that holds BERT's ``name`` (:data:`KEYS`)."""
+    """The RoBERTa checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
+
+    Args:
+        name: a BERT name.
+        config: the model's config (unused: RoBERTa's names do not depend on it).
+    """
     return renamed(name, KEYS)
 
 

@@ -14,7 +14,12 @@ from .config import BertConfig
 
 
 def expected_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
-    """Every key the model needs, with its shape. Optional parts (pooler, heads) count when ``state`` has them."""
+    """Every key the model needs, with its shape.
+
+    Args:
+        config: the model's config.
+        state: the weights at hand: optional parts (pooler, heads) count when it has them.
+    """
     H, V, I, P, hd = (config.hidden_size, config.vocab_size, config.intermediate_size,
                       config.max_position_embeddings, config.head_dim)
     shapes: dict[str, tuple[int, ...]] = {

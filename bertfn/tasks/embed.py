@@ -41,9 +41,14 @@ POOLINGS = ("mean", "cls", "max")
 def pool(h: Tensor, mask: Tensor, pooling: str) -> Tensor:
     """One vector per row from the hidden states of its real tokens (sentence-transformers' ``Pooling``).
 
-    h: (B, S, H) last hidden states; mask: (B, S) 1 for real tokens, 0 for padding -> (B, H).
-    "mean": sum of the real tokens' vectors / their number; "cls": the first token's vector;
-    "max": the largest value of each dimension over the real tokens.
+    Args:
+        h: (B, S, H) last hidden states.
+        mask: (B, S) 1 for real tokens, 0 for padding.
+        pooling: "mean": sum of the real tokens' vectors / their number; "cls": the first token's vector;
+            "max": the largest value of each dimension over the real tokens.
+
+    Returns:
+        (B, H).
     """
     if pooling == "cls":
         return h[:, 0]  # (B, H)
@@ -58,6 +63,12 @@ def sentence_settings(m: Model) -> dict:
 
     Looked for beside the weights (``m.name`` as a folder or file) and beside its tokenizer's file,
     which for a hub id is the snapshot folder in the Hugging Face cache.
+
+    Args:
+        m: the model.
+
+    Warns:
+        UserWarning: the file is not a readable JSON object (it is ignored).
     """
     places = [Path(m.name)] + ([Path(m.tokenizer.source)] if m.tokenizer else [])
     for place in places:  # a hub id names no path here: only its tokenizer's file does
@@ -76,10 +87,19 @@ def sentence_settings(m: Model) -> dict:
 
 
 def max_tokens(m: Model, max_length: int | None = None, settings: dict | None = None) -> int:
-    """The tokens per text :func:`embed` reads at most, [CLS] and [SEP] included: ``max_length`` when given
-    (an integer from 2 to the model's positions P, else :class:`InputError`), else the ``max_seq_length``
-    of the model's ``sentence_bert_config.json`` (``settings``: it, when read already), else P.
-    all-MiniLM-L6-v2: 256 (its sentence-transformers setting), though its position table holds 512."""
+    """The tokens per text :func:`embed` reads at most, [CLS] and [SEP] included.
+
+    all-MiniLM-L6-v2: 256 (its sentence-transformers setting), though its position table holds 512.
+
+    Args:
+        m: the model (its positions P).
+        max_length: when given, the answer (an integer from 2 to P); else the ``max_seq_length``
+            of the model's ``sentence_bert_config.json``, else P.
+        settings: that file, when read already.
+
+    Raises:
+        InputError: a ``max_length`` that is not an integer from 2 to P.
+    """
     P = m.config.max_position_embeddings
     if max_length is None:
         settings = sentence_settings(m) if settings is None else settings
@@ -101,18 +121,35 @@ def embed(
     dtype: torch.dtype | str | None = None,
     edits: Mapping[str, Edit] | None = None,
 ) -> Tensor:
-    """Sentence embeddings of ``texts``: (N, H) float32 for a list of N texts, (H,) for one string.
+    """Sentence embeddings of ``texts``.
 
-    model: a loaded :class:`Model`, a local folder or a hub id (default: bert-base-uncased; a model
-    trained for embeddings such as all-MiniLM-L6-v2 gives far better ones). pooling (:data:`POOLINGS`):
-    "mean", "cls" or "max" (:func:`pool`); normalize: scale each vector to length 1, so that a dot
-    product is the cosine similarity. Texts run at most ``batch_size`` at a time, sorted by length and
-    laid end to end without padding; the vectors come back in the order of ``texts``, on the model's device.
-    max_length: tokens per text at most, [CLS] and [SEP] included (see the module docstring for the
-    default); longer texts are cut to their start, with a warning.
-    edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
-    takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the texts run through
-    the reference functions, each group of texts as a padded batch, instead of the fast path.
+    Texts run at most ``batch_size`` at a time, sorted by length and laid end to end without padding.
+
+    Args:
+        texts: one string, or a list of N texts.
+        model: a loaded :class:`Model`, a local folder or a hub id (default: bert-base-uncased; a model
+            trained for embeddings such as all-MiniLM-L6-v2 gives far better ones).
+        pooling: "mean", "cls" or "max" (:data:`POOLINGS`, :func:`pool`).
+        normalize: scale each vector to length 1, so that a dot product is the cosine similarity.
+        batch_size: texts per encoder pass, at most.
+        max_length: tokens per text at most, [CLS] and [SEP] included (see the module docstring for the
+            default); longer texts are cut to their start, with a warning.
+        device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
+        dtype: the precision it runs in.
+        edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
+            takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the texts run through
+            the reference functions, each group of texts as a padded batch, instead of the fast path.
+
+    Returns:
+        (N, H) float32 for a list of N texts, (H,) for one string; in the order of ``texts``, on the
+            model's device.
+
+    Raises:
+        InputError: an unknown pooling, a bad normalize, batch_size or max_length.
+        MissingPartError: a model without a tokenizer.
+
+    Warns:
+        UserWarning: texts longer than ``max_length`` tokens, cut.
     """
     texts, model = texts_and_model(texts, model, "embed")
     batch, single = text_list(texts, "embed")

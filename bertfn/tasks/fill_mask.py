@@ -38,8 +38,17 @@ def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...
     for it with a warning (e.g. "Red" -> "red" in a lowercasing vocabulary), as in transformers;
     several pieces (e.g. "tiramisu" -> "ti ##ram ##is ##u" in bert-base-uncased) make a whole-word target that
     :func:`fill_mask` scores as a whole (transformers would use its first piece alone). A target
-    that tokenizes to nothing is skipped with a warning. Duplicates count once. No targets, or none
-    left after skipping, raise :class:`InputError`.
+    that tokenizes to nothing is skipped with a warning. Duplicates count once.
+
+    Args:
+        model: the loaded model whose tokenizer reads the targets.
+        targets: one word or word piece, or a list of them.
+
+    Returns:
+        Each target's word-piece ids, in order, duplicates and skipped targets left out.
+
+    Raises:
+        InputError: no targets, or none left after skipping.
     """
     if not isinstance(targets, (str, list, tuple)):
         raise InputError(f"targets must be a string or a list of strings, got {type(targets).__name__}")
@@ -82,36 +91,54 @@ def fill_mask(
 ) -> list:
     """Fill every ``[MASK]`` in a text (or a list of texts) with the model's most likely tokens.
 
-    Returns what ``transformers.pipeline("fill-mask")`` returns: for a text with one mask, a list of
-    ``top_k`` dicts ``{"score", "token", "token_str", "sequence"}`` best first; with several masks,
-    one such list per mask; for a list of texts, a list of those. ``model``: a hub id, a local folder
-    or a loaded :class:`Model` (default: google-bert/bert-base-uncased, loaded once per process).
-    device / dtype: where and in what precision the model runs (:func:`~bertfn.checkpoint.resolve.get_model`);
-    ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the faster bf16 mode (docs/speed.md).
+    Mirrors ``transformers.pipeline("fill-mask")``. A text whose tokens are mostly [UNK] is warned about
+    (once per call, naming every such text by its index) and each of its answers holds
+    ``"warning": "N of its M tokens are [UNK] ..."``.
 
-    top_k: answers per mask, at least 1. More than there are candidates (the vocabulary, or the
-    targets) is clamped to that number: every candidate is returned, best first.
-    targets: restrict the answers to these words. A word of several word pieces is scored as a whole
-    word: the mask widened to its k pieces, P(piece 1 | all k masked) x P(piece 2 | piece 1 shown,
-    the rest masked) x ... (the within-word rule of :mod:`bertfn.tasks.scoring`), ranked with the single
-    pieces' probabilities; its answer has ``"token"`` a list of ids and ``"pieces": k``. Single-piece
-    answers are transformers' (which scores a longer word by its first piece; see :func:`target_pieces`).
-    joint: fill all the masks of a text together (:mod:`bertfn.tasks.joint`): a text's answer is the
-    ``top_k`` best combinations, each ``{"score", "tokens", "token_strs", "sequence"}``, where score
-    is the PLL of the filled text at the masked positions (sum over the masks of log P(token | the
-    filled text with that position alone masked)); found by a left-to-right beam search of width
-    ``max(beam_width, top_k)`` and rescored; ``beam_width=1, top_k=1`` is greedy left to right.
-    truncation: a text longer than the model's ``max_position_embeddings`` (P) tokens raises
-    :class:`InputError` unless this is True. Then the text is cut to a window of P tokens ([CLS],
-    P - 2 tokens of the text, [SEP]) that holds every [MASK], centred on the masks and starting and
-    ending at word boundaries where it can; ``"sequence"`` in the results is that window. Masks
-    further apart than P - 2 tokens fit no window: :class:`InputError` (split the text instead).
-    edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
-    takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the texts run through
-    the reference functions, each group of texts as a padded batch, instead of the fast path.
-    Every problem with the inputs raises :class:`InputError` saying which text and what to do.
-    A text whose tokens are mostly [UNK] is warned about (once per call, naming every such text by its
-    index) and each of its answers holds ``"warning": "N of its M tokens are [UNK] ..."``.
+    Args:
+        inputs: a text holding at least one ``[MASK]``, or a list of such texts.
+        model: a hub id, a local folder or a loaded :class:`Model` (default: google-bert/bert-base-uncased,
+            loaded once per process).
+        top_k: answers per mask, at least 1. More than there are candidates (the vocabulary, or the
+            targets) is clamped to that number: every candidate is returned, best first.
+        targets: restrict the answers to these words. A word of several word pieces is scored as a whole
+            word: the mask widened to its k pieces, P(piece 1 | all k masked) x P(piece 2 | piece 1 shown,
+            the rest masked) x ... (the within-word rule of :mod:`bertfn.tasks.scoring`), ranked with the single
+            pieces' probabilities; its answer has ``"token"`` a list of ids and ``"pieces": k``. Single-piece
+            answers are transformers' (which scores a longer word by its first piece; see :func:`target_pieces`).
+        batch_size: texts per encoder pass, at most (sorted by length and laid end to end without padding;
+            :func:`~bertfn.fast.batching.encoded_groups`); the masked copies that score whole-word targets
+            and joint fills run this many at a time too.
+        device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
+        dtype: the precision it runs in; ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the faster bf16
+            mode (docs/speed.md).
+        truncation: a text longer than the model's ``max_position_embeddings`` (P) tokens raises
+            :class:`InputError` unless this is True. Then the text is cut to a window of P tokens ([CLS],
+            P - 2 tokens of the text, [SEP]) that holds every [MASK], centred on the masks and starting and
+            ending at word boundaries where it can; ``"sequence"`` in the results is that window. Masks
+            further apart than P - 2 tokens fit no window: :class:`InputError` (split the text instead).
+        joint: fill all the masks of a text together (:mod:`bertfn.tasks.joint`): a text's answer is the
+            ``top_k`` best combinations, each ``{"score", "tokens", "token_strs", "sequence"}``, where score
+            is the PLL of the filled text at the masked positions (sum over the masks of log P(token | the
+            filled text with that position alone masked)); found by a left-to-right beam search of width
+            ``max(beam_width, top_k)`` and rescored; ``beam_width=1, top_k=1`` is greedy left to right.
+            Takes no ``targets``.
+        beam_width: the width of joint filling's beam search (with ``top_k``, see ``joint``), at least 1.
+        edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
+            takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the texts run through
+            the reference functions, each group of texts as a padded batch, instead of the fast path.
+
+    Returns:
+        What ``transformers.pipeline("fill-mask")`` returns: for a text with one mask, a list of
+            ``top_k`` dicts ``{"score", "token", "token_str", "sequence"}`` best first; with several masks,
+            one such list per mask; for a list of texts, a list of those.
+
+    Raises:
+        InputError: every problem with the inputs, saying which text and what to do.
+        MissingPartError: a model without a tokenizer or without the masked-LM head.
+
+    Warns:
+        UnknownTokensWarning: texts whose tokens are mostly [UNK].
     """
     inputs, model = texts_and_model(inputs, model, "fill_mask")
     texts, single = text_list(inputs, "fill_mask")
@@ -191,10 +218,17 @@ def window_around_masks(ids: list[int], words: list[int | None], mask_id: int, w
 
     Centred on the masks (as much context on each side as the text allows), then moved off the inside of
     words so that it neither starts nor ends in the middle of one, as long as every mask stays in.
-    ids, words: one text's tokens without the template's first and last token ([CLS] / [SEP], <s> / </s>),
-    and the word of each (:attr:`Encoding.word_ids`: a token continues a word when its word is the one
-    before's; so for every kind, ``##`` pieces, BPE and unigram pieces alike). The caller checks that the
-    masks fit.
+    The caller checks that the masks fit.
+
+    Args:
+        ids: one text's tokens without the template's first and last token ([CLS] / [SEP], <s> / </s>).
+        words: the word of each of ``ids`` (:attr:`Encoding.word_ids`: a token continues a word when its
+            word is the one before's; so for every kind, ``##`` pieces, BPE and unigram pieces alike).
+        mask_id: the id of the mask token.
+        width: the window's size in tokens, at most.
+
+    Returns:
+        ``(start, end)``, indices into ``ids``.
     """
     masks = [j for j, t in enumerate(ids) if t == mask_id]
     first, last = masks[0], masks[-1]
@@ -217,8 +251,18 @@ def mask_windows(tok: Tokenizer, enc: Encoding, lengths: list[int], limit: int) 
 
     A cut row is its first token ([CLS], <s>) + :func:`window_around_masks` of its text tokens (cut at the
     words of ``enc.word_ids``) + its last ([SEP], </s>); shorter rows stay.
-    enc: a padded single-text batch (B, S) -> a padded batch (B, S') with S' <= ``limit`` (word_ids kept).
-    Raises :class:`InputError` when a row's masks are further apart than ``limit - 2`` tokens.
+
+    Args:
+        tok: the tokenizer that made ``enc`` (its special tokens).
+        enc: a padded single-text batch (B, S).
+        lengths: (B,) real tokens per row.
+        limit: tokens per row at most, the model's positions.
+
+    Returns:
+        A padded batch (B, S') with S' <= ``limit`` (word_ids kept).
+
+    Raises:
+        InputError: a row's masks are further apart than ``limit - 2`` tokens.
     """
     width = limit - 2  # room for [CLS] and [SEP]
     rows = []  # (ids, token types, tokens, offsets, word ids) of each row, unpadded
@@ -254,8 +298,11 @@ def mask_windows(tok: Tokenizer, enc: Encoding, lengths: list[int], limit: int) 
 def _propositions(tok, row_ids: list[int], masks: list) -> list:
     """One text's answers in the pipeline's shape: a list of dicts, or a list of them per mask.
 
-    masks: per [MASK], ``(position, [(score, pieces), ...])``; a whole-word answer (several pieces)
-    has ``"token"`` the list of its ids and ``"pieces"`` their number.
+    Args:
+        tok (Tokenizer): the model's tokenizer (decodes the answers).
+        row_ids: the text's token ids.
+        masks: per [MASK], ``(position, [(score, pieces), ...])``; a whole-word answer (several pieces)
+            has ``"token"`` the list of its ids and ``"pieces"`` their number.
     """
     one_mask = len(masks) == 1
     out = []

@@ -38,7 +38,13 @@ from .scoring import copies_of, log_probs, target_log_softmax
 
 
 def filled(row: list[int], masks: list[int], tokens: tuple[int, ...]) -> list[int]:
-    """``row`` with the first ``len(tokens)`` of its mask positions ``masks`` replaced by ``tokens``."""
+    """``row`` with the first ``len(tokens)`` of its mask positions ``masks`` replaced by ``tokens``.
+
+    Args:
+        row: a text's token ids.
+        masks: its [MASK] positions, in order.
+        tokens: the tokens for the first masks.
+    """
     out = list(row)
     for pos, t in zip(masks, tokens):
         out[pos] = t
@@ -47,9 +53,20 @@ def filled(row: list[int], masks: list[int], tokens: tuple[int, ...]) -> list[in
 
 def beam_search(m: Model, rows: list[list[int]], types: list[list[int]], masks: list[list[int]],
                 width: int, batch_size: int, points: Trace = NO_TRACE) -> list[list[tuple[tuple[int, ...], float]]]:
-    """Step 1 of the module docstring for every text at once: per text, ``width`` complete fills
-    ``(tokens, search score)``, best first. rows, types: each text's ids and token types;
-    masks: each text's [MASK] positions, in order."""
+    """Step 1 of the module docstring for every text at once.
+
+    Args:
+        m: the model (with its masked-LM head and tokenizer).
+        rows: each text's ids.
+        types: each text's token types.
+        masks: each text's [MASK] positions, in order.
+        width: beams kept per text.
+        batch_size: masked copies per encoder pass, at most.
+        points: a Trace with edits: the copies run through the reference functions with them.
+
+    Returns:
+        Per text, ``width`` complete fills ``(tokens, search score)``, best first.
+    """
     mask_id, pad_id = m.tokenizer.mask_token_id, m.tokenizer.pad_token_id
     beams: list[list[tuple[tuple[int, ...], float]]] = [[((), 0.0)] for _ in rows]
     for step in range(max(len(ms) for ms in masks)):
@@ -76,8 +93,18 @@ def joint_fill(m: Model, enc: Encoding, lengths: list[int], top_k: int, beam_wid
                batch_size: int, points: Trace = NO_TRACE) -> list[list[dict]]:
     """The ``top_k`` best fills of all the masks of each text of ``enc`` (see the module docstring).
 
-    Returns per text a list of dicts, best first: ``{"score": PLL of the masked positions,
-    "tokens": [id per mask], "token_strs": [str per mask], "sequence": the filled text}``.
+    Args:
+        m: the model (with its masked-LM head and tokenizer).
+        enc: the texts as a padded batch.
+        lengths: real tokens per text.
+        top_k: fills per text.
+        beam_width: the beam's width; the search keeps ``max(beam_width, top_k)`` fills.
+        batch_size: masked copies per encoder pass, at most.
+        points: a Trace with edits: the copies run through the reference functions with them.
+
+    Returns:
+        Per text a list of dicts, best first: ``{"score": PLL of the masked positions,
+            "tokens": [id per mask], "token_strs": [str per mask], "sequence": the filled text}``.
     """
     tok = m.tokenizer
     rows = [enc.input_ids[i, :n].tolist() for i, n in enumerate(lengths)]

@@ -37,10 +37,15 @@ MUTATION_METHODS = ("masked_marginal", "pll")
 class Substitutions:
     """The masked marginals of one reference text.
 
-    text: the reference; tokens: (L,) its scored tokens ([CLS] and [SEP] left out); ids: (L,) their
-    ids; log_probs: (L, V) float32 on the CPU, row j the log-softmax over the vocabulary at scored
-    token j with that token masked (columns: token ids); vocabulary: (V,) the token of each column.
     Position j is numbered j + 1 in mutation codes (``"S30A"``: S at the 30th scored token, to A).
+
+    Attributes:
+        text: the reference.
+        tokens: (L,) its scored tokens ([CLS] and [SEP] left out).
+        ids: (L,) their ids.
+        log_probs: (L, V) float32 on the CPU, row j the log-softmax over the vocabulary at scored
+            token j with that token masked (columns: token ids).
+        vocabulary: (V,) the token of each column.
     """
 
     text: str
@@ -50,13 +55,28 @@ class Substitutions:
     vocabulary: list[str]
 
     def effects(self) -> torch.Tensor:
-        """(L, V): log P(token) - log P(reference token) at each position: the score of every single substitution."""
+        """The score of every single substitution: log P(token) - log P(reference token) at each position.
+
+        Returns:
+            (L, V), rows positions and columns tokens as in :attr:`log_probs`.
+        """
         return self.log_probs - self.log_probs.gather(1, torch.tensor(self.ids)[:, None])
 
     def save(self, path: str | Path) -> Path:
-        """Write :attr:`log_probs` to ``path``, its format by its ending: ``.npy`` (the (L, V) float32 array
-        alone), ``.csv`` / ``.tsv`` (a row per position: ``position``, ``token``, then a column per vocabulary
-        token) or ``.parquet`` (the same table; needs pandas and pyarrow)."""
+        """Write :attr:`log_probs` to ``path``, its format by its ending.
+
+        Args:
+            path: a file ending in ``.npy`` (the (L, V) float32 array alone), ``.csv`` / ``.tsv`` (a row per
+                position: ``position``, ``token``, then a column per vocabulary token) or ``.parquet`` (the
+                same table; needs pandas and pyarrow).
+
+        Returns:
+            ``path``, as a Path.
+
+        Raises:
+            InputError: another ending.
+            DependencyError: ``.parquet`` without pandas.
+        """
         path = Path(path)
         if path.suffix == ".npy":
             import numpy as np
@@ -93,12 +113,24 @@ def substitution_matrix(
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
 ) -> Substitutions:
-    """The masked marginals of ``reference``: each scored token masked once (one masked copy per token, as
-    :func:`~bertfn.tasks.scoring.score` makes with ``method="original"``), the whole log-softmax kept.
+    """The masked marginals of ``reference``: each scored token masked once, the whole log-softmax kept.
 
+    One masked copy per token, as :func:`~bertfn.tasks.scoring.score` makes with ``method="original"``.
     Mirrors, per position j: ``BertForMaskedLM(ids with j masked).logits[0, j].log_softmax(-1)``.
-    Returns :class:`Substitutions`; ``.log_probs`` is (L, V). model, device, dtype, batch_size: as in
-    :func:`~bertfn.tasks.scoring.score`.
+
+    Args:
+        reference: one text.
+        model: as in :func:`~bertfn.tasks.scoring.score`.
+        batch_size: as in :func:`~bertfn.tasks.scoring.score`.
+        device: as in :func:`~bertfn.tasks.scoring.score`.
+        dtype: as in :func:`~bertfn.tasks.scoring.score`.
+
+    Returns:
+        The matrix, its ``.log_probs`` (L, V).
+
+    Raises:
+        InputError: a reference that is not one text or cannot be scored, or a bad batch_size.
+        MissingPartError: a model without a tokenizer or without the masked-LM head.
     """
     reference, model = texts_and_model(reference, model, "substitution_matrix")
     if not isinstance(reference, str):
@@ -137,9 +169,16 @@ _last: tuple[weakref.ref, str, Substitutions] | None = None  # the last referenc
 
 
 def _cached_substitutions(m: Model, reference: str, batch_size: int) -> Substitutions:
-    """:func:`_substitutions`, kept for the next call with the same model and reference (a file run scores
-    its variants a piece at a time, and the reference's matrix is the costly part). The model is held
-    by a weak reference: the cache never keeps a model alive that its caller let go."""
+    """:func:`_substitutions`, kept for the next call with the same model and reference.
+
+    A file run scores its variants a piece at a time, and the reference's matrix is the costly part. The
+    model is held by a weak reference: the cache never keeps a model alive that its caller let go.
+
+    Args:
+        m: the model.
+        reference: the reference text.
+        batch_size: masked copies per encoder pass, at most.
+    """
     global _last
     if _last is None or _last[0]() is not m or _last[1] != reference:
         _last = (weakref.ref(m), reference, _substitutions(m, reference, batch_size))
@@ -156,18 +195,35 @@ def score_mutations(
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
 ) -> dict | list[dict]:
-    """How much a masked LM prefers each variant of ``reference`` to the reference (natural log), per variant::
+    """How much a masked LM prefers each variant of ``reference`` to the reference (natural log).
+
+    A variant's dict:
 
         {"text": variant, "method": "masked_marginal", "score": -1.93,
          "mutations": [{"code": "S30A", "position": 30, "from": "S", "to": "A", "delta": -1.93}]}
 
     A variant tokenizes to as many tokens as the reference and differs from it by substitutions
     only; ``position`` counts scored tokens from 1 (for a chain written one residue per word, the
-    residue number). method "masked_marginal": ``score`` is the sum of the ``delta``s read off
-    :func:`substitution_matrix` (one pass over the reference for all variants); "pll": ``score`` is
-    the variant's PLL minus the reference's (:func:`~bertfn.tasks.scoring.score`, n passes per variant),
-    and each mutation's ``delta`` is still its masked marginal. The reference itself scores 0.
-    A list of variants gives a list of dicts, in order.
+    residue number). The reference itself scores 0.
+
+    Args:
+        variants: one variant, or a list of them.
+        model: as in :func:`~bertfn.tasks.scoring.score`.
+        reference: the text the variants are variants of (required).
+        method: "masked_marginal": ``score`` is the sum of the ``delta``s read off
+            :func:`substitution_matrix` (one pass over the reference for all variants); "pll": ``score`` is
+            the variant's PLL minus the reference's (:func:`~bertfn.tasks.scoring.score`, n passes per variant),
+            and each mutation's ``delta`` is still its masked marginal.
+        batch_size: as in :func:`~bertfn.tasks.scoring.score`.
+        device: as in :func:`~bertfn.tasks.scoring.score`.
+        dtype: as in :func:`~bertfn.tasks.scoring.score`.
+
+    Returns:
+        Per variant, a dict as above; a list of variants gives a list of dicts, in order.
+
+    Raises:
+        InputError: no reference, an unknown method, or a variant with another number of tokens than the
+            reference (insertions and deletions: compare PLLs).
     """
     variants, model = texts_and_model(variants, model, "score_mutations")
     variants, single = text_list(variants, "score")

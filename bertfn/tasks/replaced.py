@@ -35,13 +35,26 @@ def replaced_tokens(
 ) -> list:
     """For each token of a text, the discriminator's probability that it was replaced.
 
-    Returns, for one text, a list of ``{"token", "index", "start", "end", "score", "replaced"}`` per
-    token ([CLS] and [SEP] left out), in order: the word piece, its position in the tokenized text,
-    its span in the text's characters, the probability (sigmoid of the logit ``ElectraForPreTraining``
-    gives) and whether it is above 1/2. For a list of texts, a list of those.
-    model: an ELECTRA discriminator (``ElectraForPreTraining``): a loaded :class:`Model`, a folder or a
-    hub id such as ``google/electra-small-discriminator``. edits: as in :func:`~bertfn.model.encoder.encoder`.
-    Raises :class:`MissingPartError` for a model without the discriminator's head.
+    Mirrors ``ElectraForPreTraining``: the discriminator's head at every token.
+
+    Args:
+        inputs: one text, or a list of texts.
+        model: an ELECTRA discriminator (``ElectraForPreTraining``): a loaded :class:`Model`, a folder or a
+            hub id such as ``google/electra-small-discriminator``.
+        batch_size: texts per encoder pass, at most.
+        device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
+        dtype: the precision it runs in.
+        edits: as in :func:`~bertfn.model.encoder.encoder`.
+
+    Returns:
+        For one text, a list of ``{"token", "index", "start", "end", "score", "replaced"}`` per
+            token ([CLS] and [SEP] left out), in order: the word piece, its position in the tokenized text,
+            its span in the text's characters, the probability (sigmoid of the logit ``ElectraForPreTraining``
+            gives) and whether it is above 1/2. For a list of texts, a list of those.
+
+    Raises:
+        MissingPartError: a model without the discriminator's head (or without a tokenizer).
+        InputError: a text longer than the model reads, or a bad batch_size.
     """
     inputs, model = texts_and_model(inputs, model, "replaced_tokens")
     texts, single = text_list(inputs, "replaced_tokens")

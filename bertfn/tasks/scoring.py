@@ -54,9 +54,11 @@ BATCH_SIZE = 256
 class Copies(NamedTuple):
     """Masked copies of texts, each scoring one position: what :func:`log_probs` reads.
 
-    enc: the copies as a padded batch, input_ids / token_type_ids / attention_mask (N, S);
-    lengths: (N,) real tokens in each copy; target: (N,) the position each copy scores;
-    truth: (N,) the token id that belongs at that position.
+    Attributes:
+        enc: the copies as a padded batch, input_ids / token_type_ids / attention_mask (N, S).
+        lengths: (N,) real tokens in each copy.
+        target: (N,) the position each copy scores.
+        truth: (N,) the token id that belongs at that position.
     """
 
     enc: Encoding
@@ -67,7 +69,15 @@ class Copies(NamedTuple):
 
 def copies_of(rows: list[list[int]], types: list[list[int]], target: list[int], truth: list[int],
               pad_id: int) -> Copies:
-    """:class:`Copies` from the copies' token ids and token types (lists of N lists), padded with ``pad_id``."""
+    """:class:`Copies` from the copies' token ids and token types.
+
+    Args:
+        rows: each copy's token ids (N lists).
+        types: each copy's token types (N lists).
+        target: (N,) the position each copy scores.
+        truth: (N,) the token id that belongs there.
+        pad_id: the id the rows are padded with.
+    """
     lengths = [len(r) for r in rows]
     N, S = len(rows), max(lengths)
     input_ids = torch.full((N, S), pad_id, dtype=torch.long)  # (N, S)
@@ -82,8 +92,11 @@ def copies_of(rows: list[list[int]], types: list[list[int]], target: list[int], 
 def hidden_positions(word_ids: list[int | None], method: str) -> list[tuple[int, list[int]]]:
     """Which positions each copy of one text hides: ``(scored position j, the positions masked for it)``.
 
-    word_ids: the text's word index per token, None for [CLS] / [SEP] (never scored). "original"
-    masks j alone; "within_word_l2r" masks j and the later pieces of the same word.
+    "original" masks j alone; "within_word_l2r" masks j and the later pieces of the same word.
+
+    Args:
+        word_ids: the text's word index per token, None for [CLS] / [SEP] (never scored).
+        method: "original" or "within_word_l2r".
     """
     scored = [j for j, w in enumerate(word_ids) if w is not None]
     if method == "original":
@@ -94,7 +107,16 @@ def hidden_positions(word_ids: list[int | None], method: str) -> list[tuple[int,
 def masked_copies(enc: Encoding, lengths: list[int], mask_id: int, method: str, pad_id: int) -> tuple[Copies, list[int]]:
     """The masked copies that score every text of ``enc`` by ``method``, and the text each copy belongs to.
 
-    enc: a padded batch (B, S) with word_ids; lengths: (B,) real tokens per text.
+    Args:
+        enc: a padded batch (B, S) with word_ids.
+        lengths: (B,) real tokens per text.
+        mask_id: the id of the mask token.
+        method: "original" or "within_word_l2r" (:func:`hidden_positions`).
+        pad_id: the id the copies are padded with.
+
+    Returns:
+        copies: the :class:`Copies`.
+        owner: (N,) the index in ``enc`` of the text each copy scores.
     """
     rows, types, target, truth, owner = [], [], [], [], []
     for i, n in enumerate(lengths):
@@ -112,7 +134,14 @@ def log_probs_reference(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) 
 
     The definition of the score, read straight (what the transformers reference does with
     ``BertForMaskedLM``: forward, log-softmax over the vocabulary, take the true token's entry).
-    Returns (N,) float32 on the CPU.
+
+    Args:
+        m: the model (with its masked-LM head).
+        copies: the masked copies to score.
+        batch_size: copies per encoder pass.
+
+    Returns:
+        (N,) float32 on the CPU.
     """
     enc, out = copies.enc, []
     with torch.inference_mode():
@@ -133,8 +162,16 @@ def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE,
 
     Copies are laid end to end without padding (:func:`~bertfn.fast.batching.encoded_groups`); the last
     layer's attention output and feed-forward, and the MLM head, run at one position per copy.
-    points: a Trace with edits runs the copies through the reference functions with them instead.
     Call it under ``torch.inference_mode()``.
+
+    Args:
+        m: the model (with its masked-LM head).
+        copies: the masked copies to score.
+        batch_size: copies per encoder pass, at most.
+        points: a Trace with edits runs the copies through the reference functions with them instead.
+
+    Yields:
+        ``(rows, log_softmax)`` per group: the copies' indices, and (len(rows), V) float32 at their targets.
     """
     def targets(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (n,): each copy's scored position, end to end
         starts = [0]
@@ -148,7 +185,17 @@ def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE,
 
 
 def log_probs(m: Model, copies: Copies, batch_size: int = BATCH_SIZE, points: Trace = NO_TRACE) -> torch.Tensor:
-    """:func:`log_probs_reference`'s numbers on the fast path (:func:`target_log_softmax`). (N,) float32, CPU."""
+    """:func:`log_probs_reference`'s numbers on the fast path (:func:`target_log_softmax`).
+
+    Args:
+        m: the model (with its masked-LM head).
+        copies: the masked copies to score.
+        batch_size: copies per encoder pass, at most.
+        points: a Trace with edits: the copies run through the reference functions with them.
+
+    Returns:
+        (N,) float32, CPU.
+    """
     out = torch.empty(len(copies.lengths))
     with torch.inference_mode():
         for rows, lp in target_log_softmax(m, copies, batch_size, points):
@@ -169,25 +216,38 @@ def score(
 ) -> dict | list[dict]:
     """The pseudo-log-likelihood of a text (or of each text of a list) under a masked LM.
 
-    Returns, per text, a dict::
+    A text's dict:
 
         {"text": ..., "method": "original", "pll": -23.4, "num_tokens": 12, "pseudo_perplexity": 7.03,
          "tokens": [{"token": "when", "word": 0, "log_prob": -1.9}, ...]}
 
     ``pll`` is the sum of the tokens' ``log_prob`` (natural log), ``num_tokens`` how many were scored
     (every token but [CLS] and [SEP]), ``pseudo_perplexity`` = exp(-pll / num_tokens); ``word`` is the
-    index of the word a token belongs to (word pieces of one word share it). A list of texts gives a
-    list of such dicts, in order; batching never changes a score. A text whose tokens are mostly [UNK]
-    is warned about (once per call, naming each by its index), and its dict holds ``"warning": ...``.
+    index of the word a token belongs to (word pieces of one word share it). Batching never changes a
+    score. A text whose tokens are mostly [UNK] is warned about (once per call, naming each by its
+    index), and its dict holds ``"warning": ...``. A text costs one encoder pass per token: n tokens read
+    n copies of n tokens.
 
-    method: "original" (each token masked alone) or "within_word_l2r" (also mask the later pieces
-    of the token's word); see the module docstring. batch_size: masked copies per encoder pass.
-    model, device, dtype: as in :func:`~bertfn.tasks.fill_mask.fill_mask` (``dtype="bfloat16"`` is the
-    faster bf16 mode; its scores are within about 1% of fp32's, bench/README.md).
-    A text costs one encoder pass per token: n tokens read n copies of n tokens.
-    edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
-    takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the masked copies run through
-    the reference functions, each group of copies as a padded batch, instead of the fast path.
+    Args:
+        texts: one text, or a list of texts.
+        model: as in :func:`~bertfn.tasks.fill_mask.fill_mask`.
+        method: "original" (each token masked alone) or "within_word_l2r" (also mask the later pieces
+            of the token's word); see the module docstring.
+        batch_size: masked copies per encoder pass.
+        device: as in :func:`~bertfn.tasks.fill_mask.fill_mask`.
+        dtype: as in :func:`~bertfn.tasks.fill_mask.fill_mask` (``dtype="bfloat16"`` is the
+            faster bf16 mode; its scores are within about 1% of fp32's, bench/README.md).
+        edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
+            takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the masked copies run through
+            the reference functions, each group of copies as a padded batch, instead of the fast path.
+
+    Returns:
+        Per text, a dict as above; a list of texts gives a list of such dicts, in order.
+
+    Raises:
+        InputError: an unknown method, a batch_size that is not a positive integer, or a text that
+            cannot be scored (:func:`check_scorable`).
+        MissingPartError: a model without a tokenizer or without the masked-LM head.
     """
     texts, model = texts_and_model(texts, model, "score")
     texts, single = text_list(texts, "score")
@@ -219,8 +279,19 @@ def score(
 
 
 def check_scorable(tok: Tokenizer, enc: Encoding, lengths: list[int], texts: list[str], limit: int) -> None:
-    """:class:`InputError` for a text that cannot be scored: one holding [MASK], too long for the model,
-    or with no token to score (only characters the tokenizer drops)."""
+    """:class:`InputError` for a text that cannot be scored.
+
+    Args:
+        tok: the tokenizer that made ``enc``.
+        enc: the texts as a padded batch.
+        lengths: real tokens per text.
+        texts: the texts, for the message.
+        limit: the model's positions (tokens per text at most).
+
+    Raises:
+        InputError: a text holding [MASK], too long for the model, or with no token to score (only
+            characters the tokenizer drops).
+    """
     for i, n in enumerate(lengths):
         if all(w is None for w in enc.word_ids[i][:n]):
             raise InputError(f"text {i} has no token to score: {texts[i]!r:.80} tokenizes to [CLS] [SEP] alone")
@@ -238,7 +309,22 @@ def word_log_probs(m: Model, enc: Encoding, lengths: list[int], where: list[tupl
 
     The mask is widened to the word's k pieces and the word scored by the within-word rule, left to
     right: log P(p1 | p1..pk masked) + log P(p2 | p1, p2..pk masked) + ... + log P(pk | p1..pk-1).
-    The text's other masks stay masked. Returns (len(where), len(words)) float32 on the CPU.
+    The text's other masks stay masked.
+
+    Args:
+        m: the model (with its masked-LM head and tokenizer).
+        enc: the texts as a padded batch.
+        lengths: real tokens per text.
+        where: ``(text, position)`` of each [MASK] to score the words at.
+        words: the word pieces of each word.
+        batch_size: masked copies per encoder pass, at most.
+        points: a Trace with edits: the copies run through the reference functions with them.
+
+    Returns:
+        (len(where), len(words)) float32 on the CPU.
+
+    Raises:
+        InputError: a text with a word's pieces in place of its mask is longer than the model reads.
     """
     rows, types, target, truth = [], [], [], []
     limit = m.config.max_position_embeddings
