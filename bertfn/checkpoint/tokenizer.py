@@ -14,30 +14,16 @@ The special tokens (start, separator, mask, padding, unknown) are those ``tokeni
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 from tokenizers import Tokenizer as _HFTokenizer
-from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import normalizers
 
 from ..errors import CheckpointError, InputError, UnknownTokensWarning, require_readable, syntax, unreadable
-
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-"""BERT's special tokens, those a ``vocab.txt`` holds."""
-
-ROLES = {
-    "cls": (("cls_token", "bos_token"), ("[CLS]", "<s>")),
-    "sep": (("sep_token", "eos_token"), ("[SEP]", "</s>")),
-    "mask": (("mask_token",), ("[MASK]", "<mask>")),
-    "pad": (("pad_token",), ("[PAD]", "<pad>")),
-    "unk": (("unk_token",), ("[UNK]", "<unk>")),
-}
-"""Each special token's role: (the tokenizer_config.json keys that may name it, in order; the usual names,
-BERT's and RoBERTa's, tried after them)."""
-
+from .tokenizer_files import ROLES, find_special, lowercases, read_json, word_marks, wordpiece_from_vocab
 
 class Encoding(NamedTuple):
     """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span;
@@ -53,91 +39,6 @@ class Encoding(NamedTuple):
     offsets: list[list[tuple[int, int]]]
     word_ids: list[list[int | None]] | None = None
     unknown: dict[int, str] | None = None  # the texts that are mostly [UNK] (or <unk>): Tokenizer.unknown
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except PermissionError:
-        raise unreadable(path) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path} is not readable JSON ({e}); re-download or remove it") from e
-
-
-def _token_name(value: object) -> str | None:
-    """A special token's name as tokenizer_config.json or special_tokens_map.json holds it: a string, or a
-    dict with ``"content"`` (an ``AddedToken``); None for anything else (absent, null)."""
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) and value else None
-
-
-def _steps(component: object) -> list[dict]:
-    """The steps of a normalizer or pre-tokenizer as tokenizer.json spells them, a Sequence's in order."""
-    def flat(spec: dict) -> list[dict]:
-        inner = spec.get("normalizers", spec.get("pretokenizers", [])) if spec["type"] == "Sequence" else None
-        return [step for part in inner for step in flat(part)] if inner is not None else [spec]
-    return flat(json.loads(component.__getstate__())) if component is not None else []
-
-
-def _lowercases(normalizer: object) -> bool | None:
-    """Whether the normalizer lowercases: BERT's normalizer's flag, True for a Lowercase step, None when no
-    step is about case (the text's case reaches the vocabulary)."""
-    for step in _steps(normalizer):
-        if step["type"] == "BertNormalizer":
-            return bool(step["lowercase"])
-        if step["type"] == "Lowercase":
-            return True
-    return None
-
-
-def _word_marks(pre_tokenizer: object) -> tuple[str, ...]:
-    """The marks that begin a word's first piece in the vocabulary: SentencePiece's ``"▁"`` (Metaspace) and
-    byte-level BPE's ``"Ġ"`` (a space, as ByteLevel spells bytes); none for WordPiece, which marks the rest."""
-    return tuple("Ġ" if step["type"] == "ByteLevel" else step["replacement"]
-                 for step in _steps(pre_tokenizer) if step["type"] in ("ByteLevel", "Metaspace"))
-
-
-def _find_special(backend: _HFTokenizer, names: dict, role: str) -> tuple[str | None, int | None, list[str]]:
-    """The token of ``role`` (a key of :data:`ROLES`) in ``backend``'s vocabulary: (name, id, the names looked for).
-
-    names: tokenizer_config.json's entries (``{"mask_token": "<mask>", ...}``); the names they give are tried
-    first, then the usual ones. (None, None, looked) when the vocabulary has none of them.
-    """
-    keys, usual = ROLES[role]
-    looked = list(dict.fromkeys([*filter(None, (_token_name(names.get(k)) for k in keys)), *usual]))
-    for name in looked:
-        i = backend.token_to_id(name)
-        if i is not None:
-            return name, i, looked
-    return None, None, looked
-
-
-def _wordpiece_from_vocab(vocab: Path, options: dict) -> _HFTokenizer:
-    """The BERT tokenizer pipeline built from ``vocab.txt`` (what ``BertTokenizerFast`` converts to)."""
-    try:
-        wordpiece = models.WordPiece.from_file(str(vocab), unk_token="[UNK]", max_input_chars_per_word=100)
-    except Exception as e:  # the Rust side raises plain Exceptions
-        raise CheckpointError(f"{vocab} is not a WordPiece vocabulary ({e}); re-download it") from e
-    tok = _HFTokenizer(wordpiece)
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True,
-        handle_chinese_chars=options.get("tokenize_chinese_chars", True),
-        strip_accents=options.get("strip_accents"),
-        lowercase=options.get("do_lower_case", True),
-    )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    tok.add_special_tokens([t for t in SPECIAL_TOKENS if tok.token_to_id(t) is not None])
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    if cls is None or sep is None:
-        raise CheckpointError(f"{vocab} has no [CLS] or [SEP] token; it is not a BERT vocabulary")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
-    )
-    return tok
 
 
 def clean_up_tokenization(text: str) -> str:
@@ -189,9 +90,9 @@ class Tokenizer:
         self.max_length = max_length  # the model's max positions, if known
         self.clean_up_spaces = clean_up_spaces
         self.source = source  # the file it was read from, for messages
-        self.lowercase = _lowercases(backend.normalizer)
-        self.word_marks = _word_marks(backend.pre_tokenizer)  # "▁" (SentencePiece), "Ġ" (byte-level BPE), or none
-        found = {role: _find_special(backend, names or {}, role) for role in ROLES}
+        self.lowercase = lowercases(backend.normalizer)
+        self.word_marks = word_marks(backend.pre_tokenizer)  # "▁" (SentencePiece), "Ġ" (byte-level BPE), or none
+        found = {role: find_special(backend, names or {}, role) for role in ROLES}
         missing = [f"no {role} token (looked for {', '.join(found[role][2])})"
                    for role in ("cls", "sep", "mask") if found[role][1] is None]
         if missing:
@@ -254,7 +155,7 @@ class Tokenizer:
             raise InputError(f"there is no tokenizer file {str(path)!r}; pass a vocab.txt, a tokenizer.json or a "
                              "folder holding one")
         require_readable(path)  # the tokenizers library reports a denied file as a bare Exception
-        options = _read_json(path.parent / "tokenizer_config.json")
+        options = read_json(path.parent / "tokenizer_config.json")
         if lowercase is not None:
             options["do_lower_case"] = lowercase
         if path.suffix == ".json":
@@ -268,9 +169,9 @@ class Tokenizer:
                                      "leave lowercase unset for this tokenizer")
                 backend.normalizer.lowercase = lowercase
         else:
-            backend = _wordpiece_from_vocab(path, options)
+            backend = wordpiece_from_vocab(path, options)
         from_vocab = path.suffix != ".json"
-        names = {**_read_json(path.parent / "special_tokens_map.json"), **options}
+        names = {**read_json(path.parent / "special_tokens_map.json"), **options}
         return cls(backend, max_length, bool(options.get("clean_up_tokenization_spaces", from_vocab)), str(path), names)
 
     def token_to_id(self, token: str) -> int | None:
