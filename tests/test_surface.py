@@ -9,7 +9,6 @@ also runs on the plain install's stack (.ci/run).
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import shutil
 import socket
@@ -364,35 +363,3 @@ def test_cli_attention_of_an_empty_text(text, tiny_folder, tmp_path, capsys):
     assert main(["attention", text, "--model", str(tiny_folder), "--out", str(out)]) == 2
     assert capsys.readouterr().err == "bertfn: error: the text is empty; write a sentence to run through the model\n"
     assert not out.exists()
-
-
-# --- notebooks 01 and 03 say what to do when their model cannot be had ---------------------------
-
-
-def first_code_cell(name: str) -> str:
-    nb = json.loads((ROOT / "notebooks" / name).read_text(encoding="utf-8"))
-    return "".join(next(c for c in nb["cells"] if c["cell_type"] == "code")["source"])
-
-
-def run_cell(source: str, env: dict, tmp_path: Path) -> subprocess.CompletedProcess:
-    (tmp_path / "cell.py").write_text(source, encoding="utf-8")
-    return subprocess.run([sys.executable, str(tmp_path / "cell.py")], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
-
-
-@pytest.mark.parametrize("name", ["01_bert_from_scratch.ipynb", "03_layer_by_layer_parity.ipynb"])
-def test_notebook_without_its_model_stops_at_the_first_cell_saying_what_to_do(name, tmp_path, headless_folder, tiny_folder):
-    import os
-
-    source = first_code_cell(name)
-    base = {k: v for k, v in os.environ.items() if k != "BERTFN_NOTEBOOK_MODEL"}
-    base.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "empty-cache"), PYTHONPATH=str(ROOT))
-    done = run_cell(source, base, tmp_path)  # the default, google-bert/bert-base-uncased: not in the (empty) cache
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith("This notebook cannot use 'google-bert/bert-base-uncased': there is no folder named")
-    assert "BERTFN_NOTEBOOK_MODEL=$PWD/bert-base-uncased jupyter lab notebooks/" in done.stderr
-    assert "hf download google-bert/bert-base-uncased --local-dir bert-base-uncased" in done.stderr
-    done = run_cell(source, {**base, "BERTFN_NOTEBOOK_MODEL": str(headless_folder)}, tmp_path)  # no MLM head
-    assert done.returncode == 1 and "this notebook needs the masked-LM head" in done.stderr
-    done = run_cell(source, {**base, "BERTFN_NOTEBOOK_MODEL": str(tiny_folder)}, tmp_path)
-    assert done.returncode == 0, done.stderr

@@ -15,12 +15,16 @@ fixed scale, the many heads of late layers that spread their attention thinly dr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import DependencyError, InputError
 from ..model.functional import ACTIVATIONS
 from .trace import Recording
+
+if TYPE_CHECKING:  # the annotations only: importing bertfn never imports matplotlib
+    import matplotlib.figure
 
 Tensor = torch.Tensor
 
@@ -31,8 +35,14 @@ all heads drawn together; 0 to 1."""
 
 
 def require_matplotlib():
-    """matplotlib's ``Figure`` and Agg canvas classes, or :class:`DependencyError` (exit 6) saying how to
-    install them (``pip install matplotlib``)."""
+    """matplotlib's ``Figure`` and Agg canvas classes.
+
+    Returns:
+        (tuple[type, type]): ``(Figure, FigureCanvasAgg)``, the classes.
+
+    Raises:
+        DependencyError: (exit 6) matplotlib cannot be imported, saying how to install it (``pip install matplotlib``).
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -43,7 +53,15 @@ def require_matplotlib():
 
 
 def new_figure(width: float, height: float):
-    """An empty matplotlib ``Figure`` on the Agg canvas (:func:`require_matplotlib`)."""
+    """An empty matplotlib ``Figure`` on the Agg canvas (:func:`require_matplotlib`).
+
+    Args:
+        width: inches.
+        height: inches.
+
+    Returns:
+        (matplotlib.figure.Figure): The figure.
+    """
     Figure, FigureCanvasAgg = require_matplotlib()
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
@@ -73,8 +91,24 @@ def heatmap(
 ):
     """Draw a (R, C) matrix as colored cells, rows top to bottom, with optional tick labels.
 
-    Draws into ``ax`` when given (e.g. one panel of a grid), else on a new figure; returns the figure.
-    vmin / vmax: the values at the two ends of the colour scale (default: the matrix's min and max).
+    Args:
+        matrix: (R, C).
+        row_labels: R labels, or None for none.
+        col_labels: C labels, or None for none.
+        title: the panel's title.
+        xlabel: the x axis' label.
+        ylabel: the y axis' label.
+        cmap: a matplotlib colour map's name.
+        ax (matplotlib.axes.Axes | None): draw into this ``Axes`` (e.g. one panel of a grid), else on a new figure.
+        colorbar: draw a colour bar beside it.
+        vmin: the value at the bottom of the colour scale (default: the matrix's min).
+        vmax: the value at its top (default: the matrix's max).
+
+    Returns:
+        (matplotlib.figure.Figure): The figure.
+
+    Raises:
+        InputError: a matrix that is not 2-D, or labels of another number than its rows or columns.
     """
     m = _matrix(matrix, "heatmap's matrix")
     R, C = m.shape
@@ -103,8 +137,18 @@ def heatmap(
 
 
 def color_limits(probs: Tensor, scale: str) -> list[float]:
-    """The top of the colour scale of each head's map, for probabilities (nh, S, S) -> nh numbers
-    (the bottom is 0): its own largest probability ("per_head"), the largest of all ("shared"), or 1 ("fixed")."""
+    """The top of the colour scale of each head's map (the bottom is 0).
+
+    Args:
+        probs: (nh, S, S) probabilities.
+        scale: each head's own largest probability ("per_head"), the largest of all ("shared"), or 1 ("fixed").
+
+    Returns:
+        nh numbers.
+
+    Raises:
+        InputError: an unknown scale.
+    """
     if scale not in SCALES:
         raise InputError(f"scale must be one of {', '.join(map(repr, SCALES))}, got {scale!r}")
     if scale == "fixed":
@@ -119,7 +163,16 @@ def attention_heatmap(probs: Tensor, tokens: Sequence[str], *, title: str | None
                       scale: str = "per_head"):
     """One head's attention probabilities (S_q, S_k): row i shows where query token i looks.
 
-    scale: "per_head" or "shared" colour it from 0 to its largest probability, "fixed" from 0 to 1.
+    Args:
+        probs: (S_q, S_k), e.g. ``rec.attention(layer, head)``.
+        tokens: the S token labels.
+        title: the panel's title.
+        ax (matplotlib.axes.Axes | None): draw into this ``Axes``, else on a new figure.
+        colorbar: draw a colour bar beside it.
+        scale: "per_head" or "shared" colour it from 0 to its largest probability, "fixed" from 0 to 1.
+
+    Returns:
+        (matplotlib.figure.Figure): The figure.
     """
     (top,) = color_limits(_matrix(probs, "attention_heatmap's probabilities")[None], scale)
     return heatmap(probs, tokens, tokens, title=title, xlabel="key (attended to)", ylabel="query",
@@ -130,9 +183,20 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
                     scale: str = "per_head"):
     """Every head of one layer, (nh, S, S), as a grid of heatmaps.
 
-    scale (:data:`SCALES`): "per_head" colours each head from 0 to its own largest probability, with a
-    colour bar per panel; "shared" puts every head on one scale, 0 to the largest of them all, and
-    "fixed" on 0..1, each with one colour bar for the grid.
+    Args:
+        probs: (nh, S, S), e.g. ``rec.attention(layer)``.
+        tokens: the S token labels.
+        title: the figure's title.
+        columns: panels per row, at most.
+        scale: one of :data:`SCALES`. "per_head" colours each head from 0 to its own largest probability, with a
+            colour bar per panel; "shared" puts every head on one scale, 0 to the largest of them all, and
+            "fixed" on 0..1, each with one colour bar for the grid.
+
+    Returns:
+        (matplotlib.figure.Figure): The figure.
+
+    Raises:
+        InputError: ``probs`` that are not 3-D, or an unknown scale.
     """
     probs = torch.as_tensor(probs).detach().float().cpu()
     if probs.dim() != 3:
@@ -165,7 +229,20 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
 
 
 def attention_figure(rec: Recording, layer: int, head: int | None = None, scale: str = "per_head"):
-    """The picture ``bertfn attention`` writes: one head of ``layer``, or all of its heads (on ``scale``)."""
+    """The picture ``bertfn attention`` writes: one head of ``layer``, or all of its heads (on ``scale``).
+
+    Args:
+        rec: a recording of :func:`bertfn.trace`.
+        layer: the layer (negative counts from the end).
+        head: one head, or None for all of them.
+        scale: as in :func:`attention_heads`.
+
+    Returns:
+        (matplotlib.figure.Figure): The figure.
+
+    Raises:
+        InputError: no such layer or head.
+    """
     probs = rec.attention(layer, head)  # checks both indices
     title = f"attention probabilities, layer {layer % rec.config.num_hidden_layers}"
     if head is None:
@@ -176,7 +253,19 @@ def attention_figure(rec: Recording, layer: int, head: int | None = None, scale:
 
 def histograms(values: dict[str, Tensor], *, bins: int = 80, title: str | None = None, xlabel: str | None = None,
                log: bool = False, ax=None):
-    """Overlaid histograms (outlines) of several tensors, one per label, e.g. scores before and after scaling."""
+    """Overlaid histograms (outlines) of several tensors, one per label, e.g. scores before and after scaling.
+
+    Args:
+        values: ``{label: tensor}``, each tensor flattened.
+        bins: bins per histogram.
+        title: the panel's title.
+        xlabel: the x axis' label.
+        log: a logarithmic count axis.
+        ax (matplotlib.axes.Axes | None): draw into this ``Axes``, else on a new figure.
+
+    Returns:
+        (matplotlib.figure.Figure): The figure.
+    """
     if ax is None:
         ax = new_figure(6.0, 3.6).add_subplot()
     for label, v in values.items():
@@ -194,7 +283,20 @@ def histograms(values: dict[str, Tensor], *, bins: int = 80, title: str | None =
 
 
 def activation_curves(names: Sequence[str] = ("gelu", "relu"), lo: float = -4.0, hi: float = 4.0, *, ax=None):
-    """The activations BERT configs name (``config.hidden_act``), drawn over ``[lo, hi]``."""
+    """The activations BERT configs name (``config.hidden_act``), drawn over ``[lo, hi]``.
+
+    Args:
+        names: keys of :data:`~bertfn.model.functional.ACTIVATIONS`.
+        lo: the left end of x.
+        hi: the right end of x.
+        ax (matplotlib.axes.Axes | None): draw into this ``Axes``, else on a new figure.
+
+    Returns:
+        (matplotlib.figure.Figure): The figure.
+
+    Raises:
+        InputError: an unknown activation.
+    """
     unknown = [n for n in names if n not in ACTIVATIONS]
     if unknown:
         raise InputError(f"unknown activation(s) {unknown}; expected names from {sorted(ACTIVATIONS)}")
@@ -209,3 +311,45 @@ def activation_curves(names: Sequence[str] = ("gelu", "relu"), lo: float = -4.0,
     ax.set_ylabel("act(x)")
     ax.legend()
     return ax.figure
+
+
+PAGE_WIDTH = 5.7
+"""Inches: the widest figure the documentation site shows at its natural size, at :data:`PAGE_STYLE`'s 100 dpi
+(570 px: the output column beside a notebook's ``Out[n]:`` prompt is 572 CSS px wide in a 1400 px window)."""
+
+PAGE_STYLE = {"figure.dpi": 100, "font.size": 9.0, "axes.titlesize": 9.5, "axes.labelsize": 9.0,
+              "xtick.labelsize": 8.0, "ytick.labelsize": 8.0, "legend.fontsize": 8.0, "figure.titlesize": 10.0}
+"""matplotlib settings for figures that are stored in a notebook and read on a page
+(``matplotlib.rcParams.update(PAGE_STYLE)``): 100 dpi, and text from 8 points up, 11 px on the screen when
+the figure is at most :data:`PAGE_WIDTH` wide."""
+
+
+def fit_to_page(fig: matplotlib.figure.Figure, width: float = PAGE_WIDTH, height: float | None = None, *,
+                min_fontsize: float = 7.0) -> matplotlib.figure.Figure:
+    """Resize a figure for a page and raise its smallest texts.
+
+    For figures whose sizes and fonts were chosen for a window of their own (:func:`attention_heads` picks
+    6-point labels and a width from the number of tokens), before a notebook that is read on a page displays them.
+
+    Args:
+        fig: the figure, changed in place.
+        width: inches; :data:`PAGE_WIDTH` at :data:`PAGE_STYLE`'s 100 dpi fills the site's column.
+        height: inches, or None to scale the height with the width.
+        min_fontsize: points; every text smaller, tick labels included, is raised to it (7 points at 100 dpi: 9.7 px).
+
+    Returns:
+        The figure.
+    """
+    from matplotlib.text import Text
+
+    old_width, old_height = fig.get_size_inches()
+    fig.set_size_inches(width, height if height is not None else old_height * width / old_width)
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = axis.get_ticklabels(which="both")
+            if labels and min(t.get_fontsize() for t in labels) < min_fontsize:
+                axis.set_tick_params(which="both", labelsize=min_fontsize)
+    for text in fig.findobj(Text):
+        if text.get_fontsize() < min_fontsize:
+            text.set_fontsize(min_fontsize)
+    return fig
