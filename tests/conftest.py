@@ -37,10 +37,18 @@ def kernel_cache(tmp_path_factory):
         os.environ["BERTFN_KERNEL_CACHE"] = old
 
 
+BROWSER_FIXTURES = {"chromium", "browser"}  # tests/test_explorer.py's: Playwright driving Debian's Chromium
+
+
 def pytest_collection_modifyitems(config, items):
+    """Markers by what a test uses: transformers (the oracle) -> needs_transformers; a browser -> slow (the
+    README's quick run leaves those out; pyproject.toml's addopts)."""
     for item in items:
-        if TRANSFORMERS_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if TRANSFORMERS_FIXTURES & fixtures:
             item.add_marker(pytest.mark.needs_transformers)
+        if BROWSER_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.slow)
 
 
 def require_transformers():

@@ -20,7 +20,7 @@ from conftest import antiberty_paths
 import bertfn
 
 transformers = pytest.importorskip("transformers")
-pytestmark = pytest.mark.needs_transformers  # transformers is the reference of every test here
+pytestmark = [pytest.mark.needs_transformers, pytest.mark.slow]  # transformers is the reference of every test here; slow: real chains residue by residue
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data" / "antibodies.tsv"

@@ -15,6 +15,8 @@ import onnx  # noqa: F401  (the test extra installs both: the benchmark's ONNX R
 import onnxruntime  # noqa: F401
 import pytest
 
+pytestmark = pytest.mark.slow  # the benchmark's quick mode
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench.py"
 ROWS = [
     r"fill-mask, 1 sentence \(\d+ tokens\), text to answers",

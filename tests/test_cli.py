@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import bertfn
 from bertfn.cli import main
 
@@ -63,6 +65,7 @@ def test_dtype_runs_the_bf16_mode(mlm_checkpoint, capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_stops_quietly(mlm_checkpoint):
     """``bertfn embed ... | head``: when the reader goes away, bertfn stops with the shell's code for a closed
     pipe (141) and prints nothing, not an 'unexpected BrokenPipeError'."""

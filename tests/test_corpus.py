@@ -141,6 +141,7 @@ def resident_mb() -> int:
                 if line.startswith("VmRSS")) // 1024
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_malloc_trim is None, reason="resident memory is read from /proc and trimmed by glibc's malloc_trim")
 def test_long_run_resident_memory_stays_flat(tmp_path):
     """The process's resident memory (not just Python's) stays flat over many chunks of texts of new
@@ -287,6 +288,7 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), HF_HUB_OFFLINE="1")
 
 
+@pytest.mark.slow
 def test_resume_after_a_killed_run(tiny_folder, tmp_path):
     """Kill a run part-way (SIGKILL, as a crash or an out-of-memory kill would), cut its last line in
     half as a kill in mid-write would, resume: the output equals an uninterrupted run's, line for line."""
@@ -436,6 +438,7 @@ def test_retry_errors_in_place(tiny_folder, tmp_path, capsys):
     assert main([*argv, "--resume"]) == 0 and "0 texts (resumed after line 41)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_kill_during_a_slow_scoring_run_loses_nothing(tiny_folder, tmp_path):
     """Scoring long texts with --flush-every 0.3: results reach the file while the run goes, a SIGKILL
     in the middle loses at most the piece in flight, and the resumed output equals an uninterrupted run."""

@@ -16,6 +16,8 @@ import bertfn
 from bertfn.corpus import FillMask, run_file
 from test_corpus import BAD, corpus_lines, same_answers
 
+pytestmark = pytest.mark.slow  # a local Ray and datasets
+
 
 @pytest.fixture(scope="module")
 def local_ray():

@@ -32,6 +32,7 @@ CHILD = ("import signal, sys, bertfn.corpus.formats as f, bertfn.corpus.files as
          f"r.run_file.__kwdefaults__['chunk_size'] = {CHUNK}; from bertfn.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
 def test_kill_and_resume_with_npy_and_parquet(tiny_folder, tmp_path, capsys, sig):
     """Embed a file with --format npy parquet, stop the run part-way (SIGKILL: a crash; SIGINT: Ctrl-C; SIGTERM:

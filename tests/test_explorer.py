@@ -112,6 +112,7 @@ LONG_TEXT = (
 )
 
 
+@pytest.mark.slow
 def test_on_real_minilm_at_510_tokens_no_row_loses_more_than_1_percent_of_its_attention():
     """Issue 25: at long inputs most probabilities are below 1/510; stored as round(255 p) up to half of
     a row's mass read as 0 on MiniLM. The square-root codes keep every row within 1% (measured: 0.14%)."""

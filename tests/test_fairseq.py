@@ -107,6 +107,7 @@ def test_tokenizer_is_sapiens(sapiens, hf):
     assert (tok.mask_token_id, tok.pad_token_id, tok.model_max_length) == (24, 1, 144)
 
 
+@pytest.mark.slow
 def test_masked_residues_are_recovered_far_above_chance(hf):
     """Each residue of the five heavy chains masked alone (one batch per chain): the true residue comes first
     for 0.79 of them (471 of 595; chance is 1/20)."""

@@ -159,6 +159,7 @@ def test_trace_and_edits_by_the_same_names(member):
     assert ours[0]["score"] == pytest.approx(float(theirs[where].max()), abs=1e-4)
 
 
+@pytest.mark.slow
 def test_the_explorer_and_the_cli(member, tmp_path):
     kind, hf, tok, model, folder = member
     text = masked(tok, "When in Rome, do as the {m} do.")

@@ -207,6 +207,7 @@ def model_and_texts(draw):
     return model, enc, lengths
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(model_and_texts())
 def test_texts_end_to_end_equal_the_padded_batch(case):

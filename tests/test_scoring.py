@@ -115,6 +115,7 @@ def test_fast_path_equals_reference_with_relative_positions_and_pruned_heads():
 HEAVY = "E V Q L V E S G G G L V Q P G G S L R L S C A A S G F T F S S Y A M S W V R Q A P G K G L E W V S"
 
 
+@pytest.mark.slow
 @pytest.mark.needs_transformers
 def test_antiberty_score_equals_transformers(antiberty, antiberty_hf):
     hf, tok = antiberty_hf
@@ -129,6 +130,7 @@ def test_antiberty_score_equals_transformers(antiberty, antiberty_hf):
     assert l2r["pll"] == pytest.approx(r[0]["pll"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_antiberty_bf16_scores_within_one_percent(antiberty):
     fp32, bf16 = bertfn.score(HEAVY, antiberty)["pll"], bertfn.score(HEAVY, antiberty, dtype="bfloat16")["pll"]
     assert abs(bf16 - fp32) <= 0.01 * abs(fp32)
@@ -172,6 +174,7 @@ def model(both):
 @SETTINGS
 @given(texts=st.lists(text, min_size=1, max_size=5), method=st.sampled_from(scoring.METHODS),
        batch_size=st.integers(1, 40), seed=st.integers(0, 100))
+@pytest.mark.slow
 def test_scores_are_log_probabilities_and_batching_changes_nothing(model, texts, method, batch_size, seed):
     together = bertfn.score(texts, model, method=method, batch_size=batch_size)
     order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed)).tolist()
@@ -184,6 +187,7 @@ def test_scores_are_log_probabilities_and_batching_changes_nothing(model, texts,
         assert shuffled[order.index(i)]["pll"] == pytest.approx(r["pll"], abs=1e-5)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12))
 def test_methods_agree_when_every_word_is_one_piece(model, words):
@@ -218,6 +222,7 @@ def test_joint_with_one_mask_ranks_as_fill_mask(model):
     assert [f["score"] for f in fills] == pytest.approx([math.log(a["score"]) for a in answers], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_joint_of_a_list_equals_each_text_alone(model):
     texts = ["the [MASK] [MASK] sat .", "a [MASK] .", "[MASK] is the capital of [MASK] [MASK] ."]
     together = bertfn.fill_mask(texts, model, joint=True, top_k=3, batch_size=2)
@@ -227,6 +232,7 @@ def test_joint_of_a_list_equals_each_text_alone(model):
         assert [f["score"] for f in fills] == pytest.approx([f["score"] for f in alone], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_beam_finds_a_better_fill_than_greedy(antiberty):
     """Greedy left to right commits to the first mask's best residue; a wider beam keeps the runner-up.
 
