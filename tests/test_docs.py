@@ -48,7 +48,8 @@ class Block:
     expected: str | None  # the text block right after it, if any
 
 
-def blocks(path: Path) -> list[Block]:
+def blocks(path: Path, root: Path = DOCS) -> list[Block]:
+    """The runnable blocks of a Markdown file, each named by its path under ``root``."""
     text = path.read_text(encoding="utf-8")
     found = list(FENCE.finditer(text))
     out = []
@@ -60,7 +61,7 @@ def blocks(path: Path) -> list[Block]:
         nxt = found[n + 1] if n + 1 < len(found) else None
         between = text[m.end():nxt.start()] if nxt else ""
         expected = nxt.group(3) if nxt and nxt.group(1) == "text" and not between.strip() else None
-        out.append(Block(path.relative_to(DOCS).as_posix(), text.count("\n", 0, m.start()) + 1, lang,
+        out.append(Block(path.relative_to(root).as_posix(), text.count("\n", 0, m.start()) + 1, lang,
                          title.group(1) if title else "", code, expected))
     return out
 

@@ -13,29 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_docs import FENCE, TITLE, Block, PageState, docs_environment, run_bash, run_python  # noqa: F401 (a fixture)
+from test_docs import PageState, blocks, docs_environment, run_bash, run_python  # noqa: F401 (a fixture)
 
 README = Path(__file__).parent.parent / "README.md"
-
-
-def readme_blocks() -> list[Block]:
-    text = README.read_text(encoding="utf-8")
-    found = list(FENCE.finditer(text))
-    out = []
-    for n, m in enumerate(found):
-        lang, info, code = m.group(1), m.group(2), m.group(3)
-        if lang not in ("python", "bash"):
-            continue
-        title = TITLE.search(info)
-        nxt = found[n + 1] if n + 1 < len(found) else None
-        between = text[m.end():nxt.start()] if nxt else ""
-        expected = nxt.group(3) if nxt and nxt.group(1) == "text" and not between.strip() else None
-        out.append(Block("README.md", text.count("\n", 0, m.start()) + 1, lang, title.group(1) if title else "",
-                         code, expected))
-    return out
-
-
-BLOCKS = readme_blocks()
+BLOCKS = blocks(README, README.parent)
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"README.md:{b.line}" for b in BLOCKS])
