@@ -133,7 +133,7 @@ def test_tasks_take_edits(tiny):
 
 @pytest.mark.parametrize("max_rows", [2048, 1])  # 1: every layer's copies run to the top as a batch of their own
 def test_a_sweep_value_is_the_run_patched_at_that_slice(tiny, max_rows, monkeypatch):
-    monkeypatch.setattr(iv.patching, "MAX_ROWS", max_rows)
+    monkeypatch.setattr(iv.copies, "MAX_ROWS", max_rows)
     clean, corrupted = "when in rome do as the [MASK] do", "when in paris do as the [MASK] do"
     right, wrong = tiny.tokenizer.token_to_id("romans"), tiny.tokenizer.token_to_id("people")
     metric = iv.logit_difference(right, wrong)
@@ -146,8 +146,8 @@ def test_a_sweep_value_is_the_run_patched_at_that_slice(tiny, max_rows, monkeypa
         for i in range(2):
             for k in range(result.values.shape[1]):  # every slice of every layer
                 edited = bertfn.trace(corrupted, tiny, edits=iv.patch(clean_rec, name.format(i=i), **{key: k}))
-                assert abs(result.values[i, k].item() - metric(edited["mlm.logits"]).item()) < 1e-5
-        assert abs(result.clean - metric(clean_rec["mlm.logits"]).item()) < 1e-6
+                assert abs(result.values[i, k].item() - metric(edited).item()) < 1e-5
+        assert abs(result.clean - metric(clean_rec).item()) < 1e-6
         estimate = iv.attribution(clean, corrupted, tiny, metric, over=over)
         assert estimate.values.shape == result.values.shape
         assert -1 <= iv.correlation(estimate, result) <= 1
@@ -165,7 +165,7 @@ def test_a_sweep_of_a_decoder_or_relative_positions_is_the_run_patched(tiny, kin
     for i in range(3):
         for h in range(3):
             edited = bertfn.trace(corrupted, m, edits=iv.patch(clean_rec, f"layer.{i}.attention.context", heads=h))
-            assert abs(result.values[i, h].item() - metric(edited["mlm.logits"]).item()) < 1e-5
+            assert abs(result.values[i, h].item() - metric(edited).item()) < 1e-5
 
 
 def test_gradients_flow_through_edits(tiny):
@@ -195,7 +195,8 @@ def test_bad_edits_get_clear_errors(tiny):
     with pytest.raises(bertfn.InputError, match="same number of tokens"):
         bertfn.trace("the cat sat on the mat .", tiny, edits=iv.patch(bertfn.trace("the cat", tiny), "layer.0.output"))
     with pytest.raises(bertfn.InputError, match="same length in tokens"):
-        iv.sweep("the [MASK] sat .", "the [MASK] sat on the mat .", tiny, lambda lg: lg[0, 0], progress=False)
+        iv.sweep("the [MASK] sat .", "the [MASK] sat on the mat .", tiny, lambda run: run["mlm.logits"][0, 0],
+                 progress=False)
 
 
 def test_edits_of_attention_weights_run_the_eager_path(tiny):

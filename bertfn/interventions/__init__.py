@@ -1,16 +1,22 @@
-"""Changing one step of the model: edits by name, ablation, steering and activation patching.
+"""Changing one step of the model: edits by name, ablation, steering, patching studies, gradients.
 
 Every point :func:`bertfn.trace` records can also be replaced during a pass, by the same name: an
 *edit* is a function ``edit(tensor, point) -> tensor`` (:mod:`bertfn.model.recorder`), and a dict
-``{name: edit}`` is what ``bertfn.encoder``, ``fill_mask``, ``score``, ``embed`` and ``trace`` take as
-``edits=``. This room makes the usual ones:
+``{name: edit or [edits]}`` is what ``bertfn.encoder``, ``fill_mask``, ``score``, ``embed`` and ``trace``
+take as ``edits=`` (:func:`merge_edits` joins dicts without dropping any). This room makes the usual ones,
+and measures what they change:
 
     points.py      where a position, a head or a neuron sits in each named tensor
     ablation.py    zero_heads, zero_neurons, mean_heads, mean_neurons (with head_means, neuron_means), steer
-    patching.py    patch (a clean activation into a corrupted run), sweep (layers x positions or heads),
-                   attribution (the same map from one backward pass), logit_difference, correlation
+    patching.py    patch (a clean activation into a corrupted run); metrics of a run: logit_difference, at_masks
+    study.py       sweep and attribution over one pair of texts or a dataset of them: per-example maps,
+                   their mean and confidence interval; correlation
+    copies.py      the engine under sweep: many patched copies of one run, reusing what does not change
+    stats.py       the mean and Student's t interval
+    gradients.py   d metric / d any point, with the points' values, in one call
 """
 
+from ..model.recorder import merge_edits
 from .ablation import (
     activation_means,
     head_means,
@@ -22,7 +28,10 @@ from .ablation import (
     zero_heads,
     zero_neurons,
 )
-from .patching import Sweep, attribution, correlation, logit_difference, patch, sweep
+from .gradients import Gradients, gradients
+from .patching import at_masks, logit_difference, patch
+from .study import Sweep, attribution, correlation, sweep
 
-__all__ = ["Sweep", "activation_means", "attribution", "correlation", "head_means", "logit_difference", "mean_heads",
-           "mean_neurons", "neuron_means", "patch", "replace_with", "steer", "sweep", "zero_heads", "zero_neurons"]
+__all__ = ["Gradients", "Sweep", "activation_means", "at_masks", "attribution", "correlation", "gradients",
+           "head_means", "logit_difference", "mean_heads", "mean_neurons", "merge_edits", "neuron_means", "patch",
+           "replace_with", "steer", "sweep", "zero_heads", "zero_neurons"]

@@ -150,6 +150,10 @@ def steer(name: str, vector: Tensor, *, scale: float = 1.0, positions: int | Seq
         raise InputError(f"steer adds a tensor, got {type(vector).__name__}; e.g. torch.tensor(...) of the point's width")
 
     def edit(x: Tensor, point: Point) -> Tensor:
+        width = vector.shape[-1] if vector.dim() else 1
+        if width not in (1, x.shape[-1]):
+            raise InputError(f"steer's vector has {width} values but {point.name} is {x.shape[-1]} wide "
+                             f"(shape {tuple(x.shape)}); give a vector of {x.shape[-1]}, or steer another point")
         keep = select(x, point.name, positions=positions)
         return torch.where(keep, x + scale * vector.to(x.device, x.dtype), x)
 

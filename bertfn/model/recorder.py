@@ -12,14 +12,21 @@ default that is :data:`NO_TRACE`, which hands every tensor back as it came and k
   be changed inside the pass. What is kept is what the pass used, the edited tensor.
 
 The points are the same for reading and writing; :func:`point_names` lists them for a config.
-Edit names may use ``*`` for any run of characters (``layer.*.attention.context``).
+Edit names may use ``*`` for any run of characters (``layer.*.attention.context``). A name may map to
+one edit or to a list of them, applied in the list's order; where several names or patterns match one
+point, their edits run in the dict's order (:func:`merge_edits` joins dicts that way, never dropping one).
+
+Some points cost memory a pass does not otherwise spend (:data:`OPTIONAL_POINTS`, e.g. each head's
+write into the residual stream); they are computed only where a trace asks for them
+(``Trace(optional=...)``) or an edit names them.
 """
 
 from __future__ import annotations
 
 import difflib
 import fnmatch
-from collections.abc import Callable, Iterable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -44,6 +51,9 @@ class Point(NamedTuple):
 Edit = Callable[[torch.Tensor, Point], torch.Tensor]
 """``edit(tensor, point) -> tensor``: the tensor to use instead of the one computed at ``point``, same shape."""
 
+Edits = Mapping[str, "Edit | Sequence[Edit]"]
+"""``{name or pattern: edit or [edits]}``: what ``edits=`` takes everywhere."""
+
 
 class Trace:
     """Named points of a pass, read and edited by name.
@@ -55,35 +65,48 @@ class Trace:
     Args:
         store: the dict the tensors are kept in (a new one by default; scopes share their parent's).
         prefix: the names' common start, e.g. ``layer.0.`` (what :meth:`scope` sets).
-        edits: ``{name or pattern: edit}`` (see :data:`Edit`).
+        edits: ``{name or pattern: edit or [edits]}`` (see :data:`Edit`); a list runs in its order.
         keep: whether to store the tensors (False for a pass that only edits).
+        optional: names or patterns of :data:`OPTIONAL_POINTS` to compute (e.g.
+            ``"layer.*.attention.head_outputs"``); an edit naming one computes it too.
 
     Raises:
-        InputError: an edit that is not a function, or a name that is not a string.
+        InputError: an edit that is not a function of ``(tensor, point)``, or a name that is not a string.
     """
 
     def __init__(self, store: dict[str, torch.Tensor] | None = None, prefix: str = "", *,
-                 edits: Mapping[str, Edit] | None = None, keep: bool = True):
+                 edits: Edits | None = None, keep: bool = True, optional: Iterable[str] = ()):
         self.store = {} if store is None else store
         self.prefix = prefix
-        self.edits = dict(edits or {})
+        self.edits = {pattern: edit_list(pattern, edit) for pattern, edit in dict(edits or {}).items()}
         self.keep = keep
-        for pattern, edit in self.edits.items():
-            if not isinstance(pattern, str) or not callable(edit):
-                raise InputError(f"edits map point names to functions edit(tensor, point) -> tensor, got "
-                                 f"{pattern!r}: {type(edit).__name__}")
+        self.optional = tuple(optional)
 
     def scope(self, name: str) -> Trace:
-        return Trace(self.store, f"{self.prefix}{name}.", edits=self.edits, keep=self.keep)
+        return Trace(self.store, f"{self.prefix}{name}.", edits=self.edits, keep=self.keep, optional=self.optional)
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
         full = self.prefix + name
-        for pattern, edit in self.edits.items():
+        for pattern, edits in self.edits.items():
             if fnmatch.fnmatchcase(full, pattern):
-                x = edited(edit, x, Point(full, layer_of(full)))
+                for edit in edits:
+                    x = edited(edit, x, Point(full, layer_of(full)))
         if self.keep:
             self.store[full] = x
         return x
+
+    def wants(self, name: str) -> bool:
+        """Whether to compute the optional point ``name`` (relative to this scope).
+
+        True where a pattern of ``optional`` matches it, or an edit's pattern matches it and spells its
+        name (``layer.*.attention.head_outputs``: an edit of ``*`` does not make a pass compute it).
+
+        Args:
+            name: an optional point's name relative to this scope, e.g. ``"head_outputs"``.
+        """
+        full = self.prefix + name
+        return any(fnmatch.fnmatchcase(full, p) for p in self.optional) or \
+            any(fnmatch.fnmatchcase(full, p) and name in p for p in self.edits)
 
     def edits_any(self, names: Iterable[str]) -> bool:
         """Whether an edit applies to one of ``names`` (relative to this scope).
@@ -115,6 +138,9 @@ class _NoTrace(Trace):
     def edits_any(self, names: Iterable[str]) -> bool:
         return False
 
+    def wants(self, name: str) -> bool:
+        return False
+
     def __bool__(self) -> bool:
         return False
 
@@ -130,6 +156,61 @@ def layer_of(name: str) -> int | None:
     """
     parts = name.split(".")
     return int(parts[1]) if parts[0] == "layer" and len(parts) > 1 and parts[1].isdigit() else None
+
+
+def edit_list(name: object, edits: object) -> list[Edit]:
+    """The edits given for one name as a list, each checked to be a function of ``(tensor, point)``.
+
+    Args:
+        name: the point name or pattern they are given for.
+        edits: one edit, or a list or tuple of them.
+
+    Raises:
+        InputError: a name that is not a string, something that is not a function, or a function that
+            cannot be called as ``edit(tensor, point)`` (e.g. ``lambda x: ...``).
+    """
+    if not isinstance(name, str):
+        raise InputError(f"edits map point names (strings) to edits, got the key {name!r}")
+    many = list(edits) if isinstance(edits, (list, tuple)) else [edits]
+    if not many:
+        raise InputError(f"the edits for {name!r} are an empty list; give an edit(tensor, point) -> tensor, or leave the name out")
+    for edit in many:
+        if not callable(edit):
+            raise InputError(f"edits map point names to functions edit(tensor, point) -> tensor, got "
+                             f"{name!r}: {type(edit).__name__}")
+        try:
+            inspect.signature(edit).bind(None, None)
+        except TypeError:
+            raise InputError(f"the edit for {name!r} cannot be called as edit(tensor, point): its signature is "
+                             f"{getattr(edit, '__name__', type(edit).__name__)}{inspect.signature(edit)}; an edit takes "
+                             "the tensor and the point (its .name and .layer), e.g. lambda x, point: x * 0") from None
+        except ValueError:  # a builtin without a signature: it is called as it is
+            pass
+    return many
+
+
+def merge_edits(*dicts: Edits) -> dict[str, list[Edit]]:
+    """Several ``edits`` dicts as one that keeps every edit: where two give the same name, both run.
+
+    ``{**a, **b}`` keeps only ``b``'s edit for a name both have; ``merge_edits(a, b)`` keeps a list,
+    ``a``'s edits first, then ``b``'s, applied in that order.
+
+    Args:
+        *dicts: ``{name or pattern: edit or [edits]}`` dicts, in the order their edits should run.
+
+    Returns:
+        ``{name or pattern: [edits]}``.
+
+    Raises:
+        InputError: something that is not such a dict.
+    """
+    out: dict[str, list[Edit]] = {}
+    for d in dicts:
+        if not isinstance(d, Mapping):
+            raise InputError(f"merge_edits joins dicts {{point name: edit}}, got {type(d).__name__}")
+        for name, edits in d.items():
+            out.setdefault(name, []).extend(edit_list(name, edits))
+    return out
 
 
 def edited(edit: Edit, x: torch.Tensor, point: Point) -> torch.Tensor:
@@ -155,8 +236,12 @@ def edited(edit: Edit, x: torch.Tensor, point: Point) -> torch.Tensor:
 
 
 ATTENTION_POINTS = ("query", "key", "value", "q", "k", "v", "relative_scores", "scores", "scaled_scores",
-                    "masked_scores", "probs", "context", "merged", "dense", "output")
+                    "masked_scores", "probs", "context", "merged", "head_outputs", "dense", "output")
 """The points of one attention block, in the order it computes them (bertfn/model/attention.py)."""
+
+OPTIONAL_POINTS = ("head_outputs",)
+"""Points computed only when a trace asks for them or an edit names them (:meth:`Trace.wants`):
+``layer.{i}.attention.head_outputs`` (B, nh, S, H), each head's write into the residual stream."""
 
 WEIGHT_POINTS = ("scores", "scaled_scores", "masked_scores", "probs")
 """The attention points only the eager path forms (the fused SDPA kernel never does)."""
@@ -164,7 +249,7 @@ WEIGHT_POINTS = ("scores", "scaled_scores", "masked_scores", "probs")
 FFN_POINTS = ("intermediate", "dense", "output")
 
 
-def point_names(config: BertConfig) -> list[str]:
+def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
     """Every point a full pass of a model with ``config`` can pass through, in order (the MLM head's last).
 
     ``relative_scores`` only with relative positions, ``embeddings.position`` only with absolute
@@ -173,6 +258,7 @@ def point_names(config: BertConfig) -> list[str]:
 
     Args:
         config: the model's config.
+        optional: list the :data:`OPTIONAL_POINTS` too (a pass computes them only when asked).
     """
     own = family_of(config).embedding_points  # a family member's own embeddings step names its own points
     if own is not None:
@@ -186,6 +272,8 @@ def point_names(config: BertConfig) -> list[str]:
     for i in range(config.num_hidden_layers):
         for block in blocks:
             for n in ATTENTION_POINTS:
+                if n in OPTIONAL_POINTS and not optional:
+                    continue
                 if n != "relative_scores" or (block == "attention" and config.position_embedding_type != "absolute"):
                     names.append(f"layer.{i}.{block}.{n}")
         names += [f"layer.{i}.ffn.{n}" for n in FFN_POINTS] + [f"layer.{i}.output"]
@@ -204,21 +292,25 @@ def layer_input(config: BertConfig) -> str:
     return [n for n in point_names(config) if n.startswith("embeddings.")][-1]
 
 
-def check_edits(edits: Mapping[str, Edit] | None, config: BertConfig) -> dict[str, Edit]:
-    """``edits`` as a dict, each name (or pattern) checked against :func:`point_names`.
+def check_edits(edits: Edits | None, config: BertConfig) -> dict[str, list[Edit]]:
+    """``edits`` as a dict of lists, each name (or pattern) checked against :func:`point_names`.
 
     Args:
-        edits: ``{name or pattern: edit}``, or None.
+        edits: ``{name or pattern: edit or [edits]}``, or None.
         config: the model's config.
 
+    Returns:
+        ``{name or pattern: [edits]}``.
+
     Raises:
-        InputError: a name that matches no point, naming the close valid names.
+        InputError: a name that matches no point (naming the close valid names), or an edit that is no
+            function of ``(tensor, point)``.
     """
     if edits is None:
         return {}
     if not isinstance(edits, Mapping):
         raise InputError(f"edits must be a dict {{point name: edit(tensor, point) -> tensor}}, got {type(edits).__name__}")
-    valid = point_names(config)
+    valid = point_names(config, optional=True)
     for pattern in edits:
         if not isinstance(pattern, str) or not any(fnmatch.fnmatchcase(n, pattern) for n in valid):
             close = difflib.get_close_matches(str(pattern), valid, n=3, cutoff=0.5)
@@ -226,17 +318,18 @@ def check_edits(edits: Mapping[str, Edit] | None, config: BertConfig) -> dict[st
                 "the points are embeddings.*, layer.{i}.attention.{query,...,probs,context,...}, layer.{i}.ffn.*, " \
                 "layer.{i}.output, pooler, mlm.transform, mlm.logits (bertfn.model.recorder.point_names)"
             raise InputError(f"no point of this model is named {pattern!r} (layers 0-{config.num_hidden_layers - 1}); {hint}")
-    return dict(edits)
+    return {pattern: edit_list(pattern, edit) for pattern, edit in edits.items()}
 
 
-def with_edits(trace: Trace, edits: Mapping[str, Edit] | None, config: BertConfig) -> Trace:
-    """``trace`` with ``edits`` added (checked by :func:`check_edits`).
+def with_edits(trace: Trace, edits: Edits | None, config: BertConfig) -> Trace:
+    """``trace`` with ``edits`` added (checked by :func:`check_edits`) after its own.
 
-    What ``encoder(..., edits=)`` and the calls above it pass down.
+    What ``encoder(..., edits=)`` and the calls above it pass down. Where both have edits for one
+    name, the trace's run first, then these (:func:`merge_edits`).
 
     Args:
         trace: the trace the caller has (:data:`NO_TRACE` when none).
-        edits: ``{name or pattern: edit}``, or None.
+        edits: ``{name or pattern: edit or [edits]}``, or None.
         config: the model's config.
 
     Returns:
@@ -245,4 +338,5 @@ def with_edits(trace: Trace, edits: Mapping[str, Edit] | None, config: BertConfi
     edits = check_edits(edits, config)
     if not edits:
         return trace
-    return Trace(trace.store, trace.prefix, edits={**trace.edits, **edits}, keep=trace.keep)
+    return Trace(trace.store, trace.prefix, edits=merge_edits(trace.edits, edits), keep=trace.keep,
+                 optional=trace.optional)

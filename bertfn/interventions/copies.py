@@ -1,0 +1,242 @@
+"""The engine under :func:`~bertfn.interventions.sweep`: many copies of one corrupted run, each patched at one slice.
+
+A sweep over one clean/corrupted pair patches, for every layer i and every slice c of the point at
+layer i (a position, a head, a neuron, a head at a position: :data:`OVER`), a copy of the corrupted
+run with the clean run's slice, and measures a metric of what that copy computes. Each copy equals
+running the corrupted text with :func:`~bertfn.interventions.patch` at that one slice; what does not
+change is not run again:
+
+* the layers below a patch: a copy patched at layer i starts from the corrupted run's input of layer i;
+* the copies of one layer run as one batch (at most :data:`MAX_ROWS` rows: more slices than that at a
+  layer are cut into chunks);
+* from layer i on, the copies patched at layer i join those patched below it, and the batch goes
+  through each layer above as one, until it holds :data:`MAX_ROWS` rows; then it runs to the top and a
+  new batch starts;
+* where the metric reads only the MLM head's outputs (``mlm.logits``, ``mlm.transform``), the last
+  layer runs its keys and values at every position and the rest at the masks alone, and the head only
+  at the masks. Where it reads other points, the copies' passes keep exactly those (at layers below a
+  copy's patch it reads the corrupted run's, which are the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+import torch
+
+from ..fast.unpadded import unpadded_attention, unpadded_feed_forward
+from ..inspect.trace import Recording
+from ..model.attention import causal_keep_mask, extended_mask
+from ..model.encoder import layer
+from ..model.heads import mlm_head, pooler
+from ..model.recorder import WEIGHT_POINTS, Point, Trace, layer_input, layer_of
+from .points import axes, per_head
+
+Tensor = torch.Tensor
+
+OVER = {"positions": "layer.{i}.output", "heads": "layer.{i}.attention.context",
+        "neurons": "layer.{i}.ffn.intermediate", "heads x positions": "layer.{i}.attention.context"}
+"""What a sweep patches one slice at a time, and the point it patches by default (``{i}``: the layer)."""
+
+MLM_POINTS = frozenset({"mlm.logits", "mlm.transform"})
+
+MAX_ROWS = 2048
+"""How many rows (copies x tokens) a batch of copies grows to before it runs to the top.
+
+A product on a few hundred rows runs well below the speed it reaches on a thousand or more, so the
+copies patched at layer i join those patched below it. Past this many rows the batch is run through
+the layers above and a new one starts (memory: a layer's intermediate holds ``4 x MAX_ROWS x H`` floats)."""
+
+
+def slice_shape(over: str, name: str, x: Tensor) -> tuple[int, ...]:
+    """The shape of one layer's row of the map: how many slices the tensor ``x`` at ``name`` has.
+
+    Args:
+        over: a key of :data:`OVER`.
+        name: the point's full name.
+        x: the tensor recorded there, (1, ...).
+
+    Returns:
+        (S,) for positions, (nh,) for heads, (X,) for neurons, (nh, S) for heads x positions; () where
+        the point has no such axis.
+    """
+    where = axes(name)
+    if over == "positions":
+        return () if where["positions"] is None else (x.shape[where["positions"]],)
+    if over == "neurons":
+        return () if where["neurons"] is None or per_head(name) else (x.shape[-1],)
+    if not per_head(name):
+        return ()
+    return (x.shape[1],) if over == "heads" else (x.shape[1], x.shape[2])
+
+
+def write_slices(out: Tensor, rows: Tensor, c: Tensor, source: Tensor, over: str, name: str) -> None:
+    """In place: row ``rows[j]`` of ``out`` takes the clean ``source``'s slice ``c[j]``.
+
+    Args:
+        out: (A, ...) the copies' tensor at ``name``.
+        rows: (n,) the rows to patch.
+        c: (n,) the flat slice index each takes (for heads x positions: head * S + position).
+        source: (1, ...) the clean run's tensor at ``name``.
+        over: a key of :data:`OVER`.
+        name: the point's full name.
+    """
+    src = source[0].to(out.dtype)  # the clean run, without its batch axis
+    if over == "heads":
+        out[rows, c] = src[c]  # (n, S, ...): head c
+    elif over == "heads x positions":
+        S = src.shape[1]
+        out[rows, c // S, c % S] = src[c // S, c % S]  # (n, ...): head c // S at position c % S
+    elif over == "positions" and per_head(name):
+        out[rows, :, c] = src[:, c].transpose(0, 1)  # (nh, n, ...) -> (n, nh, ...): position c of every head
+    elif over == "positions":
+        out[rows, c] = src[c]  # (n, X): position c
+    else:
+        out[rows, :, c] = src[:, c].transpose(0, 1)  # (S, n) -> (n, S): neuron c at every position
+
+
+class Kept(dict):
+    """A store that keeps only the points ``names`` (a :class:`Trace` writes every point into it).
+
+    Args:
+        names: the full names to keep.
+    """
+
+    def __init__(self, names: Collection[str]):
+        super().__init__()
+        self.names = names
+
+    def __setitem__(self, name: str, x: Tensor) -> None:
+        if name in self.names:
+            super().__setitem__(name, x)
+
+
+def patched_metrics(params, clean: Recording, corrupted: Recording, names: list[str], over: str,
+                    metric: Callable[[Recording], Tensor], reads: Collection[str], layers: list[int],
+                    progress: bool = False) -> list[Tensor]:
+    """The metric of every copy of the corrupted run patched at one slice of ``names[i]``, per layer.
+
+    Args:
+        params (Params): the model's root params.
+        clean: the clean run, recorded whole (:func:`bertfn.trace`'s names).
+        corrupted: the corrupted run, of as many tokens.
+        names: the point patched at each layer (``names[i]`` at layer i), all layers.
+        over: a key of :data:`OVER`.
+        metric: ``metric(run) -> scalar``; run is a :class:`Recording` holding the points in ``reads``.
+        reads: the points the metric reads.
+        layers: the layers to patch, in increasing order.
+        progress: show a progress bar over them.
+
+    Returns:
+        Per layer patched, its values: a tensor of :func:`slice_shape` (float64, on the CPU).
+    """
+    cfg = params.config
+    L = cfg.num_hidden_layers
+    reads = frozenset(reads)
+    where = torch.tensor(corrupted.mask_positions, dtype=torch.long, device=corrupted.input_ids.device)
+    keep = torch.ones_like(corrupted.input_ids)  # (1, S): one text, no padding
+    if cfg.is_decoder:
+        keep = causal_keep_mask(keep, keep.shape[1])  # (1, S, S)
+    first = layer_input(cfg)
+    mask = extended_mask(keep, corrupted[first].dtype)
+    S = corrupted.input_ids.shape[1]
+    at_masks = set(reads) <= MLM_POINTS  # the last layer and the head at the masks alone
+    impl = "eager" if any(r.rpartition(".")[2] in WEIGHT_POINTS for r in reads) else "sdpa"
+    shapes = {i: slice_shape(over, names[i], clean[names[i]]) for i in layers}
+    values = {i: torch.empty(shapes[i], dtype=torch.float64).flatten() for i in layers}
+    group: dict = {"active": None, "next": 0, "members": [], "store": Kept(reads)}
+
+    def run_layer(i: int, h: Tensor, edits: dict | None = None) -> Tensor:
+        if at_masks and i == L - 1 and not edits:  # the fast path's last layer, at the masks alone
+            return _last_layer_at_masks(params, h, where)
+        points = Trace(group["store"], prefix=f"layer.{i}.", edits=edits, keep=not at_masks, optional=tuple(reads))
+        out = layer(params.layer(i), h, mask, impl=impl, trace=points).hidden
+        return out[:, where] if at_masks and i == L - 1 else out  # copies patched in the last layer: at the masks
+
+    def flush() -> None:  # the group's batch to the top, then each copy's metric
+        h = group["active"]
+        for j in range(group["next"], L):
+            h = run_layer(j, h)
+        store = group["store"]
+        if "pooler" in reads:
+            pooler(params, h, Trace(store))
+        if reads & MLM_POINTS:
+            mlm_head(params, h if at_masks else h[:, where], trace=Trace(store))  # (copies, N, V)
+        for k, c, offset in group["members"]:
+            for j, flat in enumerate(c.tolist()):
+                row = offset + j
+                run = {r: _value(r, k, row, store, corrupted) for r in reads}
+                values[k][flat] = float(metric(_as_run(run, corrupted)))
+        group.update(active=None, members=[], store=Kept(reads))
+
+    if progress:
+        from tqdm import tqdm
+
+        layers = tqdm(layers, desc=f"patching {over}", unit="layer", leave=False)
+    for i in layers:
+        base = corrupted[f"layer.{i - 1}.output"] if i else corrupted[first]  # (1, S, H): below the patch, once
+        n = 1
+        for s in shapes[i]:
+            n *= s
+        step = max(1, MAX_ROWS // S)
+        for start in range(0, n, step):
+            c = torch.arange(start, min(n, start + step), device=base.device)  # the slices of this chunk
+            if group["active"] is not None and (group["next"] != i or (at_masks and i == L - 1) or
+                                                (group["active"].shape[0] + len(c)) * S > MAX_ROWS):
+                flush()  # the copies patched below to the top (at the masks alone in the last layer)
+            new = base.expand(len(c), *base.shape[1:])
+            batch = new.contiguous() if group["active"] is None else torch.cat([group["active"], new])
+            rows = torch.arange(batch.shape[0] - len(c), batch.shape[0], device=base.device)
+            group["members"].append((i, c, batch.shape[0] - len(c)))
+
+            def edit(t: Tensor, point: Point, rows=rows, c=c, name=names[i]) -> Tensor:
+                out = t.clone()
+                write_slices(out, rows, c, clean[name], over, name)
+                return out
+
+            group["active"] = run_layer(i, batch, {names[i]: edit})
+            group["next"] = i + 1
+        if group["active"] is not None and (group["next"] == L or group["active"].shape[0] * S >= MAX_ROWS):
+            flush()
+    if group["active"] is not None:
+        flush()
+    return [values[i].view(shapes[i]) for i in layers]
+
+
+def _value(name: str, patched_at: int, row: int, store: dict, corrupted: Recording) -> Tensor:
+    """What copy ``row`` of a group (patched at layer ``patched_at``) computed at point ``name``.
+
+    Below its patch, the corrupted run's (the same); from there on, its row of the batch.
+    """
+    at = layer_of(name)
+    if name in store and (at is None or at >= patched_at):
+        x = store[name]
+        return x[row] if name.startswith("mlm.") else x[row:row + 1]  # mlm.* (N, V) as trace records them
+    return corrupted[name]
+
+
+def _as_run(tensors: dict[str, Tensor], corrupted: Recording) -> Recording:
+    """One copy's points as a :class:`Recording` of the corrupted text, what a metric reads."""
+    return Recording(corrupted.tokens, corrupted.input_ids, corrupted.mask_positions, tensors, corrupted.config,
+                     corrupted.model)
+
+
+def _last_layer_at_masks(params, h: Tensor, where: Tensor) -> Tensor:
+    """The last layer on the copies ``h``, at the masks ``where`` alone.
+
+    The fast path's (:func:`~bertfn.fast.unpadded.unpadded_attention`): the copies laid end to end,
+    keys and values at every position, the queries, output projection and feed-forward at the masks.
+
+    Args:
+        params (Params): the model's root params.
+        h: (c, S, H) the copies.
+        where: (N,) the masks' positions.
+
+    Returns:
+        (c, N, H).
+    """
+    p = params.layer(params.config.num_hidden_layers - 1)
+    c, S, H = h.shape
+    rows = (torch.arange(c, device=h.device)[:, None] * S + where[None, :]).flatten()  # (c * N,): the masks, end to end
+    x = unpadded_attention(p.scope("attention"), h.reshape(1, c * S, H), [S] * c, rows)  # (1, c * N, H)
+    return unpadded_feed_forward(p, x).view(c, len(where), H)

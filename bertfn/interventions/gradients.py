@@ -1,0 +1,149 @@
+"""The gradient of a metric with respect to any point of the pass, with the points' values, in one call.
+
+    g = bertfn.interventions.gradients(text, model, metric, ["layer.*.output", "layer.3.attention.probs"])
+    g.value                                     # the metric
+    g.activations["layer.3.output"]             # (1, S, H): what the pass computed there
+    g.grads["layer.3.output"]                   # (1, S, H): d metric / d that tensor
+
+A *metric* is a function of the run, ``metric(run) -> scalar tensor``, where ``run`` is the pass's
+:class:`~bertfn.inspect.trace.Recording` (``run["mlm.logits"]``: the MLM logits at the text's masks,
+(N, V); ``run["layer.6.output"]``: (1, S, H); any name :func:`bertfn.trace` records). This is what
+attribution methods beyond patching need: gradient x activation is ``g.grads[n] * g.activations[n]``;
+integrated gradients averages ``grads`` over inputs scaled from a baseline, which ``edits=`` sets up
+(docs/guides/interventions.md shows both). The pass is the reference one (eager attention), the graph
+starting at the word embeddings, so that a gradient with respect to any point is its total derivative:
+every path from that point to the metric, through the layers above.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from ..checkpoint.loading import Model
+from ..checkpoint.resolve import get_model, require_tokenizer, text_list
+from ..errors import InputError
+from ..inspect.trace import Recording
+from ..model.encoder import encoder
+from ..model.heads import mlm_head
+from ..model.recorder import Edits, Point, Trace, check_edits, merge_edits, point_names
+from .copies import Kept
+from .patching import Metric
+
+Tensor = torch.Tensor
+
+
+class Gradients(NamedTuple):
+    """What :func:`gradients` returns for one text.
+
+    Attributes:
+        value: the metric of the run.
+        activations: each point's tensor, as :func:`bertfn.trace` records it ((1, S, ...); detached).
+        grads: d metric / d each point's tensor, of the same shape.
+        run: the whole run as a Recording (the points the metric read and those asked for).
+    """
+
+    value: float
+    activations: dict[str, Tensor]
+    grads: dict[str, Tensor]
+    run: Recording
+
+
+def resolve_names(names: str | Sequence[str], config) -> list[str]:
+    """Point names and patterns (``*``) as the full names they match, in the pass's order.
+
+    Args:
+        names: a name or pattern, or several.
+        config (BertConfig): the model's config.
+
+    Raises:
+        InputError: a name or pattern that matches no point.
+    """
+    names = [names] if isinstance(names, str) else list(names)
+    check_edits(dict.fromkeys(names, lambda x, point: x), config)  # each must match a point, with a hint if not
+    return [n for n in point_names(config, optional=True) if any(fnmatch.fnmatchcase(n, p) for p in names)]
+
+
+def run_with_grad(m: Model, text: str, metric: Metric, names: list[str], *, keep: set[str] | None = None,
+                  edits: Edits | None = None) -> Gradients:
+    """One pass of ``text`` with the graph kept, the metric's backward, and the gradients at ``names``.
+
+    Args:
+        m: the model.
+        text: one text.
+        metric: ``metric(run) -> scalar tensor``.
+        names: full point names to hold (from :func:`resolve_names`).
+        keep: the points to record for the metric (None: all of them).
+        edits: edits of the pass (applied before the gradients are taken).
+
+    Raises:
+        InputError: a metric that reads no point, or returns no scalar.
+    """
+    tok = m.tokenizer
+    enc = tok([text])
+    ids = enc.input_ids.to(m.device)  # (1, S)
+    held: dict[str, Tensor] = {}
+
+    def start(x: Tensor, point: Point) -> Tensor:  # the graph starts here: the weights need no gradient
+        return x.detach().requires_grad_(True)
+
+    def hold(x: Tensor, point: Point) -> Tensor:
+        x.retain_grad()
+        held[point.name] = x
+        return x
+
+    wanted = set(names) | (keep or set())
+    store = {} if keep is None else Kept(wanted)
+    own = merge_edits(check_edits(edits, m.config), {"embeddings.word": start}, dict.fromkeys(names, hold))
+    record = Trace(store, edits=own, optional=[n for n in wanted if n.endswith(".head_outputs")])
+    with torch.enable_grad():
+        out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
+                      impl="eager", trace=record)
+        where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,) the [MASK]s
+        if len(where) and "cls.predictions.decoder.weight" in m.params:
+            mlm_head(m.params, out.last_hidden_state[0, where], trace=record)  # (N, V)
+        run = Recording(enc.tokens[0], ids, where.tolist(), record.store, m.config, m)
+        value = metric(run)
+        if not isinstance(value, Tensor) or value.numel() != 1:
+            got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise InputError(f"the metric must return one number as a tensor (e.g. run['mlm.logits'][0, 5]), got {got}")
+        if not value.requires_grad:
+            raise InputError("the metric does not depend on the pass (its value has no gradient); read a point of "
+                             "the run, e.g. run['mlm.logits'][0, right] - run['mlm.logits'][0, wrong]")
+        value.backward()
+    grads = {n: held[n].grad if held[n].grad is not None else torch.zeros_like(held[n]) for n in names}
+    detached = {k: v.detach() for k, v in record.store.items()}
+    return Gradients(value.item(), {n: held[n].detach() for n in names}, grads,
+                     Recording(run.tokens, ids, run.mask_positions, detached, m.config, m))
+
+
+def gradients(texts: str | Sequence[str], model: Model | str | Path, metric: Metric, names: str | Sequence[str], *,
+              edits: Edits | None = None) -> Gradients | list[Gradients]:
+    """The gradient of ``metric`` with respect to the points ``names`` (and their values), in one pass each.
+
+    Args:
+        texts: one text, or several (each run on its own).
+        model: a loaded :class:`Model`, a folder or a hub id.
+        metric: ``metric(run) -> scalar tensor``, ``run`` the pass's Recording (e.g.
+            :func:`~bertfn.interventions.logit_difference`).
+        names: point names or patterns (``"layer.*.output"``), as :func:`bertfn.trace` records them.
+        edits: edits of the pass, e.g. inputs scaled from a baseline for integrated gradients.
+
+    Returns:
+        :class:`Gradients` for one text; a list of them for several.
+
+    Raises:
+        InputError: empty texts, names that match no point, a metric that returns no scalar or reads
+            nothing of the pass.
+        MissingPartError: a model without a tokenizer.
+    """
+    texts, single = text_list(texts, "gradients")
+    m = get_model(model)
+    require_tokenizer(m, "gradients")
+    full = resolve_names(names, m.config)
+    out = [run_with_grad(m, text, metric, full, edits=edits) for text in texts]
+    return out[0] if single else out

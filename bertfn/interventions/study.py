@@ -1,0 +1,396 @@
+"""Patching studies: sweeps and attribution over one clean/corrupted pair or a dataset of them.
+
+    study = bertfn.interventions.sweep(cleans, corrupteds, model, metric, over="heads")
+    study.per_example          # (P, L, nh): each pair's map
+    study.values               # (L, nh): their mean
+    study.interval(0.95)       # (low, high): Student's t interval of the mean, per cell
+
+:func:`sweep` patches the clean run into the corrupted one a slice at a time (causal tracing, Meng et al.
+2022; Vig et al. 2020): every position of each layer's output, every head's context, every feed-forward
+neuron, or every head at every position (:data:`~bertfn.interventions.copies.OVER`), and measures a
+*metric of the run* for each (layer, slice). Each value equals running the corrupted text with
+:func:`~bertfn.interventions.patch` at that one slice; bertfn/interventions/copies.py says what it
+reuses. :func:`attribution` estimates the same map from one forward and one backward pass of each
+corrupted text (attribution patching, Nanda 2023): the change a patch makes is about
+``(clean - corrupted) . d metric / d activation`` summed over the slice.
+
+A metric is ``metric(run) -> scalar tensor``, ``run`` the :class:`~bertfn.inspect.trace.Recording` of a
+(patched) corrupted pass: ``run["mlm.logits"]`` (N, V) at the corrupted text's [MASK]s, or any other
+point (``run["layer.6.output"][0, 5] @ probe``). bertfn finds which points it reads by running it on
+the corrupted run, and keeps only those in the patched copies. Pairs may have any length each (the
+two texts of one pair the same number of tokens); a map over positions then has NaN where a pair is
+shorter than the longest, and the mean and interval at a cell use the pairs that have it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.loading import Model
+from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list
+from ..errors import InputError
+from ..inspect.trace import Recording
+from ..model.encoder import encoder
+from ..model.heads import mlm_head
+from ..model.recorder import OPTIONAL_POINTS, Trace, check_edits
+from .copies import MLM_POINTS, OVER, patched_metrics, slice_shape
+from .gradients import run_with_grad
+from .patching import Metric
+from .points import axes
+from .stats import mean_interval
+
+Tensor = torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """What :func:`sweep` and :func:`attribution` return: each pair's map, and their mean.
+
+    Attributes:
+        per_example: (P, L, ...) the metric with each slice patched (attribution: its estimate), per pair;
+            ``...`` is (S,) over positions, (nh,) heads, (I,) neurons, (nh, S) heads x positions; NaN where
+            a pair has no such slice (a shorter pair).
+        clean_runs: (P,) the metric of each clean run, unpatched.
+        corrupted_runs: (P,) the metric of each corrupted run, unpatched.
+        names: the point each row patched.
+        over: "positions", "heads", "neurons" or "heads x positions".
+    """
+
+    per_example: Tensor
+    clean_runs: Tensor
+    corrupted_runs: Tensor
+    names: list[str]
+    over: str
+
+    @property
+    def values(self) -> Tensor:
+        """(L, ...) the mean map over the pairs (one pair: its map)."""
+        return mean_interval(self.per_example)[0] if len(self.per_example) > 1 else self.per_example[0]
+
+    @property
+    def clean(self) -> float:
+        """The clean runs' mean metric."""
+        return self.clean_runs.mean().item()
+
+    @property
+    def corrupted(self) -> float:
+        """The corrupted runs' mean metric."""
+        return self.corrupted_runs.mean().item()
+
+    @property
+    def normalized(self) -> Tensor:
+        """The mean map with the corrupted runs' mean at 0 and the clean runs' at 1."""
+        return (self.values - self.corrupted) / (self.clean - self.corrupted)
+
+    @property
+    def normalized_per_example(self) -> Tensor:
+        """(P, L, ...) each pair's map with its own corrupted run at 0 and its clean run at 1."""
+        shape = (-1,) + (1,) * (self.per_example.dim() - 1)
+        low, high = self.corrupted_runs.view(shape), self.clean_runs.view(shape)
+        return (self.per_example - low) / (high - low)
+
+    @property
+    def count(self) -> Tensor:
+        """(L, ...) how many pairs have each cell."""
+        return (~torch.isnan(self.per_example)).sum(dim=0)
+
+    def interval(self, level: float = 0.95) -> tuple[Tensor, Tensor]:
+        """Student's t confidence interval of the mean map, per cell (:mod:`bertfn.interventions.stats`).
+
+        Args:
+            level: the coverage, e.g. 0.95.
+
+        Returns:
+            ``(low, high)``, each (L, ...); NaN where fewer than two pairs have the cell.
+        """
+        _, low, high = mean_interval(self.per_example, level)
+        return low, high
+
+
+def pairs_of(clean: str | Sequence[str], corrupted: str | Sequence[str], what: str) -> list[tuple[str, str]]:
+    """The clean/corrupted pairs of a call: two texts, or two lists of as many texts.
+
+    Args:
+        clean: a clean text or a list of them.
+        corrupted: the corrupted text(s), one per clean text.
+        what: the call, for the messages.
+
+    Raises:
+        InputError: a text and a list, lists of different lengths, or an empty text.
+    """
+    if isinstance(clean, str) != isinstance(corrupted, str):
+        raise InputError(f"{what} takes a clean and a corrupted text, or a list of clean texts and a list of as many "
+                         f"corrupted ones; got {type(clean).__name__} and {type(corrupted).__name__}")
+    cleans, _ = text_list(clean, what)
+    corrupteds, _ = text_list(corrupted, what)
+    if len(cleans) != len(corrupteds):
+        raise InputError(f"{what} pairs each clean text with a corrupted one: got {len(cleans)} clean and "
+                         f"{len(corrupteds)} corrupted texts")
+    return list(zip(cleans, corrupteds))
+
+
+def runs(clean_text: str, corrupted_text: str, m: Model, optional: Sequence[str] = ()) -> tuple[Recording, Recording]:
+    """The clean and the corrupted text recorded as :func:`~bertfn.inspect.trace.trace` records each.
+
+    One batch of two (the weights are read once; the two have the same number of tokens, so nothing is
+    padded); the MLM head at the corrupted text's [MASK]s for both, when it has masks and the model a head.
+
+    Args:
+        clean_text: the clean text.
+        corrupted_text: the corrupted text.
+        m: the model.
+        optional: optional points to compute too (e.g. ``layer.*.attention.head_outputs``).
+
+    Raises:
+        InputError: texts of different lengths in tokens.
+    """
+    enc = m.tokenizer([clean_text, corrupted_text])
+    ids = enc.input_ids.to(m.device)  # (2, S)
+    lengths = enc.attention_mask.sum(dim=1).tolist()
+    if lengths[0] != lengths[1]:
+        raise InputError(f"the clean text has {lengths[0]} tokens and the corrupted one {lengths[1]}; patching "
+                         f"compares the same positions, so make them the same length in tokens (clean: "
+                         f"{clean_text!r:.50}, corrupted: {corrupted_text!r:.50})")
+    masks = [(ids[b] == m.tokenizer.mask_token_id).nonzero()[:, 0].tolist() for b in range(2)]
+    record = Trace(optional=optional)
+    with torch.no_grad():
+        out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
+                      impl="eager", trace=record)
+        if masks[1] and "cls.predictions.decoder.weight" in m.params:
+            mlm_head(m.params, out.last_hidden_state[:, masks[1]], trace=record)  # (2, N, V)
+
+    def one(b: int) -> Recording:  # text b's rows; mlm.* without the batch axis, as trace() records them
+        tensors = {k: (v[b] if k.startswith("mlm.") else v[b:b + 1]) if v.shape[0] == 2 else v
+                   for k, v in record.store.items()}
+        return Recording(enc.tokens[b], ids[b:b + 1], masks[b], tensors, m.config, m)
+
+    return one(0), one(1)
+
+
+class _Optional(InputError):
+    """The metric asked for optional points the run did not compute (:data:`OPTIONAL_POINTS`)."""
+
+    def __init__(self, names: list[str]):
+        super().__init__(f"the run did not compute {names}")
+        self.names = names
+
+
+class _Reads(dict):
+    """The tensors of a run, noting which names the metric asks for."""
+
+    def __init__(self, tensors: dict):
+        super().__init__(tensors)
+        self.asked: list[str] = []
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            raise InputError(f"the metric indexed the run with {name!r}: a metric is metric(run), run the pass's "
+                             "Recording read by point name, e.g. lambda run: run['mlm.logits'][0, right] - "
+                             "run['mlm.logits'][0, wrong] (or iv.logit_difference(right, wrong))")
+        self.asked.append(name)
+        return super().__contains__(name)
+
+
+def reads_of(metric: Metric, run: Recording) -> tuple[frozenset[str], float]:
+    """Which points ``metric`` reads, found by running it on ``run``, and its value there.
+
+    Args:
+        metric: ``metric(run) -> scalar tensor``.
+        run: a whole recording (the corrupted run).
+
+    Raises:
+        InputError: a metric that reads nothing of the run, fails on it, or returns no single number.
+    """
+    if not callable(metric):
+        raise InputError(f"metric must be a function metric(run) -> number, got {type(metric).__name__}")
+    seen = _Reads(run.tensors)
+    try:
+        with torch.no_grad():
+            value = metric(dataclasses.replace(run, tensors=seen))
+    except InputError:
+        missing = {n for n in seen.asked if n not in run.tensors}
+        optional = sorted(n for n in missing if n.rpartition(".")[2] in OPTIONAL_POINTS)
+        if optional:
+            raise _Optional(optional) from None
+        if missing & MLM_POINTS:
+            require_mlm_head(run.model, "a metric of mlm.*")
+            raise InputError(f"the metric reads {sorted(missing & MLM_POINTS)}, the MLM head at the corrupted text's "
+                             f"[MASK]s, but {' '.join(run.tokens)!r:.80} has none; put [MASK] where the metric reads "
+                             "(or read another point)") from None
+        raise
+    if not isinstance(value, Tensor | float | int) or (isinstance(value, Tensor) and value.numel() != 1):
+        got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise InputError(f"the metric must return one number (a tensor of one element), got {got}")
+    reads = frozenset(n for n in seen.asked if n in run.tensors)
+    if not reads:
+        raise InputError("the metric reads no point of the run, so no patch can change it; read one by name, e.g. "
+                         "run['mlm.logits'] or run['layer.6.output']")
+    return reads, float(value)
+
+
+def _prepared(clean_text: str, corrupted_text: str, m: Model, metric: Metric, what: str):
+    """The pair's runs and the points the metric reads (recording optional points the metric asks for)."""
+    clean, corrupted = runs(clean_text, corrupted_text, m)
+    try:
+        reads, _ = reads_of(metric, corrupted)
+    except _Optional as e:  # an optional point asked for: record it and try again
+        clean, corrupted = runs(clean_text, corrupted_text, m, e.names)
+        reads, _ = reads_of(metric, corrupted)
+    if reads & MLM_POINTS and clean.mask_positions != corrupted.mask_positions:
+        raise InputError(f"the clean text has [MASK] at {clean.mask_positions} and the corrupted one at "
+                         f"{corrupted.mask_positions}; the metric compares the logits at the same masks")
+    return clean, corrupted, reads
+
+
+def _setup(clean, corrupted, model, metric, over, name, layers, what):
+    """Checks common to :func:`sweep` and :func:`attribution`: the pairs, the model, the points, the layers."""
+    pairs = pairs_of(clean, corrupted, what)
+    m = get_model(model)
+    require_tokenizer(m, what)
+    if over not in OVER:
+        raise InputError(f"over must be one of {', '.join(map(repr, OVER))}, got {over!r}")
+    template = name or OVER[over]
+    if not isinstance(template, str) or "{i}" not in template:
+        raise InputError(f"name must be a point name with {{i}} where the layer goes, e.g. {OVER[over]!r}; got {template!r}")
+    L = m.config.num_hidden_layers
+    layers = list(range(L)) if layers is None else [layers] if isinstance(layers, int) else list(layers)
+    if not layers or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < L for i in layers):
+        raise InputError(f"layers must be layer numbers from 0 to {L - 1} (this model has {L}), got {layers!r}")
+    layers = sorted(set(layers))
+    names = [template.format(i=i) for i in range(L)]
+    check_edits({names[i]: lambda x, point: x for i in layers}, m.config)
+    return pairs, m, names, layers
+
+
+def _check_axis(clean: Recording, names: list[str], layers: list[int], over: str) -> None:
+    for i in layers:
+        if not slice_shape(over, names[i], clean[names[i]]):
+            hint = {"heads": "heads are split at layer.{i}.attention.q|k|v|scores|probs|context",
+                    "heads x positions": "heads are split at layer.{i}.attention.q|k|v|scores|probs|context",
+                    "neurons": "neurons are the last axis of (B, S, X) points such as layer.{i}.ffn.intermediate",
+                    "positions": "it has one vector per text"}[over]
+            raise InputError(f"{names[i]} has no {over.split()[0]} to patch one at a time ({hint})")
+
+
+def _stack(maps: list[list[Tensor]], clean: list[float], corrupted: list[float], names, over) -> Sweep:
+    """Per-pair maps (each a list of per-layer rows) padded with NaN to the largest, as one :class:`Sweep`."""
+    rows = [torch.stack(layers_) for layers_ in maps]  # each (L', ...)
+    shape = [max(r.shape[d] for r in rows) for d in range(rows[0].dim())]
+    out = torch.full((len(rows), *shape), float("nan"), dtype=torch.float64)
+    for p, r in enumerate(rows):
+        out[(p, *(slice(0, s) for s in r.shape))] = r
+    return Sweep(out.float(), torch.tensor(clean), torch.tensor(corrupted), names, over)
+
+
+def sweep(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Model | str | Path, metric: Metric, *,
+          over: str = "positions", name: str | None = None, layers: int | Sequence[int] | None = None,
+          progress: bool = True) -> Sweep:
+    """Patch each clean run into its corrupted one a slice at a time; the metric for every (pair, layer, slice).
+
+    Each value equals running the corrupted text with :func:`~bertfn.interventions.patch` at that one
+    slice (tests hold it to 1e-5).
+
+    Args:
+        clean: the clean text, or a list of them (a dataset of pairs).
+        corrupted: the corrupted text(s): each as many tokens as its clean text (pairs may differ).
+        model: a loaded :class:`Model`, a folder or a hub id.
+        metric: ``metric(run) -> scalar tensor`` (:mod:`bertfn.interventions.gradients`), e.g.
+            :func:`~bertfn.interventions.logit_difference` or ``lambda run: run["layer.6.output"][0, 3] @ w``.
+        over: ``"positions"`` (each position of ``layer.{i}.output``), ``"heads"`` (each head of
+            ``layer.{i}.attention.context``), ``"neurons"`` (each of ``layer.{i}.ffn.intermediate``'s I
+            neurons, at every position) or ``"heads x positions"`` (each head at each position).
+        name: another point template with ``{i}`` for the layer (e.g. ``"layer.{i}.attention.output"``).
+        layers: the layers to patch (None: all); the rows of the map follow them.
+        progress: show a progress bar over the layers of each pair.
+
+    Returns:
+        The study: ``per_example`` (P, L, ...), ``values`` its mean, ``interval()``.
+
+    Raises:
+        InputError: bad pairs, ``over``, ``name``, ``layers`` or metric, or texts that cannot be compared.
+        MissingPartError: a model without a tokenizer, or without an MLM head for a metric that reads one.
+    """
+    pairs, m, names, layers = _setup(clean, corrupted, model, metric, over, name, layers, "sweep")
+    maps, cleans, corrupteds = [], [], []
+    for clean_text, corrupted_text in pairs:
+        c, x, reads = _prepared(clean_text, corrupted_text, m, metric, "sweep")
+        _check_axis(c, names, layers, over)
+        with torch.no_grad():
+            cleans.append(float(metric(c)))
+            corrupteds.append(float(metric(x)))
+            maps.append(patched_metrics(m.params, c, x, names, over, metric, reads, layers, progress))
+    return _stack(maps, cleans, corrupteds, [names[i] for i in layers], over)
+
+
+def attribution(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Model | str | Path,
+                metric: Metric, *, over: str = "positions", name: str | None = None,
+                layers: int | Sequence[int] | None = None) -> Sweep:
+    """:func:`sweep`'s maps estimated to first order from one forward and one backward pass per pair.
+
+    value = corrupted + sum over the slice of (clean - corrupted) * d metric / d activation. Compare with
+    the exact sweep by :func:`~bertfn.interventions.correlation`.
+
+    Args:
+        clean: the clean text, or a list of them.
+        corrupted: the corrupted text(s), as in :func:`sweep`.
+        model: a loaded :class:`Model`, a folder or a hub id.
+        metric: ``metric(run) -> scalar tensor``, as in :func:`sweep`.
+        over: as in :func:`sweep`.
+        name: as in :func:`sweep`.
+        layers: as in :func:`sweep`.
+
+    Returns:
+        The estimated maps, per pair, and their mean.
+
+    Raises:
+        InputError: as :func:`sweep`.
+        MissingPartError: as :func:`sweep`.
+    """
+    pairs, m, names, layers = _setup(clean, corrupted, model, metric, over, name, layers, "attribution")
+    held = [names[i] for i in layers]
+    maps, cleans, corrupteds = [], [], []
+    for clean_text, corrupted_text in pairs:
+        c, x, reads = _prepared(clean_text, corrupted_text, m, metric, "attribution")
+        _check_axis(c, names, layers, over)
+        g = run_with_grad(m, corrupted_text, metric, held, keep=set(reads))
+        with torch.no_grad():
+            cleans.append(float(metric(c)))
+            corrupteds.append(g.value)
+            rows = []
+            for n in held:
+                delta = (c[n] - g.activations[n]) * g.grads[n]  # same shape as the point
+                rows.append(_slice_sums(delta, n, over).double() + g.value)
+            maps.append(rows)
+    return _stack(maps, cleans, corrupteds, held, over)
+
+
+def _slice_sums(delta: Tensor, name: str, over: str) -> Tensor:
+    """``delta`` (1, ...) summed over everything but the slice axes of ``over``: (S,), (nh,), (I,) or (nh, S)."""
+    where = axes(name)
+    keep = {"positions": [where["positions"]], "heads": [1], "neurons": [delta.dim() - 1],
+            "heads x positions": [1, 2]}[over]
+    return delta[0].sum(dim=[d - 1 for d in range(1, delta.dim()) if d not in keep]) if delta.dim() > len(keep) + 1 \
+        else delta[0]
+
+
+def correlation(a: Sweep, b: Sweep) -> float:
+    """Pearson's r between two mean maps (e.g. :func:`attribution` against the exact :func:`sweep`).
+
+    Cells that either map lacks (NaN: positions only some pairs have) are left out.
+
+    Args:
+        a: one map.
+        b: the other, of the same shape.
+
+    Raises:
+        InputError: maps of different shapes.
+    """
+    if a.values.shape != b.values.shape:
+        raise InputError(f"correlation compares maps of one shape, got {tuple(a.values.shape)} and {tuple(b.values.shape)}")
+    x, y = a.values.flatten(), b.values.flatten()
+    both = ~(torch.isnan(x) | torch.isnan(y))
+    return torch.corrcoef(torch.stack([x[both], y[both]]))[0, 1].item()
