@@ -14,6 +14,8 @@ and measures what they change:
     copies.py      the engine under sweep: many patched copies of one run, reusing what does not change
     stats.py       the mean and Student's t interval
     gradients.py   d metric / d any point, with the points' values, in one call
+    logit_attribution.py   direct logit attribution per head and per layer at a mask (logit_attribution)
+    paths.py       path patching: a sender's clean output into chosen receivers only (path_patch)
 """
 
 from ..model.recorder import merge_edits
@@ -29,9 +31,12 @@ from .ablation import (
     zero_neurons,
 )
 from .gradients import Gradients, gradients
+from .logit_attribution import Contributions, LogitAttribution, hidden_contributions, logit_attribution
+from .paths import path_patch
 from .patching import at_masks, logit_difference, patch
 from .study import Sweep, attribution, correlation, sweep
 
-__all__ = ["Gradients", "Sweep", "activation_means", "at_masks", "attribution", "correlation", "gradients",
-           "head_means", "logit_difference", "mean_heads", "mean_neurons", "merge_edits", "neuron_means", "patch",
-           "replace_with", "steer", "sweep", "zero_heads", "zero_neurons"]
+__all__ = ["Contributions", "Gradients", "LogitAttribution", "Sweep", "activation_means", "at_masks", "attribution",
+           "correlation", "gradients", "head_means", "hidden_contributions", "logit_attribution", "logit_difference",
+           "mean_heads", "mean_neurons", "merge_edits", "neuron_means", "patch", "path_patch", "replace_with", "steer",
+           "sweep", "zero_heads", "zero_neurons"]

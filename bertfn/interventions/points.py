@@ -6,6 +6,7 @@ The points of a pass (:func:`~bertfn.model.recorder.point_names`) come in a few 
 points                                             shape              positions          heads     neurons
 =================================================  =================  =================  ========  =========
 ``layer.{i}.attention.q|k|v|context``              (B, nh, S, hd)     axis 2             axis 1
+``layer.{i}.attention.head_outputs``               (B, nh, S, H)      axis 2             axis 1
 ``layer.{i}.attention.scores|...|probs``           (B, nh, S_q, S_k)  axis 2 (queries)   axis 1
 ``embeddings.*``, ``layer.{i}.attention.query|``   (B, S, X)          axis 1                       last axis
 ``key|value|merged|dense|output``,
@@ -27,7 +28,8 @@ import torch
 
 from ..errors import InputError
 
-PER_HEAD = ("q", "k", "v", "context", "relative_scores", "scores", "scaled_scores", "masked_scores", "probs")
+PER_HEAD = ("q", "k", "v", "context", "relative_scores", "scores", "scaled_scores", "masked_scores", "probs",
+            "head_outputs")
 
 
 def per_head(name: str) -> bool:

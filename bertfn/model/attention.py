@@ -17,6 +17,10 @@ Two paths compute the same numbers. :func:`eager_attention` is the reference, wr
 ``impl="sdpa"`` hands the same Q, K, V and additive mask to ``torch.nn.functional.scaled_dot_product_attention``
 (fused, faster, but it never materialises the probabilities). The eager path is used whenever the
 probabilities are needed: ``output_attentions``, a head mask, or attention dropout.
+
+Each head's own write into the residual stream, ``head_outputs`` (B, nh, S, H), is formed only where a
+trace asks for it (:func:`head_outputs`); the output projection is then their sum plus the bias, which
+differs from the fused product by float rounding (about 1e-6 in fp32).
 """
 
 from __future__ import annotations
@@ -247,6 +251,29 @@ def chosen_impl(impl: str, need_probs: bool, head_mask: Tensor | None, p_drop: f
     return "eager" if need_probs or head_mask is not None or p_drop > 0 else impl
 
 
+def head_outputs(merged: Tensor, weight: Tensor, nh: int) -> Tensor:
+    """Each head's write into the residual stream: its context times its hd columns of ``W_O``, no bias.
+
+    ``Concat(head_1..head_nh) W_O^T = sum_h head_h W_O[:, h*hd:(h+1)*hd]^T`` (Vaswani et al. 2017, eq. 2,
+    split by head; Elhage et al. 2021's "heads write independently into the residual stream"), the
+    product ``BertSelfOutput.dense`` computes in one step. Summed over the heads, plus the bias, it is that
+    product to float rounding (about 1e-6 in fp32: the sum runs in another order than the fused matmul's).
+
+    Args:
+        merged: (B, S, nh*hd), the heads' contexts side by side (the ``merged`` point).
+        weight: (H, nh*hd), ``output.dense.weight``; its columns h*hd .. (h+1)*hd - 1 belong to head h.
+        nh: the heads this layer has (fewer than the config's when pruned).
+
+    Returns:
+        (B, nh, S, H): head h's term of the output projection at every position.
+    """
+    H = weight.shape[0]
+    hd = weight.shape[1] // nh
+    per_head = split_heads(merged, nh)  # (B, nh, S, hd): the (possibly edited) merged point, split again
+    w = weight.reshape(H, nh, hd)  # (H, nh, hd): head h's columns of W_O
+    return torch.einsum("bnsd,knd->bnsk", per_head, w)  # (B, nh, S, H)
+
+
 class AttentionOutput(NamedTuple):
     hidden: Tensor  # (B, S_q, H) after output dense, residual and LayerNorm
     probs: Tensor | None  # (B, nh, S_q, S_k) when the eager path ran, else None
@@ -288,7 +315,11 @@ def attention(
         need_probs: return the probabilities (runs the eager path).
         generator: turns dropout on (training).
         trace: records (and edits) every step under its name (``query`` ... ``output``,
-            :data:`~bertfn.model.recorder.ATTENTION_POINTS`).
+            :data:`~bertfn.model.recorder.ATTENTION_POINTS`). Where it asks for ``head_outputs``
+            (:meth:`~bertfn.model.recorder.Trace.wants`: ``Trace(optional=...)`` or an edit naming it),
+            the output projection is computed as the sum of :func:`head_outputs` plus the bias, so an edit
+            of one head's write changes the pass; that sum equals the fused product to float rounding
+            (about 1e-6 in fp32). Otherwise the pass is the fused product, exactly as without a trace.
 
     Returns:
         ``(hidden (B, S_q, H), probs (B, nh, S_q, S_k) or None, kv)``: the block's output after the
@@ -340,7 +371,11 @@ def attention(
 
     merged = merge_heads(context)  # (B, S_q, nh*hd)
     merged = trace("merged", merged)
-    out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S_q, H)
+    if trace.wants("head_outputs"):  # each head's write, the sum of which is the output projection
+        heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S_q, H)
+        out = heads.sum(dim=1) + p["output.dense.bias"]  # (B, S_q, H)
+    else:
+        out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S_q, H)
     out = dropout(out, cfg.hidden_dropout_prob, generator)
     out = trace("dense", out)
     out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
