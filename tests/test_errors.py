@@ -679,5 +679,5 @@ def test_the_model_functions_say_what_they_take(tiny_folder):
         bertfn.encoder(tiny, "a sentence")
     with pytest.raises(bertfn.InputError, match=r"scope of a whole layer .*scope\('attention'\)"):
         bertfn.attention(tiny.params.layer(0), torch.randn(1, 3, 48))
-    with pytest.raises(bertfn.InputError, match="trace each one, or record a padded batch"):
-        bertfn.trace(["the cat", "a dog"], tiny)
+    with pytest.raises(bertfn.InputError, match="string or a non-empty list of strings"):
+        bertfn.trace({"the cat", "a dog"}, tiny)

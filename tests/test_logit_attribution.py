@@ -26,7 +26,7 @@ from family_checkpoints import save_member
 import bertfn
 from bertfn import interventions as iv
 from bertfn.errors import InputError, MissingPartError
-from bertfn.interventions.logit_attribution import hidden_contributions, logit_attribution, record_heads
+from bertfn.interventions.logit_attribution import hidden_contributions, logit_attribution
 
 HEADS = "layer.*.attention.head_outputs"
 CHAIN = ("E V Q L V E S G G G L V Q P G R S L R L S C A A S G F [MASK] F D D Y A M H W V R Q A P G K G L E W V S "
@@ -124,7 +124,7 @@ def check_attribution(m: bertfn.Model, text: str, tokens, tol: float = 1e-4):
     assert la.heads.shape == (L, nh, T) and la.attention_bias.shape == la.ffn.shape == la.layers.shape == (L, T)
     assert la.embeddings.shape == la.bias.shape == la.logits.shape == (T,)
     torch.testing.assert_close(la.total, la.logits, atol=tol, rtol=0)
-    rec = record_heads(text, m)
+    rec = bertfn.trace(text, m, head_outputs=True)
     torch.testing.assert_close(la.logits, rec["mlm.logits"][0, la.tokens].double(), atol=0, rtol=0)
     hidden = hidden_contributions(rec, la.position)
     torch.testing.assert_close(hidden.total, rec[f"layer.{L - 1}.output"][0, la.position].double(), atol=1e-5, rtol=0)
@@ -191,7 +191,7 @@ def test_bad_inputs_get_bertfn_errors(tiny, tmp_path):
     with pytest.raises(InputError, match="head_outputs"):
         hidden_contributions(bertfn.trace("the cat sat on the mat .", tiny), 1)
     with pytest.raises(InputError, match="position"):
-        hidden_contributions(record_heads("the cat sat .", tiny), 9)
+        hidden_contributions(bertfn.trace("the cat sat .", tiny, head_outputs=True), 9)
     encoder_only = bertfn.load(write_folder(random_model(bertfn.BertConfig(**TINY), mlm=False), tmp_path / "enc"))
     with pytest.raises(MissingPartError, match="masked-LM head"):
         logit_attribution("the cat sat on the [MASK] .", encoder_only, "mat")

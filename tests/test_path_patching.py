@@ -17,7 +17,6 @@ from conftest import TINY, random_model, write_folder
 
 import bertfn
 from bertfn.errors import InputError
-from bertfn.interventions.logit_attribution import record_heads
 from bertfn.interventions.paths import path_patch
 
 CLEAN, CORRUPTED = "when in rome do as the [MASK] do", "when in paris do as the [MASK] do"
@@ -42,7 +41,7 @@ def keep(x, point):
 
 def by_hand(model, metric, sender_heads, receivers):
     """Sender (0, sender_heads); receivers {name in layer 2: heads or None}: the three runs, edits spelled out."""
-    heads = {"layer.*.attention.head_outputs": keep}  # what record_heads asks for
+    heads = {"layer.*.attention.head_outputs": keep}  # what trace(head_outputs=True) asks for
     clean = bertfn.trace(CLEAN, model, edits=heads)
     corrupted = bertfn.trace(CORRUPTED, model, edits=heads)
 
@@ -89,7 +88,7 @@ def test_the_last_output_as_receiver_gives_run_two(model, metric):
 
 
 def test_frozen_receivers_and_an_unchanged_sender_give_the_corrupted_run(model, metric):
-    corrupted = metric(record_heads(CORRUPTED, model)).item()
+    corrupted = metric(bertfn.trace(CORRUPTED, model, head_outputs=True)).item()
     writes = {f"layer.{j}.attention.head_outputs": None for j in (1, 2)}
     assert path_patch(CLEAN, CORRUPTED, model, metric, sender=(0, [0, 1, 2]), receivers=writes) == corrupted
     assert path_patch(CORRUPTED, CORRUPTED, model, metric, sender=(1, 2),

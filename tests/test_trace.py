@@ -169,8 +169,8 @@ def test_bad_requests_raise_bertfns_errors(mlm):
     with pytest.raises(bertfn.InputError, match="from 0 to 2"):
         rec.attention(0, head=3)
     assert torch.equal(rec.attention(-1, head=-1), rec["layer.1.attention.probs"][0, 2])
-    with pytest.raises(bertfn.InputError, match="string"):
-        bertfn.trace(["a list", "of texts"], model)
+    with pytest.raises(bertfn.InputError, match="string or a non-empty list of strings"):
+        bertfn.trace({"a set", "has no order"}, model)
     with pytest.raises(bertfn.MissingPartError, match="trace needs a tokenizer, and model .* has none"):
         bertfn.trace("the cat", dataclasses.replace(model, tokenizer=None))
 

@@ -1,5 +1,8 @@
 """One call that runs a text through BERT and keeps every intermediate: ``bertfn.trace(text, model)``.
 
+Given a list of texts it runs them as one padded batch and returns :class:`Recordings`: the batch's tensors
+by name, and each text's own :class:`Recording` (``recs[i]``), equal to tracing the text alone.
+
 :func:`trace` tokenizes the text, runs :func:`~bertfn.model.encoder.encoder` and, at the ``[MASK]``
 positions, :func:`~bertfn.model.heads.mlm_head`: the same functions, in the same order, that
 :func:`~bertfn.tasks.fill_mask.fill_mask` runs. The only difference is the attention path: the eager
@@ -27,6 +30,9 @@ name                                        shape             what it is
 ``layer.{i}.attention.probs``               (B, nh, S, S)     softmax over the keys (last axis)
 ``layer.{i}.attention.context``             (B, nh, S, hd)    ``probs @ v``
 ``layer.{i}.attention.merged``              (B, S, nh*hd)     the heads side by side again
+``layer.{i}.attention.head_outputs``        (B, nh, S, H)     each head's write into the residual stream,
+                                                              its context times its columns of the output
+                                                              projection (only with ``head_outputs=True``)
 ``layer.{i}.attention.dense``               (B, S, H)         the output projection
 ``layer.{i}.attention.output``              (B, S, H)         ``LayerNorm(dense + layer input)``
 ``layer.{i}.ffn.intermediate``              (B, S, I)         ``act(W_1 a + b_1)``, a = attention output
@@ -49,21 +55,24 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ..checkpoint.loading import Model
-from ..checkpoint.resolve import get_model, require_tokenizer, texts_and_model
+from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError
 from ..model.config import BertConfig
-from ..model.encoder import encoder
-from ..model.heads import mlm_head
-from ..model.recorder import Edit, Trace, check_edits
+from ..model.recorder import Edits, Trace, check_edits
+from .batch import padded_batch, record_pass, text_tensors
 
 Tensor = torch.Tensor
+
+HEAD_OUTPUTS = "layer.*.head_outputs"
+"""The optional point ``trace(..., head_outputs=True)`` asks for (attention and cross-attention)."""
+
 
 
 @dataclass(frozen=True, repr=False)
@@ -90,11 +99,7 @@ class Recording:
     model: Model | None = field(default=None, repr=False, compare=False)  # the model traced (the explorer reads its heads)
 
     def __getitem__(self, name: str) -> Tensor:
-        if name not in self.tensors:
-            close = difflib.get_close_matches(name, self.tensors, n=3)
-            hint = f"did you mean {', '.join(close)}?" if close else "see rec.keys() for the names"
-            raise InputError(f"the trace holds no {name!r}; {hint}")
-        return self.tensors[name]
+        return named(self.tensors, name)
 
     def __contains__(self, name: object) -> bool:
         return name in self.tensors
@@ -174,6 +179,103 @@ class Recording:
         return notebook_html(self)
 
 
+@dataclass(frozen=True, repr=False)
+class Recordings:
+    """What :func:`trace` returns for a list of texts: one padded pass, read whole or a text at a time.
+
+    ``recs["layer.0.attention.probs"]`` is the batch's tensor as the encoder computed it: batch axis first,
+    padded to the longest text's S tokens (a padding position's rows mean nothing); ``mlm.*`` hold one row per
+    [MASK] of every text, ``mask_rows`` says whose. ``recs[i]`` is text i as a :class:`Recording` cut to its own
+    tokens, equal to ``trace(texts[i], model)``; ``len(recs)`` counts the texts and ``for rec in recs`` goes
+    through them. ``recs.keys()`` lists the names, ``repr(recs)`` is a short summary.
+
+    Attributes:
+        tokens: each text's word pieces, [CLS] ... [SEP], without the padding.
+        input_ids: (B, S), padded with the padding token.
+        attention_mask: (B, S), 1 for a text's tokens, 0 for padding.
+        mask_rows: (text, position) of every [MASK] of the texts, in order: row n of ``mlm.*`` is ``mask_rows[n]``.
+        tensors: every recorded tensor by name, in the order computed (batch axis first: (B, ...); ``mlm.*``
+            (N, ...) for the N [MASK]s).
+        config: the traced model's config.
+        model: the model traced.
+    """
+
+    tokens: list[list[str]]
+    input_ids: Tensor  # (B, S)
+    attention_mask: Tensor  # (B, S)
+    mask_rows: list[tuple[int, int]]
+    tensors: dict[str, Tensor]
+    config: BertConfig
+    model: Model | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def lengths(self) -> list[int]:
+        """Each text's number of tokens, [CLS] and [SEP] included."""
+        return [len(t) for t in self.tokens]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __iter__(self) -> Iterator[Recording]:
+        return (self[i] for i in range(len(self)))
+
+    def __getitem__(self, key: int | str) -> Recording | Tensor:
+        """A tensor of the batch by name, or text ``key`` (negative counts from the end) cut to its tokens.
+
+        Args:
+            key: a recorded name, or a text's index.
+
+        Returns:
+            The batch's tensor (B, ...), or the text's :class:`Recording` (tensors (1, S_i, ...), ``mlm.*`` its
+            own [MASK]s' rows).
+
+        Raises:
+            InputError: a name the trace does not hold, or an index out of range.
+        """
+        if isinstance(key, str):
+            return named(self.tensors, key)
+        B = len(self)
+        if isinstance(key, bool) or not isinstance(key, int) or not -B <= key < B:
+            raise InputError(f"recs[...] takes a text's index from 0 to {B - 1} (or -{B} to -1 from the end) or a "
+                             f"recorded name, got {key!r}; the trace holds {B} texts")
+        i, S = key % B, self.lengths[key]
+        return Recording(self.tokens[i], self.input_ids[i:i + 1, :S], [p for t, p in self.mask_rows if t == i],
+                         text_tensors(self.tensors, i, S, self.mask_rows, self.config.chunk_size_feed_forward),
+                         self.config, self.model)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tensors
+
+    def keys(self) -> list[str]:
+        return list(self.tensors)
+
+    def __repr__(self) -> str:
+        """The texts' lengths, where the [MASK]s are, and the recorded names grouped per layer; not the tensors."""
+        lengths, masked = self.lengths, sorted({t for t, _ in self.mask_rows})
+        shown = ", ".join(map(str, lengths[:8])) + (f", ... ({len(lengths) - 8} more)" if len(lengths) > 8 else "")
+        masks = f", [MASK] in text{'s' * (len(masked) > 1)} {', '.join(map(str, masked[:8]))}" \
+            f"{' ...' if len(masked) > 8 else ''}" if masked else ""
+        return (f"Recordings({len(self)} texts of {shown} tokens, padded to {self.input_ids.shape[1]}{masks}; "
+                f"{len(self.tensors)} tensors: {', '.join(group_names(self.tensors))})")
+
+
+def named(tensors: dict[str, Tensor], name: str) -> Tensor:
+    """``tensors[name]``, or an :class:`InputError` naming the close names.
+
+    Args:
+        tensors: recorded tensors by name.
+        name: the name asked for.
+
+    Raises:
+        InputError: no tensor of that name.
+    """
+    if name not in tensors:
+        close = difflib.get_close_matches(name, tensors, n=3)
+        hint = f"did you mean {', '.join(close)}?" if close else "see .keys() for the names"
+        raise InputError(f"the trace holds no {name!r}; {hint}")
+    return tensors[name]
+
+
 def group_names(names) -> list[str]:
     """Recorded names in groups, in order: ``embeddings.*``, ``layer.{0..11}.attention.*``, ``pooler``, ...
 
@@ -194,50 +296,60 @@ def group_names(names) -> list[str]:
     return [g.replace("{i}", span) for g in groups]
 
 
-def trace(text: str, model: Model | str | Path | None = None, pair: str | None = None, *,
-          edits: Mapping[str, Edit] | None = None, store: dict[str, Tensor] | None = None) -> Recording:
+def trace(text: str | list[str], model: Model | str | Path | None = None, pair: str | list[str | None] | None = None,
+          *, edits: Edits | None = None, store: dict[str, Tensor] | None = None,
+          head_outputs: bool = False) -> Recording | Recordings:
     """Run ``text`` (and an optional second segment ``pair``) through the model, recording every step.
 
     The MLM head runs at the ``[MASK]`` positions when the model has one and the text has masks;
-    ``mlm.logits`` then holds the logits fill_mask turns into its scores. The old order
-    ``trace(model, text)`` still works, with a DeprecationWarning.
+    ``mlm.logits`` then holds the logits fill_mask turns into its scores. Given a list of texts, one padded
+    batch runs (eager attention too, every point recorded) and the result is a :class:`Recordings`, whose
+    ``recs[i]`` equals tracing text i alone. The old order ``trace(model, text)`` still works, with a
+    DeprecationWarning.
 
     Args:
-        text: one text.
+        text: one text, or a list (tuple, ...) of B texts.
         model: a loaded :class:`~bertfn.checkpoint.loading.Model`, a hub id or a local folder (None: the
             fill-mask default, google-bert/bert-base-uncased).
-        pair: a second segment, or None.
+        pair: a second segment, or None; for a list of texts, a list of B second segments (None where a
+            text has none).
         edits: ``{point name: edit(tensor, point) -> tensor}`` changes the pass at those points (the names
             above; see :mod:`bertfn.interventions`); the recording then holds what the edited pass computed.
-        store: the dict that receives each tensor by name as the pass computes it (default: a new one, which keeps
-            them all); the Recording's ``tensors``. A dict subclass may keep less: ``bertfn view`` passes
-            :class:`bertfn.inspect.page_arrays.PageArrays`, which keeps only the explorer's arrays, made as the layers
-            come (at 512 tokens on bert-base's shape a whole trace is about 2 GB).
+            For a list the edits see the padded batch: (B, ...), ``mlm.*`` (N, ...) for every [MASK].
+        store: for one text, the dict that receives each tensor by name as the pass computes it (default: a new
+            one, which keeps them all); the Recording's ``tensors``. A dict subclass may keep less: ``bertfn view``
+            passes :class:`bertfn.inspect.page_arrays.PageArrays`, which keeps only the explorer's arrays, made as
+            the layers come (at 512 tokens on bert-base's shape a whole trace is about 2 GB).
+        head_outputs: record each head's write into the residual stream too,
+            ``layer.{i}.attention.head_outputs`` (B, nh, S, H), which a pass computes only when asked
+            (the output projection is then their sum plus the bias: the same to about 1e-6).
 
     Returns:
-        The recording; tensors have the batch axis (B = 1).
+        For one text, the recording (tensors with the batch axis, B = 1); for a list, the :class:`Recordings`.
 
     Raises:
-        InputError: not one text, an empty text or pair, or edits that name no point.
+        InputError: not a text or a list of them, an empty text or pair, pairs that are not one per text,
+            ``store`` with a list, or edits that name no point.
         MissingPartError: a model without a tokenizer.
     """
     text, model = texts_and_model(text, model, "trace", old_order=True)
     m = get_model(model)
     tok = require_tokenizer(m, "trace")
+    record = Trace(store, edits=check_edits(edits, m.config), optional=[HEAD_OUTPUTS] if head_outputs else [])
     if not isinstance(text, str):
-        raise InputError(f"trace takes one text as a string, got {type(text).__name__}: {text!r:.60}; for several "
-                         "texts trace each one, or record a padded batch with bertfn.encoder(model, enc.input_ids, "
-                         "enc.attention_mask, trace=bertfn.Trace()) where enc = model.tokenizer(texts)")
+        texts, _ = text_list(text, "trace")
+        if store is not None:
+            raise InputError("store= receives the pass of one text; for a list of texts leave it out (the "
+                             "Recordings keep every tensor), or trace the texts one at a time with a store each")
+        ids, types, mask, tokens = padded_batch(tok, texts, pair)
+        ids, mask = ids.to(m.device), mask.to(m.device)  # (B, S)
+        rows = record_pass(m, ids, types, mask, record)
+        return Recordings(tokens, ids, mask, rows, record.store, m.config, m)
     for what, t in (("the text", text), ("the second segment (pair)", pair)):
         if isinstance(t, str) and not t.strip():
             raise InputError(f"{what} is empty; write a sentence to run through the model")
     enc = tok([text], [pair] if pair is not None else None)
     ids = enc.input_ids.to(m.device)  # (1, S)
-    record = Trace(store, edits=check_edits(edits, m.config))
-    with torch.no_grad():
-        out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
-                      impl="eager", trace=record)
-        where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,) positions of the [MASK]s
-        if len(where) and "cls.predictions.decoder.weight" in m.params:
-            mlm_head(m.params, out.last_hidden_state[0, where], trace=record)  # (N, V)
-    return Recording(enc.tokens[0], ids, where.tolist(), record.store, m.config, m)
+    rows = record_pass(m, ids, enc.token_type_ids, enc.attention_mask, record)
+    return Recording(enc.tokens[0], ids, [position for _, position in rows], record.store, m.config, m)
+

@@ -176,14 +176,19 @@ def activation_means(texts: str | Sequence[str], model: Model | str | Path, name
     texts, _ = text_list(texts, "activation_means")
     m = get_model(model)
     enc = require_tokenizer(m, "activation_means")(list(texts))
-    record = Trace()
+    kept: dict[str, Tensor] = {}
+
+    def keep(x: Tensor, point: Point) -> Tensor:  # only the points asked for (a whole trace would run eager)
+        kept[point.name] = x
+        return x
+
     with torch.no_grad():
         encoder(m.params, enc.input_ids.to(m.device), enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
-                trace=record)
+                trace=Trace(keep=False, edits=dict.fromkeys(names, keep)))
     real = enc.attention_mask.to(m.device).bool()  # (B, S)
     out = {}
     for name in names:
-        x = record.store[name].float()
+        x = kept[name].float()
         x = x.transpose(1, 2) if x.dim() == 4 else x  # (B, nh, S, hd) -> (B, S, nh, hd)
         out[name] = x[real].mean(dim=0)  # the real tokens' mean
     return out

@@ -42,29 +42,12 @@ from ..inspect.trace import Recording, trace
 from ..model.functional import ACTIVATIONS
 from ..model.heads import head_act
 from ..model.params import Params
-from ..model.recorder import Edits, layer_input, merge_edits
+from ..model.recorder import layer_input
 
 Tensor = torch.Tensor
 
-HEAD_OUTPUTS = "layer.*.attention.head_outputs"
-"""The optional point these studies need: each head's write into the residual stream (B, nh, S, H)."""
-
 SMALL = 1e-6
 """Below this |z| the activation's gate is its slope at 0 (the quotient loses its digits there)."""
-
-
-def record_heads(text: str, model: Model, edits: Edits | None = None) -> Recording:
-    """:func:`bertfn.trace` of ``text`` with every layer's ``attention.head_outputs`` recorded too.
-
-    Args:
-        text: one text.
-        model: the loaded model.
-        edits: further ``{name: edit}`` to apply, after the (identity) one that asks for the heads.
-
-    Returns:
-        The recording, ``layer.{i}.attention.head_outputs`` (1, nh, S, H) among its tensors.
-    """
-    return trace(text, model, edits=merge_edits({HEAD_OUTPUTS: lambda x, point: x}, edits or {}))
 
 
 @dataclass(frozen=True)
@@ -224,7 +207,7 @@ def check_position(rec: Recording, position: int) -> None:
     """
     if rec.model is None or "layer.0.attention.head_outputs" not in rec:
         raise InputError("the recording holds no layer.{i}.attention.head_outputs (each head's write); record it "
-                         "with bertfn.interventions.logit_attribution.record_heads(text, model)")
+                         "with bertfn.trace(text, model, head_outputs=True)")
     S = rec.input_ids.shape[1]
     if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < S:
         raise InputError(f"position must be an integer from 0 to {S - 1} (the text has {S} tokens), got {position!r}")
@@ -236,7 +219,7 @@ def hidden_contributions(rec: Recording, position: int) -> Contributions:
     ``total`` equals ``rec[f"layer.{L-1}.output"][0, position]`` to the pass's rounding.
 
     Args:
-        rec: a recording with the heads' writes (:func:`record_heads`) of the model ``rec.model``.
+        rec: a recording with the heads' writes (``bertfn.trace(text, model, head_outputs=True)``) of the model ``rec.model``.
         position: the token's position.
 
     Returns:
@@ -301,7 +284,7 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
     m = get_model(model)
     require_tokenizer(m, "logit_attribution"), require_mlm_head(m, "logit_attribution")
     ids = token_ids(m, tokens)
-    rec = record_heads(text, m)
+    rec = trace(text, m, head_outputs=True)
     n = len(rec.mask_positions)
     if not n:
         raise InputError(f"the text has no {m.tokenizer.mask_token}; logit_attribution splits the logits at a mask, "

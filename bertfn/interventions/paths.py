@@ -28,9 +28,9 @@ import torch
 from ..checkpoint.loading import Model
 from ..checkpoint.resolve import get_model, require_tokenizer
 from ..errors import InputError
+from ..inspect.trace import trace
 from ..model.config import BertConfig
 from ..model.recorder import layer_of, merge_edits, point_names
-from .logit_attribution import record_heads
 from .patching import Metric, patch
 from .points import as_list, per_head
 
@@ -133,14 +133,16 @@ def path_patch(clean_text: str, corrupted_text: str, model: Model | str | Path, 
     if not heads:
         raise InputError(f"the sender needs one head or a list of them, got {sender[1]!r}")
     wanted = check_receivers(receivers, layer, cfg)
-    clean, corrupted = record_heads(clean_text, m), record_heads(corrupted_text, m)  # run 1
+    clean, corrupted = trace(clean_text, m, head_outputs=True), trace(corrupted_text, m, head_outputs=True)  # run 1
     if clean.input_ids.shape != corrupted.input_ids.shape:
         raise InputError(f"the clean text has {clean.input_ids.shape[1]} tokens and the corrupted one "
                          f"{corrupted.input_ids.shape[1]}; path patching swaps activations position by position, "
                          "so make them the same length in tokens")
     frozen = [patch(corrupted.tensors, HEADS.format(i=i)) for i in range(layer + 1, L)]
-    run2 = record_heads(corrupted_text, m, merge_edits(patch(clean, HEADS.format(i=layer), heads=heads), *frozen))
-    run3 = record_heads(corrupted_text, m, merge_edits(*(patch(run2, n, heads=h) for n, h in wanted.items())))
+    run2 = trace(corrupted_text, m, edits=merge_edits(patch(clean, HEADS.format(i=layer), heads=heads), *frozen),
+                 head_outputs=True)
+    run3 = trace(corrupted_text, m, edits=merge_edits(*(patch(run2, n, heads=h) for n, h in wanted.items())),
+                 head_outputs=True)
     with torch.no_grad():
         value = metric(run3)
     if not isinstance(value, Tensor) or value.numel() != 1:

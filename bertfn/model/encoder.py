@@ -288,10 +288,13 @@ def encoder(
         output_hidden_states: return every layer's hidden states.
         output_attentions: return every layer's attention probabilities (runs the eager path).
         impl: "sdpa" (fast) or "eager" (reference); eager runs anyway where probabilities are needed
-            (``output_attentions``, head_mask, dropout), and ``EncoderOutput.attn_impl`` says which ran.
+            (``output_attentions``, a ``trace`` that keeps, an edit of the scores or probabilities, head_mask,
+            dropout), and ``EncoderOutput.attn_impl`` says which ran.
         generator: turns dropout on (training).
         checkpoint: recompute each layer in backward (activation checkpointing) to save memory.
-        trace: a :class:`~bertfn.model.recorder.Trace` that keeps every intermediate by name.
+        trace: a :class:`~bertfn.model.recorder.Trace` that keeps every intermediate by name. One that keeps
+            (``keep=True``, the default) makes every layer run the eager path, whatever ``impl`` says, so it holds
+            the attention scores and probabilities too: every point :func:`bertfn.trace` records, never fewer.
         edits: ``{point name: edit(tensor, point) -> tensor}`` replaces the tensor at those points (names
             as :func:`bertfn.trace` records them, ``*`` matching any run of characters; see
             :mod:`bertfn.model.recorder` and :mod:`bertfn.interventions`). An edit of the attention scores or
@@ -346,7 +349,8 @@ def encoder(
                              f"({cfg.pruned_heads}); mask heads of the unpruned model, or prune more instead")
         head_mask = head_mask.to(x.dtype).expand(L, nh)  # (L, nh)
     weights = [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]
-    need_probs = output_attentions or trace.edits_any(weights)  # edited probabilities: every layer runs eager
+    # returned, kept or edited probabilities: every layer runs eager, the path that forms them (NO_TRACE keeps nothing)
+    need_probs = output_attentions or trace.keep or trace.edits_any(weights)
     ran = chosen_impl(impl, need_probs, head_mask, cfg.attention_probs_dropout_prob if generator is not None else 0.0)
 
     hidden, attns, cross_attns, self_kvs, cross_kvs = [x], [], [], [], []
