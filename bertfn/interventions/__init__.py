@@ -11,6 +11,7 @@ and measures what they change:
     patching.py    patch (a clean activation into a corrupted run); metrics of a run: logit_difference, at_masks
     study.py       sweep and attribution over one pair of texts or a dataset of them: per-example maps,
                    their mean and confidence interval; correlation
+    pairs.py       a clean/corrupted pair made ready: its runs, and the points a metric reads
     copies.py      the engine under sweep: many patched copies of one run, reusing what does not change
     stats.py       the mean and Student's t interval
     gradients.py   d metric / d any point, with the points' values, in one call

@@ -10,7 +10,7 @@
 neuron, or every head at every position (:data:`~bertfn.interventions.copies.OVER`), and measures a
 *metric of the run* for each (layer, slice). Each value equals running the corrupted text with
 :func:`~bertfn.interventions.patch` at that one slice; bertfn/interventions/copies.py says what it
-reuses. :func:`attribution` estimates the same map from one forward and one backward pass of each
+reuses, bertfn/interventions/pairs.py how a pair is made ready. :func:`attribution` estimates the same map from one forward and one backward pass of each
 corrupted text (attribution patching, Nanda 2023): the change a patch makes is about
 ``(clean - corrupted) . d metric / d activation`` summed over the slice.
 
@@ -31,14 +31,13 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.loading import Model
-from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list
+from ..checkpoint.resolve import get_model, require_tokenizer
 from ..errors import InputError
 from ..inspect.trace import Recording
-from ..model.encoder import encoder
-from ..model.heads import mlm_head
-from ..model.recorder import OPTIONAL_POINTS, Trace, check_edits
-from .copies import MLM_POINTS, OVER, patched_metrics, slice_shape
+from ..model.recorder import check_edits
+from .copies import OVER, patched_metrics, slice_shape
 from .gradients import run_with_grad
+from .pairs import pairs_of, prepared
 from .patching import Metric
 from .points import axes
 from .stats import mean_interval
@@ -109,141 +108,6 @@ class Sweep:
         """
         _, low, high = mean_interval(self.per_example, level)
         return low, high
-
-
-def pairs_of(clean: str | Sequence[str], corrupted: str | Sequence[str], what: str) -> list[tuple[str, str]]:
-    """The clean/corrupted pairs of a call: two texts, or two lists of as many texts.
-
-    Args:
-        clean: a clean text or a list of them.
-        corrupted: the corrupted text(s), one per clean text.
-        what: the call, for the messages.
-
-    Raises:
-        InputError: a text and a list, lists of different lengths, or an empty text.
-    """
-    if isinstance(clean, str) != isinstance(corrupted, str):
-        raise InputError(f"{what} takes a clean and a corrupted text, or a list of clean texts and a list of as many "
-                         f"corrupted ones; got {type(clean).__name__} and {type(corrupted).__name__}")
-    cleans, _ = text_list(clean, what)
-    corrupteds, _ = text_list(corrupted, what)
-    if len(cleans) != len(corrupteds):
-        raise InputError(f"{what} pairs each clean text with a corrupted one: got {len(cleans)} clean and "
-                         f"{len(corrupteds)} corrupted texts")
-    return list(zip(cleans, corrupteds))
-
-
-def runs(clean_text: str, corrupted_text: str, m: Model, optional: Sequence[str] = ()) -> tuple[Recording, Recording]:
-    """The clean and the corrupted text recorded as :func:`~bertfn.inspect.trace.trace` records each.
-
-    One batch of two (the weights are read once; the two have the same number of tokens, so nothing is
-    padded); the MLM head at the corrupted text's [MASK]s for both, when it has masks and the model a head.
-
-    Args:
-        clean_text: the clean text.
-        corrupted_text: the corrupted text.
-        m: the model.
-        optional: optional points to compute too (e.g. ``layer.*.attention.head_outputs``).
-
-    Raises:
-        InputError: texts of different lengths in tokens.
-    """
-    enc = m.tokenizer([clean_text, corrupted_text])
-    ids = enc.input_ids.to(m.device)  # (2, S)
-    lengths = enc.attention_mask.sum(dim=1).tolist()
-    if lengths[0] != lengths[1]:
-        raise InputError(f"the clean text has {lengths[0]} tokens and the corrupted one {lengths[1]}; patching "
-                         f"compares the same positions, so make them the same length in tokens (clean: "
-                         f"{clean_text!r:.50}, corrupted: {corrupted_text!r:.50})")
-    masks = [(ids[b] == m.tokenizer.mask_token_id).nonzero()[:, 0].tolist() for b in range(2)]
-    record = Trace(optional=optional)
-    with torch.no_grad():
-        out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
-                      impl="eager", trace=record)
-        if masks[1] and "cls.predictions.decoder.weight" in m.params:
-            mlm_head(m.params, out.last_hidden_state[:, masks[1]], trace=record)  # (2, N, V)
-
-    def one(b: int) -> Recording:  # text b's rows; mlm.* without the batch axis, as trace() records them
-        tensors = {k: (v[b] if k.startswith("mlm.") else v[b:b + 1]) if v.shape[0] == 2 else v
-                   for k, v in record.store.items()}
-        return Recording(enc.tokens[b], ids[b:b + 1], masks[b], tensors, m.config, m)
-
-    return one(0), one(1)
-
-
-class _Optional(InputError):
-    """The metric asked for optional points the run did not compute (:data:`OPTIONAL_POINTS`)."""
-
-    def __init__(self, names: list[str]):
-        super().__init__(f"the run did not compute {names}")
-        self.names = names
-
-
-class _Reads(dict):
-    """The tensors of a run, noting which names the metric asks for."""
-
-    def __init__(self, tensors: dict):
-        super().__init__(tensors)
-        self.asked: list[str] = []
-
-    def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str):
-            raise InputError(f"the metric indexed the run with {name!r}: a metric is metric(run), run the pass's "
-                             "Recording read by point name, e.g. lambda run: run['mlm.logits'][0, right] - "
-                             "run['mlm.logits'][0, wrong] (or iv.logit_difference(right, wrong))")
-        self.asked.append(name)
-        return super().__contains__(name)
-
-
-def reads_of(metric: Metric, run: Recording) -> tuple[frozenset[str], float]:
-    """Which points ``metric`` reads, found by running it on ``run``, and its value there.
-
-    Args:
-        metric: ``metric(run) -> scalar tensor``.
-        run: a whole recording (the corrupted run).
-
-    Raises:
-        InputError: a metric that reads nothing of the run, fails on it, or returns no single number.
-    """
-    if not callable(metric):
-        raise InputError(f"metric must be a function metric(run) -> number, got {type(metric).__name__}")
-    seen = _Reads(run.tensors)
-    try:
-        with torch.no_grad():
-            value = metric(dataclasses.replace(run, tensors=seen))
-    except InputError:
-        missing = {n for n in seen.asked if n not in run.tensors}
-        optional = sorted(n for n in missing if n.rpartition(".")[2] in OPTIONAL_POINTS)
-        if optional:
-            raise _Optional(optional) from None
-        if missing & MLM_POINTS:
-            require_mlm_head(run.model, "a metric of mlm.*")
-            raise InputError(f"the metric reads {sorted(missing & MLM_POINTS)}, the MLM head at the corrupted text's "
-                             f"[MASK]s, but {' '.join(run.tokens)!r:.80} has none; put [MASK] where the metric reads "
-                             "(or read another point)") from None
-        raise
-    if not isinstance(value, Tensor | float | int) or (isinstance(value, Tensor) and value.numel() != 1):
-        got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-        raise InputError(f"the metric must return one number (a tensor of one element), got {got}")
-    reads = frozenset(n for n in seen.asked if n in run.tensors)
-    if not reads:
-        raise InputError("the metric reads no point of the run, so no patch can change it; read one by name, e.g. "
-                         "run['mlm.logits'] or run['layer.6.output']")
-    return reads, float(value)
-
-
-def _prepared(clean_text: str, corrupted_text: str, m: Model, metric: Metric, what: str):
-    """The pair's runs and the points the metric reads (recording optional points the metric asks for)."""
-    clean, corrupted = runs(clean_text, corrupted_text, m)
-    try:
-        reads, _ = reads_of(metric, corrupted)
-    except _Optional as e:  # an optional point asked for: record it and try again
-        clean, corrupted = runs(clean_text, corrupted_text, m, e.names)
-        reads, _ = reads_of(metric, corrupted)
-    if reads & MLM_POINTS and clean.mask_positions != corrupted.mask_positions:
-        raise InputError(f"the clean text has [MASK] at {clean.mask_positions} and the corrupted one at "
-                         f"{corrupted.mask_positions}; the metric compares the logits at the same masks")
-    return clean, corrupted, reads
 
 
 def _setup(clean, corrupted, model, metric, over, name, layers, what):
@@ -317,7 +181,7 @@ def sweep(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Mod
     pairs, m, names, layers = _setup(clean, corrupted, model, metric, over, name, layers, "sweep")
     maps, cleans, corrupteds = [], [], []
     for clean_text, corrupted_text in pairs:
-        c, x, reads = _prepared(clean_text, corrupted_text, m, metric, "sweep")
+        c, x, reads = prepared(clean_text, corrupted_text, m, metric, "sweep")
         _check_axis(c, names, layers, over)
         with torch.no_grad():
             cleans.append(float(metric(c)))
@@ -354,7 +218,7 @@ def attribution(clean: str | Sequence[str], corrupted: str | Sequence[str], mode
     held = [names[i] for i in layers]
     maps, cleans, corrupteds = [], [], []
     for clean_text, corrupted_text in pairs:
-        c, x, reads = _prepared(clean_text, corrupted_text, m, metric, "attribution")
+        c, x, reads = prepared(clean_text, corrupted_text, m, metric, "attribution")
         _check_axis(c, names, layers, over)
         g = run_with_grad(m, corrupted_text, metric, held, keep=set(reads))
         with torch.no_grad():
