@@ -27,6 +27,7 @@ import torch
 from ..checkpoint.loading import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list
 from ..errors import InputError
+from ..inspect.batch import padded_batch, text_tensors
 from ..inspect.trace import Recording
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
@@ -68,24 +69,59 @@ def resolve_names(names: str | Sequence[str], config) -> list[str]:
     return [n for n in point_names(config, optional=True) if any(fnmatch.fnmatchcase(n, p) for p in names)]
 
 
-def run_with_grad(m: Model, text: str, metric: Metric, names: list[str], *, keep: set[str] | None = None,
-                  edits: Edits | None = None) -> Gradients:
-    """One pass of ``text`` with the graph kept, the metric's backward, and the gradients at ``names``.
+MAX_TOKENS = 4096
+"""How many tokens (texts x the longest's length) one padded batch of :func:`run_with_grad` holds: its
+pass keeps every activation for the backward pass (on bert-base's shape about 0.3 MB a token)."""
+
+
+def batches(lengths: list[int]) -> list[list[int]]:
+    """The texts (by index, in order) cut into consecutive padded batches of at most :data:`MAX_TOKENS` tokens.
+
+    Args:
+        lengths: each text's number of tokens.
+    """
+    out: list[list[int]] = []
+    for i, n in enumerate(lengths):
+        group = out[-1] if out else None
+        if group is None or (len(group) + 1) * max(n, *(lengths[j] for j in group)) > MAX_TOKENS:
+            out.append([i])
+        else:
+            group.append(i)
+    return out
+
+
+def run_with_grad(m: Model, texts: list[str], metric: Metric, names: list[str], *, keep: set[str] | None = None,
+                  edits: Edits | None = None) -> list[Gradients]:
+    """Texts as padded batches with the graph kept, each text's metric backward, and the gradients at ``names``.
+
+    The metrics of a batch's texts are summed before the backward pass; a text's metric depends on its own
+    rows alone (padding is masked out of attention), so each text's gradients are those of its own metric.
+    Each text's tensors are cut from the batch as :class:`~bertfn.inspect.trace.Recordings` cuts them.
 
     Args:
         m: the model.
-        text: one text.
+        texts: the texts.
         metric: ``metric(run) -> scalar tensor``.
         names: full point names to hold (from :func:`resolve_names`).
         keep: the points to record for the metric (None: all of them).
-        edits: edits of the pass (applied before the gradients are taken).
+        edits: edits of the pass (applied before the gradients are taken); they see the padded batch.
+
+    Returns:
+        One :class:`Gradients` per text, in order.
 
     Raises:
-        InputError: a metric that reads no point, or returns no scalar.
+        InputError: a metric that returns no scalar, or does not depend on the pass.
     """
-    tok = m.tokenizer
-    enc = tok([text])
-    ids = enc.input_ids.to(m.device)  # (1, S)
+    lengths = [len(t) for t in m.tokenizer(list(texts)).tokens]
+    return [g for group in batches(lengths) for g in _batch_with_grad(m, [texts[i] for i in group], metric, names,
+                                                                       keep, edits)]
+
+
+def _batch_with_grad(m: Model, texts: list[str], metric: Metric, names: list[str], keep: set[str] | None,
+                     edits: Edits | None) -> list[Gradients]:
+    """:func:`run_with_grad` on one padded batch."""
+    ids, types, mask, tokens = padded_batch(m.tokenizer, texts, None)
+    ids, mask = ids.to(m.device), mask.to(m.device)  # (B, S)
     held: dict[str, Tensor] = {}
 
     def start(x: Tensor, point: Point) -> Tensor:  # the graph starts here: the weights need no gradient
@@ -100,33 +136,43 @@ def run_with_grad(m: Model, text: str, metric: Metric, names: list[str], *, keep
     store = {} if keep is None else Kept(wanted)
     own = merge_edits(check_edits(edits, m.config), {"embeddings.word": start}, dict.fromkeys(names, hold))
     record = Trace(store, edits=own, optional=[n for n in wanted if n.endswith(".head_outputs")])
+    lengths = mask.sum(dim=1).tolist()
+    chunk = m.config.chunk_size_feed_forward
     with torch.enable_grad():
-        out = encoder(m.params, ids, enc.attention_mask.to(m.device), enc.token_type_ids.to(m.device),
-                      impl="eager", trace=record)
-        where = (ids[0] == tok.mask_token_id).nonzero()[:, 0]  # (N,) the [MASK]s
+        out = encoder(m.params, ids, mask, types.to(m.device), impl="eager", trace=record)
+        where = ((ids == m.tokenizer.mask_token_id) & mask.bool()).nonzero()  # (N, 2): (text, position)
         if len(where) and "cls.predictions.decoder.weight" in m.params:
-            mlm_head(m.params, out.last_hidden_state[0, where], trace=record)  # (N, V)
-        run = Recording(enc.tokens[0], ids, where.tolist(), record.store, m.config, m)
-        value = metric(run)
-        if not isinstance(value, Tensor) or value.numel() != 1:
-            got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-            raise InputError(f"the metric must return one number as a tensor (e.g. run['mlm.logits'][0, 5]), got {got}")
-        if not value.requires_grad:
-            raise InputError("the metric does not depend on the pass (its value has no gradient); read a point of "
-                             "the run, e.g. run['mlm.logits'][0, right] - run['mlm.logits'][0, wrong]")
-        value.backward()
+            mlm_head(m.params, out.last_hidden_state[where[:, 0], where[:, 1]], trace=record)  # (N, V)
+        rows = [(b, p) for b, p in where.tolist()]
+
+        def run(b: int, tensors: dict[str, Tensor]) -> Recording:  # text b's part of the batch
+            return Recording(tokens[b], ids[b:b + 1, :lengths[b]], [p for t, p in rows if t == b],
+                             text_tensors(tensors, b, lengths[b], rows, chunk), m.config, m)
+
+        values = [metric(run(b, record.store)) for b in range(len(texts))]
+        for value in values:
+            if not isinstance(value, Tensor) or value.numel() != 1:
+                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise InputError(f"the metric must return one number as a tensor (e.g. run['mlm.logits'][0, 5]), "
+                                 f"got {got}")
+            if not value.requires_grad:
+                raise InputError("the metric does not depend on the pass (its value has no gradient); read a point "
+                                 "of the run, e.g. run['mlm.logits'][0, right] - run['mlm.logits'][0, wrong]")
+        torch.stack([v.reshape(()) for v in values]).sum().backward()
     grads = {n: held[n].grad if held[n].grad is not None else torch.zeros_like(held[n]) for n in names}
+    values_at = {n: held[n].detach() for n in names}
     detached = {k: v.detach() for k, v in record.store.items()}
-    return Gradients(value.item(), {n: held[n].detach() for n in names}, grads,
-                     Recording(run.tokens, ids, run.mask_positions, detached, m.config, m))
+    return [Gradients(values[b].item(), run(b, values_at).tensors, run(b, grads).tensors, run(b, detached))
+            for b in range(len(texts))]
 
 
 def gradients(texts: str | Sequence[str], model: Model | str | Path, metric: Metric, names: str | Sequence[str], *,
               edits: Edits | None = None) -> Gradients | list[Gradients]:
-    """The gradient of ``metric`` with respect to the points ``names`` (and their values), in one pass each.
+    """The gradient of ``metric`` with respect to the points ``names`` (and their values), in one call.
 
     Args:
-        texts: one text, or several (each run on its own).
+        texts: one text, or several (run as padded batches of up to :data:`MAX_TOKENS` tokens; each
+            text's metric, values and gradients are its own).
         model: a loaded :class:`Model`, a folder or a hub id.
         metric: ``metric(run) -> scalar tensor``, ``run`` the pass's Recording (e.g.
             :func:`~bertfn.interventions.logit_difference`).
@@ -145,5 +191,5 @@ def gradients(texts: str | Sequence[str], model: Model | str | Path, metric: Met
     m = get_model(model)
     require_tokenizer(m, "gradients")
     full = resolve_names(names, m.config)
-    out = [run_with_grad(m, text, metric, full, edits=edits) for text in texts]
+    out = run_with_grad(m, texts, metric, full, edits=edits)
     return out[0] if single else out

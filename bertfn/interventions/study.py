@@ -10,9 +10,11 @@
 neuron, or every head at every position (:data:`~bertfn.interventions.copies.OVER`), and measures a
 *metric of the run* for each (layer, slice). Each value equals running the corrupted text with
 :func:`~bertfn.interventions.patch` at that one slice; bertfn/interventions/copies.py says what it
-reuses, bertfn/interventions/pairs.py how a pair is made ready. :func:`attribution` estimates the same map from one forward and one backward pass of each
-corrupted text (attribution patching, Nanda 2023): the change a patch makes is about
-``(clean - corrupted) . d metric / d activation`` summed over the slice.
+reuses, bertfn/interventions/pairs.py how a pair is made ready. The pairs run one after another, each
+pair's patched copies in batches of up to ``copies.MAX_ROWS`` rows (one pair of 100 tokens already fills
+them several times over). :func:`attribution` estimates the same map from one forward and one backward
+pass of the corrupted texts, as padded batches (attribution patching, Nanda 2023): the change a patch
+makes is about ``(clean - corrupted) . d metric / d activation`` summed over the slice.
 
 A metric is ``metric(run) -> scalar tensor``, ``run`` the :class:`~bertfn.inspect.trace.Recording` of a
 (patched) corrupted pass: ``run["mlm.logits"]`` (N, V) at the corrupted text's [MASK]s, or any other
@@ -193,10 +195,11 @@ def sweep(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Mod
 def attribution(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Model | str | Path,
                 metric: Metric, *, over: str = "positions", name: str | None = None,
                 layers: int | Sequence[int] | None = None) -> Sweep:
-    """:func:`sweep`'s maps estimated to first order from one forward and one backward pass per pair.
+    """:func:`sweep`'s maps estimated to first order from one forward and one backward pass of the corrupted texts.
 
-    value = corrupted + sum over the slice of (clean - corrupted) * d metric / d activation. Compare with
-    the exact sweep by :func:`~bertfn.interventions.correlation`.
+    value = corrupted + sum over the slice of (clean - corrupted) * d metric / d activation. The corrupted
+    texts run as padded batches (:func:`~bertfn.interventions.gradients.run_with_grad`). Compare with the
+    exact sweep by :func:`~bertfn.interventions.correlation`.
 
     Args:
         clean: the clean text, or a list of them.
@@ -216,19 +219,17 @@ def attribution(clean: str | Sequence[str], corrupted: str | Sequence[str], mode
     """
     pairs, m, names, layers = _setup(clean, corrupted, model, metric, over, name, layers, "attribution")
     held = [names[i] for i in layers]
-    maps, cleans, corrupteds = [], [], []
-    for clean_text, corrupted_text in pairs:
-        c, x, reads = prepared(clean_text, corrupted_text, m, metric, "attribution")
+    ready = [prepared(clean_text, corrupted_text, m, metric, "attribution") for clean_text, corrupted_text in pairs]
+    for c, _, _ in ready:
         _check_axis(c, names, layers, over)
-        g = run_with_grad(m, corrupted_text, metric, held, keep=set(reads))
-        with torch.no_grad():
+    reads = set().union(*(r for _, _, r in ready))
+    grads = run_with_grad(m, [x for _, x in pairs], metric, held, keep=reads)  # the corrupted texts, padded batches
+    maps, cleans, corrupteds = [], [], []
+    with torch.no_grad():
+        for (c, _, _), g in zip(ready, grads):
             cleans.append(float(metric(c)))
             corrupteds.append(g.value)
-            rows = []
-            for n in held:
-                delta = (c[n] - g.activations[n]) * g.grads[n]  # same shape as the point
-                rows.append(_slice_sums(delta, n, over).double() + g.value)
-            maps.append(rows)
+            maps.append([_slice_sums((c[n] - g.activations[n]) * g.grads[n], n, over).double() + g.value for n in held])
     return _stack(maps, cleans, corrupteds, held, over)
 
 
