@@ -59,6 +59,7 @@ def test_a_study_over_pairs_is_each_pair_patched_at_each_slice(tiny, metric, max
             for k in range(lengths[p]):
                 run = patched(tiny, clean, corrupted, f"layer.{i}.output", positions=k)
                 assert close(study.per_example[p, i, k].item(), metric(run).item())
+    assert repr(study).startswith("Sweep(over positions of layer.0.output .. layer.1.output, 3 pairs: 2 x 10 map per pair")
     assert study.count[0].tolist() == [sum(n > k for n in lengths) for k in range(max(lengths))]
     mean = torch.nanmean(study.per_example, dim=0)
     torch.testing.assert_close(study.values, mean, atol=1e-6, rtol=0)

@@ -67,6 +67,13 @@ class Sweep:
     names: list[str]
     over: str
 
+    def __repr__(self) -> str:
+        """What was patched, over how many pairs, and the unpatched runs' means; not the tensors."""
+        P, shape = self.per_example.shape[0], " x ".join(map(str, self.per_example.shape[1:]))
+        return (f"Sweep(over {self.over} of {self.names[0]} .. {self.names[-1]}, {P} pair{'s' * (P > 1)}: "
+                f"{shape} map per pair in .per_example, their mean in .values; clean {self.clean:.4g}, "
+                f"corrupted {self.corrupted:.4g})")
+
     @property
     def values(self) -> Tensor:
         """(L, ...) the mean map over the pairs (one pair: its map)."""
@@ -171,7 +178,7 @@ def sweep(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Mod
             neurons, at every position) or ``"heads x positions"`` (each head at each position).
         name: another point template with ``{i}`` for the layer (e.g. ``"layer.{i}.attention.output"``).
         layers: the layers to patch (None: all); the rows of the map follow them.
-        progress: show a progress bar over the layers of each pair.
+        progress: show a progress bar (over the pairs; for one pair, over its layers).
 
     Returns:
         The study: ``per_example`` (P, L, ...), ``values`` its mean, ``interval()``.
@@ -182,13 +189,19 @@ def sweep(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Mod
     """
     pairs, m, names, layers = _setup(clean, corrupted, model, metric, over, name, layers, "sweep")
     maps, cleans, corrupteds = [], [], []
-    for clean_text, corrupted_text in pairs:
+    each = pairs
+    if progress and len(pairs) > 1:  # a bar over the pairs; for one pair, over its layers
+        from tqdm import tqdm
+
+        each = tqdm(pairs, desc=f"patching {over}", unit="pair", leave=False)
+    for clean_text, corrupted_text in each:
         c, x, reads = prepared(clean_text, corrupted_text, m, metric, "sweep")
         _check_axis(c, names, layers, over)
         with torch.no_grad():
             cleans.append(float(metric(c)))
             corrupteds.append(float(metric(x)))
-            maps.append(patched_metrics(m.params, c, x, names, over, metric, reads, layers, progress))
+            maps.append(patched_metrics(m.params, c, x, names, over, metric, reads, layers,
+                                        progress and len(pairs) == 1))
     return _stack(maps, cleans, corrupteds, [names[i] for i in layers], over)
 
 
