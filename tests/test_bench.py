@@ -126,6 +126,25 @@ def test_patching_quick_run_writes_its_section_and_the_maps_agree(mlm_checkpoint
     assert all(float(gap) < 1e-5 for gap in apart.values()), apart
 
 
+STUDY = BENCH.parent / "study.py"
+STUDY_ROWS = [rf"study: patch each of 2 x 3 heads in 4 pairs of 16 tokens \| s \| {SPREAD} \| {other} \| {SPREAD} \| {NUMBER} \| - \|"
+              for other in ("nnsight, a trace per layer, a batch per invoke", "nnsight, one trace, a batch per invoke",
+                            "its floor: bertfn's products at the fp32 matmul peak")]
+
+
+def test_study_quick_run_writes_its_section_and_the_maps_agree(mlm_checkpoint, tmp_path, monkeypatch):
+    """bench/study.py --quick: bertfn's 4-pair study and nnsight's agree per example (1e-5), and bench.py's section stays."""
+    pytest.importorskip("nnsight", reason="bench/study.py measures against nnsight (pip install -e '.[bench]')")
+    text, lines = quick_section(STUDY, "bertfn study benchmark", mlm_checkpoint[0], tmp_path, monkeypatch)
+    assert len(lines) == len(STUDY_ROWS)
+    for pattern, line in zip(STUDY_ROWS, lines):
+        assert re.match(rf"\| {pattern}", line), line
+    note = next(line for line in text.splitlines() if line.startswith("- largest difference"))
+    apart = dict(re.findall(r"(nnsight, [^;]+) ([^;\s]+)", note.split("(the bound is 1e-5): ")[1].split("; between")[0]))
+    assert set(apart) == {"nnsight, a trace per layer, a batch per invoke", "nnsight, one trace, a batch per invoke"}
+    assert all(float(gap) < 1e-5 for gap in apart.values()), apart
+
+
 FAMILY = BENCH.parent / "family.py"
 FAMILY_ROWS = [
     r"fill-mask, 1 sentence \(12 tokens\), text to answers \| ms \| {spread} \| transformers pipeline \| {spread} "
