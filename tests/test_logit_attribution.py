@@ -98,6 +98,7 @@ def test_head_outputs_of_cross_attention():
     torch.testing.assert_close(out, plain, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.needs_transformers  # the members' checkpoints are built by transformers
 def test_head_outputs_of_each_family_member(member):
     mask = member.tokenizer.mask_token
     check_head_outputs(member, f"The capital of France is {mask}, a big city.")
@@ -174,6 +175,7 @@ def test_the_parts_sum_to_the_logits_on_antiberty(antiberty):
     assert la.logits.abs().max() > 5  # real logits, not a degenerate case
 
 
+@pytest.mark.needs_transformers  # the members' checkpoints are built by transformers
 def test_the_parts_sum_to_the_logits_on_each_family_member(member):
     mask = member.tokenizer.mask_token
     check_attribution(member, f"The capital of France is {mask}, a big city.", [5, 6, 7])
