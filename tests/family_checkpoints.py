@@ -1,17 +1,27 @@
-"""Small random checkpoints of BERT's family (RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ALBERT), built offline.
+"""Small random checkpoints of BERT's family (RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ALBERT, and
+ModernBERT and ESM-2), built offline.
 
 :func:`save_member` writes a folder as the hub has one: ``config.json`` and ``model.safetensors`` from
-``save_pretrained`` of a random-init transformers model, and a fast tokenizer of the member's own kind
-(``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``), so that tests can hold bertfn
-to transformers on every member with no download. The tokenizers are trained here, in a few milliseconds,
-on :data:`CORPUS` with the ``tokenizers`` library's trainers, and set up as the real models' tokenizers
-are (the converters of ``transformers.convert_slow_tokenizer`` and the hub's tokenizer.json files):
+``save_pretrained`` of a random-init transformers model, and a tokenizer of the member's own kind (a fast
+tokenizer's ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``; ESM's ``vocab.txt``
+in place of tokenizer.json), so that tests can hold bertfn to transformers on every member with no download.
+The tokenizers are trained here, in a few milliseconds, on :data:`CORPUS` with the ``tokenizers`` library's
+trainers, and set up as the real models' tokenizers are (the converters of ``transformers.convert_slow_tokenizer``
+and the hub's tokenizer.json files):
 
     roberta                byte-level BPE ("Ġword"), <s> A </s></s> B </s> (RobertaProcessing), <mask> lstrip
     xlm-roberta            SentencePiece-style unigram ("▁word"), the same template, <mask> lstrip
     distilbert             WordPiece ("##"), lowercased, [CLS] A [SEP] B [SEP]
     electra(-discriminator) the same WordPiece
     albert                 SentencePiece-style unigram, lowercased, [CLS] A [SEP] B [SEP], [MASK] lstrip
+    modernbert             byte-level BPE after NFC (GPT-NeoX's, as answerdotai/ModernBERT-base), its specials
+                           [UNK] [CLS] [SEP] [PAD] [MASK] after the merges, [CLS] A [SEP] B [SEP], [MASK] lstrip
+    esm                    ESM-2's EsmTokenizer: the 33-token vocab.txt of facebook/esm2_* (:data:`ESM_VOCAB`),
+                           one token per residue, <cls> A <eos> B <eos>; not trained
+
+:data:`MEMBERS` are the kinds of BERT's family proper; :data:`MODERN` the two whose encoders differ more
+(rotary positions, pre-LN; ModernBERT's GeGLU and local attention), kept apart so that the tests over every
+member need not take them.
 
 Training is deterministic: every process writes the same tokenizer.json (BpeTrainer with a fixed alphabet is;
 UnigramTrainer's scores and WordPieceTrainer's vocabulary are not, so :func:`_unigram` and :func:`_wordpiece`
@@ -19,20 +29,26 @@ work around them), and each kind is trained once per process (:func:`member_toke
 
 The models are small and of odd sizes (so that a transposed or mis-split weight shows), with dropout 0,
 ELECTRA's and ALBERT's embedding size unlike their hidden size (so the projection exists), and LayerNorms
-and biases moved off their init (as conftest's ``build_hf``) so that every weight matters.
+and biases moved off their init (as conftest's ``build_hf``) so that every weight matters. ModernBERT's local
+attention window (8) is shorter than the test texts, and its 4 layers hold both kinds (0 and 3 global, 1 and 2
+local); ESM drops the mask tokens' embeddings (``token_dropout``), as ESM-2 does.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import tempfile
 from collections import Counter
 from pathlib import Path
 
 import torch
 
 MEMBERS = ("roberta", "xlm-roberta", "distilbert", "electra", "electra-discriminator", "albert")
-"""The kinds :func:`save_member` builds."""
+"""The kinds of BERT's family proper that :func:`save_member` builds."""
+
+MODERN = ("modernbert", "esm")
+"""The other kinds :func:`save_member` builds: ModernBERT and ESM-2."""
 
 CORPUS = (
     "When in Rome, do as the Romans do.",
@@ -86,9 +102,25 @@ CORPUS = (
 piece each (rome, romans, paris, cat, dog, sat, mat, king, queen, man, woman, red, blue, big, small), and long
 words that take several pieces (unbelievably, internationalization)."""
 
+PROTEINS = (
+    "EVQLVESGGGLVQPGRSLRLSCAASGFTFDDYAMHWVRQAPGKGLEWVSAITWNSGHIDYADSVEG",  # adalimumab, heavy chain
+    "DIQMTQSPSSLSASVGDRVTITCRASQGIRNYLAWYQQKPGKAPKLLIYAASTLQS",  # adalimumab, light chain
+    "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG",  # ubiquitin
+    "FVNQHLCGSHLVEALYLVCGERGFFYTPKT",  # insulin, B chain
+    "MSKGEELFTGVVPILVELDGDVNGHKFSVSGEGEGDATYGKLTLKFICTT",  # green fluorescent protein, its start
+    "GIVEQCCTSICSLYQLENYCN",  # insulin, A chain
+)
+"""Protein sequences for ESM, as its tokenizer takes them (capitals, no spaces): real fragments of 21-76
+residues."""
+
+ESM_VOCAB = ["<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO.-", "<null_1>", "<mask>"]
+"""ESM-2's vocabulary (the vocab.txt of facebook/esm2_*, one token a line): <cls> 0, <pad> 1, <eos> 2, <unk> 3, the
+residues and gap symbols, <null_1> 31, <mask> 32."""
+
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4 in the WordPiece vocabulary
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0-3 as in roberta-base and xlm-roberta-base; <mask> last
 ALBERT_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4 as in albert-base-v2
+MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]  # after the merges, as 50280-50284 in ModernBERT
 
 
 def _trained(model, trainer, normalizer, pre_tokenizer, decoder):
@@ -121,6 +153,28 @@ def _byte_level_bpe():
     _specials(tok, ROBERTA_SPECIALS + ["<mask>"], lstrip="<mask>")
     tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True, add_prefix_space=False)
     return tok
+
+
+def _modernbert_bpe():
+    """ModernBERT's kind: GPT-NeoX's byte-level BPE (NFC, no prefix space, no post-processing of offsets), then its
+    BERT specials after the merges and a BERT template (``[CLS] A [SEP]``, ``[CLS] A [SEP] B:1 [SEP]:1``), as the
+    tokenizer.json of answerdotai/ModernBERT-base."""
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = _trained(models.BPE(), trainers.BpeTrainer(
+        vocab_size=380, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False), normalizers.NFC(),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True), decoders.ByteLevel())
+    _specials(tok, MODERNBERT_SPECIALS, lstrip="[MASK]")
+    _template(tok, "[CLS]", "[SEP]", roberta_pair=False)
+    return tok
+
+
+def _esm(transformers):
+    """ESM-2's EsmTokenizer of :data:`ESM_VOCAB` (it reads its vocabulary from a file, kept in memory)."""
+    with tempfile.TemporaryDirectory() as folder:
+        vocab = Path(folder) / "vocab.txt"
+        vocab.write_text("\n".join(ESM_VOCAB), encoding="utf-8")
+        return transformers.EsmTokenizer(str(vocab))
 
 
 def _unigram(specials: list[str], unk: str, normalizer, vocab_size: int):
@@ -205,7 +259,8 @@ def _wordpiece():
 
 @functools.cache
 def member_tokenizer(kind: str):
-    """The transformers fast tokenizer of ``kind`` (one of :data:`MEMBERS`), trained once per process."""
+    """The transformers tokenizer of ``kind`` (one of :data:`MEMBERS` or :data:`MODERN`), trained once per process:
+    a fast one, but ESM's EsmTokenizer (transformers has no fast ESM tokenizer)."""
     import transformers
 
     if kind == "roberta":
@@ -219,12 +274,20 @@ def member_tokenizer(kind: str):
     if kind == "albert":
         return transformers.AlbertTokenizerFast(tokenizer_object=_albert_unigram(), pad_token="<pad>",
                                                 unk_token="<unk>")
-    raise ValueError(f"unknown kind {kind!r}; pass one of {', '.join(MEMBERS)}")
+    if kind == "modernbert":
+        return transformers.PreTrainedTokenizerFast(
+            tokenizer_object=_modernbert_bpe(), unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+            pad_token="[PAD]", mask_token="[MASK]", clean_up_tokenization_spaces=True,
+            model_input_names=["input_ids", "attention_mask"])
+    if kind == "esm":
+        return _esm(transformers)
+    raise ValueError(f"unknown kind {kind!r}; pass one of {', '.join(MEMBERS + MODERN)}")
 
 
 def member_config(kind: str, vocab_size: int, **overrides):
     """The transformers config of ``kind``: small odd sizes, dropout 0, 64 positions (RoBERTa's 64 + 2 for
-    its padding offset), the vocabulary of its tokenizer; ``overrides`` replace any field."""
+    its padding offset; 128 for ModernBERT and ESM, whose rotary positions have no table), the vocabulary of its
+    tokenizer and its special tokens' ids; ``overrides`` replace any field."""
     import transformers
 
     no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -247,23 +310,41 @@ def member_config(kind: str, vocab_size: int, **overrides):
         fields = dict(embedding_size=24, hidden_size=40, num_attention_heads=4, num_hidden_layers=3,
                       num_hidden_groups=1, inner_group_num=1, intermediate_size=72, max_position_embeddings=64,
                       pad_token_id=0, bos_token_id=2, eos_token_id=3, classifier_dropout_prob=0.0, **no_dropout)
+    elif kind == "modernbert":
+        cls, tok = transformers.ModernBertConfig, member_tokenizer(kind)
+        fields = dict(hidden_size=48, num_attention_heads=4, num_hidden_layers=4, intermediate_size=40,
+                      global_attn_every_n_layers=3, local_attention=8, global_rope_theta=160000.0,
+                      local_rope_theta=10000.0, max_position_embeddings=128, norm_bias=False, attention_bias=False,
+                      mlp_bias=False, decoder_bias=True, classifier_bias=False, attention_dropout=0.0,
+                      embedding_dropout=0.0, mlp_dropout=0.0, classifier_dropout=0.0, reference_compile=False,
+                      pad_token_id=tok.pad_token_id, bos_token_id=tok.cls_token_id, cls_token_id=tok.cls_token_id,
+                      eos_token_id=tok.sep_token_id, sep_token_id=tok.sep_token_id)
+    elif kind == "esm":
+        cls, tok = transformers.EsmConfig, member_tokenizer(kind)
+        fields = dict(hidden_size=40, num_attention_heads=4, num_hidden_layers=2, intermediate_size=72,
+                      max_position_embeddings=128, position_embedding_type="rotary", token_dropout=True,
+                      emb_layer_norm_before=False, layer_norm_eps=1e-5, pad_token_id=tok.pad_token_id,
+                      mask_token_id=tok.mask_token_id, **no_dropout)
     else:
-        raise ValueError(f"unknown kind {kind!r}; pass one of {', '.join(MEMBERS)}")
+        raise ValueError(f"unknown kind {kind!r}; pass one of {', '.join(MEMBERS + MODERN)}")
     return cls(vocab_size=vocab_size, **{**fields, **overrides})
 
 
 MODEL_CLASSES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM",
                  "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM",
-                 "electra-discriminator": "ElectraForPreTraining", "albert": "AlbertForMaskedLM"}
+                 "electra-discriminator": "ElectraForPreTraining", "albert": "AlbertForMaskedLM",
+                 "modernbert": "ModernBertForMaskedLM", "esm": "EsmForMaskedLM"}
 """The transformers class of each kind (ELECTRA's generator is a masked LM; its discriminator is not)."""
 
 
 def save_member(kind: str, folder: Path, seed: int = 0, **config_overrides):
-    """Write a random ``kind`` checkpoint (one of :data:`MEMBERS`) with its tokenizer to ``folder``.
+    """Write a random ``kind`` checkpoint (one of :data:`MEMBERS` or :data:`MODERN`) with its tokenizer to ``folder``.
 
-    The folder holds config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
+    The folder holds config.json, model.safetensors, tokenizer.json (ESM: vocab.txt), tokenizer_config.json and
     special_tokens_map.json. The model is the transformers one (eval mode), returned as the oracle;
-    ``seed`` sets its weights, ``config_overrides`` any config field (:func:`member_config`).
+    ``seed`` sets its weights, ``config_overrides`` any config field (:func:`member_config`). Every norm's weight
+    (LayerNorm, ESM's layer_norm and emb_layer_norm_after, ModernBERT's attn_norm, mlp_norm, final_norm, ...) and
+    every bias (ESM's lm_head.bias too) is moved off its init.
     """
     import transformers
 
@@ -274,7 +355,7 @@ def save_member(kind: str, folder: Path, seed: int = 0, **config_overrides):
     model = getattr(transformers, MODEL_CLASSES[kind])(config)
     with torch.no_grad():  # break the init's symmetry (LayerNorm 1/0, zero biases) so every weight matters
         for name, p in model.named_parameters():
-            if "layernorm" in name.lower().replace("_", "") or name.endswith(".bias"):
+            if "norm" in name.lower() or name.endswith(".bias"):
                 p.add_(torch.randn_like(p) * 0.1)
     model.eval()
     folder = Path(folder)

@@ -267,7 +267,7 @@ def test_another_architecture_is_refused_in_one_line(tmp_path, cls, model_type):
     config = transformers.AutoConfig.for_model(model_type, **configs[model_type])
     getattr(transformers, cls)(config).save_pretrained(tmp_path)
     with pytest.raises(bertfn.CheckpointError, match=f"model_type '{model_type}' is not a model bertfn reads; it reads "
-                                                     "BERT and its family: albert, bert, distilbert, electra, roberta"):
+                                                     "BERT and its family: albert, bert, distilbert, electra, esm, modernbert, roberta"):
         bertfn.load(tmp_path)
     done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "a [MASK]", "--model", str(tmp_path)],
                           capture_output=True, text=True)

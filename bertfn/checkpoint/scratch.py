@@ -1,7 +1,8 @@
 """A BERT from its config alone: the parameter count, and fresh weights for training from scratch.
 
-Both start from the shapes the config implies (:func:`bertfn.checkpoint.state.expected_shapes`, the same
-table that checks a loaded checkpoint), so nothing here needs a checkpoint or transformers.
+Both start from the shapes the config implies (:func:`~bertfn.model.family.named_shapes`: BERT's table as the
+config's family member changes it, the same table that checks a loaded checkpoint), so nothing here needs a
+checkpoint or transformers.
 
 * :func:`parameter_count` counts the parameters by part of the model, e.g. the bert-base table of the
   walkthroughs: per layer 2.36M in attention and 4.72M in the feed-forward block, 110M in all;
@@ -19,7 +20,7 @@ import torch
 from ..errors import InputError
 from ..model.config import BertConfig
 from .loading import Model
-from .state import expected_shapes
+from ..model.family import named_shapes, renamer
 from .tokenizer import Tokenizer
 
 PARTS = {
@@ -49,7 +50,7 @@ def model_shapes(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         raise InputError(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
-    return expected_shapes(config, {PARTS[p]: None for p in parts})
+    return named_shapes(config, {PARTS[p]: None for p in parts})
 
 
 def part_of(key: str) -> str:
@@ -64,10 +65,12 @@ def part_of(key: str) -> str:
     """
     if key.startswith("bert.embeddings."):
         return "embeddings"
-    if re.search(r"\.layer\.\d+\.(attention|crossattention)\.", key):
+    if re.search(r"\.layer\.\d+\.(attention\.|crossattention\.|attention_norm\.)", key):
         return "attention"
-    if re.search(r"\.layer\.\d+\.(intermediate|output)\.", key):
+    if re.search(r"\.layer\.\d+\.(intermediate|output|ffn_norm)\.", key):
         return "feed-forward"
+    if key.startswith("bert.encoder.final_norm."):
+        return "final norm"
     if key.startswith("bert.pooler."):
         return "pooler"
     if key.startswith("cls.predictions."):
@@ -130,7 +133,7 @@ def init_model(config: BertConfig, parts: Iterable[str] = ("pooler", "mlm"), *,
     for key, shape in model_shapes(config, parts).items():
         if key in TIED:
             continue
-        if key.endswith("LayerNorm.weight"):
+        if key.endswith(("LayerNorm.weight", "_norm.weight")):  # BERT's and the pre-LN members' LayerNorms
             state[key] = torch.ones(shape)
         elif key.endswith("bias"):  # every bias, cls.predictions.bias included
             state[key] = torch.zeros(shape)
@@ -140,5 +143,9 @@ def init_model(config: BertConfig, parts: Iterable[str] = ("pooler", "mlm"), *,
         state["bert.embeddings.word_embeddings.weight"][config.pad_token_id] = 0.0
     if "mlm" in parts:  # the decoder is the word-embedding tensor itself, its bias cls.predictions.bias
         for key, same in TIED.items():
-            state[key] = state[same]
+            if same in state:
+                state[key] = state[same]
+    rename = renamer(config)  # a family member's checkpoint names (ALBERT's shared layers: one key for several)
+    if rename is not None:
+        state = {rename(k): t for k, t in state.items()}
     return Model(config, state, tokenizer, "init_model")

@@ -18,7 +18,7 @@ from ..errors import CheckpointError
 from ..model.config import BertConfig
 from ..model.family import family_of, named_shapes
 from ..model.params import Params
-from ..model.shapes import expected_shapes  # noqa: F401  (BERT's table; scratch.py reads it here)
+from ..model.shapes import expected_shapes  # noqa: F401  (BERT's table, re-exported: tests read it here)
 
 LINEAR_WEIGHT = re.compile(r"(^|\.)(query|key|value|dense|classifier|qa_outputs|seq_relationship|pooler"
                            r"|q_lin|k_lin|v_lin|out_lin|lin1|lin2|vocab_transform"  # DistilBERT's names
@@ -144,7 +144,7 @@ def config_contradictions(config: BertConfig, state: dict[str, torch.Tensor]) ->
     out = [f"{name}={getattr(config, name)} but the weights have {n}"
            for name, n in found.items() if n is not None and n != getattr(config, name)]
     relative = any(k.endswith("self.distance_embedding.weight") for k in state)
-    if relative != (config.position_embedding_type != "absolute"):
+    if relative != config.relative_positions:
         out.append(f"position_embedding_type={config.position_embedding_type!r} but the weights "
                    f"{'have' if relative else 'lack'} relative-position distance_embedding tables")
     return out

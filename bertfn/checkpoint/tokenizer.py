@@ -6,7 +6,10 @@ vocabulary), with its own template (``[CLS] A [SEP]``, ``<s> A </s></s> B </s>``
 standard BERT pipeline from ``vocab.txt`` with the lowercasing that ``tokenizer_config.json`` asks for
 (``BertTokenizerFast``'s conversion): clean text, split Chinese characters, lowercase and strip accents,
 split on whitespace and punctuation, WordPiece with ``##`` continuations, then ``[CLS] A [SEP]`` or
-``[CLS] A [SEP] B [SEP]`` with token type ids 0 / 1.
+``[CLS] A [SEP] B [SEP]`` with token type ids 0 / 1. An ESM-2 ``vocab.txt`` (``tokenizer_class`` ``EsmTokenizer``
+in tokenizer_config.json, or a vocabulary of ``<cls>``, ``<eos>`` and residue letters) gets ``EsmTokenizer``'s pipeline
+instead: one token per residue of a sequence written without spaces (``"MKT<mask>A"``), ``<cls> A <eos>`` or
+``<cls> A <eos> B <eos>``, all of token type 0, decoded with a space between tokens.
 
 The special tokens (start, separator, mask, padding, unknown) are those ``tokenizer_config.json`` or
 ``special_tokens_map.json`` names (``cls_token``, ``mask_token``, ...), else the usual ones (:data:`ROLES`).
@@ -23,7 +26,8 @@ from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import normalizers
 
 from ..errors import CheckpointError, InputError, UnknownTokensWarning, require_readable, syntax, unreadable
-from .tokenizer_files import ROLES, find_special, lowercases, read_json, word_marks, wordpiece_from_vocab
+from .tokenizer_files import (ESM_NAMES, ROLES, esm_from_vocab, find_special, is_esm_vocab, lowercases, read_json,
+                              word_marks, wordpiece_from_vocab)
 
 class Encoding(NamedTuple):
     """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span;
@@ -78,8 +82,8 @@ class Tokenizer:
         backend: the ``tokenizers`` tokenizer.
         max_length: the model's max positions, if known.
         clean_up_spaces: mirrors transformers' ``clean_up_tokenization_spaces``: read from tokenizer_config.json, else
-            True for a tokenizer built from vocab.txt (the slow BertTokenizer's default) and False for one read from
-            tokenizer.json (the fast tokenizers' default).
+            True for BERT's WordPiece built from vocab.txt (the slow BertTokenizer's default) and False for one read
+            from tokenizer.json (the fast tokenizers' default) or ESM's vocab.txt (EsmTokenizer's).
         source: the file it was read from, for messages.
         names: the special tokens' names (tokenizer_config.json's ``cls_token``, ``bos_token``, ...).
     """
@@ -129,17 +133,18 @@ class Tokenizer:
 
     @classmethod
     def from_path(cls, path: str | Path, max_length: int | None = None, lowercase: bool | None = None) -> Tokenizer:
-        """Read a tokenizer from a ``tokenizer.json``, a WordPiece ``vocab.txt`` or a folder holding one. A
-        ``tokenizer_config.json`` beside the file sets lowercasing (``do_lower_case``, for vocab.txt),
+        """Read a tokenizer from a ``tokenizer.json``, a WordPiece or ESM ``vocab.txt`` or a folder holding one. A
+        ``tokenizer_config.json`` beside the file sets lowercasing (``do_lower_case``, for a WordPiece vocab.txt),
+        the kind of a vocab.txt (``tokenizer_class``: ``EsmTokenizer`` for ESM's, :func:`is_esm_vocab`),
         ``clean_up_tokenization_spaces`` and the special tokens' names (``mask_token``, ...; else those of
-        ``special_tokens_map.json``, else the usual ones).
+        ``special_tokens_map.json``, else the usual ones: ESM's ``<cls>``, ``<eos>``, ... for its vocab.txt).
 
         Args:
             path: the file, or a folder holding one.
             max_length: the model's max positions, if known.
             lowercase: True / False overrides the files (False keeps case, as ``BertTokenizer(vocab,
-                do_lower_case=False)``); None keeps what the files say (a bare vocab.txt lowercases, as transformers'
-                default).
+                do_lower_case=False)``); None keeps what the files say (a bare WordPiece vocab.txt lowercases, as
+                transformers' default). ESM's vocab.txt keeps case and takes no True.
         """
         path = Path(path).expanduser()
         try:
@@ -156,6 +161,7 @@ class Tokenizer:
                              "folder holding one")
         require_readable(path)  # the tokenizers library reports a denied file as a bare Exception
         options = read_json(path.parent / "tokenizer_config.json")
+        names = {**read_json(path.parent / "special_tokens_map.json"), **options}
         if lowercase is not None:
             options["do_lower_case"] = lowercase
         if path.suffix == ".json":
@@ -168,11 +174,16 @@ class Tokenizer:
                     raise InputError(f"{path} does not use BERT's normalizer, so lowercase= cannot change it; "
                                      "leave lowercase unset for this tokenizer")
                 backend.normalizer.lowercase = lowercase
+            wordpiece = False
+        elif is_esm_vocab(path, options):
+            if lowercase:
+                raise InputError(f"{path} is ESM's vocabulary, whose residues are capitals and which never lowercases, "
+                                 "so lowercase=True cannot apply; leave lowercase unset for this tokenizer")
+            names = {**ESM_NAMES, **names}
+            backend, wordpiece = esm_from_vocab(path, names), False
         else:
-            backend = wordpiece_from_vocab(path, options)
-        from_vocab = path.suffix != ".json"
-        names = {**read_json(path.parent / "special_tokens_map.json"), **options}
-        return cls(backend, max_length, bool(options.get("clean_up_tokenization_spaces", from_vocab)), str(path), names)
+            backend, wordpiece = wordpiece_from_vocab(path, options), True
+        return cls(backend, max_length, bool(options.get("clean_up_tokenization_spaces", wordpiece)), str(path), names)
 
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
@@ -216,8 +227,9 @@ class Tokenizer:
         about it; <the likely fix>"`` (``<unk>`` for RoBERTa's kind: the tokenizer's own name). The fix named: keeping
         case (a cased vocabulary read with BERT's lowercasing, e.g. amino acids as capitals), writing capitals (small
         letters given to a vocabulary of capitals), or spacing (a vocabulary of single characters written without
-        spaces). The vocabulary's words are read without their marks (``##`` pieces left out, ``▁`` and ``Ġ`` taken
-        off) and without its ``[...]`` / ``<...>`` specials; a lone ``▁`` piece is a space, not a token of the text.
+        spaces, unless the tokenizer splits them itself, as ESM's does). The vocabulary's words are read without
+        their marks (``##`` pieces left out, ``▁`` and ``Ġ`` taken off) and without its ``[...]`` / ``<...>``
+        specials; a lone ``▁`` piece is a space, not a token of the text.
 
         Args:
             texts: the texts.
@@ -248,7 +260,8 @@ class Tokenizer:
             elif sum(w != w.upper() and all(c.upper() in vocab for c in w) for w in unknown) * 2 >= len(unknown):
                 fixes.append("this vocabulary holds capitals")
                 written = written.upper()
-            if single_chars and any(len(w) > 1 and all(c in vocab or c.upper() in vocab for c in w) for w in unknown):
+            if single_chars and any(len(w) > 1 and all(c in vocab or c.upper() in vocab for c in w) for w in unknown) \
+                    and self.unk_token_id in self.backend.encode(written, add_special_tokens=False).ids:  # not ESM's
                 fixes.append("this vocabulary holds single characters, to be separated by spaces")
                 written = " ".join(written)
             advice = "; ".join(fixes) + (f": write {written!r}, not {shown!r}" if written != shown else "")

@@ -1,10 +1,12 @@
 """What a checkpoint's tokenizer files say: the parts of ``tokenizer.json`` the tokenizer asks about, the
-special tokens by role, and BERT's WordPiece pipeline built from ``vocab.txt``.
+special tokens by role, and the pipelines built from a ``vocab.txt``: BERT's WordPiece, or ESM's residues.
 
 :class:`~bertfn.checkpoint.tokenizer.Tokenizer` reads a checkpoint's tokenizer through these: whether its
 normalizer lowercases, which marks begin a word (``"▁"``, ``"Ġ"``), which tokens are its start, separator,
 mask, padding and unknown tokens (named by ``tokenizer_config.json`` or ``special_tokens_map.json``, else
-the usual ones), and, for a checkpoint with only a ``vocab.txt``, the pipeline ``BertTokenizerFast`` converts to.
+the usual ones), and, for a checkpoint with only a ``vocab.txt``, which kind it is (:func:`is_esm_vocab`) and
+the pipeline that mirrors its transformers tokenizer: the one ``BertTokenizerFast`` converts to, or
+``EsmTokenizer``'s one token per vocabulary entry (:func:`esm_from_vocab`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tokenizers import AddedToken, Regex
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
@@ -29,6 +32,15 @@ ROLES = {
 }
 """Each special token's role: (the tokenizer_config.json keys that may name it, in order; the usual names,
 BERT's and RoBERTa's, tried after them)."""
+
+ESM_NAMES = {"cls_token": "<cls>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+             "mask_token": "<mask>"}
+"""ESM's special tokens by tokenizer_config.json key: ``EsmTokenizer``'s defaults, which a ``vocab.txt`` without
+tokenizer_config.json gets. ESM has no separator of its own: ``<eos>`` ends each segment (the ``sep`` role)."""
+
+PYTHON_WHITESPACE = Regex(r"[\s\x1c-\x1f]+")
+"""What Python's ``str.split()`` splits on: Unicode's White_Space (the regex ``\\s``) and the four information
+separators U+001C-U+001F, which ``str.isspace`` also counts."""
 
 
 def read_json(path: Path) -> dict:
@@ -113,4 +125,77 @@ def wordpiece_from_vocab(vocab: Path, options: dict) -> _HFTokenizer:
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
+    return tok
+
+
+def is_esm_vocab(vocab: Path, options: dict) -> bool:
+    """Whether ``vocab.txt`` is ESM's (one token per residue, read by ``EsmTokenizer``) rather than BERT's WordPiece:
+    ``tokenizer_config.json``'s ``tokenizer_class`` says so (``"EsmTokenizer"``, as ``save_pretrained`` writes it),
+    or, where no class is named, the vocabulary holds ESM's ``<cls>`` and ``<eos>`` and not BERT's ``[CLS]``.
+
+    Args:
+        vocab: the ``vocab.txt``.
+        options: tokenizer_config.json's entries.
+    """
+    named = options.get("tokenizer_class")
+    if named:
+        return named == "EsmTokenizer"
+    try:
+        tokens = {t.strip() for t in vocab.read_text(encoding="utf-8", errors="replace").splitlines()}
+    except PermissionError:
+        raise unreadable(vocab) from None
+    return {"<cls>", "<eos>"} <= tokens and "[CLS]" not in tokens
+
+
+def esm_from_vocab(vocab: Path, names: dict) -> _HFTokenizer:
+    """ESM's tokenizer pipeline built from ``vocab.txt``: what ``EsmTokenizer`` (a slow, Python-only tokenizer that
+    transformers has no fast conversion of) does, token for token.
+
+    ``EsmTokenizer`` reads one token per line (each line stripped) and puts *every* vocabulary entry in its trie
+    of tokens not to split, so the text is first cut at each entry found in it (``<mask>``, and each residue
+    letter: ``"MKT"`` is ``M``, ``K``, ``T``); what lies between is split on whitespace (``str.split``) and each
+    piece looked up whole, so a run of characters the vocabulary lacks (``"xy"``, or ``"mktay"``: the letters are
+    capitals) is one ``<unk>``. Here: every entry an added token (the five of :data:`ESM_NAMES`' roles special,
+    the rest not), Python's whitespace split, a word-level model, and ``<cls> A <eos>`` / ``<cls> A <eos> B <eos>``
+    (``build_inputs_with_special_tokens``), all of token type 0. No decoder: tokens are joined with spaces, as
+    ``EsmTokenizer.decode`` joins them (``"<cls> M K T <eos>"``).
+
+    Args:
+        vocab: the ``vocab.txt``.
+        names: the special tokens' names by tokenizer_config.json key (:data:`ESM_NAMES` and what the files say).
+
+    Raises:
+        CheckpointError: the file is not UTF-8, has an empty line or a token twice, or lacks the start, end or
+            unknown token.
+    """
+    try:
+        tokens = [t.strip() for t in vocab.read_text(encoding="utf-8").splitlines()]  # EsmTokenizer's load_vocab_file
+    except PermissionError:
+        raise unreadable(vocab) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{vocab} is not a readable UTF-8 vocabulary ({e}); re-download it") from e
+    if not tokens:
+        raise CheckpointError(f"{vocab} is empty; an ESM vocabulary has one token per line; re-download it")
+    ids = {}
+    for i, t in enumerate(tokens):
+        if not t:
+            raise CheckpointError(f"{vocab}: line {i + 1} is empty, but each line of an ESM vocabulary is a token "
+                                  "(its line number - 1 is its id); remove the blank line or re-download the file")
+        if t in ids:
+            raise CheckpointError(f"{vocab}: {t!r} is on lines {ids[t] + 1} and {i + 1}, so the id of line "
+                                  f"{ids[t] + 1} would never be given; an ESM vocabulary holds each token once; "
+                                  "re-download it")
+        ids[t] = i
+    cls, eos, unk = (token_name(names.get(k)) for k in ("cls_token", "eos_token", "unk_token"))
+    missing = [f"{role} token {t!r}" for role, t in (("start", cls), ("end", eos), ("unknown", unk)) if t not in ids]
+    if missing:
+        raise CheckpointError(f"{vocab} has no {' or '.join(missing)}; it is not an ESM vocabulary "
+                              "(tokenizer_config.json names the tokens: cls_token, eos_token, unk_token)")
+    tok = _HFTokenizer(models.WordLevel(ids, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.Split(PYTHON_WHITESPACE, behavior="removed")
+    specials = {token_name(names.get(k)) for k in ESM_NAMES}
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in tokens if t in specials])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in tokens if t not in specials])
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {eos}", pair=f"{cls} $A {eos} $B {eos}", special_tokens=[(cls, ids[cls]), (eos, ids[eos])])
     return tok

@@ -98,19 +98,20 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
         points: a :class:`~bertfn.model.recorder.Trace` with edits: then each group runs through the
             reference :func:`~bertfn.model.encoder.encoder` instead, as a padded batch (b, S) of its texts, so
             that the edits see the named tensors with the shapes :func:`bertfn.trace` shows (b <= batch_size
-            texts, sorted by length).
+            texts, sorted by length). A family member with its own layer (ESM-2, ModernBERT) runs that way
+            too, on the SDPA path: the end-to-end layout is written for BERT's layer.
 
     Yields:
         ``(rows, where, h)`` per group: the texts' indices in ``enc``, those positions (N,) and the last
             hidden states there (N, H); without ``read``, where is None and h is every position's (T, H).
     """
     P = m.config.max_position_embeddings
-    group_tokens = GROUP_TOKENS if m.config.position_embedding_type == "absolute" else min(GROUP_TOKENS, P)
+    group_tokens = GROUP_TOKENS if not m.config.relative_positions else min(GROUP_TOKENS, P)
     for rows in text_groups(lengths, batch_size, group_tokens):
         ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths, m.config))
         where = read(rows, ids) if read is not None else None  # (N,) or all T
         ns = [lengths[i] for i in rows]
-        if points:
+        if points or family_of(m.config).layer is not None:  # edits, or a member whose layer the fast path lacks
             h = padded_encoder(m, enc, rows, ns, points)  # (T, H)
             yield rows, where, h if where is None else h[where]
         else:

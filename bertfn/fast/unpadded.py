@@ -69,7 +69,7 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | 
     for qi, ki, vi in texts:
         n = qi.shape[2]  # this text's (1, nh, n, hd) slice
         bias = None
-        if cfg.position_embedding_type != "absolute":
+        if cfg.relative_positions:
             bias = relative_position_scores(qi, ki, p["self.distance_embedding.weight"], cfg.position_embedding_type, 0)
         mask = None
         if cfg.is_decoder:
@@ -153,6 +153,6 @@ def fast_mlm_head(params: Params, h: Tensor) -> Tensor:
     """
     cfg = params.config
     p = params.scope("cls.predictions")
-    t = linear(h, p["transform.dense.weight"], p["transform.dense.bias"], head_act(cfg))  # (..., H)
-    t = layer_norm(t, p["transform.LayerNorm.weight"], p["transform.LayerNorm.bias"], cfg.layer_norm_eps)
-    return linear(t, p["decoder.weight"], p["bias"])  # (..., V)
+    t = linear(h, p["transform.dense.weight"], p.get("transform.dense.bias"), head_act(cfg))  # (..., H)
+    t = layer_norm(t, p["transform.LayerNorm.weight"], p.get("transform.LayerNorm.bias"), cfg.layer_norm_eps)
+    return linear(t, p["decoder.weight"], p.get("bias"))  # (..., V)

@@ -29,9 +29,13 @@ BERT's family, each member a small module of what it changes (``family.py`` list
     distilbert.py   DistilBERT: no token types, its own names (and config.json's)
     electra.py      ELECTRA: narrower embeddings projected to H, the generator and discriminator heads
     albert.py       ALBERT: narrower embeddings projected to H, one layer's weights shared by every layer
+    esm.py          ESM-2: pre-LN layers with rotary attention, token dropout, protein vocabularies
+    modernbert.py   ModernBERT: pre-LN, rotary, local attention in two layers of three, GeGLU, no biases
+
+and what the last two share: rotary.py (rotary positions) and prenorm.py (the pre-LN layer, rotary attention).
 
 Nothing here loads a file or tokenizes text (checkpoint/ does), and nothing here is tuned for speed
 (fast/ is): this folder is the definition the rest of bertfn is tested against.
 """
 
-from . import albert, distilbert, electra, roberta  # noqa: E402,F401  each registers its config and Family
+from . import albert, distilbert, electra, esm, modernbert, roberta  # noqa: E402,F401  each registers its config and Family

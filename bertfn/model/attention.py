@@ -356,7 +356,7 @@ def attention(
     q, k, v = trace("q", q), trace("k", k), trace("v", v)
 
     bias = None
-    if not cross and cfg.position_embedding_type != "absolute":
+    if not cross and cfg.relative_positions:
         bias = relative_position_scores(q, k, p["self.distance_embedding.weight"],
                                         cfg.position_embedding_type, past_length)
         bias = trace("relative_scores", bias)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import CheckpointError, ConfigError, unreadable
 from .functional import ACTIVATIONS
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
+RELATIVE_POSITIONS = ("relative_key", "relative_key_query")
+"""The position types that add relative-position scores to attention (a ``distance_embedding`` table)."""
 
 CONFIGS: dict[str, type["BertConfig"]] = {}
 """``model_type`` -> the config class that reads it: BertConfig and each member's subclass (registered
@@ -45,7 +47,8 @@ class BertConfig:
         layer_norm_eps: the epsilon of every LayerNorm.
         initializer_range: the standard deviation of the weights :func:`~bertfn.init_model` draws.
         pad_token_id: the padding token's id (a row of the word embeddings), or None.
-        position_embedding_type: "absolute", "relative_key" or "relative_key_query".
+        position_embedding_type: "absolute", "relative_key" or "relative_key_query" (a member's config may
+            allow others: ESM-2's and ModernBERT's "rotary", :attr:`POSITIONS`).
         is_decoder: a decoder: self-attention is causal.
         add_cross_attention: a decoder with cross-attention layers (needs ``is_decoder``).
         use_cache: transformers' default for returning the keys and values (kept as read; bertfn's
@@ -85,6 +88,8 @@ class BertConfig:
     pruned_heads: dict[int, tuple[int, ...]] = field(default_factory=dict)
     model_type: str = "bert"  # which family member's functions and names read the weights (bertfn/model/family.py)
 
+    POSITIONS: ClassVar[tuple[str, ...]] = POSITION_EMBEDDING_TYPES  # the position types this class reads
+
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         CONFIGS[cls.model_type] = cls  # the subclass's default model_type (a dataclass field default)
@@ -105,10 +110,10 @@ class BertConfig:
                 f"config hidden_act {self.hidden_act!r} is not an activation bertfn knows; "
                 f"expected one of {sorted(ACTIVATIONS)}"
             )
-        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+        if self.position_embedding_type not in self.POSITIONS:
             raise ConfigError(
-                f"config position_embedding_type {self.position_embedding_type!r} is unknown; "
-                f"expected one of {list(POSITION_EMBEDDING_TYPES)}"
+                f"config position_embedding_type {self.position_embedding_type!r} is not one bertfn reads for "
+                f"model_type {self.model_type!r}; expected one of {list(self.POSITIONS)}"
             )
         if self.add_cross_attention and not self.is_decoder:
             raise ConfigError("config add_cross_attention=true needs is_decoder=true (as in transformers)")
@@ -118,6 +123,11 @@ class BertConfig:
                               f"or null, got {pad!r}; fix config.json")
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ConfigError(f"config layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+
+    @property
+    def relative_positions(self) -> bool:
+        """Whether attention adds relative-position scores (``relative_key`` or ``relative_key_query``)."""
+        return self.position_embedding_type in RELATIVE_POSITIONS
 
     @property
     def head_dim(self) -> int:

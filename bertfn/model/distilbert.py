@@ -64,7 +64,8 @@ class DistilBertConfig(BertConfig):
 
 def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,
-               generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
+               generator: torch.Generator | None = None, trace: Trace = NO_TRACE, *,
+               attention_mask: Tensor | None = None) -> Tensor:
     """Word + position embeddings, then LayerNorm and dropout: BERT's without the token types.
 
     Mirrors ``transformers.models.distilbert.Embeddings``.
@@ -78,6 +79,7 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
         past_length: the cached positions before these.
         generator: turns dropout on (training).
         trace: records (and edits) ``word``, ``position``, ``sum`` and ``output``.
+        attention_mask: accepted and ignored (the encoder passes it to every member's embeddings; ESM-2's read it).
 
     Returns:
         (B, S, H).

@@ -52,7 +52,8 @@ class ElectraConfig(BertConfig):
 def factorized_embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                           position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
                           past_length: int = 0, generator: torch.Generator | None = None,
-                          trace: Trace = NO_TRACE) -> Tensor:
+                          trace: Trace = NO_TRACE, *,
+                          attention_mask: Tensor | None = None) -> Tensor:
     """BERT's embeddings at width E, then ``project`` (H, E) to the hidden size when the model has it.
 
     Mirrors ``ElectraEmbeddings`` + ``ElectraModel.embeddings_project`` (and ALBERT's
@@ -67,6 +68,7 @@ def factorized_embeddings(p: Params, input_ids: Tensor | None = None, token_type
         past_length: the cached positions before these.
         generator: turns dropout on (training).
         trace: records (and edits) BERT's embedding points, then ``projected``.
+        attention_mask: accepted and ignored (the encoder passes it to every member's embeddings; ESM-2's read it).
 
     Returns:
         (B, S, H).

@@ -266,7 +266,8 @@ def encoder(
     """BERT's forward pass (``BertModel.forward``): embeddings, L layers, pooler.
 
     A family member's model runs the same pass with its exceptions (:mod:`bertfn.model.family`): its own
-    embeddings step where it has one, its weights read under its own names. Decoders
+    embeddings step where it has one, its own layer and final LayerNorm where it has them (ESM-2, ModernBERT),
+    its weights read under its own names. Decoders
     (``config.is_decoder``) add the causal mask to a 2D mask. In a padded batch the probabilities of a
     padding position's query row are what the softmax gives (they sum to 1 over the real keys, as in
     transformers) and mean nothing: read the real tokens' rows.
@@ -315,10 +316,14 @@ def encoder(
     trace = with_edits(trace, edits, cfg)
     p = params.scope("bert")
     past = cache.length if cache is not None else 0
+    family = family_of(cfg)
+    if family.layer is not None and (cache is not None or use_cache or encoder_hidden_states is not None):
+        raise InputError(f"{family.name} is an encoder: its layers keep no cache and have no cross-attention, so "
+                         "cache=, use_cache=True and encoder_hidden_states= do not apply to it")
 
-    embed = family_of(cfg).embeddings or embeddings  # a family member's own first step, where it has one
-    x = embed(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds, past,
-              generator, trace.scope("embeddings"))  # (B, S, H)
+    own = {} if family.embeddings is None else {"attention_mask": attention_mask}  # a member's step sees the padding
+    x = (family.embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds,
+                                          past, generator, trace.scope("embeddings"), **own)  # (B, S, H)
     B, S, _ = x.shape
     warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
 
@@ -356,6 +361,10 @@ def encoder(
     hidden, attns, cross_attns, self_kvs, cross_kvs = [x], [], [], [], []
     for i in range(L):
         def run_layer(h: Tensor, i: int = i) -> LayerOutput:
+            if family.layer is not None:  # a member's own layer (ESM-2's, ModernBERT's pre-LN layers)
+                return family.layer(p.scope(f"encoder.layer.{i}"), h, mask, index=i, position_ids=position_ids,
+                                    head_mask=head_mask[i] if head_mask is not None else None, impl=impl,
+                                    need_probs=need_probs, generator=generator, trace=trace.scope(f"layer.{i}"))
             return layer(
                 p.scope(f"encoder.layer.{i}"), h, mask,
                 encoder_hidden=encoder_hidden_states, encoder_mask=enc_mask,
@@ -377,6 +386,8 @@ def encoder(
             self_kvs.append(out.self_kv)
             cross_kvs.append(out.cross_kv)
 
+    if family.final_norm is not None:  # pre-LN members (hidden_states keep the last layer's output before it)
+        x = family.final_norm(p, x, trace)
     has_cross = encoder_hidden_states is not None
     return EncoderOutput(
         last_hidden_state=x,

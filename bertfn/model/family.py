@@ -1,8 +1,8 @@
 """BERT's family: what a descendant changes, as one small record per member.
 
-RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA and ALBERT run BERT's own functions (embeddings.py,
-attention.py, encoder.py, heads.py) with a few exceptions. Each member's module (roberta.py,
-distilbert.py, electra.py, albert.py) states them in its docstring ("X is BERT except: ...") and
+RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ALBERT, ESM-2 and ModernBERT run BERT's own functions
+(embeddings.py, attention.py, encoder.py, heads.py) with a few exceptions. Each member's module (roberta.py,
+distilbert.py, electra.py, albert.py, esm.py, modernbert.py) states them in its docstring ("X is BERT except: ...") and
 holds them as named pure functions, which its :class:`Family` record lists. Every field left None
 is BERT's own. The kinds of exception are:
 
@@ -20,7 +20,11 @@ is BERT's own. The kinds of exception are:
   ALBERT project their embeddings to the hidden size); **position_ids**: RoBERTa's count from
   ``padding_idx + 1`` over the real tokens.
 * **head_act**: the MLM head's activation when it is not ``config.hidden_act`` (RoBERTa's and ELECTRA's
-  generator's are always exact GELU).
+  generator's are always exact GELU; ModernBERT's config names its own).
+* **layer**, **layer_points**, **final_norm**: a layer other than BERT's post-LN one, its trace points, and
+  the LayerNorm after the last layer (ESM-2's and ModernBERT's pre-LN layers with rotary attention,
+  :mod:`bertfn.model.prenorm`). Such a member runs the padded reference path everywhere: the fast path's
+  end-to-end layout (:mod:`bertfn.fast.unpadded`) is written for BERT's layer.
 
 :func:`family_of` gives a config's record. The encoder, the heads and the fast path ask it at the
 few points where a member differs; nothing in BERT's functions names a member.
@@ -52,11 +56,15 @@ class Family:
         key: ``(BERT name, config) -> the member's checkpoint name``.
         shapes: ``(config, BERT's table, present weights) -> the member's table`` of keys and shapes.
         normalize: ``(state, config) -> state``: what loading does to a state read from a file.
-        embeddings: the embeddings step, with BERT's signature.
+        embeddings: the embeddings step, with BERT's signature plus ``attention_mask=`` (the 0/1 padding mask or None).
         embedding_points: ``config -> its trace points``, in order.
         position_ids: ``(input_ids (B, S), pad, past) -> (B, S)`` positions.
-        head_act: the MLM head's activation, when not ``config.hidden_act``.
+        head_act: the MLM head's activation when not ``config.hidden_act``: a name, or ``config -> name``.
         heads: the member's head parts: ``{part name: a key that stands for it}``.
+        layer: the member's layer, ``(p, x, mask, *, index, position_ids, head_mask, impl, need_probs,
+            generator, trace) -> LayerOutput``, in place of :func:`~bertfn.model.encoder.layer`.
+        layer_points: ``(config, layer, optional) -> names`` of its layer's trace points (relative to ``layer.{i}.``).
+        final_norm: ``(p, x, trace) -> x``: the step after the last layer, where there is one.
     """
 
     name: str  # as people write it: "RoBERTa"
@@ -65,11 +73,14 @@ class Family:
     key: Callable[[str, BertConfig], str] | None = None  # BERT name -> the member's checkpoint name
     shapes: Callable[[BertConfig, dict[str, tuple[int, ...]], Mapping[str, Tensor]], dict[str, tuple[int, ...]]] | None = None
     normalize: Callable[[dict[str, Tensor], BertConfig], dict[str, Tensor]] | None = None
-    embeddings: Callable[..., Tensor] | None = None  # the embeddings step, BERT's signature
+    embeddings: Callable[..., Tensor] | None = None  # the embeddings step, BERT's signature + attention_mask=
     embedding_points: Callable[[BertConfig], tuple[str, ...]] | None = None  # its trace points, in order
     position_ids: Callable[[Tensor, int | None, int], Tensor] | None = None  # (input_ids (B, S), pad, past) -> (B, S)
-    head_act: str | None = None  # the MLM head's activation, when not config.hidden_act
+    head_act: str | Callable[[BertConfig], str] | None = None  # the MLM head's activation, when not config.hidden_act
     heads: Mapping[str, str] | None = None  # the member's head parts: {part name: a key that stands for it}
+    layer: Callable[..., object] | None = None  # the member's own layer (returns a LayerOutput)
+    layer_points: Callable[[BertConfig, int, bool], list[str]] | None = None  # its layer's trace points
+    final_norm: Callable[..., Tensor] | None = None  # the step after the last layer
 
 
 BERT = Family("BERT", "bert", "bert.")

@@ -59,7 +59,8 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
         params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``. Reads
             ``cls.predictions.transform.dense.*``, ``cls.predictions.transform.LayerNorm.*``,
             ``cls.predictions.decoder.weight`` (V, H; the word embeddings when the checkpoint ties them)
-            and ``cls.predictions.bias`` (V,).
+            and ``cls.predictions.bias`` (V,); a bias the checkpoint lacks is left out (ModernBERT's dense and
+            LayerNorm have none).
         h: (..., H) hidden states.
         trace: records (and edits) ``mlm.transform`` and ``mlm.logits``.
         config: the config of a bare state_dict.
@@ -70,11 +71,11 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
     params = as_params(params, config, "mlm_head")
     cfg = params.config
     p = params.scope("cls.predictions")
-    t = linear(h, p["transform.dense.weight"], p["transform.dense.bias"])  # (..., H)
+    t = linear(h, p["transform.dense.weight"], p.get("transform.dense.bias"))  # (..., H)
     t = ACTIVATIONS[head_act(cfg)](t)
-    t = layer_norm(t, p["transform.LayerNorm.weight"], p["transform.LayerNorm.bias"], cfg.layer_norm_eps)
+    t = layer_norm(t, p["transform.LayerNorm.weight"], p.get("transform.LayerNorm.bias"), cfg.layer_norm_eps)
     t = trace("mlm.transform", t)
-    logits = linear(t, p["decoder.weight"], p["bias"])  # (..., V)
+    logits = linear(t, p["decoder.weight"], p.get("bias"))  # (..., V)
     logits = trace("mlm.logits", logits)
     return logits
 
@@ -82,7 +83,8 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
 def head_act(config: BertConfig) -> str:
     """The MLM head's activation: ``config.hidden_act`` as in BERT, or a family member's own.
 
-    RoBERTa's and ELECTRA's generator's heads use exact GELU whatever the encoder uses.
+    RoBERTa's and ELECTRA's generator's heads use exact GELU whatever the encoder uses; ModernBERT's config
+    names its head's (``classifier_activation``).
 
     Args:
         config: the model's config.
@@ -90,7 +92,8 @@ def head_act(config: BertConfig) -> str:
     Returns:
         An activation's name (a key of :data:`~bertfn.model.functional.ACTIVATIONS`).
     """
-    return family_of(config).head_act or config.hidden_act
+    act = family_of(config).head_act
+    return act(config) if callable(act) else act or config.hidden_act
 
 
 def nsp_head(params: Params, pooled: Tensor, *, config: BertConfig | dict | None = None) -> Tensor:

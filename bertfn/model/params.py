@@ -85,6 +85,16 @@ class Params(Mapping):
                 "(load a checkpoint that contains this part, e.g. a *ForMaskedLM one for the MLM head)"
             ) from None
 
+    def get(self, name: str, default: torch.Tensor | None = None) -> torch.Tensor | None:
+        """``self[name]`` where the weights hold it, else ``default``: for the parts a model may lack (ModernBERT's
+        biases when its config turns them off, ``norm_bias`` / ``mlp_bias`` ...).
+
+        Args:
+            name: a name relative to this scope.
+            default: what to return when the weights lack it.
+        """
+        return self[name] if name in self else default
+
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False

@@ -254,13 +254,16 @@ def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
 
     ``relative_scores`` only with relative positions, ``embeddings.position`` only with absolute
     ones, ``crossattention.*`` only for decoders with cross-attention, ``pooler`` and ``mlm.*`` only
-    when the model has those parts (listed here whatever the weights hold).
+    when the model has those parts (listed here whatever the weights hold). A member with its own layer
+    (ESM-2, ModernBERT) lists that layer's points (``attention.norm``, ``attention.q_rotated``, ``ffn.gate``,
+    ...: :func:`~bertfn.model.prenorm.layer_points`) and ``final_norm`` after the last layer.
 
     Args:
         config: the model's config.
         optional: list the :data:`OPTIONAL_POINTS` too (a pass computes them only when asked).
     """
-    own = family_of(config).embedding_points  # a family member's own embeddings step names its own points
+    family = family_of(config)
+    own = family.embedding_points  # a family member's own embeddings step names its own points
     if own is not None:
         names = [f"embeddings.{n}" for n in own(config)]
     else:
@@ -268,13 +271,16 @@ def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
         if config.position_embedding_type == "absolute":
             names.append("embeddings.position")
         names += ["embeddings.sum", "embeddings.output"]
+    if family.layer_points is not None:  # a member's own layer (ESM-2's, ModernBERT's)
+        names += [f"layer.{i}.{n}" for i in range(config.num_hidden_layers) for n in family.layer_points(config, i, optional)]
+        return names + (["final_norm"] if family.final_norm is not None else []) + ["pooler", "mlm.transform", "mlm.logits"]
     blocks = ["attention"] + (["crossattention"] if config.add_cross_attention else [])
     for i in range(config.num_hidden_layers):
         for block in blocks:
             for n in ATTENTION_POINTS:
                 if n in OPTIONAL_POINTS and not optional:
                     continue
-                if n != "relative_scores" or (block == "attention" and config.position_embedding_type != "absolute"):
+                if n != "relative_scores" or (block == "attention" and config.relative_positions):
                     names.append(f"layer.{i}.{block}.{n}")
         names += [f"layer.{i}.ffn.{n}" for n in FFN_POINTS] + [f"layer.{i}.output"]
     return names + ["pooler", "mlm.transform", "mlm.logits"]

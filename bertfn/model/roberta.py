@@ -79,7 +79,8 @@ def count_positions(input_ids: Tensor, padding_idx: int | None, past: int = 0) -
 
 def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,
-               generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
+               generator: torch.Generator | None = None, trace: Trace = NO_TRACE, *,
+               attention_mask: Tensor | None = None) -> Tensor:
     """BERT's :func:`~bertfn.model.embeddings.embeddings` at RoBERTa's positions (``RobertaEmbeddings``).
 
     Args:
@@ -92,6 +93,7 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
         past_length: the cached positions before these.
         generator: turns dropout on (training).
         trace: records (and edits) the steps, as BERT's.
+        attention_mask: accepted and ignored (the encoder passes it to every member's embeddings; ESM-2's read it).
 
     Returns:
         (B, S, H).

@@ -44,7 +44,7 @@ def expected_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[
 
     for i in range(config.num_hidden_layers):
         layer = f"bert.encoder.layer.{i}"
-        attention_block(f"{layer}.attention", config.heads_in_layer(i), config.position_embedding_type != "absolute")
+        attention_block(f"{layer}.attention", config.heads_in_layer(i), config.relative_positions)
         if config.add_cross_attention:
             attention_block(f"{layer}.crossattention", config.num_attention_heads, False)
         shapes[f"{layer}.intermediate.dense.weight"] = (I, H)

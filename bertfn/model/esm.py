@@ -1,0 +1,240 @@
+"""ESM-2 (Lin et al. 2023): BERT trained on protein sequences, one residue per token.
+
+ESM-2 is BERT except:
+
+* **pre-LN layers with rotary attention** (:func:`~bertfn.model.prenorm.pre_ln_layer`): each block's input
+  is normalized (``attention.LayerNorm`` before attention, the layer's ``LayerNorm`` before the
+  feed-forward), the residual stream is not, and ``emb_layer_norm_after`` normalizes the last layer's output;
+  queries and keys are turned by their positions (:mod:`bertfn.model.rotary`, base 10000) instead of
+  position embeddings being added;
+* **embeddings** are the word vectors alone (no positions, no token types, no LayerNorm), with *token
+  dropout* (:func:`embeddings`): every ``<mask>``'s vector is zeroed and the rest scaled by
+  ``(1 - 0.12) / (1 - m)``, m the share of ``<mask>`` among the text's real tokens. ESM-2 was trained with
+  15% x 80% = 12% of tokens zeroed this way; the scaling keeps the sum of the vectors the layers see as in
+  training. It changes every number with a mask in the input: a text with one ``<mask>`` in 10 tokens is
+  scaled by 0.88 / 0.9, one with 2 by 0.88 / 0.8;
+* **names**: ``esm.encoder.layer.{i}.attention.self.query|key|value``, ``attention.output.dense``,
+  ``attention.LayerNorm`` (LN_1), ``LayerNorm`` (LN_2), ``intermediate.dense``, ``output.dense``;
+  ``esm.encoder.emb_layer_norm_after``; the MLM head ``lm_head.dense|layer_norm|decoder``, ``lm_head.bias``;
+  the contact head ``esm.contact_head.regression`` is kept and not read; the rotary ``inv_freq`` buffers the
+  file stores are dropped (bertfn computes them);
+* **its config** (:class:`EsmConfig`): ``token_dropout``, ``mask_token_id``, ``emb_layer_norm_before``;
+  positions "rotary" (ESM-1b's learned positions are refused).
+
+Its MLM head is BERT's (dense, exact GELU, LayerNorm, the tied decoder and a bias).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import ConfigError
+from .config import BertConfig
+from .embeddings import word_vectors
+from .encoder import LayerOutput
+from .family import Family, normalizer, register, renamed
+from .params import Params, scoped
+from .prenorm import final_norm, layer_points, mlp, norm, pre_ln_layer, separate_projections
+from .recorder import NO_TRACE, Trace
+from .rotary import rotary_tables
+
+Tensor = torch.Tensor
+
+TRAINING_MASK_RATIO = 0.15 * 0.8
+"""The share of tokens ESM-2's training replaced by ``<mask>`` (15% chosen, 80% of those masked), hard-coded
+in transformers' ``EsmEmbeddings`` as in the original ESM code."""
+
+
+@dataclass(frozen=True)
+class EsmConfig(BertConfig):
+    """``transformers.EsmConfig``: BertConfig with token dropout and rotary positions (ESM-2's sizes by default).
+
+    Attributes:
+        vocab_size: 33 (the residues, the specials, ``<mask>``).
+        hidden_size: 320 (esm2_t6_8M_UR50D).
+        num_hidden_layers: 6.
+        num_attention_heads: 20.
+        intermediate_size: 1280.
+        max_position_embeddings: 1026.
+        type_vocab_size: 1: no token-type table; the field only keeps BertConfig's checks whole.
+        layer_norm_eps: 1e-5.
+        pad_token_id: 1 (``<pad>``).
+        mask_token_id: 32 (``<mask>``), which token dropout zeroes.
+        token_dropout: rescale the embeddings by the share of masks (ESM-2: true).
+        emb_layer_norm_before: a LayerNorm on the embeddings (``esm.embeddings.layer_norm``; false in ESM-2).
+        is_folding_model: ESMFold's config (refused: bertfn reads the masked language model).
+        position_embedding_type: "rotary".
+        model_type: "esm".
+
+    Raises:
+        ConfigError: token dropout without a mask token, or an ESMFold config.
+    """
+
+    vocab_size: int = 33
+    hidden_size: int = 320
+    num_hidden_layers: int = 6
+    num_attention_heads: int = 20
+    intermediate_size: int = 1280
+    max_position_embeddings: int = 1026
+    type_vocab_size: int = 1
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int | None = 1
+    mask_token_id: int | None = 32
+    token_dropout: bool = True
+    emb_layer_norm_before: bool | None = False
+    is_folding_model: bool = False
+    position_embedding_type: str = "rotary"
+    model_type: str = "esm"
+
+    POSITIONS = ("rotary",)  # ESM-1b's learned ("absolute") positions are not read
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.token_dropout and self.mask_token_id is None:
+            raise ConfigError("config token_dropout is true but mask_token_id is null: token dropout zeroes the "
+                              "mask token's vectors; set mask_token_id (32 in ESM-2) in config.json")
+        if self.is_folding_model:
+            raise ConfigError("config is_folding_model is true: this is ESMFold, a structure model; bertfn reads "
+                              "ESM-2's masked language model (EsmForMaskedLM)")
+
+
+def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
+               position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,
+               generator: torch.Generator | None = None, trace: Trace = NO_TRACE, *,
+               attention_mask: Tensor | None = None) -> Tensor:
+    """The word vectors with token dropout's rescaling, padding zeroed (``EsmEmbeddings``).
+
+    ``e = word(x)``, zero where x is ``<mask>``, times ``(1 - 0.12) / (1 - m_b)`` with m_b the share of
+    ``<mask>`` among text b's real tokens (all of them without an attention mask), then times the
+    attention mask. No positions (rotary attention places the tokens) and no token types.
+
+    Args:
+        p: ``bert.embeddings.`` scope (``esm.embeddings.``).
+        input_ids: (B, S).
+        token_type_ids: accepted and ignored.
+        position_ids: accepted and ignored (rotary attention counts 0 .. S-1, as transformers' ESM does).
+        inputs_embeds: (B, S, H), instead of ``input_ids`` (then there is no token dropout, as in transformers).
+        past_length: accepted and ignored.
+        generator: accepted (ESM's embeddings have no dropout).
+        trace: records (and edits) ``word``, ``token_dropout`` and ``output``.
+        attention_mask: (B, S) 0/1, the real tokens.
+
+    Returns:
+        (B, S, H).
+    """
+    p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
+    cfg = p.config
+    x = trace("word", word_vectors(p, input_ids, inputs_embeds))  # (B, S, H)
+    if cfg.token_dropout and input_ids is not None:
+        masks = input_ids == cfg.mask_token_id  # (B, S)
+        x = x.masked_fill(masks[..., None], 0.0)
+        real = attention_mask.sum(-1) if attention_mask is not None else input_ids.shape[1]  # (B,) or S
+        observed = masks.sum(-1).float() / real  # (B,): the share of masks in each text
+        x = (x * (1 - TRAINING_MASK_RATIO) / (1 - observed)[:, None, None]).to(x.dtype)
+        x = trace("token_dropout", x)
+    if "LayerNorm.weight" in p:  # ESM-1-style emb_layer_norm_before (false in ESM-2)
+        x = norm(p, "LayerNorm", x)
+    if attention_mask is not None:
+        x = (x * attention_mask[..., None]).to(x.dtype)  # padding's vectors zeroed
+    return trace("output", x)
+
+
+def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids: Tensor | None = None,
+          head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
+          generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
+    """One ESM-2 layer (``EsmLayer``): pre-LN, rotary attention at positions 0 .. S-1 (base 10000), GELU MLP.
+
+    Args:
+        p: ``bert.encoder.layer.{i}.`` scope.
+        x: (B, S, H).
+        mask: additive padding mask.
+        index: the layer's index (unused: every ESM-2 layer is alike).
+        position_ids: accepted and ignored (transformers' ESM turns by 0 .. S-1 whatever it is given).
+        head_mask: (nh,), 1 keeps a head.
+        impl: "eager" or "sdpa".
+        need_probs: return the probabilities.
+        generator: turns dropout on (training).
+        trace: records (and edits) the layer's points (:func:`~bertfn.model.prenorm.pre_ln_layer`).
+
+    Returns:
+        :class:`~bertfn.model.encoder.LayerOutput`.
+    """
+    cos, sin = rotary_tables(torch.arange(x.shape[1], device=x.device), p.config.head_dim, 10000.0, x.dtype)
+    return pre_ln_layer(p, x, mask, cos, sin, project=separate_projections, feed_forward=mlp, head_mask=head_mask,
+                        impl=impl, need_probs=need_probs, generator=generator, trace=trace)
+
+
+LAYER = r"bert\.encoder\.layer\.(\d+)\."
+KEYS = (
+    (LAYER + r"attention_norm\.", r"esm.encoder.layer.\1.attention.LayerNorm."),
+    (LAYER + r"ffn_norm\.", r"esm.encoder.layer.\1.LayerNorm."),
+    (r"bert\.encoder\.final_norm\.", "esm.encoder.emb_layer_norm_after."),
+    (r"bert\.embeddings\.LayerNorm\.", "esm.embeddings.layer_norm."),
+    (r"bert\.", "esm."),
+    (r"cls\.predictions\.transform\.dense\.", "lm_head.dense."),
+    (r"cls\.predictions\.transform\.LayerNorm\.", "lm_head.layer_norm."),
+    (r"cls\.predictions\.decoder\.weight", "lm_head.decoder.weight"),
+    (r"cls\.predictions\.(decoder\.)?bias", "lm_head.bias"),
+)
+"""BERT's names (and the pre-LN layer's, :mod:`bertfn.model.prenorm`) -> ESM's, first match wins."""
+
+
+def key(name: str, config: BertConfig) -> str:
+    """The ESM checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
+
+    Args:
+        name: a BERT name.
+        config: the model's config (unused).
+    """
+    return renamed(name, KEYS)
+
+
+def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
+    """ESM-2's keys and shapes by BERT's names: BERT's table without positions, token types and post-LNs,
+    with the pre-LNs, the final norm and, where the file has it, the contact head.
+
+    Args:
+        config: the model's config.
+        table: BERT's table of keys and shapes.
+        present (Mapping[str, Tensor]): the weights at hand (their optional parts count).
+    """
+    H, L, nh = config.hidden_size, config.num_hidden_layers, config.num_attention_heads
+    dropped = ("position_embeddings.", "token_type_embeddings.", "embeddings.LayerNorm.", "output.LayerNorm.")
+    out = {k: s for k, s in table.items() if not any(d in k for d in dropped) and k != "cls.predictions.decoder.bias"}
+    if config.emb_layer_norm_before:
+        out.update({"bert.embeddings.LayerNorm.weight": (H,), "bert.embeddings.LayerNorm.bias": (H,)})
+    for i in range(L):
+        for n in ("attention_norm", "ffn_norm"):
+            out[f"bert.encoder.layer.{i}.{n}.weight"] = out[f"bert.encoder.layer.{i}.{n}.bias"] = (H,)
+    out["bert.encoder.final_norm.weight"] = out["bert.encoder.final_norm.bias"] = (H,)
+    if "bert.contact_head.regression.weight" in present:
+        out.update({"bert.contact_head.regression.weight": (1, L * nh), "bert.contact_head.regression.bias": (1,)})
+    return out
+
+
+_tie = normalizer("esm.", ("embeddings.", "encoder.", "pooler.", "contact_head."),
+                  (("lm_head.decoder.weight", "esm.embeddings.word_embeddings.weight"),))
+
+
+def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
+    """What loading does to an ESM state: the rotary ``inv_freq`` buffers dropped, a bare ``EsmModel``'s keys
+    prefixed with ``esm.``, the tied decoder named (:func:`~bertfn.model.family.normalizer`).
+
+    Args:
+        state: a flat state_dict as read from a file.
+        config: the model's config.
+    """
+    return _tie({k: t for k, t in state.items() if not k.endswith("rotary_embeddings.inv_freq")}, config)
+
+
+ESM = register(Family(
+    name="ESM-2", model_type="esm", prefix="esm.", key=key, shapes=shapes, normalize=normalize,
+    embeddings=embeddings,
+    embedding_points=lambda config: ("word", "token_dropout", "output") if config.token_dropout else ("word", "output"),
+    head_act="gelu",
+    layer=layer, layer_points=lambda config, i, optional: layer_points(config, i, attention_norm=True, gate=False,
+                                                                       optional=optional),
+    final_norm=final_norm,
+))

@@ -1,0 +1,357 @@
+"""ModernBERT (Warner et al. 2024): BERT rebuilt with what decoders learned since 2018.
+
+ModernBERT is BERT except:
+
+* **pre-LN layers with rotary attention** (:func:`~bertfn.model.prenorm.pre_ln_layer`): ``attn_norm``
+  before attention (none in layer 0, whose input is the normalized embeddings), ``mlp_norm`` before the
+  feed-forward, ``final_norm`` after the last layer; no position embeddings (:mod:`bertfn.model.rotary`);
+* **local attention in two layers of three** (:func:`is_local`, :func:`window_mask`): layer i attends to
+  every token when ``i % global_attn_every_n_layers == 0`` (0, 3, 6, ...) and otherwise only to the tokens
+  within ``local_attention / 2`` positions of the query (64 either side in ModernBERT-base). The local
+  layers turn their queries and keys with base ``local_rope_theta`` (10000), the global ones with
+  ``global_rope_theta`` (160000);
+* **one product for the queries, keys and values** (``attn.Wqkv`` (3 nh hd, H): :func:`fused_projections`);
+* **GeGLU feed-forward** (:func:`geglu`): ``Wo (act(a) * g)`` with ``[a, g] = Wi x`` (Shazeer 2020), Wi
+  (2I, H): half of its outputs gate the other half;
+* **no biases** (``attention_bias``, ``mlp_bias``, ``norm_bias`` and ``classifier_bias`` false in its configs),
+  but the decoder's (``decoder_bias``);
+* **embeddings**: the word vectors and a LayerNorm (``embeddings.tok_embeddings``, ``embeddings.norm``), no
+  positions, no token types;
+* **names**: ``model.layers.{i}.attn_norm|attn.Wqkv|attn.Wo|mlp_norm|mlp.Wi|mlp.Wo``, ``model.final_norm``,
+  the MLM head ``head.dense``, ``head.norm``, ``decoder`` (:data:`KEYS`); its config.json's own field names
+  (:class:`ModernBertConfig`).
+
+The MLM head is BERT's (dense, activation, LayerNorm, the decoder tied to the word embeddings) with
+``classifier_activation`` as its activation. transformers unpads its batches where flash-attention is
+installed; that is a speed choice: bertfn runs the padded reference, whose numbers are those of
+transformers' eager and SDPA paths. Its attention output dropout is ``hidden_dropout_prob`` (ModernBERT's
+``mlp_dropout``) where transformers uses ``attention_dropout``: only training with dropout tells them apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError
+from .config import BertConfig
+from .embeddings import word_vectors
+from .encoder import LayerOutput
+from .family import Family, register, renamed
+from .functional import ACTIVATIONS, dropout, linear
+from .params import Params, scoped
+from .prenorm import final_norm, layer_points, norm, pre_ln_layer
+from .recorder import NO_TRACE, Trace
+from .rotary import rotary_tables
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class ModernBertConfig(BertConfig):
+    """``transformers.ModernBertConfig`` read into BertConfig's names (:meth:`renamed`), ModernBERT-base's sizes.
+
+    Attributes:
+        vocab_size: 50368.
+        intermediate_size: 1152: I, the width of the GeGLU's gated half (Wi is (2I, H)).
+        num_hidden_layers: 22.
+        hidden_act: "gelu" (``hidden_activation``): the GeGLU's activation.
+        max_position_embeddings: 8192.
+        type_vocab_size: 1: no token-type table; the field only keeps BertConfig's checks whole.
+        layer_norm_eps: 1e-5 (``norm_eps``).
+        hidden_dropout_prob: 0.0 (``mlp_dropout``).
+        attention_probs_dropout_prob: 0.0 (``attention_dropout``).
+        pad_token_id: 50283.
+        global_rope_theta: the rotary base of the global layers.
+        local_rope_theta: the rotary base of the local layers (None: the global one).
+        global_attn_every_n_layers: layer i is global where ``i % n == 0``.
+        local_attention: the window of a local layer: ``local_attention // 2`` tokens either side.
+        norm_bias: the LayerNorms have biases.
+        attention_bias: Wqkv and Wo have biases.
+        mlp_bias: Wi and Wo have biases.
+        decoder_bias: the decoder has a bias.
+        classifier_bias: the head's dense has a bias.
+        classifier_activation: the MLM head's activation.
+        embedding_dropout: the dropout after the embeddings' LayerNorm.
+        rope_scaling: must be null (bertfn turns by the plain rotary angles).
+        position_embedding_type: "rotary".
+        model_type: "modernbert".
+
+    Raises:
+        ConfigError: a rope_scaling (bertfn turns by the plain angles), or a window or layer period that is
+            not a positive integer.
+    """
+
+    vocab_size: int = 50368
+    intermediate_size: int = 1152
+    num_hidden_layers: int = 22
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 8192
+    type_vocab_size: int = 1
+    layer_norm_eps: float = 1e-5
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.0
+    pad_token_id: int | None = 50283
+    global_rope_theta: float = 160000.0
+    local_rope_theta: float | None = 10000.0
+    global_attn_every_n_layers: int = 3
+    local_attention: int = 128
+    norm_bias: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    decoder_bias: bool = True
+    classifier_bias: bool = False
+    classifier_activation: str = "gelu"
+    embedding_dropout: float = 0.0
+    rope_scaling: dict | None = None
+    position_embedding_type: str = "rotary"
+    model_type: str = "modernbert"
+
+    POSITIONS = ("rotary",)
+    NAMES = {"hidden_activation": "hidden_act", "norm_eps": "layer_norm_eps", "mlp_dropout": "hidden_dropout_prob",
+             "attention_dropout": "attention_probs_dropout_prob"}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("global_attn_every_n_layers", "local_attention"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"config {name} must be a positive integer, got {value!r}; fix config.json")
+        if self.rope_scaling is not None:
+            raise ConfigError(f"config rope_scaling is {self.rope_scaling!r}; bertfn turns queries and keys by the "
+                              "plain rotary angles (rope_scaling null), as every released ModernBERT does")
+        if self.classifier_activation not in ACTIVATIONS:
+            raise ConfigError(f"config classifier_activation {self.classifier_activation!r} is not an activation "
+                              f"bertfn knows; expected one of {sorted(ACTIVATIONS)}")
+
+    @classmethod
+    def renamed(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """ModernBERT's config.json fields under BertConfig's names (:attr:`NAMES`).
+
+        Args:
+            d: the parsed ``config.json``.
+        """
+        return {cls.NAMES.get(k, k): v for k, v in d.items() if k not in cls.NAMES.values()}
+
+
+def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
+               position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,
+               generator: torch.Generator | None = None, trace: Trace = NO_TRACE, *,
+               attention_mask: Tensor | None = None) -> Tensor:
+    """The word vectors, LayerNorm and dropout (``ModernBertEmbeddings``): no positions, no token types.
+
+    Args:
+        p: ``bert.embeddings.`` scope (``model.embeddings.``).
+        input_ids: (B, S).
+        token_type_ids: accepted and ignored.
+        position_ids: accepted and ignored here (the layers turn by them).
+        inputs_embeds: (B, S, H), instead of ``input_ids``.
+        past_length: accepted and ignored.
+        generator: turns dropout on (training; ``embedding_dropout``).
+        trace: records (and edits) ``word`` and ``output``.
+        attention_mask: accepted and ignored.
+
+    Returns:
+        (B, S, H).
+    """
+    p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
+    x = trace("word", word_vectors(p, input_ids, inputs_embeds))  # (B, S, H)
+    x = dropout(norm(p, "LayerNorm", x), p.config.embedding_dropout, generator)
+    return trace("output", x)
+
+
+def is_local(layer: int, config: BertConfig) -> bool:
+    """Whether ``layer`` attends within a window (``layer_id % global_attn_every_n_layers != 0``).
+
+    Args:
+        layer: the layer's index.
+        config: the model's config.
+    """
+    return layer % config.global_attn_every_n_layers != 0
+
+
+def window_mask(mask: Tensor | None, seq: int, window: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A local layer's additive mask: the padding mask where ``|i - j| <= window // 2``, ``finfo.min`` elsewhere.
+
+    Mirrors ``ModernBertModel._update_attention_mask``'s ``sliding_window_mask``.
+
+    Args:
+        mask: the additive padding mask (B, 1, 1 or S, S), or None (nothing hidden).
+        seq: S.
+        window: ``config.local_attention``.
+        dtype: the scores' dtype.
+        device: their device.
+
+    Returns:
+        (B or 1, 1, S, S).
+    """
+    pos = torch.arange(seq, device=device)
+    near = (pos[:, None] - pos[None, :]).abs() <= window // 2  # (S, S): query i may see key j
+    keep = mask if mask is not None else torch.zeros(1, 1, 1, seq, dtype=dtype, device=device)
+    return torch.where(near, keep, torch.finfo(dtype).min)  # (B or 1, 1, S, S)
+
+
+def fused_projections(p: Params, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries, keys and values by one product, ``Wqkv`` (3 nh hd, H), cut in three (``ModernBertAttention``).
+
+    transformers views the product as (B, S, 3, nh, hd): its first nh*hd outputs are the queries, the next the
+    keys, the last the values.
+
+    Args:
+        p: one attention block's scope (reads ``self.qkv.weight`` and, where it has one, its bias).
+        x: (B, S, H).
+
+    Returns:
+        query, key, value: each (B, S, nh*hd).
+    """
+    qkv = linear(x, p["self.qkv.weight"], p.get("self.qkv.bias"))  # (B, S, 3 nh*hd)
+    return qkv.chunk(3, dim=-1)
+
+
+def geglu(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
+    """The gated feed-forward ``Wo (act(a) * g)``, ``[a, g] = Wi x`` (``ModernBertMLP``; Shazeer 2020's GeGLU).
+
+    Args:
+        p: one layer's scope (reads ``intermediate.dense.weight`` (2I, H) and ``output.dense.weight`` (H, I),
+            with their biases where it has them).
+        x: (B, S, H), the normalized input.
+        generator: turns dropout on (training).
+        trace: records (and edits) ``gate`` (B, S, I), ``intermediate`` (B, S, I): act(a) * g, the neurons, and
+            ``dense`` (B, S, H).
+
+    Returns:
+        (B, S, H).
+    """
+    cfg = p.config
+    a, g = linear(x, p["intermediate.dense.weight"], p.get("intermediate.dense.bias")).chunk(2, dim=-1)  # (B, S, I) each
+    g = trace("gate", g)
+    h = trace("intermediate", ACTIVATIONS[cfg.hidden_act](a) * g)  # (B, S, I)
+    h = dropout(h, cfg.hidden_dropout_prob, generator)
+    return trace("dense", linear(h, p["output.dense.weight"], p.get("output.dense.bias")))  # (B, S, H)
+
+
+def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids: Tensor | None = None,
+          head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
+          generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
+    """One ModernBERT layer (``ModernBertEncoderLayer``): pre-LN, rotary attention (local or global), GeGLU.
+
+    Args:
+        p: ``bert.encoder.layer.{i}.`` scope.
+        x: (B, S, H).
+        mask: additive padding mask.
+        index: the layer's index: local or global (:func:`is_local`).
+        position_ids: (B, S) or (S,), default 0 .. S-1.
+        head_mask: (nh,), 1 keeps a head.
+        impl: "eager" or "sdpa".
+        need_probs: return the probabilities.
+        generator: turns dropout on (training).
+        trace: records (and edits) the layer's points (:func:`~bertfn.model.prenorm.pre_ln_layer`).
+
+    Returns:
+        :class:`~bertfn.model.encoder.LayerOutput`.
+    """
+    cfg = p.config
+    S = x.shape[1]
+    local = is_local(index, cfg)
+    base = cfg.local_rope_theta if local and cfg.local_rope_theta is not None else cfg.global_rope_theta
+    positions = position_ids if position_ids is not None else torch.arange(S, device=x.device)
+    cos, sin = rotary_tables(positions, cfg.head_dim, base, x.dtype)
+    if local:
+        mask = window_mask(mask, S, cfg.local_attention, x.dtype, x.device)  # (B or 1, 1, S, S)
+    return pre_ln_layer(p, x, mask, cos, sin, project=fused_projections, feed_forward=geglu, head_mask=head_mask,
+                        impl=impl, need_probs=need_probs, generator=generator, trace=trace)
+
+
+LAYER = r"bert\.encoder\.layer\.(\d+)\."
+KEYS = (
+    (r"bert\.embeddings\.word_embeddings\.", "model.embeddings.tok_embeddings."),
+    (r"bert\.embeddings\.LayerNorm\.", "model.embeddings.norm."),
+    (LAYER + r"attention_norm\.", r"model.layers.\1.attn_norm."),
+    (LAYER + r"attention\.self\.qkv\.", r"model.layers.\1.attn.Wqkv."),
+    (LAYER + r"attention\.output\.dense\.", r"model.layers.\1.attn.Wo."),
+    (LAYER + r"ffn_norm\.", r"model.layers.\1.mlp_norm."),
+    (LAYER + r"intermediate\.dense\.", r"model.layers.\1.mlp.Wi."),
+    (LAYER + r"output\.dense\.", r"model.layers.\1.mlp.Wo."),
+    (r"bert\.encoder\.final_norm\.", "model.final_norm."),
+    (r"bert\.", "model."),
+    (r"cls\.predictions\.transform\.dense\.", "head.dense."),
+    (r"cls\.predictions\.transform\.LayerNorm\.", "head.norm."),
+    (r"cls\.predictions\.decoder\.weight", "decoder.weight"),
+    (r"cls\.predictions\.(decoder\.)?bias", "decoder.bias"),
+)
+"""BERT's names (and the pre-LN layer's, :mod:`bertfn.model.prenorm`) -> ModernBERT's, first match wins."""
+
+
+def key(name: str, config: BertConfig) -> str:
+    """The ModernBERT checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
+
+    Args:
+        name: a BERT name.
+        config: the model's config (unused).
+    """
+    return renamed(name, KEYS)
+
+
+def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
+    """ModernBERT's keys and shapes by BERT's names (its own table: its layers share few of BERT's weights).
+
+    Args:
+        config: the model's config.
+        table: BERT's table (unused but for the word embeddings).
+        present (Mapping[str, Tensor]): the weights at hand (the MLM head counts where they hold it).
+    """
+    H, I, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    out: dict[str, tuple[int, ...]] = {"bert.embeddings.word_embeddings.weight": (V, H)}
+
+    def dense(name: str, shape: tuple[int, int], bias: bool) -> None:
+        out[f"{name}.weight"] = shape
+        if bias:
+            out[f"{name}.bias"] = shape[:1]
+
+    def ln(name: str) -> None:
+        dense(name, (H,), config.norm_bias)
+
+    ln("bert.embeddings.LayerNorm")
+    for i in range(config.num_hidden_layers):
+        layer_ = f"bert.encoder.layer.{i}"
+        if i > 0:
+            ln(f"{layer_}.attention_norm")
+        dense(f"{layer_}.attention.self.qkv", (3 * H, H), config.attention_bias)
+        dense(f"{layer_}.attention.output.dense", (H, H), config.attention_bias)
+        ln(f"{layer_}.ffn_norm")
+        dense(f"{layer_}.intermediate.dense", (2 * I, H), config.mlp_bias)
+        dense(f"{layer_}.output.dense", (H, I), config.mlp_bias)
+    ln("bert.encoder.final_norm")
+    if "cls.predictions.transform.dense.weight" in present:
+        dense("cls.predictions.transform.dense", (H, H), config.classifier_bias)
+        ln("cls.predictions.transform.LayerNorm")
+        out["cls.predictions.decoder.weight"] = (V, H)
+        if config.decoder_bias:
+            out["cls.predictions.bias"] = (V,)
+    return out
+
+
+def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
+    """What loading does to a ModernBERT state: a bare ``ModernBertModel``'s keys get ``model.``, and the decoder
+    stored once as the word embeddings (tied) gets its own name, as transformers' state_dict shows it.
+
+    Args:
+        state: a flat state_dict as read from a file.
+        config: the model's config.
+    """
+    out = {("model." + k if k.startswith(("embeddings.", "layers.", "final_norm.")) else k): t for k, t in state.items()}
+    if "head.dense.weight" in out and "decoder.weight" not in out and "model.embeddings.tok_embeddings.weight" in out:
+        out["decoder.weight"] = out["model.embeddings.tok_embeddings.weight"]
+    return out
+
+
+MODERNBERT = register(Family(
+    name="ModernBERT", model_type="modernbert", prefix="model.", key=key, shapes=shapes, normalize=normalize,
+    embeddings=embeddings, embedding_points=lambda config: ("word", "output"),
+    head_act=lambda config: config.classifier_activation,
+    layer=layer, layer_points=lambda config, i, optional: layer_points(
+        config, i, attention_norm=i > 0, gate=True, optional=optional),
+    final_norm=final_norm,
+))

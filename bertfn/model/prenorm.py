@@ -1,0 +1,220 @@
+"""Pre-LN layers with rotary attention: the layer ESM-2 and ModernBERT put where BERT's stands.
+
+BERT normalizes *after* each residual sum (post-LN); these members normalize each block's *input* and
+leave the residual stream itself un-normalized until one LayerNorm after the last layer:
+
+    BERT (post-LN):  a = LN(x + Attn(x)),        h = LN(a + FFN(a))
+    pre-LN:          a = x + Attn(LN_1(x)),      h = a + FFN(LN_2(a)),     out = LN_f(h_L)
+
+(Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"). In the pre-LN layer the
+identity path from the input to the output is never rescaled, so the gradient reaches the first layers
+undamped, and deep stacks train without BERT's learning-rate warm-up.
+
+Attention is BERT's (:func:`~bertfn.model.attention.eager_attention` or the fused SDPA kernel) on queries
+and keys turned by their positions (:mod:`bertfn.model.rotary`); there are no position embeddings. What
+differs between the two members is passed in: how x becomes the queries, keys and values (``project``:
+ESM-2's three products, ModernBERT's one fused product) and the feed-forward branch (``feed_forward``:
+ESM-2's GELU MLP, :func:`mlp`; ModernBERT's GeGLU). A bias or a LayerNorm's bias the checkpoint lacks
+(ModernBERT turns them off in its config) is left out (``Params.get``).
+
+Names by which these layers are read (BERT's names; each member's key table maps them to its own):
+``attention_norm.*`` (LN_1; absent from ModernBERT's layer 0, whose input is the normalized embeddings),
+``attention.self.query|key|value.*`` or ``attention.self.qkv.*``, ``attention.output.dense.*``,
+``ffn_norm.*`` (LN_2), ``intermediate.dense.*``, ``output.dense.*``; the final LayerNorm
+``bert.encoder.final_norm.*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .attention import AttentionOutput, chosen_impl, eager_attention, head_outputs, merge_heads, sdpa_attention, split_heads
+from .config import BertConfig
+from .encoder import LayerOutput
+from .functional import ACTIVATIONS, dropout, layer_norm, linear
+from .params import Params
+from .recorder import NO_TRACE, WEIGHT_POINTS, Trace
+from .rotary import rotate
+
+Tensor = torch.Tensor
+Project = Callable[[Params, Tensor], tuple[Tensor, Tensor, Tensor]]
+"""``project(p, x) -> (query, key, value)``: one attention block's scope and its input (B, S, H) to three (B, S, nh*hd)."""
+FeedForward = Callable[[Params, Tensor, "torch.Generator | None", Trace], Tensor]
+"""``feed_forward(p, x, generator, trace) -> (B, S, H)``: one layer's scope and the normalized input to the branch
+that is added to the residual stream."""
+
+
+def norm(p: Params, name: str, x: Tensor) -> Tensor:
+    """LayerNorm with the weights ``{name}.weight`` and, where the checkpoint has one, ``{name}.bias``.
+
+    Args:
+        p: the scope that holds the norm.
+        name: its name there, e.g. ``attention_norm``.
+        x: (..., H).
+
+    Returns:
+        (..., H).
+    """
+    return layer_norm(x, p[f"{name}.weight"], p.get(f"{name}.bias"), p.config.layer_norm_eps)
+
+
+def separate_projections(p: Params, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries, keys and values by three products, as BERT's attention forms them (ESM-2's ``project``).
+
+    Args:
+        p: one attention block's scope (reads ``self.query|key|value.weight`` and their biases).
+        x: (B, S, H).
+
+    Returns:
+        query, key, value: each (B, S, nh*hd).
+    """
+    return tuple(linear(x, p[f"self.{n}.weight"], p.get(f"self.{n}.bias")) for n in ("query", "key", "value"))
+
+
+def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin: Tensor, *, project: Project,
+                     head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
+                     generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> AttentionOutput:
+    """Self-attention on rotated queries and keys, up to the output projection (no residual, no LayerNorm).
+
+    ``Concat_h softmax(R_m q_h . R_n k_h / sqrt(hd) + M) V_h  W_O``: BERT's attention (:func:`eager_attention`,
+    or the fused kernel where the probabilities are not needed) after each query and key is turned by its
+    position (:func:`~bertfn.model.rotary.rotate`). Mirrors ``EsmSelfAttention`` + ``EsmSelfOutput.dense``
+    and ``ModernBertAttention``. ESM-2 scales the queries before turning them and ModernBERT the scores
+    after the product: the same numbers to float rounding as dividing the scores by sqrt(hd) here.
+
+    Args:
+        p: one attention block's scope.
+        x: (B, S, H), the block's normalized input.
+        mask: additive, broadcastable to (B, nh, S, S) (ModernBERT's local layers: the window's).
+        cos: (B or 1, 1, S, hd), :func:`~bertfn.model.rotary.rotary_tables`.
+        sin: the same.
+        project: ``(p, x) -> (query, key, value)``.
+        head_mask: (nh,), 1 keeps a head (runs the eager path).
+        impl: "eager" or "sdpa".
+        need_probs: return the probabilities (runs the eager path).
+        generator: turns dropout on (training).
+        trace: records (and edits) ``query`` ... ``v``, ``q_rotated``, ``k_rotated``, the scores and
+            probabilities (eager path), ``context``, ``merged``, ``head_outputs`` (when asked) and ``dense``.
+
+    Returns:
+        ``(dense (B, S, H), probs or None, (k, v))``: the output projection (what is added to the residual
+        stream), the probabilities where the eager path ran, the rotated keys and the values.
+    """
+    cfg = p.config
+    hd = cfg.head_dim
+    query, key, value = project(p, x)  # (B, S, nh*hd) each
+    query, key, value = trace("query", query), trace("key", key), trace("value", value)
+    nh = query.shape[-1] // hd
+    q, k, v = (split_heads(t, nh) for t in (query, key, value))  # (B, nh, S, hd) each
+    q, k, v = trace("q", q), trace("k", k), trace("v", v)
+    q = trace("q_rotated", rotate(q, cos, sin))  # each pair of q turned by its position's angle
+    k = trace("k_rotated", rotate(k, cos, sin))
+
+    p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
+    need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
+    if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
+        context, probs = eager_attention(q, k, v, mask, None, head_mask, p_drop, generator, trace)
+    else:
+        context, probs = sdpa_attention(q, k, v, mask), None
+    context = trace("context", context)  # (B, nh, S, hd)
+    merged = trace("merged", merge_heads(context))  # (B, S, nh*hd)
+    weight, bias = p["output.dense.weight"], p.get("output.dense.bias")
+    if trace.wants("head_outputs"):
+        heads = trace("head_outputs", head_outputs(merged, weight, nh))  # (B, nh, S, H)
+        out = heads.sum(dim=1) if bias is None else heads.sum(dim=1) + bias
+    else:
+        out = linear(merged, weight, bias)  # (B, S, H)
+    out = dropout(out, cfg.hidden_dropout_prob, generator)
+    return AttentionOutput(trace("dense", out), probs, (k, v))
+
+
+def mlp(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
+    """BERT's feed-forward without its residual and LayerNorm: ``W_2 act(W_1 x + b_1) + b_2`` (ESM-2's).
+
+    Mirrors ``EsmIntermediate`` + ``EsmOutput.dense`` (ESM's own ``gelu`` is the exact-erf GELU).
+
+    Args:
+        p: one layer's scope (reads ``intermediate.dense.*`` and ``output.dense.*``).
+        x: (B, S, H), the normalized input.
+        generator: turns dropout on (training).
+        trace: records (and edits) ``intermediate`` (B, S, I) and ``dense`` (B, S, H).
+
+    Returns:
+        (B, S, H).
+    """
+    cfg = p.config
+    h = ACTIVATIONS[cfg.hidden_act](linear(x, p["intermediate.dense.weight"], p.get("intermediate.dense.bias")))
+    h = trace("intermediate", h)  # (B, S, I)
+    h = linear(h, p["output.dense.weight"], p.get("output.dense.bias"))  # (B, S, H)
+    return trace("dense", dropout(h, cfg.hidden_dropout_prob, generator))
+
+
+def pre_ln_layer(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin: Tensor, *, project: Project,
+                 feed_forward: FeedForward, head_mask: Tensor | None = None, impl: str = "eager",
+                 need_probs: bool = False, generator: torch.Generator | None = None,
+                 trace: Trace = NO_TRACE) -> LayerOutput:
+    """One pre-LN layer: ``a = x + Attn(LN_1(x))``, ``h = a + FFN(LN_2(a))`` (``EsmLayer``, ``ModernBertEncoderLayer``).
+
+    LN_1 is left out where the checkpoint has no ``attention_norm`` (ModernBERT's layer 0).
+
+    Args:
+        p: one layer's scope.
+        x: (B, S, H).
+        mask: additive attention mask.
+        cos: the rotary tables of this layer's positions and base.
+        sin: the same.
+        project: how the queries, keys and values are formed (:data:`Project`).
+        feed_forward: the feed-forward branch (:data:`FeedForward`).
+        head_mask: (nh,), 1 keeps a head.
+        impl: "eager" or "sdpa".
+        need_probs: return the probabilities.
+        generator: turns dropout on (training).
+        trace: records (and edits) ``attention.norm``, the attention block's points, ``attention.output``
+            (the residual sum), ``ffn.norm``, the branch's points, ``ffn.output`` and ``output``.
+
+    Returns:
+        The new hidden states (B, S, H) with the probabilities and keys/values (:class:`LayerOutput`).
+    """
+    h = trace("attention.norm", norm(p, "attention_norm", x)) if "attention_norm.weight" in p else x
+    a = rotary_attention(p.scope("attention"), h, mask, cos, sin, project=project, head_mask=head_mask, impl=impl,
+                         need_probs=need_probs, generator=generator, trace=trace.scope("attention"))
+    x = trace("attention.output", x + a.hidden)  # (B, S, H): the residual stream after attention
+    h = trace("ffn.norm", norm(p, "ffn_norm", x))
+    x = trace("ffn.output", x + feed_forward(p, h, generator, trace.scope("ffn")))  # (B, S, H)
+    return LayerOutput(trace("output", x), a.probs, None, a.kv, None)
+
+
+def final_norm(p: Params, x: Tensor, trace: Trace = NO_TRACE) -> Tensor:
+    """The LayerNorm after the last pre-LN layer (ESM-2's ``emb_layer_norm_after``, ModernBERT's ``final_norm``).
+
+    Args:
+        p: the base model's scope (``bert.``; reads ``encoder.final_norm.*``).
+        x: (B, S, H), the last layer's output.
+        trace: records (and edits) ``final_norm``.
+
+    Returns:
+        (B, S, H): the last hidden state the heads read.
+    """
+    return trace("final_norm", norm(p, "encoder.final_norm", x))
+
+
+def layer_points(config: BertConfig, layer: int, *, attention_norm: bool, gate: bool, optional: bool) -> list[str]:
+    """The points of one pre-LN layer, in the order :func:`pre_ln_layer` passes them.
+
+    Args:
+        config: the model's config (unused; the signature :attr:`~bertfn.model.family.Family.layer_points` has).
+        layer: the layer's index.
+        attention_norm: whether the layer has LN_1.
+        gate: whether the feed-forward is gated (ModernBERT's GeGLU records ``ffn.gate``).
+        optional: list ``attention.head_outputs`` too.
+
+    Returns:
+        Names relative to ``layer.{i}.``.
+    """
+    attention = ["query", "key", "value", "q", "k", "v", "q_rotated", "k_rotated", "scores", "scaled_scores",
+                 "masked_scores", "probs", "context", "merged"] + (["head_outputs"] if optional else []) + ["dense", "output"]
+    ffn = ["norm"] + (["gate"] if gate else []) + ["intermediate", "dense", "output"]
+    return (["attention.norm"] if attention_norm else []) + [f"attention.{n}" for n in attention] + \
+        [f"ffn.{n}" for n in ffn] + ["output"]

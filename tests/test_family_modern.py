@@ -1,0 +1,327 @@
+"""ESM-2 and ModernBERT, held to transformers: they load as transformers saves them and compute its numbers.
+
+Each member (tests/family_checkpoints.py: random weights, small odd sizes, its own tokenizer; ModernBERT with 4
+layers and a window of 8 tokens, so layers 1 and 2 attend locally to texts longer than their window) gives every
+layer's hidden states, attention probabilities and the MLM head's logits of transformers' eager model within 1e-5
+in fp32, on padded batches (padding on the right and on the left) and on each text alone; the SDPA path and the
+path fill_mask takes equal the reference.
+
+ESM-2's token dropout scales each text's embeddings by the share of ``<mask>`` among its real tokens. transformers
+4.57's ``EsmModel.forward`` does not hand the attention mask to its embeddings, so there a padded row is scaled by
+its masks over the padded length instead, and a text's numbers depend on the batch it is in (fixed upstream
+later, huggingface/transformers#44163). The oracle of a padded batch is therefore transformers with its
+embeddings given the mask (:func:`esm_oracle`), and :func:`test_transformers_4_57_scales_esm_padding_by_the_padded_length`
+shows the difference.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from family_checkpoints import MODERN, member_tokenizer, save_member
+
+import bertfn
+from bertfn.model.modernbert import is_local
+from bertfn.model.recorder import point_names
+from bertfn.model.rotary import rotary_tables, rotate
+
+pytestmark = pytest.mark.needs_transformers
+
+TOL = 1e-5
+TEXTS = {
+    "modernbert": ["When in Rome, do as the [MASK] do.", "The cat sat.",
+                   "The capital of France is Paris, a big city with many [MASK] and the king and the queen."],
+    "esm": ["MKTAYIAKQRQISFVKSHFSRQ", "EVQLVESGG<mask>LVQPGRSLRLSCAASGFTFDDYAMH", "QVQL<mask>QSGAE<mask>KKPGA"],
+}
+
+
+_built: dict[str, tuple] = {}
+
+
+def built(kind: str, tmp_path_factory) -> tuple:
+    """(kind, transformers model, bertfn model, folder) of ``kind``, written once per module."""
+    if kind not in _built:
+        folder = tmp_path_factory.mktemp(kind)
+        hf = save_member(kind, folder)
+        _built[kind] = kind, hf, bertfn.load(folder), folder
+    return _built[kind]
+
+
+@pytest.fixture(scope="module", params=MODERN)
+def member(request, tmp_path_factory):
+    """(kind, transformers model, bertfn model, folder) for each member."""
+    return built(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def esm(tmp_path_factory):
+    return built("esm", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def modernbert(tmp_path_factory):
+    return built("modernbert", tmp_path_factory)
+
+
+def batch(kind: str, side: str = "right"):
+    """The member's texts tokenized by its own tokenizer (transformers'), padded on ``side``."""
+    tok = member_tokenizer(kind)
+    tok.padding_side = side
+    try:
+        enc = tok(TEXTS[kind], padding=True, return_tensors="pt")
+    finally:
+        tok.padding_side = "right"
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def esm_oracle(hf, mask: torch.Tensor):
+    """transformers' ESM with its embeddings given ``mask``, as fair-esm (and transformers after #44163) compute it.
+
+    Returns the ``forward`` to restore.
+    """
+    forward = hf.esm.embeddings.forward
+
+    def with_mask(input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None):
+        return forward(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, inputs_embeds=inputs_embeds)
+
+    hf.esm.embeddings.forward = with_mask
+    return forward
+
+
+def reference(kind: str, hf, ids: torch.Tensor, mask: torch.Tensor):
+    """transformers' outputs: (hidden states of the embeddings and each layer, before the final norm), the last
+    hidden state, the attentions, the logits."""
+    base = hf.esm if kind == "esm" else hf.model
+    restore = esm_oracle(hf, mask) if kind == "esm" else None
+    try:
+        with torch.no_grad():
+            out = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+            last = base(input_ids=ids, attention_mask=mask).last_hidden_state
+    finally:
+        if restore is not None:
+            hf.esm.embeddings.forward = restore
+    L = hf.config.num_hidden_layers
+    # ESM's last hidden_states entry is the final-normed state; ModernBERT's, like bertfn's, the last layer's output
+    layers = out.hidden_states[:L] if kind == "esm" else out.hidden_states
+    return layers, last, out.attentions, out.logits
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_every_layer_and_the_logits_equal_transformers_on_a_padded_batch(member, side):
+    kind, hf, model, _ = member
+    ids, mask = batch(kind, side)
+    layers, last, attentions, logits = reference(kind, hf, ids, mask)
+    with torch.no_grad():
+        out = bertfn.encoder(model, ids, mask, impl="eager", output_hidden_states=True, output_attentions=True)
+        ours = bertfn.mlm_head(model, out.last_hidden_state)
+    real = mask.bool()
+    assert len(out.hidden_states) == model.config.num_hidden_layers + 1
+    for a, b in zip(out.hidden_states, layers):
+        torch.testing.assert_close(a[real], b[real], atol=TOL, rtol=0)
+    torch.testing.assert_close(out.last_hidden_state[real], last[real], atol=TOL, rtol=0)
+    for a, b in zip(out.attentions, attentions, strict=True):  # the real queries' rows
+        torch.testing.assert_close(a.transpose(1, 2)[real], b.transpose(1, 2)[real], atol=TOL, rtol=0)
+    torch.testing.assert_close(ours[real], logits[real], atol=TOL, rtol=0)
+
+
+def test_each_text_alone_equals_its_row_and_transformers(member):
+    """Rotary positions make a score depend on the distance alone: left padding shifts every position and changes
+    nothing. Alone, each text equals transformers 4.57 unpatched (ESM's token dropout is right there)."""
+    kind, hf, model, _ = member
+    for side in ("right", "left"):
+        ids, mask = batch(kind, side)
+        with torch.no_grad():
+            padded = bertfn.encoder(model, ids, mask).last_hidden_state
+            for i in range(len(ids)):
+                row = ids[i][mask[i].bool()][None]
+                alone = bertfn.encoder(model, row).last_hidden_state[0]
+                torch.testing.assert_close(padded[i][mask[i].bool()], alone, atol=TOL, rtol=0)
+                if side == "right":
+                    theirs = hf(input_ids=row).logits[0]
+                    torch.testing.assert_close(bertfn.mlm_head(model, alone), theirs, atol=TOL, rtol=0)
+
+
+def test_transformers_4_57_scales_esm_padding_by_the_padded_length(esm):
+    """Without the mask, transformers 4.57 scales a padded row's embeddings by masks / S, not masks / its length:
+    its row differs from the same text alone. bertfn's row does not."""
+    kind, hf, model, _ = esm
+    ids, mask = batch(kind)
+    i = 2  # the shortest text, two <mask>s, padded
+    assert not mask[i].all() and (ids[i] == model.config.mask_token_id).sum() == 2
+    row = ids[i][mask[i].bool()][None]
+    with torch.no_grad():
+        theirs_padded = hf(input_ids=ids, attention_mask=mask).logits[i][mask[i].bool()]
+        theirs_alone = hf(input_ids=row).logits[0]
+        ours_padded = bertfn.mlm_head(model, bertfn.encoder(model, ids, mask).last_hidden_state[i][mask[i].bool()])
+    assert (theirs_padded - theirs_alone).abs().max() > 1e-3
+    torch.testing.assert_close(ours_padded, theirs_alone, atol=TOL, rtol=0)
+
+
+def test_the_sdpa_path_and_the_fill_mask_path_equal_the_reference(member):
+    kind, _, model, _ = member
+    ids, mask = batch(kind)
+    text = TEXTS[kind][0 if kind == "modernbert" else 1]
+    with torch.no_grad():
+        eager = bertfn.encoder(model, ids, mask, impl="eager").last_hidden_state
+        sdpa = bertfn.encoder(model, ids, mask, impl="sdpa")
+        assert sdpa.attn_impl == "sdpa"
+        torch.testing.assert_close(sdpa.last_hidden_state[mask.bool()], eager[mask.bool()], atol=TOL, rtol=0)
+        enc = model.tokenizer([text])
+        where = enc.input_ids[0] == model.tokenizer.mask_token_id
+        probs = torch.softmax(bertfn.mlm_head(model, bertfn.encoder(model, enc.input_ids, impl="eager")
+                                              .last_hidden_state[0, where]), dim=-1)[0]
+    top = bertfn.fill_mask(text, model, top_k=5)
+    assert [r["token"] for r in top] == probs.topk(5).indices.tolist()
+    torch.testing.assert_close(torch.tensor([r["score"] for r in top]), probs.topk(5).values, atol=1e-6, rtol=0)
+
+
+def test_the_state_is_the_checkpoint_under_its_own_names(member):
+    """model.state holds the file's keys (the tied decoder under its second name too); ESM's rotary inv_freq
+    buffers are left out (bertfn computes the angles) and nothing else is renamed or copied."""
+    kind, hf, model, folder = member
+    from safetensors.torch import load_file
+
+    stored = {k for k in load_file(str(folder / "model.safetensors")) if not k.endswith("inv_freq")}
+    theirs = hf.state_dict()
+    assert stored <= set(model.state) <= set(theirs)
+    assert not any(k.startswith(("bert.", "cls.")) or k.endswith("inv_freq") for k in model.state)
+    for k in model.state:
+        torch.testing.assert_close(model.state[k], theirs[k], atol=0, rtol=0)
+
+
+def test_the_model_says_what_it_is(member):
+    kind, _, model, _ = member
+    name = {"modernbert": "ModernBERT", "esm": "ESM-2"}[kind]
+    assert model.family.name == name and f": {name}, " in repr(model) and "MLM head" in repr(model)
+
+
+def test_a_trace_records_every_point_in_order(member):
+    kind, _, model, _ = member
+    names = point_names(model.config)
+    assert ("layer.0.attention.norm" in names) == (kind == "esm")  # ModernBERT's layer 0 reads the embeddings' norm
+    assert ("layer.1.ffn.gate" in names) == (kind == "modernbert")
+    assert ("embeddings.token_dropout" in names) == (kind == "esm")
+    rec = bertfn.Trace()
+    ids, mask = batch(kind)
+    with torch.no_grad():
+        out = bertfn.encoder(model, ids, mask, trace=rec)
+    assert list(rec.store) == [n for n in names if n in rec.store]
+    assert set(names) - set(rec.store) == {"pooler", "mlm.transform", "mlm.logits"}
+    assert out.attn_impl == "eager"  # a trace that keeps forms the probabilities
+    torch.testing.assert_close(rec.store["final_norm"], out.last_hidden_state, atol=0, rtol=0)
+
+
+def test_the_rotated_queries_and_keys_give_the_scores(member):
+    """q_rotated is q turned by its positions' angles; q_rotated . k_rotated is the scores point; layer 0's
+    base is 10000 in ESM-2 and the global 160000 in ModernBERT."""
+    kind, _, model, _ = member
+    ids, mask = batch(kind)
+    rec = bertfn.Trace()
+    with torch.no_grad():
+        bertfn.encoder(model, ids, mask, trace=rec)
+    cfg = model.config
+    base = 10000.0 if kind == "esm" else cfg.global_rope_theta
+    cos, sin = rotary_tables(torch.arange(ids.shape[1]), cfg.head_dim, base, torch.float32)
+    at = "layer.0.attention."
+    torch.testing.assert_close(rec.store[at + "q_rotated"], rotate(rec.store[at + "q"], cos, sin), atol=1e-6, rtol=0)
+    torch.testing.assert_close(rec.store[at + "scores"], rec.store[at + "q_rotated"] @ rec.store[at + "k_rotated"].transpose(-1, -2),
+                               atol=1e-5, rtol=0)
+
+
+def test_modernbert_local_layers_see_their_window_only(modernbert):
+    kind, _, model, _ = modernbert
+    cfg = model.config
+    ids, mask = batch(kind)
+    S = ids.shape[1]
+    assert S > cfg.local_attention  # the window cuts these texts
+    with torch.no_grad():
+        out = bertfn.encoder(model, ids, mask, output_attentions=True)
+    far = (torch.arange(S)[:, None] - torch.arange(S)[None, :]).abs() > cfg.local_attention // 2  # (S, S)
+    assert [is_local(i, cfg) for i in range(cfg.num_hidden_layers)] == [False, True, True, False]
+    for i, probs in enumerate(out.attentions):  # (B, nh, S, S); a padding query's row means nothing
+        reach = (probs * far * mask[:, None, :, None]).abs().max()
+        assert (reach == 0) if is_local(i, cfg) else (reach > 0)
+
+
+def test_esm_token_dropout_scales_by_the_share_of_masks_in_each_text(esm):
+    kind, _, model, _ = esm
+    ids, mask = batch(kind)
+    rec = bertfn.Trace()
+    with torch.no_grad():
+        bertfn.encoder(model, ids, mask, trace=rec)
+    word, scaled = rec.store["embeddings.word"], rec.store["embeddings.token_dropout"]
+    masks = ids == model.config.mask_token_id
+    share = masks.sum(-1) / mask.sum(-1)  # (B,): 0, 1/len, 2/len of the real tokens
+    expected = word.masked_fill(masks[..., None], 0.0) * (0.88 / (1 - share))[:, None, None]
+    torch.testing.assert_close(scaled, expected, atol=1e-6, rtol=1e-6)
+    assert share[0] == 0 and share[2] == 2 / mask[2].sum()
+
+
+def test_a_bare_base_model_loads_and_equals_its_masked_lm(member, tmp_path):
+    import transformers
+
+    kind, hf, _, _ = member
+    base = hf.esm if kind == "esm" else hf.model
+    base.save_pretrained(tmp_path / "base")
+    member_tokenizer(kind).save_pretrained(tmp_path / "base")
+    model = bertfn.load(tmp_path / "base")
+    ids, mask = batch(kind)
+    with torch.no_grad():
+        ours = bertfn.encoder(model, ids[:1]).last_hidden_state
+        theirs = getattr(transformers, type(base).__name__).from_pretrained(tmp_path / "base")(input_ids=ids[:1]).last_hidden_state
+    torch.testing.assert_close(ours, theirs, atol=TOL, rtol=0)
+    assert "MLM head" not in repr(model)
+
+
+def test_configs_bertfn_cannot_read_are_refused_in_one_line():
+    from bertfn.model.config import BertConfig
+
+    with pytest.raises(bertfn.ConfigError, match="position_embedding_type 'absolute' is not one bertfn reads for "
+                                                 "model_type 'esm'"):
+        BertConfig.from_dict({"model_type": "esm", "position_embedding_type": "absolute"})
+    with pytest.raises(bertfn.ConfigError, match="rope_scaling"):
+        BertConfig.from_dict({"model_type": "modernbert", "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+    with pytest.raises(bertfn.ConfigError, match="token_dropout is true but mask_token_id is null"):
+        BertConfig.from_dict({"model_type": "esm", "token_dropout": True, "mask_token_id": None})
+    cfg = BertConfig.from_dict({"model_type": "modernbert", "hidden_activation": "gelu", "norm_eps": 1e-6,
+                                "mlp_dropout": 0.1, "attention_dropout": 0.2})
+    assert (cfg.hidden_act, cfg.layer_norm_eps, cfg.hidden_dropout_prob, cfg.attention_probs_dropout_prob) == \
+        ("gelu", 1e-6, 0.1, 0.2)
+
+
+def test_pruning_esm_heads_equals_transformers_and_modernbert_says_why_not(esm, modernbert, tmp_path):
+    import copy
+
+    _, hf, model, _ = esm
+    hf = copy.deepcopy(hf)
+    hf.prune_heads({0: [1, 3], 1: [0]})
+    pruned = bertfn.prune_heads(model, {0: [1, 3], 1: [0]})
+    ids, mask = batch("esm")
+    row = ids[:1]  # unpadded: transformers 4.57 is right there
+    with torch.no_grad():
+        ours = bertfn.mlm_head(pruned, bertfn.encoder(pruned, row).last_hidden_state)
+        torch.testing.assert_close(ours, hf(input_ids=row).logits, atol=TOL, rtol=0)
+    with pytest.raises(bertfn.InputError, match="ModernBERT forms its queries, keys and values in one fused product"):
+        bertfn.prune_heads(modernbert[2], {1: [0]})
+
+
+@pytest.mark.parametrize("kind", MODERN)
+def test_a_new_model_from_the_config_counts_and_draws_as_transformers(kind):
+    """init_model and parameter_count read the member's table: as many parameters as transformers' masked LM of
+    the same config, under its key names, and the pass runs."""
+    import transformers
+    from family_checkpoints import member_config
+
+    from bertfn.model.config import BertConfig
+
+    V = len(member_tokenizer(kind))
+    hf_config = member_config(kind, V)
+    hf = getattr(transformers, {"esm": "EsmForMaskedLM", "modernbert": "ModernBertForMaskedLM"}[kind])(hf_config)
+    config = BertConfig.from_dict(hf_config.to_dict())
+    counts = bertfn.parameter_count(config, parts=("mlm",))
+    assert counts["total"] == sum(p.numel() for k, p in hf.named_parameters() if "contact_head" not in k)
+    model = bertfn.init_model(config, parts=("mlm",))
+    assert set(model.state) <= set(hf.state_dict()) and model.family.name in repr(model)
+    ids = torch.randint(4, 30, (2, 12))
+    with torch.no_grad():
+        assert bertfn.mlm_head(model, bertfn.encoder(model, ids).last_hidden_state).shape == (2, 12, V)
