@@ -1,9 +1,10 @@
 """bertfn's Tokenizer on every kind of BERT's family against transformers' AutoTokenizer of the same folder.
 
-The folders come from :mod:`family_checkpoints`: byte-level BPE (RoBERTa), SentencePiece-style unigram
-(XLM-R, ALBERT) and WordPiece (DistilBERT, ELECTRA). Also: a word-level tokenizer, the special tokens'
-names read from tokenizer_config.json / special_tokens_map.json, the error for a tokenizer with no mask
-token, and fill-mask's truncation windows and answer strings on each kind.
+The folders come from :mod:`family_checkpoints`: byte-level BPE (RoBERTa; ModernBERT's, with [MASK]),
+SentencePiece-style unigram (XLM-R, ALBERT) and WordPiece (DistilBERT, ELECTRA); ESM-2's vocab.txt is
+tests/test_tokenizer_esm.py's. Also: a word-level tokenizer, the special tokens' names read from
+tokenizer_config.json / special_tokens_map.json, the error for a tokenizer with no mask token, and
+fill-mask's truncation windows and answer strings on each kind.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import warnings
 
 import pytest
 import torch
-from family_checkpoints import member_fixture, member_tokenizer
+from family_checkpoints import MEMBERS, member_fixture, member_tokenizer
 
 from bertfn import CheckpointError, UnknownTokensWarning
 from bertfn.checkpoint.tokenizer import Tokenizer
@@ -23,7 +24,9 @@ from bertfn.tasks.fill_mask import _propositions, mask_windows
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
 
-member = member_fixture()
+BYTE_LEVEL = ("roberta", "modernbert")  # byte-level BPE: RoBERTa's and ModernBERT's (GPT-NeoX's) kind
+
+member = member_fixture(MEMBERS + ("modernbert",))  # ESM-2's tokenizer: tests/test_tokenizer_esm.py
 
 TEXTS = [
     "When in Rome, do as the {mask} do.",
@@ -96,8 +99,8 @@ def test_decode_matches_transformers(tokenizers):
     for ids in rows + [[i] for i in range(tok.vocab_size)]:
         for skip in (False, True):
             assert tok.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip)
-    word = {"roberta": "Ġcat", "xlm-roberta": "▁dog", "albert": "▁dog"}.get(kind, "cat")
-    space = " " if kind == "roberta" else ""  # byte-level BPE keeps the word's leading space (fill-mask's token_str)
+    word = {"roberta": "Ġcat", "modernbert": "Ġcat", "xlm-roberta": "▁dog", "albert": "▁dog"}.get(kind, "cat")
+    space = " " if kind in BYTE_LEVEL else ""  # byte-level BPE keeps the word's leading space (fill-mask's token_str)
     assert tok.decode([tok.token_to_id(word)]) == space + word[-3:]
 
 
@@ -108,12 +111,12 @@ def test_special_tokens_are_the_tokenizers_own(tokenizers):
     assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.unk_token_id) == \
         (theirs.cls_token_id, theirs.sep_token_id, theirs.pad_token_id, theirs.unk_token_id)
     assert tok.vocab_size == len(theirs)
-    assert tok.lowercase == {"xlm-roberta": None, "roberta": None}.get(kind, True)
+    assert tok.lowercase == {"xlm-roberta": None, "roberta": None, "modernbert": None}.get(kind, True)
 
 
 def test_unknown_tokens_are_named_as_the_tokenizer_names_them(tokenizers):
     kind, tok, _ = tokenizers
-    if kind == "roberta":
+    if kind in BYTE_LEVEL:
         pytest.skip("byte-level BPE spells every text with its 256 bytes: nothing is unknown")
     said = rf"text 0: 3 of its 3 tokens are {re.escape(tok.unk_token)} \(e\.g\. '中', '文', '字'\)"
     with pytest.warns(UnknownTokensWarning, match=said):  # SentencePiece's lone "▁" pieces count as spaces, not text
