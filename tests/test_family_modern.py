@@ -16,9 +16,13 @@ shows the difference.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from family_checkpoints import MODERN, member_tokenizer, save_member
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import bertfn
 from bertfn.model.modernbert import is_local
@@ -325,3 +329,40 @@ def test_a_new_model_from_the_config_counts_and_draws_as_transformers(kind):
     ids = torch.randint(4, 30, (2, 12))
     with torch.no_grad():
         assert bertfn.mlm_head(model, bertfn.encoder(model, ids).last_hidden_state).shape == (2, 12, V)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(MODERN), heads=st.integers(1, 4), half_head=st.integers(1, 5), layers=st.integers(1, 4),
+       intermediate=st.integers(5, 40), window=st.integers(1, 12), every=st.integers(1, 3), biases=st.booleans(),
+       local_base=st.sampled_from([10000.0, None]), seed=st.integers(0, 2**16), act=st.sampled_from(["gelu", "silu"]))
+def test_any_config_equals_transformers(tmp_path_factory, kind, heads, half_head, layers, intermediate, window, every,
+                                        biases, local_base, seed, act):
+    """Hypothesis over sizes (even head widths, as rotary needs), ModernBERT's window, its global period, its rotary
+    bases and its biases (all on or all off), ESM-2 with and without token dropout: the logits equal transformers'
+    on each text of a padded batch."""
+    import transformers
+    from family_checkpoints import MODEL_CLASSES, member_config
+
+    H = heads * 2 * half_head
+    sizes = dict(num_attention_heads=heads, hidden_size=H, num_hidden_layers=layers, intermediate_size=intermediate)
+    if kind == "modernbert":
+        sizes.update(local_attention=window, global_attn_every_n_layers=every, local_rope_theta=local_base,
+                     attention_bias=biases, mlp_bias=biases, norm_bias=biases, classifier_bias=biases,
+                     decoder_bias=biases, hidden_activation=act, classifier_activation=act)
+    else:
+        sizes.update(token_dropout=biases)
+    config = member_config(kind, len(member_tokenizer(kind)), **sizes)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    hf = getattr(transformers, MODEL_CLASSES[kind])(config).eval()
+    folder = tmp_path_factory.mktemp("drawn")
+    hf.save_pretrained(folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no tokenizer in the folder: ids only
+        model = bertfn.load(folder)
+    ids, mask = batch(kind)
+    with torch.no_grad():
+        ours = bertfn.mlm_head(model, bertfn.encoder(model, ids, mask).last_hidden_state)
+        for i in range(len(ids)):  # each text alone: transformers 4.57's token dropout is right there
+            row = ids[i][mask[i].bool()][None]
+            torch.testing.assert_close(ours[i][mask[i].bool()], hf(input_ids=row).logits[0], atol=TOL, rtol=0)
