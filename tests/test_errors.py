@@ -57,7 +57,7 @@ def test_several_masks_give_one_list_per_mask(model, pipe):
 
 @pytest.mark.parametrize("text", ["", " ", "\t\n", "\u3000\u00a0"])
 def test_empty_or_whitespace_text(model, text):
-    with pytest.raises(bertfn.InputError, match=r"text 0 is empty; write a sentence with \[MASK\]"):
+    with pytest.raises(bertfn.InputError, match=r"text 0 is empty; write a sentence with the mask token \(\[MASK\], or <mask>"):
         bertfn.fill_mask(text, model)
 
 

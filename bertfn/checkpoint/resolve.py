@@ -176,8 +176,9 @@ def text_list(inputs, what: str) -> tuple[list[str], bool]:
     for i, t in enumerate(texts):
         check_text(t, f"text {i}")
         if not t.strip():
-            raise InputError(f"text {i} is empty; write a sentence"
-                             f"{' with [MASK] where the word to predict goes' if what == 'fill_mask' else f' to {what}'}")
+            goal = " with the mask token ([MASK], or <mask> as RoBERTa and ESM-2 spell it) where the word to predict " \
+                "goes" if what == "fill_mask" else f" to {what}"
+            raise InputError(f"text {i} is empty; write a sentence{goal}")
     return texts, single
 
 
