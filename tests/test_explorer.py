@@ -24,11 +24,17 @@ import numpy as np
 import pytest
 import torch
 from conftest import VOCAB, WORDS, minilm_folder, random_model, write_vocab
+from family_checkpoints import ESM_VOCAB
 
 import bertfn
 from bertfn.cli import main
 from bertfn.inspect.explorer import PAGE_FILES, _ascii_script, page_data
-from bertfn.inspect.page_arrays import LEVELS, PageArrays
+from bertfn.checkpoint.state import checkpoint_shapes
+from bertfn.inspect.page_arrays import LEVELS, PageArrays, score_vectors
+from bertfn.model.esm import EsmConfig
+from bertfn.model.modernbert import ModernBertConfig, window_mask
+from bertfn.model.params import Params
+from bertfn.model.prenorm import final_norm
 
 TEXT = "when in rome, do as the [MASK] do."
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -261,6 +267,175 @@ def test_the_wheel_ships_the_page(tmp_path):
     assert modules <= names, sorted(modules - names)
 
 
+# --- ESM-2 and ModernBERT: pre-LN layers, rotary positions, ModernBERT's local windows ------------------
+
+MODERN_TEXT = "when in rome, do as the romans do. the capital of france is the [MASK]."  # 20 tokens with [CLS] and [SEP]
+
+
+def random_member(config: bertfn.BertConfig, folder: Path, seed: int = 0) -> bertfn.Model:
+    """A Model of a family member with random weights (every weight its config reads, MLM head included, by
+    the member's own names) and the vocab.txt in ``folder``: no transformers, so the quick run and the plain
+    install take it."""
+    g = torch.Generator().manual_seed(seed)
+    head = Params({}, config).key("cls.predictions.transform.dense.weight")  # the member's name for it: the head counts
+    shapes = checkpoint_shapes(config, {head: torch.empty(0)})
+    state = {key: torch.randn(shape, generator=g) * 0.3 for key, shape in shapes.items()}
+    return bertfn.Model(config, state, bertfn.Tokenizer.from_path(folder / "vocab.txt"), "random")
+
+
+@pytest.fixture(scope="module")
+def modernbert(tmp_path_factory) -> bertfn.Model:
+    """ModernBERT's shape in small: 4 layers, 0 and 3 global, 1 and 2 local with a window of 8 (4 keys either side)."""
+    folder = tmp_path_factory.mktemp("modernbert")
+    write_vocab(folder)
+    config = ModernBertConfig(vocab_size=len(VOCAB), hidden_size=48, num_attention_heads=4, num_hidden_layers=4,
+                              intermediate_size=40, global_attn_every_n_layers=3, local_attention=8, pad_token_id=0)
+    return random_member(config, folder)
+
+
+@pytest.fixture(scope="module")
+def modern_rec(modernbert):
+    return bertfn.trace(MODERN_TEXT, modernbert)
+
+
+PROTEIN = ("MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFEVVHSLAKWKRQTLGQHDFSAGEGLYTHMKAL"
+           "RPDEDRLSPLHSVYVDQWDWERVMGDGERQFSTLKSTVEAIWAGIKATEAAVSEEFGLAPFLPDQIHFVHSQELLSRYPDLDAKGRERAIAKDLGAVFLV")
+"""A made-up protein sequence (199 residues) for ESM-2."""
+
+
+def _masked(n: int, mask: int) -> str:
+    """The first n residues of :data:`PROTEIN` repeated, ``<mask>`` in place of the one at ``mask``."""
+    residues = (PROTEIN * (n // len(PROTEIN) + 1))[:n]
+    return residues[:mask] + "<mask>" + residues[mask + 1:]
+
+
+@pytest.fixture(scope="module")
+def esm(tmp_path_factory) -> bertfn.Model:
+    """ESM-2's shape in small (2 layers, 4 heads of width 10) with ESM-2's own vocabulary: one token per residue."""
+    folder = tmp_path_factory.mktemp("esm")
+    (folder / "vocab.txt").write_text("\n".join(ESM_VOCAB) + "\n", encoding="utf-8")
+    config = EsmConfig(vocab_size=len(ESM_VOCAB), hidden_size=40, num_attention_heads=4, num_hidden_layers=2,
+                       intermediate_size=72)
+    return random_member(config, folder, seed=1)
+
+
+def test_a_modernbert_page_says_which_layers_are_local_and_they_attend_to_nothing_outside_their_window(modernbert, modern_rec):
+    rec = modern_rec
+    S = len(rec.tokens)
+    assert S == 20
+    meta, arrays = page_data(rec)
+    assert meta["windows"] == [None, 8, 8, None] and meta["rotary"] and meta["final_norm"] and not meta["relative"]
+    out = window_mask(None, S, 8, torch.float32, torch.device("cpu"))[0, 0] != 0  # (S, S): the model's own window
+    assert out.equal((torch.arange(S)[:, None] - torch.arange(S)).abs() > 4)
+    for layer in range(4):
+        probs, codes = rec.attention(layer), torch.from_numpy(arrays["attention"][layer])  # (nh, S, S) each
+        if meta["windows"][layer] is not None:  # local: exactly 0 out of reach, in the model and on the page
+            assert (probs[:, out] == 0).all() and (codes[:, out] == 0).all()
+        else:  # global: the same cells do get attention, so the check above means something
+            assert (codes[:, out] > 0).float().mean() > 0.5
+        assert torch.equal(codes, torch.round(probs.sqrt() * LEVELS).to(torch.uint8))
+
+
+def test_rotary_members_store_the_turned_queries_and_keys_whose_products_are_the_scores(modern_rec, esm):
+    """The neuron view redoes q.k / sqrt(hd) from the stored q and k: in ESM-2 and ModernBERT those must be the
+    vectors after rotation by their positions (attention.q_rotated, k_rotated), not the plain projections."""
+    for rec in (modern_rec, bertfn.trace(_masked(40, 20), esm)):
+        meta, a = page_data(rec)
+        assert meta["rotary"] and score_vectors(rec.config) == {"q_rotated": "q", "k_rotated": "k"}
+        L = rec.config.num_hidden_layers
+        for layer, head, query in ((0, 1, 3), (L - 1, 2, 9)):
+            scaled, _ = _page_arithmetic(rec, layer, head, query)
+            tol, _ = _neuron_tolerances(rec, layer, head, query)
+            model = rec[f"layer.{layer}.attention.scaled_scores"][0, head, query].double()
+            seen = scaled > -torch.inf
+            assert ((scaled - model).abs()[seen] <= tol[seen]).all()
+            plain = (rec[f"layer.{layer}.attention.k"][0, head] @ rec[f"layer.{layer}.attention.q"][0, head, query]).double()
+            assert ((plain / rec.config.head_dim ** 0.5 - model).abs()[seen] > tol[seen]).any()  # unturned, they would not be
+        with pytest.raises(bertfn.InputError, match="reads layer.0.attention.q_rotated"):
+            page_data(dataclasses.replace(rec, tensors={n: x for n, x in rec.tensors.items() if n != "layer.0.attention.q_rotated"}))
+
+
+def test_the_logit_lens_of_a_pre_ln_member_puts_each_layer_through_the_final_norm_first(modernbert, modern_rec):
+    """ModernBERT's (and ESM-2's) residual stream is normalized once, after the last layer; its MLM head reads that.
+    The per-layer predictions do the same to every layer's output, so the last row is the model's own answer."""
+    rec, L = modern_rec, modernbert.config.num_hidden_layers
+    store = PageArrays(modernbert.config, modernbert, top_k=3)
+    kept = bertfn.trace(MODERN_TEXT, modernbert, store=store)  # bertfn view's way: the page's arrays only
+    meta, arrays = page_data(kept, top_k=3)
+    (mask,) = rec.mask_positions
+    expected = bertfn.fill_mask(MODERN_TEXT, modernbert, top_k=3)
+    assert [w for w, _ in meta["predictions"][0]["top"]] == [a["token_str"] for a in expected]
+    assert arrays["lens_ids"][L, mask].tolist() == [a["token"] for a in expected]
+    bert = modernbert.params.scope("bert")
+    for row, name in enumerate(["embeddings.output"] + [f"layer.{i}.output" for i in range(L)]):
+        h = rec[name][0]
+        kept_ids = torch.from_numpy(arrays["lens_ids"][row]).long()
+        normed = bertfn.mlm_head(modernbert.params, final_norm(bert, h)).softmax(-1).gather(1, kept_ids)
+        raw = bertfn.mlm_head(modernbert.params, h).softmax(-1).gather(1, kept_ids)
+        assert (torch.from_numpy(arrays["lens_probs"][row]) - normed).abs().max() <= 0.03  # the head in bf16
+        assert (torch.from_numpy(arrays["lens_probs"][row]) - raw).abs().max() > 0.03  # without the norm: not these
+    assert "cls.predictions.transform.dense.bias" not in modernbert.params  # ModernBERT's head has no biases: read as absent
+
+
+def test_an_esm_page_of_300_residues_has_one_token_per_residue_and_esms_mask(esm):
+    text = _masked(300, 150)
+    rec = bertfn.trace(text, esm)
+    meta, arrays = page_data(rec)
+    residues = (PROTEIN * 2)[:300]
+    assert meta["S"] == 302 and meta["tokens"][1:-1] == [*residues[:150], "<mask>", *residues[151:]]
+    assert meta["tokens"][0] == "<cls>" and meta["tokens"][-1] == "<eos>" and meta["masks"] == [151]
+    assert meta["mask_token"] == "<mask>" and meta["windows"] == [None, None] and meta["final_norm"]
+    expected = bertfn.fill_mask(text, esm)
+    assert [w for w, _ in meta["predictions"][0]["top"]] == [a["token_str"] for a in expected]
+    assert arrays["attention"].shape == (2, 4, 302, 302) and arrays["lens_ids"][2, 151].tolist() == [a["token"] for a in expected]
+    assert arrays["norms"][0, 151] == 0  # token dropout: the <mask>'s embedding is zeroed
+
+
+def test_bertfn_attentions_figure_of_a_local_layer_says_so_and_greys_what_it_cannot_reach(modern_rec):
+    """The per-layer picture (``bertfn attention``, plots.attention_figure) draws a local layer as the page does."""
+    pytest.importorskip("matplotlib")
+    from bertfn.inspect import plots
+
+    S = len(modern_rec.tokens)
+    out = (torch.arange(S)[:, None] - torch.arange(S)).abs() > 4
+    fig = plots.attention_figure(modern_rec, 1, 0)
+    ax = fig.axes[0]
+    assert ax.get_title() == "attention probabilities, layer 1, local (window 8): grey keys out of reach, head 0"
+    probs, grey = (torch.as_tensor(np.asarray(image.get_array())) for image in ax.images)  # the map, then the grey over it
+    torch.testing.assert_close(probs, modern_rec.attention(1, 0))
+    assert (grey[out] == torch.tensor(plots.OUT_OF_REACH, dtype=grey.dtype)).all() and (grey[~out][:, 3] == 0).all()
+    fig = plots.attention_figure(modern_rec, 3)  # a global layer: all of its heads, nothing grey
+    assert fig.get_suptitle() == "attention probabilities, layer 3, global"
+    assert [len(ax.images) for ax in fig.axes if ax.images] == [1] * 4
+
+
+@pytest.mark.needs_transformers
+def test_cli_view_opens_modernbert_and_esm_checkpoints(tmp_path, capsys):
+    """bertfn view on the checkpoints transformers writes (tests/family_checkpoints.py): the page holds
+    transformers' own attention (eager), ModernBERT's local windows and all."""
+    from family_checkpoints import save_member
+
+    for kind, text, windows in (("modernbert", "The cat sat on the [MASK], and the dog sat on the mat.", [None, 8, 8, None]),
+                                ("esm", "MKTAYIAKQRQISFVK<mask>HFSRQLEERLGL", [None, None])):
+        hf = save_member(kind, tmp_path / kind)
+        out = tmp_path / f"{kind}.html"
+        assert main(["view", text, "--model", str(tmp_path / kind), "--out", str(out)]) == 0
+        meta = json.loads(_script(out.read_text(encoding="utf-8"), "bertfn-meta"))
+        model = bertfn.load(tmp_path / kind)
+        rec = bertfn.trace(text, model)
+        assert meta["windows"] == windows and meta["tokens"] == rec.tokens and len(rec.tokens) > 16
+        assert [w for w, _ in meta["predictions"][0]["top"]] == [a["token_str"] for a in bertfn.fill_mask(text, model)]
+        _, arrays = page_data(rec)
+        with torch.no_grad():
+            attentions = hf(input_ids=rec.input_ids, output_attentions=True).attentions  # L x (1, nh, S, S)
+        for layer, p in enumerate(attentions):
+            codes = torch.from_numpy(arrays["attention"][layer]).int()
+            assert (codes - torch.round(p[0].sqrt() * LEVELS).int()).abs().max() <= 1  # transformers' within one code
+            if windows[layer] is not None:
+                assert (codes[:, (torch.arange(len(rec.tokens))[:, None] - torch.arange(len(rec.tokens))).abs() > 4] == 0).all()
+    capsys.readouterr()
+
+
 # --- the page in a real browser --------------------------------------------------------------------
 
 
@@ -393,7 +568,8 @@ def test_head_view_follows_the_layer_and_head_pickers_and_the_hovered_token(tab,
 def _neuron_tolerances(rec, layer: int, head: int, query: int) -> tuple[torch.Tensor, torch.Tensor]:
     """How far the neuron view's q.k / sqrt(hd) and softmax, redone from the page's 8-bit q and k, may be
     from the model's, key by key: (S,) bounds on the scaled scores and on the probabilities."""
-    q, k = rec[f"layer.{layer}.attention.q"][0, head, query], rec[f"layer.{layer}.attention.k"][0, head]  # (hd,), (S, hd)
+    q_name, k_name = score_vectors(rec.config)  # the recorded q and k whose products are the scores (rotated ones in ESM-2, ModernBERT)
+    q, k = rec[f"layer.{layer}.attention.{q_name}"][0, head, query], rec[f"layer.{layer}.attention.{k_name}"][0, head]  # (hd,), (S, hd)
     e_q, e_k = q.abs().max() / 254, k.abs().amax(-1) / 254  # the most each entry is off
     hd = q.shape[-1]
     scores = (q.abs().sum() * e_k + k.abs().sum(-1) * e_q + hd * e_q * e_k) / hd ** 0.5 + 1e-5
@@ -403,13 +579,16 @@ def _neuron_tolerances(rec, layer: int, head: int, query: int) -> tuple[torch.Te
 
 
 def _page_arithmetic(rec, layer: int, head: int, query: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """q.k / sqrt(hd) and the softmax over the keys, from the page's own 8-bit q and k (what the page must show)."""
-    _, a = page_data(rec)
+    """q.k / sqrt(hd) and the softmax over the keys, from the page's own 8-bit q and k (what the page must show),
+    the keys after the query masked in a decoder, those out of a local layer's window (meta["windows"]) too."""
+    meta, a = page_data(rec)
     q = torch.from_numpy(a["q"][layer, head, query]).double() * float(a["q_scale"][layer, head, query])  # (hd,)
     k = torch.from_numpy(a["k"][layer, head]).double() * torch.from_numpy(a["k_scale"][layer, head]).double()[:, None]
     scaled = k @ q / q.shape[0] ** 0.5  # (S,)
     if rec.config.is_decoder:
         scaled[query + 1:] = -torch.inf
+    if meta["windows"][layer] is not None:
+        scaled[(torch.arange(len(scaled)) - query).abs() > meta["windows"][layer] // 2] = -torch.inf
     return scaled, scaled.softmax(-1)
 
 
@@ -753,3 +932,87 @@ def test_the_explorer_benchmark_runs(chromium, tiny_folder):
     assert re.fullmatch(r"bertfn view \(the whole process\): \d+\.\d s, \d+\.\d CPU s, peak RSS \d+ MB", lines[1])
     assert [line.split(" | ")[:1] for line in lines[4:]] == [["| the model's"], ["| least compressible"]]
     assert all(float(line.split(" | ")[2]) < 1 for line in lines[4:])  # MB
+
+
+# --- ModernBERT's local layers and ESM-2 in the browser ------------------------------------------------
+
+OUT = (224, 224, 224)
+"""explorer.js's OUT: a cell out of a local layer's reach, neutral grey (no colour of the Blues palette)."""
+
+
+def test_a_local_layer_is_drawn_as_what_it_attends_to(browser, modern_rec, tmp_path):
+    """ModernBERT's layers 1 and 2 see 4 keys either side: their maps draw the cells out of reach grey (hatched in
+    the large map), never as the white of a probability near 0, and say what kind of layer each is."""
+    rec, S = modern_rec, len(modern_rec.tokens)
+    tab = Page(browser, rec.save_html(tmp_path / "modernbert.html"))
+    page = tab.page
+    assert page.locator("#layer option").all_inner_texts() == ["0 · global", "1 · local", "2 · local", "3 · global"]
+    assert page.locator("#layer-strip .kind").count() == 2
+    page.click("#tab-model")
+    point = page.evaluate("bertfnExplorer.thumbPoint(1, 0)")
+    page.mouse.click(point["x"], point["y"])
+    d = tab.wait("d.view === 'model' && d.layer === 1 && d.head === 0")
+    assert d["kind"] == "local (window 8)"
+    assert d["windowKey"] == ["hatched grey: out of reach, never scored",
+                              "layer 1 is local: a query sees the keys within 4 positions of it (window 8)"]
+    out = np.abs(np.arange(S)[:, None] - np.arange(S)) > 4  # (S, S): more than 4 positions apart
+    _, arrays = page_data(rec)
+    p = ((arrays["attention"][1, 0].astype(np.float64) / LEVELS) ** 2).astype(np.float32).astype(np.float64)
+    cells = _pixels(page, "bertfnExplorer.mapCanvas(1, 0)", 0, 0, S, S).astype(int)
+    assert (cells[out] == OUT).all()  # out of reach: grey, every cell
+    with np.errstate(divide="ignore"):
+        expected = _blues()[np.floor(np.maximum(0, np.log10(p / p.max()) / 3 + 1) * 255 + 0.5).astype(int)]
+    assert np.abs(cells[~out] - expected[~out]).max() <= 2  # within reach: the palette, as in any map
+    assert not (_pixels(page, "bertfnExplorer.mapCanvas(0, 0)", 0, 0, S, S) == OUT).all(-1).any()  # global: no grey
+    screen = _large_map_on_screen(tab).astype(int)  # inside the frame: (M - 4) pixels a side, from pixel 2 of the map
+    size = screen.shape[0] + 4
+    inner = {True: [], False: []}
+    for i in range(S):
+        for j in range(S):
+            a, b = (int((n * size) / S) + 2 for n in (i, j))  # the cell's inside: 2 px off each edge
+            c, e = (int(((n + 1) * size) / S) - 6 for n in (i, j))
+            inner[bool(out[i, j])].append(screen[a:c, b:e].reshape(-1, 3))
+    hatched, reached = np.concatenate(inner[True]), np.concatenate(inner[False])
+    assert (hatched == OUT).all(-1).mean() > 0.5 and (hatched[:, 0] < 200).mean() > 0.05  # grey, with hatch lines on it
+    assert not (reached == OUT).all(-1).any()
+    page.screenshot(path=tmp_path / "modernbert-model-view.png")
+    texts = [t.text for t in ET.fromstring(_save(tab, "svg")[1]).iter("{http://www.w3.org/2000/svg}text")]
+    assert "Layer 1, local (window 8), head 0: rows are queries, columns keys" in texts
+    assert "layer 1 is local: a query sees the keys within 4 positions of it (window 8)" in texts
+
+    point = page.evaluate("bertfnExplorer.thumbPoint(3, 0)")  # a global layer says so, and has no key for the hatch
+    page.mouse.click(point["x"], point["y"])
+    d = tab.wait("d.layer === 3 && d.head === 0")
+    assert d["kind"] == "global" and d["windowKey"] is None
+
+    page.click("#tab-neuron")  # the neuron view masks the keys out of reach, as the model does
+    page.select_option("#layer", "2")
+    page.select_option("#token", "10")
+    d = tab.wait("d.view === 'neuron' && d.layer === 2 && d.query === 10")
+    assert d["probs"][:6] == [0] * 6 and d["probs"][15:] == [0] * (S - 15)
+    torch.testing.assert_close(torch.tensor(d["probs"], dtype=torch.float64), _page_arithmetic(rec, 2, 0, 10)[1], atol=1e-6, rtol=1e-5)
+    assert ((torch.tensor(d["probs"]) - rec.attention(2, 0)[10]).abs() <= _neuron_tolerances(rec, 2, 0, 10)[1]).all()
+    tab.close()
+
+
+def test_an_esm_page_of_300_residues_opens_on_its_mask_and_shows_the_rotary_arithmetic(browser, esm, tmp_path):
+    text = _masked(300, 150)
+    rec = bertfn.trace(text, esm)
+    tab = Page(browser, rec.save_html(tmp_path / "esm.html"), timeout_ms=30_000)
+    page = tab.page
+    d = tab.drawn()
+    assert d["first"] <= 151 <= d["last"]  # opened on the <mask>
+    assert page.inner_text("#predictions h2") == "Predictions at <mask>"
+    assert page.locator("#prediction-list .word").first.inner_text() == bertfn.fill_mask(text, esm)[0]["token_str"]
+    assert page.inner_text("#summary").endswith("302 tokens · 2 layers × 4 heads of width 10")
+    assert "final LayerNorm" in page.inner_text("#layers-note")
+    page.click("#tab-neuron")
+    page.select_option("#layer", "1")
+    page.select_option("#head", "3")
+    d = tab.wait("d.view === 'neuron' && d.layer === 1 && d.head === 3 && d.query === 151")
+    torch.testing.assert_close(torch.tensor(d["probs"], dtype=torch.float64), _page_arithmetic(rec, 1, 3, 151)[1], atol=1e-6, rtol=1e-5)
+    assert ((torch.tensor(d["probs"]) - rec.attention(1, 3)[151]).abs() <= _neuron_tolerances(rec, 1, 3, 151)[1]).all()
+    page.click("#tab-model")
+    tab.wait("d.view === 'model'")
+    assert _blank_thumbs(page) == []
+    tab.close()

@@ -17,7 +17,15 @@ The page has three views of the attention and two panels beside them:
   the sum (``q.k``), the scaled score and the softmax, per head: the arithmetic of one row of attention;
 * the MLM head's predictions at each ``[MASK]``, with probabilities;
 * a per-layer strip for the chosen token: the entropy of its attention in each head, the norm of its
-  hidden state, and the words the MLM head would predict from that layer's output (the "logit lens").
+  hidden state, and the words the MLM head would predict from that layer's output (the "logit lens";
+  in a pre-LN member, ESM-2 or ModernBERT, from that output after the final LayerNorm, as the model reads
+  its last layer's).
+
+A layer that attends within a window (ModernBERT's local layers: ``meta["windows"]``,
+:func:`~bertfn.inspect.page_arrays.layer_windows`) is labelled "local (window W)", the others "global"; its
+maps draw the keys out of the window's reach in hatched grey, not as white (a probability of 0 the model
+computed), and the neuron view masks those keys as the model does. In a member with rotary positions the
+neuron view's q and k are the turned vectors, whose products are the scores.
 
 Every number is computed here, by bertfn's own functions, or read from the trace; the page's script
 draws them and redoes only the neuron view's ``q.k`` from the stored vectors, to show the arithmetic.
@@ -49,7 +57,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..model.config import BertConfig
-from .page_arrays import LEVELS, PageArrays, top_k as _top_k
+from ..model.family import family_of
+from .page_arrays import LEVELS, PageArrays, layer_windows, score_vectors, top_k as _top_k
 
 
 class Recording(Protocol):
@@ -136,7 +145,11 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
         "tokens": list(rec.tokens),
         "S": len(rec.tokens), "L": cfg.num_hidden_layers, "nh": cfg.num_attention_heads, "hd": cfg.head_dim,
         "causal": bool(cfg.is_decoder),
-        "relative": cfg.position_embedding_type != "absolute",
+        "relative": cfg.relative_positions,
+        "rotary": "q_rotated" in score_vectors(cfg),
+        "windows": layer_windows(cfg),
+        "final_norm": family_of(cfg).final_norm is not None,
+        "mask_token": tok.mask_token if tok and tok.mask_token else "[MASK]",
         "masks": list(rec.mask_positions),
         "predictions": predictions,
         "no_predictions": missing,

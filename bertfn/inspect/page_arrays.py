@@ -18,17 +18,25 @@ attention probabilities             (L, nh, S, S)   uint8 ``round(127 sqrt(p))``
                                                     at most 0.8% of a row's mass at 512 tokens
 queries and keys, split into heads  (L, nh, S, hd)  int8 times one float32 scale per vector
                                                     (``max|x| / 127``): off by at most 1/254 of the
-                                                    vector's largest entry
+                                                    vector's largest entry; in a member with rotary
+                                                    positions (ESM-2, ModernBERT) the turned ones
+                                                    (``q_rotated``, ``k_rotated``), whose products
+                                                    are the scores
 attention entropy ``-sum p ln p``   (L, nh, S)      float32, from the full-precision probabilities
 hidden-state norms                  (L + 1, S)      float32 (embeddings' output, then each layer's)
 MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and probabilities (float32),
-                                                    the head run in bf16 on the fast path's kernels
+                                                    after the final LayerNorm in a pre-LN member (ESM-2,
+                                                    ModernBERT: as the model does before its head), the
+                                                    head run in bf16 on the fast path's kernels
                                                     (fill_mask's bf16 mode): the probabilities within
                                                     0.03 of fp32's (AntiBERTy, 68 tokens: 0.023 at most,
                                                     the same top-1 everywhere)
 MLM predictions at each [MASK]      (N, k)          kept as ``mlm.logits``; the page's meta holds what
                                                     :func:`~bertfn.tasks.fill_mask.fill_mask` would say
 ==================================  ==============  ====================================================
+
+The page's meta says which layers attend within a window (:func:`layer_windows`: ModernBERT's local layers),
+so that the page draws what lies outside it as out of reach rather than as attention that happens to be 0.
 
 Why square roots: at S tokens a head that spreads its attention evenly gives each key 1/S, and
 ``round(255 p)`` would store every such entry as 0 (at 500 tokens up to half a row's mass vanished on
@@ -50,14 +58,18 @@ from ..errors import InputError
 from ..fast.kernels import ONEDNN, packed
 from ..fast.unpadded import fast_mlm_head
 from ..model.config import BertConfig
+from ..model.family import family_of
+from ..model.modernbert import window_mask
 from ..model.params import Params
-from ..model.recorder import layer_input
+from ..model.recorder import layer_input, point_names
 
 Tensor = torch.Tensor
 
-READS = re.compile(r"embeddings\.(output|projected)|layer\.(\d+)\.(attention\.(q|k|probs)|output)|mlm\.logits")
-"""The recorded names the page reads (group 2: the layer; group 4: q, k or probs). Of the embeddings' points it
-keeps the one that is layer 0's input (:func:`~bertfn.model.recorder.layer_input`)."""
+READS = re.compile(r"embeddings\.(output|projected)|layer\.(\d+)\.(attention\.(q|k|q_rotated|k_rotated|probs)|output)"
+                   r"|mlm\.logits")
+"""The recorded names the page reads (group 2: the layer; group 4: q, k, q_rotated, k_rotated or probs). Of the
+embeddings' points it keeps the one that is layer 0's input (:func:`~bertfn.model.recorder.layer_input`), of the
+queries and keys those whose products are the scores (:func:`score_vectors`)."""
 
 _CHUNK_BYTES = 18 << 20
 """The per-layer predictions run the MLM head on as many positions at a time as keep that chunk's bf16 logits
@@ -68,7 +80,8 @@ the product to the top-k: 512 positions took 86 ms, against 111 ms at 128 positi
 
 HEAD = tuple(f"cls.predictions.{n}" for n in ("transform.dense.weight", "transform.dense.bias", "transform.LayerNorm.weight",
                                                 "transform.LayerNorm.bias", "decoder.weight", "bias"))
-"""The weights :func:`~bertfn.fast.unpadded.fast_mlm_head` reads, by BERT's names."""
+"""The weights :func:`~bertfn.fast.unpadded.fast_mlm_head` reads, by BERT's names (those the checkpoint holds:
+ModernBERT's head has no biases but the decoder's)."""
 
 
 def _chunk_rows(vocab_size: int) -> int:
@@ -78,6 +91,54 @@ def _chunk_rows(vocab_size: int) -> int:
         vocab_size: V.
     """
     return max(16, _CHUNK_BYTES // (6 * vocab_size) // 16 * 16)
+
+
+def score_vectors(config: BertConfig) -> dict[str, str]:
+    """The recorded queries and keys whose products are the attention scores, by the page's names (q, k):
+    ``attention.q``, ``attention.k`` in BERT; the rotated ones where the model turns them by their positions
+    (ESM-2's and ModernBERT's rotary attention, :mod:`bertfn.model.rotary`).
+
+    Args:
+        config: the model's config.
+
+    Returns:
+        ``{recorded point under attention.: page name}``.
+    """
+    rotary = "layer.0.attention.q_rotated" in point_names(config)
+    return {"q_rotated": "q", "k_rotated": "k"} if rotary else {"q": "q", "k": "k"}
+
+
+def layer_windows(config: BertConfig) -> list[int | None]:
+    """Each layer's attention window, or None where the layer attends to every token.
+
+    The family member says (:attr:`~bertfn.model.family.Family.window`): a ModernBERT local layer has
+    ``config.local_attention``, and a query sees the keys at most ``local_attention // 2`` positions away
+    (:func:`~bertfn.model.modernbert.window_mask`).
+
+    Args:
+        config: the model's config.
+
+    Returns:
+        L entries.
+    """
+    window = family_of(config).window
+    return [None if window is None else window(config, i) for i in range(config.num_hidden_layers)]
+
+
+def out_of_reach(config: BertConfig, layer: int, seq: int) -> Tensor | None:
+    """The (query, key) pairs layer ``layer`` cannot attend to: a local layer's keys out of its window
+    (:func:`~bertfn.model.modernbert.window_mask`), or None for a layer that attends to every token.
+
+    Args:
+        config: the model's config.
+        layer: the layer, from 0.
+        seq: S.
+
+    Returns:
+        (S, S) bool, or None.
+    """
+    window = layer_windows(config)[layer]
+    return None if window is None else window_mask(None, seq, window, torch.float32, torch.device("cpu"))[0, 0] != 0
 
 
 LEVELS = 127
@@ -160,8 +221,10 @@ class PageArrays(dict):
             raise InputError(f"top_k must be an integer of at least 1, got {top_k!r}")
         self.config, self.top_k = config, top_k
         self.first = layer_input(config)  # the embeddings' point that is layer 0's input
+        self.vectors = score_vectors(config)  # recorded q / k point -> the page's q / k
         self._root = model.params if model is not None else None  # read by BERT's names, whatever the family's
         self.lens = self._root is not None and "cls.predictions.decoder.weight" in self._root
+        self.final_norm = family_of(config).final_norm  # a pre-LN member's LayerNorm after the last layer, or None
         self.head = None  # the MLM head's weights in bf16, made when the first hidden state comes
         self.arrays: dict[str, np.ndarray] = {}
         self.seen: set[str] = set()
@@ -173,7 +236,7 @@ class PageArrays(dict):
 
     def __setitem__(self, name: str, x: Tensor) -> None:
         found = READS.fullmatch(name)
-        if found is None or (found[1] and name != self.first):
+        if found is None or (found[1] and name != self.first) or (found[4] not in (None, "probs", *self.vectors)):
             return
         if name == "mlm.logits":
             super().__setitem__(name, x)
@@ -187,11 +250,11 @@ class PageArrays(dict):
                 p = x.to(torch.float32)
                 self._array("attention", (L, nh, S, S), np.uint8)[i] = quantise_probs(p)
                 self._array("entropy", (L, nh, S), np.float32)[i] = entropy(p).cpu().numpy()
-            elif found[4]:  # q or k: (nh, S, hd)
-                i, (nh, S, hd) = int(found[2]), x.shape
+            elif found[4]:  # q or k (rotated, where the model turns them): (nh, S, hd)
+                i, (nh, S, hd), kind = int(found[2]), x.shape, self.vectors[found[4]]
                 codes, scale = quantise_vectors(x.to(torch.float32))
-                self._array(found[4], (L, nh, S, hd), np.int8)[i] = codes
-                self._array(f"{found[4]}_scale", (L, nh, S), np.float32)[i] = scale
+                self._array(kind, (L, nh, S, hd), np.int8)[i] = codes
+                self._array(f"{kind}_scale", (L, nh, S), np.float32)[i] = scale
             else:  # a hidden state (S, H): layer 0's input (row 0) or layer i's output (row i + 1)
                 row = 0 if found[2] is None else int(found[2]) + 1
                 S = x.shape[0]
@@ -204,24 +267,29 @@ class PageArrays(dict):
     def _predictions(self, h: Tensor) -> tuple[np.ndarray, np.ndarray]:
         """The MLM head at every position of one hidden state: top-k ids and probabilities, each (S, k).
 
-        In bf16, on a bf16 copy of the head's weights (of the decoder only its copy packed for oneDNN), through
-        the fast path's kernels (:func:`~bertfn.fast.unpadded.fast_mlm_head`): (L + 1) x S products with the
-        (V, H) decoder are most of the page's cost, and bf16 takes a third of fp32's time on a CPU with
-        AVX-512-bf16.
+        A pre-LN member's hidden state is first put through the final LayerNorm (in float32, by its own
+        function, ``Family.final_norm``), as the model does to its last layer's output before the head: the
+        residual stream of ESM-2 or ModernBERT is never normalized in between, and the head's dense layer
+        expects a normalized input. Then in bf16, on a bf16 copy of the head's weights (of the decoder only
+        its copy packed for oneDNN), through the fast path's kernels (:func:`~bertfn.fast.unpadded.fast_mlm_head`):
+        (L + 1) x S products with the (V, H) decoder are most of the page's cost, and bf16 takes a third of
+        fp32's time on a CPU with AVX-512-bf16.
 
         Args:
             h: (S, H), one layer's hidden state.
         """
         if self.head is None:
             root = self._root
-            head = {root.key(n): root[n].to(torch.bfloat16) for n in HEAD}  # under the checkpoint's own names
+            head = {root.key(n): root[n].to(torch.bfloat16) for n in HEAD if n in root}  # under the checkpoint's own names
             decoder = root.key("cls.predictions.decoder.weight")
             if ONEDNN and head[decoder].device.type == "cpu":  # where fast_mlm_head multiplies on oneDNN: keep that copy alone
                 head[decoder] = packed(head[decoder])
             self.head = Params(head, self.config)
-        h = h.to(torch.bfloat16)
         probs, ids = [], []
         with torch.inference_mode():
+            if self.final_norm is not None:
+                h = self.final_norm(self._root.scope("bert"), h.float())  # (S, H)
+            h = h.to(torch.bfloat16)
             rows = _chunk_rows(self.config.vocab_size)
             for s in range(0, h.shape[0], rows):
                 p, i = top_k(fast_mlm_head(self.head, h[s:s + rows]), self.top_k)
@@ -231,8 +299,8 @@ class PageArrays(dict):
 
     def missing(self) -> list[str]:
         """The names the page reads that this store has not been given (empty once a whole pass went through)."""
-        names = [self.first] + [f"layer.{i}.{n}" for i in range(self.config.num_hidden_layers)
-                                         for n in ("attention.q", "attention.k", "attention.probs", "output")]
+        reads = [f"attention.{n}" for n in self.vectors] + ["attention.probs", "output"]
+        names = [self.first] + [f"layer.{i}.{n}" for i in range(self.config.num_hidden_layers) for n in reads]
         return [n for n in names if n not in self.seen]
 
     def done(self) -> dict[str, np.ndarray]:

@@ -9,7 +9,9 @@ The tensors usually come from :func:`bertfn.trace`. Without matplotlib, every fu
 
 Attention maps choose their colour scale (``scale=``, :data:`SCALES`): each head from 0 to its own
 largest probability (the default), every head of the layer on one scale, or the fixed 0..1. On the
-fixed scale, the many heads of late layers that spread their attention thinly draw near-blank.
+fixed scale, the many heads of late layers that spread their attention thinly draw near-blank. A layer that
+attends within a window (ModernBERT's local layers) draws the keys out of its reach grey, not as the white of
+a probability near 0, and its title says "local (window W)".
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 
 from ..errors import DependencyError, InputError
 from ..model.functional import ACTIVATIONS
+from .page_arrays import layer_windows, out_of_reach
 from .trace import Recording
 
 if TYPE_CHECKING:  # the annotations only: importing bertfn never imports matplotlib
@@ -28,6 +31,9 @@ if TYPE_CHECKING:  # the annotations only: importing bertfn never imports matplo
 
 Tensor = torch.Tensor
 
+
+OUT_OF_REACH = (0.88, 0.88, 0.88, 1.0)
+"""The RGBA of a cell a layer cannot attend to (a key out of a local layer's window): neutral grey, no colour of Blues."""
 
 SCALES = ("per_head", "shared", "fixed")
 """Colour scales of the attention maps: 0 to each head's own largest probability; 0 to the largest of
@@ -159,8 +165,21 @@ def color_limits(probs: Tensor, scale: str) -> list[float]:
     return [t if t > 0 else 1.0 for t in top.tolist()]  # an all-zero map still gets a scale
 
 
+def _grey_out(ax, out: Tensor | None) -> None:
+    """Cover the cells ``out`` (S_q, S_k) bool of one map in :data:`OUT_OF_REACH` grey (nothing where None).
+
+    Args:
+        ax (matplotlib.axes.Axes): the map's axes.
+        out: the cells the layer cannot attend to, or None.
+    """
+    if out is not None:
+        rgba = torch.zeros(*out.shape, 4)
+        rgba[out] = torch.tensor(OUT_OF_REACH)
+        ax.imshow(rgba.numpy(), aspect="auto", interpolation="nearest")
+
+
 def attention_heatmap(probs: Tensor, tokens: Sequence[str], *, title: str | None = None, ax=None, colorbar: bool = True,
-                      scale: str = "per_head"):
+                      scale: str = "per_head", out: Tensor | None = None):
     """One head's attention probabilities (S_q, S_k): row i shows where query token i looks.
 
     Args:
@@ -170,17 +189,21 @@ def attention_heatmap(probs: Tensor, tokens: Sequence[str], *, title: str | None
         ax (matplotlib.axes.Axes | None): draw into this ``Axes``, else on a new figure.
         colorbar: draw a colour bar beside it.
         scale: "per_head" or "shared" colour it from 0 to its largest probability, "fixed" from 0 to 1.
+        out: (S_q, S_k) bool, the cells the layer cannot attend to, drawn grey
+            (:func:`~bertfn.inspect.page_arrays.out_of_reach`); None: none.
 
     Returns:
         (matplotlib.figure.Figure): The figure.
     """
     (top,) = color_limits(_matrix(probs, "attention_heatmap's probabilities")[None], scale)
-    return heatmap(probs, tokens, tokens, title=title, xlabel="key (attended to)", ylabel="query",
-                   cmap="Blues", ax=ax, colorbar=colorbar, vmin=0.0, vmax=top)
+    fig = heatmap(probs, tokens, tokens, title=title, xlabel="key (attended to)", ylabel="query",
+                  cmap="Blues", ax=ax, colorbar=colorbar, vmin=0.0, vmax=top)
+    _grey_out(ax if ax is not None else fig.axes[0], out)
+    return fig
 
 
 def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None = None, columns: int = 4,
-                    scale: str = "per_head"):
+                    scale: str = "per_head", out: Tensor | None = None):
     """Every head of one layer, (nh, S, S), as a grid of heatmaps.
 
     Args:
@@ -191,6 +214,8 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
         scale: one of :data:`SCALES`. "per_head" colours each head from 0 to its own largest probability, with a
             colour bar per panel; "shared" puts every head on one scale, 0 to the largest of them all, and
             "fixed" on 0..1, each with one colour bar for the grid.
+        out: (S, S) bool, the cells the layer cannot attend to, drawn grey
+            (:func:`~bertfn.inspect.page_arrays.out_of_reach`); None: none.
 
     Returns:
         (matplotlib.figure.Figure): The figure.
@@ -213,6 +238,7 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
             ax.set_axis_off()
             continue
         image = ax.imshow(probs[h].numpy(), cmap="Blues", vmin=0.0, vmax=tops[h], aspect="auto", interpolation="nearest")
+        _grey_out(ax, out)
         ax.set_title(f"head {h}", fontsize=9)
         ax.set_xticks(range(len(tokens)))
         ax.set_yticks(range(len(tokens)))
@@ -231,6 +257,9 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
 def attention_figure(rec: Recording, layer: int, head: int | None = None, scale: str = "per_head"):
     """The picture ``bertfn attention`` writes: one head of ``layer``, or all of its heads (on ``scale``).
 
+    In a model with local layers (ModernBERT) the title says which kind ``layer`` is, and a local layer's keys out
+    of its window are grey (:func:`~bertfn.inspect.page_arrays.out_of_reach`).
+
     Args:
         rec: a recording of :func:`bertfn.trace`.
         layer: the layer (negative counts from the end).
@@ -244,11 +273,15 @@ def attention_figure(rec: Recording, layer: int, head: int | None = None, scale:
         InputError: no such layer or head.
     """
     probs = rec.attention(layer, head)  # checks both indices
-    title = f"attention probabilities, layer {layer % rec.config.num_hidden_layers}"
+    layer %= rec.config.num_hidden_layers
+    windows, out = layer_windows(rec.config), out_of_reach(rec.config, layer, len(rec.tokens))
+    kind = "" if windows.count(None) == len(windows) else ", global" if out is None else \
+        f", local (window {windows[layer]}): grey keys out of reach"
+    title = f"attention probabilities, layer {layer}{kind}"
     if head is None:
-        return attention_heads(probs, rec.tokens, title=title, scale=scale)
+        return attention_heads(probs, rec.tokens, title=title, scale=scale, out=out)
     nh = rec.attention(layer).shape[0]
-    return attention_heatmap(probs, rec.tokens, title=f"{title}, head {head % nh}", scale=scale)
+    return attention_heatmap(probs, rec.tokens, title=f"{title}, head {head % nh}", scale=scale, out=out)
 
 
 def histograms(values: dict[str, Tensor], *, bins: int = 80, title: str | None = None, xlabel: str | None = None,

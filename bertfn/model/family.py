@@ -21,8 +21,8 @@ is BERT's own. The kinds of exception are:
   ``padding_idx + 1`` over the real tokens.
 * **head_act**: the MLM head's activation when it is not ``config.hidden_act`` (RoBERTa's and ELECTRA's
   generator's are always exact GELU; ModernBERT's config names its own).
-* **layer**, **layer_points**, **final_norm**: a layer other than BERT's post-LN one, its trace points, and
-  the LayerNorm after the last layer (ESM-2's and ModernBERT's pre-LN layers with rotary attention,
+* **layer**, **layer_points**, **final_norm**, **window**: a layer other than BERT's post-LN one, its trace
+  points, the LayerNorm after the last layer, and which layers attend within a window (ModernBERT's local ones) (ESM-2's and ModernBERT's pre-LN layers with rotary attention,
   :mod:`bertfn.model.prenorm`). Such a member runs the padded reference path everywhere: the fast path's
   end-to-end layout (:mod:`bertfn.fast.unpadded`) is written for BERT's layer.
 
@@ -65,6 +65,8 @@ class Family:
             generator, trace) -> LayerOutput``, in place of :func:`~bertfn.model.encoder.layer`.
         layer_points: ``(config, layer, optional) -> names`` of its layer's trace points (relative to ``layer.{i}.``).
         final_norm: ``(p, x, trace) -> x``: the step after the last layer, where there is one.
+        window: ``(config, layer) -> window or None``: the tokens a layer's queries see, where it attends within a
+            window (ModernBERT's local layers: ``local_attention``, half on either side); None attends to all.
     """
 
     name: str  # as people write it: "RoBERTa"
@@ -81,6 +83,7 @@ class Family:
     layer: Callable[..., object] | None = None  # the member's own layer (returns a LayerOutput)
     layer_points: Callable[[BertConfig, int, bool], list[str]] | None = None  # its layer's trace points
     final_norm: Callable[..., Tensor] | None = None  # the step after the last layer
+    window: Callable[[BertConfig, int], int | None] | None = None  # a layer's attention window (None: every token)
 
 
 BERT = Family("BERT", "bert", "bert.")

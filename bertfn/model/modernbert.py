@@ -353,5 +353,5 @@ MODERNBERT = register(Family(
     head_act=lambda config: config.classifier_activation,
     layer=layer, layer_points=lambda config, i, optional: layer_points(
         config, i, attention_norm=i > 0, gate=True, optional=optional),
-    final_norm=final_norm,
+    final_norm=final_norm, window=lambda config, i: config.local_attention if is_local(i, config) else None,
 ))

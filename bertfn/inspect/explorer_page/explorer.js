@@ -4,6 +4,9 @@
  * (base64 of one zlib block of little-endian arrays, unpacked with the browser's DecompressionStream):
  *   attention (L, nh, S, S) uint8 = round(m sqrt(p)), read back as (c / m)^2, m = meta.levels (127);  q, k (L, nh, S, hd) int8 with q_scale, k_scale (L, nh, S);
  *   entropy (L, nh, S);  norms (L+1, S);  lens_ids, lens_probs (L+1, S, k) when the model has an MLM head.
+ * meta.windows: each layer's attention window (ModernBERT's local layers: a query sees the keys at most
+ * floor(W / 2) positions away), null where the layer attends to every token; the keys out of a local layer's
+ * reach are drawn hatched grey (OUT), not white, and the neuron view masks them as the model does.
  *
  * Every view draws through a "painter" (rect, line, text, image), so the same code draws the screen
  * (CanvasPainter) and the saved SVG (SvgPainter); the PNG is the screen's canvas.
@@ -33,6 +36,8 @@ function ramp(stops) {  // [[t, [r, g, b]], ...] -> 256 css colours
 const BLUES = ramp([[0, [255, 255, 255]], [0.25, [198, 219, 239]], [0.5, [107, 174, 214]], [0.75, [33, 113, 181]], [1, [8, 48, 107]]]);
 const PURPLES = ramp([[0, [255, 255, 255]], [0.5, [158, 154, 200]], [1, [63, 0, 125]]]);
 const DIVERGING = ramp([[0, [33, 102, 172]], [0.5, [247, 247, 247]], [1, [178, 24, 43]]]);  // -1 blue, 0 white, +1 red
+const OUT = [224, 224, 224];  // a cell out of a local layer's reach: neutral grey, no colour of BLUES (whose blue exceeds its red)
+const HATCH = "#8a8f98";  // the hatch drawn over those cells in the large map and the key
 const rgb = (c) => `rgb(${c[0]},${c[1]},${c[2]})`;
 const blue = (p) => rgb(BLUES[Math.max(0, Math.min(255, Math.round(p * 255)))]);
 const purple = (t) => rgb(PURPLES[Math.max(0, Math.min(255, Math.round(t * 255)))]);
@@ -142,6 +147,15 @@ function explorer(meta, data) {
   const att = data.attention;
   const hasLens = !!data.lens_ids;
   const maskSet = new Set(meta.masks);
+  const maskToken = meta.mask_token || "[MASK]";
+  const windows = meta.windows || Array(L).fill(null);  // each layer's window, null: it attends to every token
+  const anyLocal = windows.some((w) => w !== null);
+  const reach = (l) => (windows[l] === null ? Infinity : Math.floor(windows[l] / 2));  // the farthest key a query sees
+  /** Whether query i sees key j in layer l: within a local layer's window, and not after i in a decoder. */
+  const visible = (l, i, j) => Math.abs(i - j) <= reach(l) && !(meta.causal && j > i);
+  /** What kind of layer l is, where the model has both kinds ("" where every layer is global, as in BERT). */
+  const layerKind = (l) => (!anyLocal ? "" : windows[l] === null ? "global" : `local (window ${windows[l]})`);
+  const layerName = (l) => `Layer ${l}${anyLocal ? `, ${layerKind(l)}` : ""}`;
 
   /** Probabilities of query i over all keys in layer l, head h (h = -1: the mean of the heads): Float32Array(S). */
   function probRow(l, h, i) {
@@ -244,12 +258,12 @@ function explorer(meta, data) {
       // the whole sequence at a glance: the focus token's attention over all S tokens, the rows shown framed
       const mapTop = this.top, mapH = this.mapHeight(H);
       const overview = focus || probRow(l, h, state.token), top = Math.max(...overview) || 1;
-      for (let j = 0; j < S; j++) {  // darkest = the row's largest probability
+      const focusI = hov ? hov.i : state.token;
+      for (let j = 0; j < S; j++) {  // darkest = the row's largest probability; grey: out of a local layer's reach
         const y0 = mapTop + (j * mapH) / S, y1 = mapTop + ((j + 1) * mapH) / S;
-        g.rect(mapX, y0, mapW, Math.max(1, y1 - y0), blue(overview[j] / top));
+        g.rect(mapX, y0, mapW, Math.max(1, y1 - y0), Math.abs(focusI - j) > reach(l) ? rgb(OUT) : blue(overview[j] / top));
       }
       g.frame(mapX - 1, mapTop + (first * mapH) / S, mapW + 2, ((last - first + 1) * mapH) / S, INK, 1);
-      const focusI = hov ? hov.i : state.token;
       const stripLabel = `${hov && hov.side === "k" ? "attention to" : "attention of"} ${clip(tokens[focusI], 80, 11)} (${focusI}) over all ${S} tokens (darkest: its largest)`;
       g.text(stripLabel, mapX + mapW + 10, mapTop + mapH / 2, { size: 11, color: MUTED, align: "center", rotate: 90 });
       // header and footer bands, drawn last so the rows scroll under them
@@ -260,9 +274,10 @@ function explorer(meta, data) {
         if (above >= 0.005) g.text(`▲ ${above.toFixed(2)} above`, x, this.top - 9, { size: 11, color: MUTED, align });
         if (below >= 0.005) g.text(`▼ ${below.toFixed(2)} below`, x, H - this.bottom / 2, { size: 11, color: MUTED, align });
       }
-      g.text(`Layer ${l}, ${headName(h)}: each query (left) attends to the keys (right)`, 12, 12, { weight: "bold" });
+      g.text(`${layerName(l)}, ${headName(h)}: each query (left) attends to the keys (right)`, 12, 12, { weight: "bold" });
       g.text(`tokens ${first}–${last} of ${S} · line opacity √p · hover a token for its lines, click to keep them ` +
-        "(click it again to let go) · the strip at the right: all tokens", 12, 27, { size: 11, color: MUTED });
+        `(click it again to let go) · the strip at the right: all tokens${windows[l] === null ? "" : ", grey out of reach"}`,
+      12, 27, { size: 11, color: MUTED });
       api.lastDraw = { view: "head", layer: l, head: h, hover: hov && { side: hov.side, i: hov.i }, pinned: state.pinned && { ...state.pinned },
                        first, last, lines, above, below, stripLabel };
     },
@@ -329,15 +344,29 @@ function explorer(meta, data) {
     }
     return out;
   }
+  /** Which of the n x n blocks of layer l's max-pooled map hold no (query, key) pair within the layer's window:
+   *  Uint8Array(n * n), 1 out of reach; null for a layer that attends to every token. */
+  function outOfReach(l, n) {
+    if (windows[l] === null) return null;
+    const first = new Int32Array(n).fill(S), last = new Int32Array(n).fill(-1);  // the tokens of each block
+    for (let i = 0; i < S; i++) {
+      const b = Math.floor((i * n) / S);
+      first[b] = Math.min(first[b], i); last[b] = Math.max(last[b], i);
+    }
+    const out = new Uint8Array(n * n);  // the nearest pair of blocks r (queries) and c (keys) is that far apart
+    for (let r = 0; r < n; r++) for (let c = 0; c < n; c++) out[r * n + c] = Math.max(first[c] - last[r], first[r] - last[c]) > reach(l) ? 1 : 0;
+    return out;
+  }
   /** The (S x S) probabilities of layer l, head h (-1: the mean) max-pooled to n x n pixels and coloured as
    *  state.scale and state.curve say: a cell's colour is BLUES at CURVES[curve].f(p / top), top being the
    *  probability drawn darkest: 1, the largest anywhere, the map's largest, or (scale "row") the largest of the
-   *  cell's row. Its .top is that probability (null on the per-row scale, whose .rowTops holds each row's). */
+   *  cell's row; OUT where a local layer cannot reach. Its .top is that probability (null on the per-row scale,
+   *  whose .rowTops holds each row's). */
   function mapCanvas(l, h, n) {
     const key = `${state.scale},${state.curve},${l},${h},${n}`;
     const cache = n === S ? large : thumbs;
     if (cache.has(key)) return cache.get(key);
-    const perRow = state.scale === "row", { pooled, max, rowTops } = pooledMap(l, h, n, perRow);
+    const perRow = state.scale === "row", { pooled, max, rowTops } = pooledMap(l, h, n, perRow), out = outOfReach(l, n);
     const top = { fixed: 1, shared: sharedTop, row: 1, map: max }[state.scale] || 1;
     const c = document.createElement("canvas");
     c.width = c.height = n;
@@ -345,13 +374,24 @@ function explorer(meta, data) {
     c.rowTops = rowTops;
     const img = c.getContext("2d").createImageData(n, n), px = img.data, f = CURVES[state.curve].f;
     for (let m = 0; m < n * n; m++) {
-      const col = BLUES[Math.min(255, Math.round(f(pooled[m] / top) * 255))];
+      const col = out && out[m] ? OUT : BLUES[Math.min(255, Math.round(f(pooled[m] / top) * 255))];
       px[4 * m] = col[0]; px[4 * m + 1] = col[1]; px[4 * m + 2] = col[2]; px[4 * m + 3] = 255;
     }
     c.getContext("2d").putImageData(img, 0, 0);
     cache.set(key, c);
     if (cache === large && large.size > 4) large.delete(large.keys().next().value);
     return c;
+  }
+  /** Hatch (lines rising to the right, every 6 px) the parts of an M-pixel map of layer l out of its reach:
+   *  the keys more than reach(l) after the query (above the band along the diagonal) and before it (below). */
+  function hatch(g, l, x, y, M) {
+    const d = (reach(l) + 1) * (M / S) + 1;  // the region is |col - row| >= d, in pixels
+    for (let s = 3; s < 2 * M; s += 6) {  // the line col + row = s, from col - row = d to the map's edge
+      const t = Math.min(s, 2 * M - s);
+      if (t <= d) continue;
+      g.line(x + (s + d) / 2, y + (s - d) / 2, x + (s + t) / 2, y + (s - t) / 2, HATCH, 1);  // above: keys after the query
+      g.line(x + (s - d) / 2, y + (s + d) / 2, x + (s - t) / 2, y + (s + t) / 2, HATCH, 1);  // below: keys before it
+    }
   }
   const model = {
     layout(W, H) {
@@ -365,10 +405,10 @@ function explorer(meta, data) {
       const mx = (wide ? x0 + nh * (t + gap) + 30 : x0) + margin;
       const top = wide ? y0 - 16 : gridBottom + 24;  // the large map's title line
       const my = top + 10 + (labels ? margin : 16);
-      const M = Math.max(160, Math.min(620, W - mx - 16, H - my - 78));
+      const M = Math.max(160, Math.min(620, W - mx - 16, H - my - (anyLocal ? 106 : 78)));  // room for the key below
       return { gap, x0, y0, t, gridBottom, labels, margin, mx, my, M, top };
     },
-    contentHeight(W, H) { const o = this.layout(W, H); return Math.max(o.gridBottom, o.my + o.M + 80) + 10; },
+    contentHeight(W, H) { const o = this.layout(W, H); return Math.max(o.gridBottom, o.my + o.M + (anyLocal ? 108 : 80)) + 10; },
     draw(g, W, H, sc) {
       const o = this.layout(W, H);
       const hov = state.hover && state.hover.view === "model" ? state.hover : null;
@@ -377,8 +417,8 @@ function explorer(meta, data) {
       const curve = CURVES[state.curve];
       const scaleNote = { map: "each map's largest", row: "each row's largest (each query's)",
         shared: `${sharedTop.toFixed(3)}, the largest anywhere`, fixed: "1" }[state.scale];
-      g.text(`colour: ${curve.name}; dark blue at ${scaleNote}, ${curve.white}; small maps keep each block's largest value`,
-        12, 27 + dy, { size: 11, color: MUTED });
+      g.text(`colour: ${curve.name}; dark blue at ${scaleNote}, ${curve.white}; small maps keep each block's largest value` +
+        (anyLocal ? "; grey: out of a local layer's window" : ""), 12, 27 + dy, { size: 11, color: MUTED });
       const n = Math.min(S, Math.max(8, Math.round(o.t * (window.devicePixelRatio || 1))));
       for (let h = 0; h < nh; h++) g.text(`h${h}`, o.x0 + h * (o.t + o.gap) + o.t / 2, o.y0 - 8 + dy, { size: 11, color: MUTED, align: "center" });
       for (let l = 0; l < L; l++) {
@@ -396,8 +436,9 @@ function explorer(meta, data) {
       if (hov && hov.thumb) g.frame(o.x0 + hov.thumb[1] * (o.t + o.gap) - 1, o.y0 + hov.thumb[0] * (o.t + o.gap) - 1 + dy, o.t + 2, o.t + 2, INK, 1.5);
       // the large map of the chosen layer and head
       const l = state.layer, mx = o.mx, my = o.my + dy, M = o.M, cell = M / S;
-      g.text(`Layer ${l}, ${headName(sel)}: rows are queries, columns keys`, mx - o.margin, o.top + dy, { weight: "bold" });
+      g.text(`${layerName(l)}, ${headName(sel)}: rows are queries, columns keys`, mx - o.margin, o.top + dy, { weight: "bold" });
       g.image(mapCanvas(l, sel, S), mx, my, M, M);
+      if (windows[l] !== null) hatch(g, l, mx, my, M);
       g.frame(mx, my, M, M, "#c9d3e0", 1);
       if (o.labels) {
         const every = Math.ceil(12 / cell);  // labels 12 px apart at least
@@ -418,8 +459,10 @@ function explorer(meta, data) {
         g.frame(mx, my + i * cell, M, Math.max(1, cell), INK, 1);
         g.frame(mx + j * cell, my, Math.max(1, cell), M, INK, 1);
         const v = probRow(l, sel, i)[j];  // small probabilities to two figures: the log scale shows them
-        detail = `query ${tokenName(i)} → key ${tokenName(j)}: p = ${v >= 0.001 || v === 0 ? v.toFixed(3) : v.toPrecision(2)}` +
-          (top === null ? ` (row max ${big.rowTops[i].toFixed(3)})` : "");
+        detail = Math.abs(i - j) > reach(l)
+          ? `query ${tokenName(i)} → key ${tokenName(j)}: out of reach, ${Math.abs(i - j)} apart (this layer: ±${reach(l)})`
+          : `query ${tokenName(i)} → key ${tokenName(j)}: p = ${v >= 0.001 || v === 0 ? v.toFixed(3) : v.toPrecision(2)}` +
+            (top === null ? ` (row max ${big.rowTops[i].toFixed(3)})` : "");
       }
       // the colour key under the map: the probabilities at its marks (on the per-row scale, shares of the row's
       // largest), and what it is
@@ -436,9 +479,18 @@ function explorer(meta, data) {
       });
       const what = { map: "this map's largest p", row: "each row's largest p", shared: "the largest p of any map", fixed: "p = 1" }[state.scale];
       g.text(`${curve.key} · darkest: ${what}`, kx, ky + 33, { size: 11, color: MUTED });
-      g.text(detail, kx, ky + 50, { size: 12 });
+      let windowKey = null;
+      if (windows[l] !== null) {  // the hatched grey, explained
+        g.rect(kx, ky + 43, 24, 10, rgb(OUT));
+        for (let s = 4; s < 34; s += 6) g.line(kx + Math.max(0, s - 10), ky + 43 + Math.min(10, s), kx + Math.min(24, s), ky + 43 + Math.max(0, s - 24), HATCH, 1);
+        windowKey = ["hatched grey: out of reach, never scored", `layer ${l} is local: a query sees the keys within ` +
+          `${reach(l)} positions of it (window ${windows[l]})`];
+        g.text(windowKey[0], kx + 30, ky + 48, { size: 11, color: MUTED });
+        g.text(windowKey[1], kx + 30, ky + 62, { size: 11, color: MUTED });
+      }
+      g.text(detail, kx, ky + (windowKey ? 80 : 50), { size: 12 });
       api.lastDraw = { view: "model", layer: l, head: sel, n, hover: hov && (hov.cell || hov.thumb), scale: state.scale,
-                       curve: state.curve, top, key: keyLabels, map: { x: mx, y: my, size: M } };
+                       curve: state.curve, top, key: keyLabels, map: { x: mx, y: my, size: M }, kind: layerKind(l), windowKey };
     },
     pick(x, y, W, H, sc) {
       const o = this.layout(W, H);
@@ -473,11 +525,11 @@ function explorer(meta, data) {
       }
       dots[j] = dot;
       scaled[j] = dot / Math.sqrt(hd);
-      if (!(meta.causal && j > i)) best = Math.max(best, scaled[j]);
+      if (visible(l, i, j)) best = Math.max(best, scaled[j]);
     }
     const probs = new Float64Array(S);
     let total = 0;
-    for (let j = 0; j < S; j++) { probs[j] = meta.causal && j > i ? 0 : Math.exp(scaled[j] - best); total += probs[j]; }
+    for (let j = 0; j < S; j++) { probs[j] = visible(l, i, j) ? Math.exp(scaled[j] - best) : 0; total += probs[j]; }
     for (let j = 0; j < S; j++) probs[j] /= total;
     const stored = probRow(l, h, i);
     return { q, keys, dots, scaled, probs, stored, vmax, pmax };
@@ -503,7 +555,7 @@ function explorer(meta, data) {
       for (let j = first; j <= last; j++) {
         const y = this.top + j * this.rowH - sc;
         if (hov && hov.i === j) g.rect(0, y - 1, W, this.rowH, "rgba(31,95,191,0.10)");
-        const masked = meta.causal && j > i;
+        const masked = !visible(l, i, j);
         g.text(clip(tokens[j], o.labelW - 4, 11), o.labelW, y + ch / 2, { size: 11, align: "right", weight: j === argmax ? "bold" : "normal", color: maskSet.has(j) ? ACCENT : INK });
         const k = nb.keys[j];
         for (let d = 0; d < hd; d++) {
@@ -518,9 +570,11 @@ function explorer(meta, data) {
       }
       // fixed header: the query vector above the key column, and the column names
       g.rect(0, 0, W, this.top - 2, "#ffffff");
-      g.text(`Layer ${l}, head ${h}: query ${tokenName(i)} against every key`, 12, 12, { weight: "bold" });
-      const extra = (meta.relative ? "; this model also adds relative-position scores, not shown here" : "") +
-        (meta.causal ? "; keys after the query are masked (decoder)" : "");
+      g.text(`${layerName(l)}, head ${h}: query ${tokenName(i)} against every key`, 12, 12, { weight: "bold" });
+      const extra = (meta.rotary ? "; q and k turned by their positions (rotary)" : "") +
+        (meta.relative ? "; this model also adds relative-position scores, not shown here" : "") +
+        (meta.causal ? "; keys after the query are masked (decoder)" : "") +
+        (windows[l] === null ? "" : `; keys more than ${reach(l)} away are masked (local layer)`);
       g.text(`score = q·k / √${hd}, probability = softmax over the keys; colours: blue < 0 < red${extra}`, 12, 27, { size: 11, color: MUTED });
       g.text("q", o.labelW, 50, { align: "right", weight: "bold" });
       for (let d = 0; d < hd; d++) g.rect(o.kx + d * o.cw, 43, o.cw, ch, diverging(nb.q[d], nb.vmax));
@@ -576,7 +630,10 @@ function explorer(meta, data) {
   // ---- controls ----
   const layerSel = document.getElementById("layer"), headSel = document.getElementById("head"), tokenSel = document.getElementById("token");
   const scaleSel = document.getElementById("scale"), curveSel = document.getElementById("curve");
-  for (let l = 0; l < L; l++) layerSel.add(new Option(String(l), String(l)));
+  for (let l = 0; l < L; l++) {
+    layerSel.add(new Option(anyLocal ? `${l} · ${windows[l] === null ? "global" : "local"}` : String(l), String(l)));
+    layerSel.options[l].title = layerKind(l);
+  }
   headSel.add(new Option("mean", "-1"));
   for (let h = 0; h < nh; h++) headSel.add(new Option(String(h), String(h)));
   tokens.forEach((t, i) => tokenSel.add(new Option(`${i}: ${t}`, String(i))));
@@ -626,7 +683,7 @@ function explorer(meta, data) {
     const same = JSON.stringify(hover) === JSON.stringify(state.hover);
     state.hover = hover;
     if (hover && view.describe && hover.i !== undefined) readout.textContent = view.describe(hover);
-    else if (hover && hover.thumb) readout.textContent = `layer ${hover.thumb[0]}, head ${hover.thumb[1]}: click to open`;
+    else if (hover && hover.thumb) readout.textContent = `${layerName(hover.thumb[0]).toLowerCase()}, head ${hover.thumb[1]}: click to open`;
     else if (!hover) readout.textContent = "\u00a0";
     if (!same) redraw();
   });
@@ -670,15 +727,16 @@ function explorer(meta, data) {
 
   // ---- the side panels: predictions at [MASK] and the per-layer strip ----
   const predictions = document.getElementById("prediction-list");
+  document.querySelector("#predictions h2").textContent = `Predictions at ${maskToken}`;
   if (!meta.predictions) {
     predictions.innerHTML = `<p class="note">${escapeXml(meta.no_predictions || "")}</p>`;
   } else if (!meta.predictions.length) {
-    predictions.innerHTML = '<p class="note">no [MASK] in the text: put one in to see what the model predicts there</p>';
+    predictions.innerHTML = `<p class="note">no ${escapeXml(maskToken)} in the text: put one in to see what the model predicts there</p>`;
   } else {
     for (const m of meta.predictions) {
       const box = document.createElement("div");
       box.className = "mask";
-      box.innerHTML = `<h3 title="choose this token">[MASK] at ${m.position}</h3>` + m.top.map(([w, p]) =>
+      box.innerHTML = `<h3 title="choose this token">${escapeXml(maskToken)} at ${m.position}</h3>` + m.top.map(([w, p]) =>
         `<div class="pred"><span class="word" title="${escapeXml(w)}">${escapeXml(w)}</span>` +
         `<span><div class="bar" style="width:${(100 * p).toFixed(1)}%"></div></span><span class="pct">${(100 * p).toFixed(1)}%</span></div>`).join("");
       box.querySelector("h3").addEventListener("click", () => { set({ token: m.position }); showToken(m.position); });
@@ -712,7 +770,8 @@ function explorer(meta, data) {
       } else {
         lens = r === 0 ? `<td class="lens top" rowspan="${L + 1}" title="${escapeXml(meta.no_predictions || "")}">no MLM head</td>` : "";
       }
-      rows += `<tr class="row${l === state.layer ? " current" : ""}" data-layer="${l}"><td>${l < 0 ? "emb" : l}</td>` +
+      const kind = l >= 0 && windows[l] !== null ? ` <span class="kind" title="${layerKind(l)}">local</span>` : "";
+      rows += `<tr class="row${l === state.layer ? " current" : ""}" data-layer="${l}"><td>${l < 0 ? "emb" : l}${kind}</td>` +
         `<td><div class="cells">${cells}</div></td><td><span class="normbar" style="width:${(30 * norm / maxNorm).toFixed(1)}px"></span>${norm.toFixed(1)}</td>${lens}</tr>`;
     }
     stripBox.innerHTML = rows + "</table>";
@@ -732,9 +791,18 @@ function explorer(meta, data) {
     `${(0.1 / levels).toFixed(4)} at p = 0.01; only values below 1/${2 * levels}² = ${(1 / (2 * levels) ** 2).toExponential(1)} ` +
     `show as 0, at most ${(100 * S / (2 * levels) ** 2).toFixed(1)}% of a row at these ${S} tokens); queries and keys as ` +
     "8-bit integers with one scale per vector (off by at most 1/254 of the " +
-    "vector's largest entry), from which the neuron view recomputes q·k; entropies, norms and the predictions at [MASK] " +
+    `vector's largest entry${meta.rotary ? ", as turned by their positions (rotary)" : ""}), from which the neuron view ` +
+    `recomputes q·k; entropies, norms and the predictions at ${escapeXml(maskToken)} ` +
     "computed in full precision by bertfn before saving, the per-layer predictions by the MLM head in bf16 (within 0.03 " +
-    "of full precision).</p><p>Made by bertfn: the numbers come from bertfn.trace; nothing is fetched.</p>";
+    "of full precision).</p>" + (anyLocal
+    ? `<p>Local layers (${windows.flatMap((w, l) => (w === null ? [] : [l])).join(", ")}): each query attends only to ` +
+      "the keys within half the layer's window of it; the maps draw the keys out of reach hatched grey, where the " +
+      "model computes no score at all, and white stays what it is elsewhere: attention the model gave almost none.</p>"
+    : "") + "<p>Made by bertfn: the numbers come from bertfn.trace; nothing is fetched.</p>";
+  if (meta.final_norm) {
+    document.getElementById("layers-note").insertAdjacentText("beforeend", " This model normalizes its hidden " +
+      "states only after the last layer (pre-LN), so each layer's output goes through that final LayerNorm before the MLM head, as the last one does.");
+  }
 
   // ---- for tests and the console ----
   api.set = set;
