@@ -48,7 +48,13 @@ name                                        shape             what it is
 
 The family's members record the same names (DistilBERT has no ``embeddings.token_type``; ELECTRA's and
 ALBERT's embeddings are E wide up to ``embeddings.projected``): :func:`~bertfn.model.recorder.point_names`
-lists a model's.
+lists a model's. ESM-2 and ModernBERT, pre-LN with rotary attention (:mod:`bertfn.model.prenorm`), have no
+position, segment or sum points and add their own: ``embeddings.token_dropout`` (ESM-2: the masks' vectors
+zeroed, the rest rescaled), ``layer.{i}.attention.norm`` and ``layer.{i}.ffn.norm`` (the LayerNorm before
+each block; ModernBERT's layer 0 has none before attention), ``layer.{i}.attention.q_rotated|k_rotated``
+(B, nh, S, hd: q and k turned by their positions, whose product is ``scores``), ``layer.{i}.ffn.gate``
+(ModernBERT's GeGLU gate, (B, S, I)) and ``final_norm`` (B, S, H: the LayerNorm after the last layer, what
+the heads read); their ``attention.output`` and ``ffn.output`` are the residual sums, not normalized.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ change is not run again:
   through each layer above as one, until it holds :data:`MAX_ROWS` rows; then it runs to the top and a
   new batch starts;
 * where the metric reads only the MLM head's outputs (``mlm.logits``, ``mlm.transform``), the last
-  layer runs its keys and values at every position and the rest at the masks alone, and the head only
-  at the masks. Where it reads other points, the copies' passes keep exactly those (at layers below a
-  copy's patch it reads the corrupted run's, which are the same).
+  layer runs its keys and values at every position and the rest at the masks alone (BERT's layer: a
+  member's own, ESM-2's or ModernBERT's, runs whole), and the head only at the masks. Where it reads
+  other points, the copies' passes keep exactly those (at layers below a copy's patch it reads the
+  corrupted run's, which are the same).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..fast.unpadded import unpadded_attention, unpadded_feed_forward
 from ..inspect.trace import Recording
 from ..model.attention import causal_keep_mask, extended_mask
 from ..model.encoder import layer
+from ..model.family import family_of
 from ..model.heads import mlm_head, pooler
 from ..model.recorder import WEIGHT_POINTS, Point, Trace, layer_input, layer_of
 from .points import axes, per_head
@@ -132,6 +134,7 @@ def patched_metrics(params, clean: Recording, corrupted: Recording, names: list[
     """
     cfg = params.config
     L = cfg.num_hidden_layers
+    family = family_of(cfg)  # ESM-2's and ModernBERT's own layer and final LayerNorm, where the member has them
     reads = frozenset(reads)
     where = torch.tensor(corrupted.mask_positions, dtype=torch.long, device=corrupted.input_ids.device)
     keep = torch.ones_like(corrupted.input_ids)  # (1, S): one text, no padding
@@ -147,10 +150,13 @@ def patched_metrics(params, clean: Recording, corrupted: Recording, names: list[
     group: dict = {"active": None, "next": 0, "members": [], "store": Kept(reads)}
 
     def run_layer(i: int, h: Tensor, edits: dict | None = None) -> Tensor:
-        if at_masks and i == L - 1 and not edits:  # the fast path's last layer, at the masks alone
+        if at_masks and i == L - 1 and not edits and family.layer is None:  # the fast path's last layer, at the masks
             return _last_layer_at_masks(params, h, where)
         points = Trace(group["store"], prefix=f"layer.{i}.", edits=edits, keep=not at_masks, optional=tuple(reads))
-        out = layer(params.layer(i), h, mask, impl=impl, trace=points).hidden
+        if family.layer is not None:  # a member's own layer (pre-LN, rotary), which the fast path lacks
+            out = family.layer(params.layer(i), h, mask, index=i, impl=impl, trace=points).hidden
+        else:
+            out = layer(params.layer(i), h, mask, impl=impl, trace=points).hidden
         return out[:, where] if at_masks and i == L - 1 else out  # copies patched in the last layer: at the masks
 
     def flush() -> None:  # the group's batch to the top, then each copy's metric
@@ -158,6 +164,8 @@ def patched_metrics(params, clean: Recording, corrupted: Recording, names: list[
         for j in range(group["next"], L):
             h = run_layer(j, h)
         store = group["store"]
+        if family.final_norm is not None:  # pre-LN members: the LayerNorm after the last layer
+            h = family.final_norm(params.scope("bert"), h, Trace(store))
         if "pooler" in reads:
             pooler(params, h, Trace(store))
         if reads & MLM_POINTS:

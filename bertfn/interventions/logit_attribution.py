@@ -21,8 +21,17 @@ ELECTRA's and ALBERT's ``embeddings.projected``)::
 
 Unrolled through the frozen LayerNorms, the final hidden state at the mask is a sum of the embeddings,
 every head of every layer, every ``b_O``, every FFN write and the biases (:func:`hidden_contributions`);
-pushed through the frozen head, so are the logits (:func:`logit_attribution`). The sums are taken in
-float64 from the recorded fp32 pass, so the total equals the model's logits to the pass's own rounding.
+pushed through the frozen head, so are the logits (:func:`logit_attribution`).
+
+ESM-2 and ModernBERT are pre-LN (:mod:`bertfn.model.prenorm`): each block reads a normalized copy of the
+residual stream and writes into the stream itself, and one LayerNorm follows the last layer::
+
+    x_{i+1} = x_i + sum_h head_{i,h} + b_O,i + f_i,     h_final = LN_f(x_L)
+
+so the parts pass through one frozen LayerNorm, LN_f's (a bias the checkpoint lacks counts as 0).
+
+The sums are taken in float64 from the recorded fp32 pass, so the total equals the model's logits to the
+pass's own rounding.
 The parts are *direct* effects: a head's part is what its write adds through the residual stream alone,
 not what it changes in the layers above (for that, patch it: :mod:`bertfn.interventions.paths`).
 """
@@ -39,6 +48,7 @@ from ..checkpoint.loading import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer
 from ..errors import InputError
 from ..inspect.trace import Recording, trace
+from ..model.family import family_of
 from ..model.functional import ACTIVATIONS
 from ..model.heads import head_act
 from ..model.params import Params
@@ -153,6 +163,30 @@ def _w(p: Params, name: str) -> Tensor:
     return p[name].detach().to("cpu", torch.float64)
 
 
+def _bias(p: Params, name: str, n: int) -> Tensor:
+    """The bias ``name`` of scope ``p`` as :func:`_w` gives it, or (n,) zeros where the checkpoint has none
+    (ModernBERT's, when its config turns them off)."""
+    return _w(p, name) if name in p else torch.zeros(n, dtype=torch.float64)
+
+
+def pre_ln(config) -> bool:
+    """Whether the model's layers are pre-LN, with one LayerNorm after the last (ESM-2, ModernBERT).
+
+    Args:
+        config: the model's config.
+    """
+    return family_of(config).final_norm is not None
+
+
+def final_point(config) -> str:
+    """The point whose tensor the MLM head reads: ``final_norm`` in a pre-LN model, else the last layer's output.
+
+    Args:
+        config: the model's config.
+    """
+    return "final_norm" if pre_ln(config) else f"layer.{config.num_hidden_layers - 1}.output"
+
+
 def _ffn_dense(rec: Recording, i: int, position: int) -> Tensor:
     """Layer i's ``ffn.dense`` at ``position`` (H,), from its slice where the FFN ran in chunks."""
     c = rec.config.chunk_size_feed_forward
@@ -162,7 +196,10 @@ def _ffn_dense(rec: Recording, i: int, position: int) -> Tensor:
 
 
 def _parts(rec: Recording, params: Params, position: int) -> Tensor:
-    """The final hidden state at ``position`` as parts (K, H), float64: rows as :func:`_split` reads them."""
+    """The final hidden state at ``position`` as parts (K, H), float64: rows as :func:`_split` reads them.
+
+    Post-LN (BERT): each layer's two LayerNorms frozen in turn; pre-LN: the one after the last layer.
+    """
     cfg = rec.config
     L, nh = cfg.num_hidden_layers, cfg.num_attention_heads
     eps = cfg.layer_norm_eps
@@ -171,21 +208,28 @@ def _parts(rec: Recording, params: Params, position: int) -> Tensor:
         return rec[name][0, position].detach().to("cpu", torch.float64)
 
     x = at(layer_input(cfg))
-    parts = torch.zeros(2 + L * (nh + 2), x.shape[0], dtype=torch.float64)  # embeddings, heads, b_O, ffn, bias
+    H, post_ln = x.shape[0], not pre_ln(cfg)
+    parts = torch.zeros(2 + L * (nh + 2), H, dtype=torch.float64)  # embeddings, heads, b_O, ffn, bias
     parts[0] = x
     for i in range(L):
         p = params.layer(i)
         kept = [h for h in range(nh) if h not in cfg.pruned_heads.get(i, ())]  # the heads the weights hold
         heads = rec[f"layer.{i}.attention.head_outputs"][0, :, position].detach().to("cpu", torch.float64)
         parts[1 + i * nh + torch.tensor(kept, dtype=torch.long)] = heads  # (nh_i, H)
-        parts[1 + L * nh + i] = _w(p, "attention.output.dense.bias")
-        parts = frozen_norm(parts, at(f"layer.{i}.attention.dense") + x, _w(p, "attention.output.LayerNorm.weight"), eps)
-        parts[-1] += _w(p, "attention.output.LayerNorm.bias")
+        parts[1 + L * nh + i] = _bias(p, "attention.output.dense.bias", H)
+        if post_ln:  # a = LN1(x + attention)
+            parts = frozen_norm(parts, at(f"layer.{i}.attention.dense") + x, _w(p, "attention.output.LayerNorm.weight"), eps)
+            parts[-1] += _w(p, "attention.output.LayerNorm.bias")
         f = _ffn_dense(rec, i, position).detach().to("cpu", torch.float64)
         parts[1 + L * nh + L + i] = f
-        parts = frozen_norm(parts, at(f"layer.{i}.attention.output") + f, _w(p, "output.LayerNorm.weight"), eps)
-        parts[-1] += _w(p, "output.LayerNorm.bias")
+        if post_ln:  # x_{i+1} = LN2(a + f)
+            parts = frozen_norm(parts, at(f"layer.{i}.attention.output") + f, _w(p, "output.LayerNorm.weight"), eps)
+            parts[-1] += _w(p, "output.LayerNorm.bias")
         x = at(f"layer.{i}.output")
+    if not post_ln:  # h = LN_f(x_L): every write reached the residual stream unscaled
+        p = params.scope("bert.encoder.final_norm")
+        parts = frozen_norm(parts, x, _w(p, "weight"), eps)
+        parts[-1] += _bias(p, "bias", H)
     return parts
 
 
@@ -214,9 +258,10 @@ def check_position(rec: Recording, position: int) -> None:
 
 
 def hidden_contributions(rec: Recording, position: int) -> Contributions:
-    """The last layer's output at ``position`` as the sum of its parts (module docstring), float64 on the CPU.
+    """The final hidden state at ``position`` as the sum of its parts (module docstring), float64 on the CPU.
 
-    ``total`` equals ``rec[f"layer.{L-1}.output"][0, position]`` to the pass's rounding.
+    ``total`` equals ``rec[f"layer.{L-1}.output"][0, position]`` (in a pre-LN model ``rec["final_norm"][0,
+    position]``: what the MLM head reads) to the pass's rounding.
 
     Args:
         rec: a recording with the heads' writes (``bertfn.trace(text, model, head_outputs=True)``) of the model ``rec.model``.
@@ -263,7 +308,7 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
                       mask: int = 0) -> LogitAttribution:
     """The MLM logits of ``tokens`` at one [MASK] of ``text``, split into per-head, per-layer and bias parts.
 
-    Direct logit attribution (Elhage et al. 2021) for a post-LN model: the parts of the final hidden state
+    Direct logit attribution (Elhage et al. 2021) for a post-LN or pre-LN model: the parts of the final hidden state
     (:func:`hidden_contributions`) through the MLM head (``BertLMPredictionHead``, :func:`~bertfn.model.heads.mlm_head`)
     with its dense layer applied to each part, its activation gated and its LayerNorm frozen at this run
     (module docstring); its biases go to ``bias``. ``total`` equals ``logits`` to the pass's rounding.
@@ -294,9 +339,10 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
     position = rec.mask_positions[mask]
     cfg = m.config
     parts = _parts(rec, m.params, position)  # (K, H)
-    h = rec[f"layer.{cfg.num_hidden_layers - 1}.output"][0, position].detach().to("cpu", torch.float64)  # (H,)
+    h = rec[final_point(cfg)][0, position].detach().to("cpu", torch.float64)  # (H,)
     p = m.params.scope("cls.predictions")
-    w_t, b_t = _w(p, "transform.dense.weight"), _w(p, "transform.dense.bias")
+    w_t = _w(p, "transform.dense.weight")
+    b_t = _bias(p, "transform.dense.bias", w_t.shape[0])
     z = parts @ w_t.T  # (K, E): the dense layer, each part alone
     z[-1] += b_t
     pre = h @ w_t.T + b_t  # (E,): the activation's input in this run
@@ -304,10 +350,10 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
     z = z * g
     z[-1] += r
     z = frozen_norm(z, g * pre + r, _w(p, "transform.LayerNorm.weight"), cfg.layer_norm_eps)
-    z[-1] += _w(p, "transform.LayerNorm.bias")
+    z[-1] += _bias(p, "transform.LayerNorm.bias", w_t.shape[0])
     rows = torch.tensor(ids)
     logits = z @ _w(p, "decoder.weight")[rows].T  # (K, T)
-    logits[-1] += _w(p, "bias")[rows]
+    logits[-1] += _bias(p, "bias", cfg.vocab_size)[rows]
     actual = rec["mlm.logits"][mask, rows.to(rec["mlm.logits"].device)].detach().to("cpu", torch.float64)
     return LogitAttribution(**_split(logits, cfg.num_hidden_layers, cfg.num_attention_heads), logits=actual,
                             tokens=ids, position=position)

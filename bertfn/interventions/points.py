@@ -5,12 +5,14 @@ The points of a pass (:func:`~bertfn.model.recorder.point_names`) come in a few 
 =================================================  =================  =================  ========  =========
 points                                             shape              positions          heads     neurons
 =================================================  =================  =================  ========  =========
-``layer.{i}.attention.q|k|v|context``              (B, nh, S, hd)     axis 2             axis 1
+``layer.{i}.attention.q|k|v|context``,             (B, nh, S, hd)     axis 2             axis 1
+``layer.{i}.attention.q_rotated|k_rotated``
 ``layer.{i}.attention.head_outputs``               (B, nh, S, H)      axis 2             axis 1
 ``layer.{i}.attention.scores|...|probs``           (B, nh, S_q, S_k)  axis 2 (queries)   axis 1
 ``embeddings.*``, ``layer.{i}.attention.query|``   (B, S, X)          axis 1                       last axis
 ``key|value|merged|dense|output``,
-``layer.{i}.ffn.*``, ``layer.{i}.output``
+``layer.{i}.ffn.*``, ``layer.{i}.output``,
+``final_norm``
 ``mlm.transform``, ``mlm.logits``                  (N, X)             axis 0 (the N                last axis
                                                                       [MASK]s)
 ``pooler``                                         (B, H)                                          last axis
@@ -28,8 +30,8 @@ import torch
 
 from ..errors import InputError
 
-PER_HEAD = ("q", "k", "v", "context", "relative_scores", "scores", "scaled_scores", "masked_scores", "probs",
-            "head_outputs")
+PER_HEAD = ("q", "k", "v", "q_rotated", "k_rotated", "context", "relative_scores", "scores", "scaled_scores",
+            "masked_scores", "probs", "head_outputs")
 
 
 def per_head(name: str) -> bool:

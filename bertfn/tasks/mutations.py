@@ -1,4 +1,4 @@
-"""Variants of a reference text scored by masked marginals: one pass per position, every substitution read off it.
+"""Variants of a reference text scored by masked (or wild-type) marginals: every substitution read off one matrix.
 
 The cheap score of protein language models for point mutations (Meier et al. 2021, "Language models
 enable zero-shot prediction of the effects of mutations on protein function"): mask each position
@@ -9,9 +9,15 @@ over the positions where it differs from the reference::
     score(variant) = sum_{j changed} log P(variant_j | reference with j masked) - log P(reference_j | same)
 
 (:func:`score_mutations`). n positions cost n masked copies of the reference, once, for any number
-of variants; the PLL change of each variant (``method="pll"``, :func:`~bertfn.tasks.scoring.score`
-of the variant minus that of the reference) costs n copies per variant. The two rank point mutants
-alike without being equal: the marginal reads every variant in the reference's context.
+of variants. Meier et al.'s *wild-type marginal* (``method="wt_marginal"``) reads the same difference
+off one pass of the reference with nothing masked:
+
+    score(variant) = sum_{j changed} log P(variant_j | reference) - log P(reference_j | reference)
+
+one pass for any number of variants, but the model sees the reference's own token at j. The PLL
+change of each variant (``method="pll"``, :func:`~bertfn.tasks.scoring.score` of the variant minus
+that of the reference) costs n copies per variant. They rank point mutants alike without being equal:
+the marginals read every variant in the reference's context.
 """
 
 from __future__ import annotations
@@ -28,14 +34,16 @@ from ..checkpoint.loading import Model
 from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, require_tokenizer, text_list,
                                   texts_and_model)
 from ..errors import DependencyError, InputError
+from ..model.encoder import encoder
+from ..model.heads import mlm_head
 from .scoring import BATCH_SIZE, check_scorable, masked_copies, score, target_log_softmax
 
-MUTATION_METHODS = ("masked_marginal", "pll")
+MUTATION_METHODS = ("masked_marginal", "pll", "wt_marginal")
 
 
 @dataclass(frozen=True)
 class Substitutions:
-    """The masked marginals of one reference text.
+    """The masked (or wild-type) marginals of one reference text.
 
     Position j is numbered j + 1 in mutation codes (``"S30A"``: S at the 30th scored token, to A).
 
@@ -44,8 +52,10 @@ class Substitutions:
         tokens: (L,) its scored tokens ([CLS] and [SEP] left out).
         ids: (L,) their ids.
         log_probs: (L, V) float32 on the CPU, row j the log-softmax over the vocabulary at scored
-            token j with that token masked (columns: token ids).
+            token j with that token masked (columns: token ids); with ``masked`` False, in the reference as it is.
         vocabulary: (V,) the token of each column.
+        masked: each row from its own masked copy (masked marginals), or all from one unmasked pass
+            (wild-type marginals).
     """
 
     text: str
@@ -53,6 +63,7 @@ class Substitutions:
     ids: list[int]
     log_probs: torch.Tensor
     vocabulary: list[str]
+    masked: bool = True
 
     def effects(self) -> torch.Tensor:
         """The score of every single substitution: log P(token) - log P(reference token) at each position.
@@ -143,7 +154,8 @@ def substitution_matrix(
     return _substitutions(m, reference, batch_size)
 
 
-def _substitutions(m: Model, reference: str, batch_size: int) -> Substitutions:
+def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = True) -> Substitutions:
+    """The :class:`Substitutions` of ``reference``: masked marginals, or with ``masked`` False the wild-type ones."""
     tok = require_tokenizer(m, "substitution_matrix")
     require_mlm_head(m, "substitution_matrix")
     enc = tok([reference])
@@ -155,21 +167,27 @@ def _substitutions(m: Model, reference: str, batch_size: int) -> Substitutions:
     copies, _ = masked_copies(enc, [n], tok.mask_token_id, "original", tok.pad_token_id)
     out = torch.empty(len(copies.target), m.config.vocab_size)
     with torch.inference_mode():
-        for rows, lp in target_log_softmax(m, copies, batch_size):
-            out[rows] = lp.cpu()
+        if masked:
+            for rows, lp in target_log_softmax(m, copies, batch_size):
+                out[rows] = lp.cpu()
+        else:  # one pass of the reference as it is, read at every scored token
+            ids, mask, types = (t.to(m.device) for t in (enc.input_ids, enc.attention_mask, enc.token_type_ids))
+            h = encoder(m.params, ids, mask, types).last_hidden_state[0, copies.target]  # (L, H)
+            out[:] = mlm_head(m.params, h).float().log_softmax(dim=-1).cpu()  # (L, V)
     vocab = tok.backend.get_vocab()
     columns = [""] * m.config.vocab_size
     for token, i in vocab.items():
         if i < len(columns):
             columns[i] = token
-    return Substitutions(reference, [enc.tokens[0][j] for j in copies.target], list(copies.truth), out, columns)
+    return Substitutions(reference, [enc.tokens[0][j] for j in copies.target], list(copies.truth), out, columns,
+                         masked)
 
 
 _last: tuple[weakref.ref, str, Substitutions] | None = None  # the last reference's matrix: (model, reference, matrix)
 
 
-def _cached_substitutions(m: Model, reference: str, batch_size: int) -> Substitutions:
-    """:func:`_substitutions`, kept for the next call with the same model and reference.
+def _cached_substitutions(m: Model, reference: str, batch_size: int, masked: bool = True) -> Substitutions:
+    """:func:`_substitutions`, kept for the next call with the same model, reference and kind of marginal.
 
     A file run scores its variants a piece at a time, and the reference's matrix is the costly part. The
     model is held by a weak reference: the cache never keeps a model alive that its caller let go.
@@ -178,10 +196,11 @@ def _cached_substitutions(m: Model, reference: str, batch_size: int) -> Substitu
         m: the model.
         reference: the reference text.
         batch_size: masked copies per encoder pass, at most.
+        masked: masked marginals (else wild-type ones).
     """
     global _last
-    if _last is None or _last[0]() is not m or _last[1] != reference:
-        _last = (weakref.ref(m), reference, _substitutions(m, reference, batch_size))
+    if _last is None or _last[0]() is not m or _last[1] != reference or _last[2].masked != masked:
+        _last = (weakref.ref(m), reference, _substitutions(m, reference, batch_size, masked))
     return _last[2]
 
 
@@ -211,7 +230,8 @@ def score_mutations(
         model: as in :func:`~bertfn.tasks.scoring.score`.
         reference: the text the variants are variants of (required).
         method: "masked_marginal": ``score`` is the sum of the ``delta``s read off
-            :func:`substitution_matrix` (one pass over the reference for all variants); "pll": ``score`` is
+            :func:`substitution_matrix` (one pass over the reference for all variants); "wt_marginal": the
+            ``delta``s are read off one pass of the unmasked reference (wild-type marginals); "pll": ``score`` is
             the variant's PLL minus the reference's (:func:`~bertfn.tasks.scoring.score`, n passes per variant),
             and each mutation's ``delta`` is still its masked marginal.
         batch_size: as in :func:`~bertfn.tasks.scoring.score`.
@@ -235,7 +255,7 @@ def score_mutations(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
     m = get_model(model, device, dtype)
-    subs = _cached_substitutions(m, text_list(reference, "score")[0][0], batch_size)
+    subs = _cached_substitutions(m, text_list(reference, "score")[0][0], batch_size, masked=method != "wt_marginal")
     tok = m.tokenizer
     enc = tok(variants)
     lengths = enc.attention_mask.sum(dim=1).tolist()
