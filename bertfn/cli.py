@@ -3,7 +3,7 @@
     bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
     bertfn fill-mask "The [MASK] [MASK] barked." --joint [--beam-width N]
     bertfn score "When in Rome, do as the Romans do." [--method within_word_l2r] [--per-token] [--json]
-    bertfn score --reference "E V Q L" "E V K L" ... [--pll-change] [--matrix subs.csv|.npy|.parquet]
+    bertfn score --reference "E V Q L" "E V K L" ... [--pll-change|--wt-marginal] [--matrix subs.csv|.npy|.parquet]
     bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume [--retry-errors]]
                      [--flush-every SECONDS] [--no-echo] [--progress|--no-progress]
     bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--scale per-head|shared|fixed] --out attn.png
@@ -186,7 +186,9 @@ def _add_score(sub) -> None:
     mut.add_argument("--reference", metavar="TEXT",
                      help="score each text against TEXT by masked marginals: TEXT's positions masked once each, a "
                           "variant's score the sum of log P(its token) - log P(TEXT's token) where they differ")
-    mut.add_argument("--pll-change", action="store_true", help="with --reference: score by PLL minus TEXT's instead")
+    by = mut.add_mutually_exclusive_group()  # without either: masked marginals
+    by.add_argument("--pll-change", action="store_true", help="with --reference: score by PLL minus TEXT's instead")
+    by.add_argument("--wt-marginal", action="store_true", help="with --reference: by wild-type marginals (TEXT unmasked)")
     mut.add_argument("--matrix", metavar="FILE",
                      help="with --reference: write TEXT's substitution matrix (positions x vocabulary log-probabilities) "
                           "to FILE: .npy, .csv, .tsv or .parquet")
@@ -194,8 +196,7 @@ def _add_score(sub) -> None:
     add_file_options(sc)
 
 
-def _score_table(result: dict, per_token: bool) -> str:
-    r = result
+def _score_table(r: dict, per_token: bool) -> str:
     lines = [f"{r['pll']:.3f}  PLL ({r['num_tokens']} tokens, pseudo-perplexity {r['pseudo_perplexity']:.3f})  {r['text']}"]
     if per_token:
         lines.append(f"  {'token':<16} {'word':>4}  {'log-prob':>9}")
@@ -206,9 +207,8 @@ def _score_table(result: dict, per_token: bool) -> str:
 def _run_score(args: argparse.Namespace) -> int:
     from .tasks.scoring import score
 
-    if args.reference is None and (args.pll_change or args.matrix):
-        raise InputError(f"--{'pll-change' if args.pll_change else 'matrix'} goes with --reference TEXT, the text "
-                         "the others are variants of")
+    if args.reference is None and (given := next((f for f in ("pll_change", "wt_marginal", "matrix") if getattr(args, f)), 0)):
+        raise InputError(f"--{given.replace('_', '-')} goes with --reference TEXT, the text the others are variants of")
     if args.reference is not None:
         return _run_mutations(args)
     if args.input is not None:
@@ -235,7 +235,7 @@ def _run_mutations(args: argparse.Namespace) -> int:
     if args.matrix:
         wrote = f"wrote {substitution_matrix(args.reference, model).save(args.matrix)}"
         _one_line("done", wrote) if args.input is not None else emit(wrote)  # stdout may be the JSON Lines
-    method = "pll" if args.pll_change else "masked_marginal"
+    method = "pll" if args.pll_change else "wt_marginal" if args.wt_marginal else "masked_marginal"
     if args.input is not None:
         return run_file_command(args, "score-mutations", reference=args.reference, method=method)
     if not args.text:  # the matrix alone

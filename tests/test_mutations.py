@@ -74,7 +74,7 @@ def test_mutation_errors(antiberty):
         substitution_matrix(HEAVY.replace("E V Q", "[MASK] V Q"), antiberty)
     with pytest.raises(bertfn.InputError, match="needs the reference"):
         score_mutations(HEAVY, antiberty)
-    with pytest.raises(bertfn.InputError, match="method must be one of 'masked_marginal', 'pll'"):
+    with pytest.raises(bertfn.InputError, match="method must be one of 'masked_marginal', 'pll', 'wt_marginal'"):
         score_mutations(HEAVY, antiberty, reference=HEAVY, method="ppl")
 
 
@@ -111,3 +111,27 @@ def test_cli_variants_matrix_and_file(antiberty, tmp_path, capsys):
     assert lines[3]["error"].startswith("line 4 has 48 tokens to score and the reference 49")
     assert main(["score", "--matrix", "x.npy", HEAVY, *model]) == 2
     assert "--matrix goes with --reference" in capsys.readouterr().err
+
+
+@pytest.mark.needs_transformers
+def test_wild_type_marginals_equal_transformers_and_the_cli(antiberty, antiberty_hf, capsys):
+    """Meier et al.'s wild-type marginal: log P(variant_j) - log P(reference_j) from one pass of the reference with
+    nothing masked; ``bertfn score --reference ... --wt-marginal`` gives the same, and takes no --pll-change beside it."""
+    hf, tok = antiberty_hf
+    ids = tok(HEAVY, return_tensors="pt").input_ids
+    with torch.no_grad():
+        lp = hf(input_ids=ids).logits.log_softmax(dim=-1)[0, 1:-1]  # (49, V): the reference as it is
+    ref_ids = ids[0, 1:-1].tolist()
+    results = score_mutations(VARIANTS, antiberty, reference=HEAVY, method="wt_marginal")
+    for r in results:
+        var_ids = tok(r["text"]).input_ids[1:-1]
+        want = sum(lp[j, b] - lp[j, a] for j, (a, b) in enumerate(zip(ref_ids, var_ids)) if a != b)
+        assert r["score"] == pytest.approx(float(want), abs=1e-4)
+    assert [[m["code"] for m in r["mutations"]] for r in results] == [["V37P"], ["E1Q", "F27Y"], []]
+    weights, vocab = antiberty_paths()
+    model = ["--model", str(weights), "--tokenizer", str(vocab), "--cased", "--quiet"]
+    assert main(["score", "--reference", HEAVY, *VARIANTS[:2], "--wt-marginal", "--json", *model]) == 0
+    assert [r["score"] for r in json.loads(capsys.readouterr().out)] == \
+        pytest.approx([r["score"] for r in results[:2]], abs=1e-6)
+    assert main(["score", "--reference", HEAVY, VARIANTS[0], "--wt-marginal", "--pll-change", *model]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
