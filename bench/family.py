@@ -121,13 +121,12 @@ def _fillers(vocab: dict[str, int], size: int, name: Callable[[int], str]) -> No
         i += 1
 
 
-def bpe_tokenizer(vocab_size: int):
-    """roberta-base's kind: byte-level BPE (no normalizer), ``<s>`` 0 ``<pad>`` 1 ``</s>`` 2 ``<unk>`` 3, ``<mask>`` last
-    (lstrip), ``<s> A </s>`` (RobertaProcessing). Merges trained here until every word of the sentences, with and
-    without its leading space ("Ġking", "king"), cased and not, is one token, as in roberta-base's vocabulary."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def bpe_pieces(vocab_size: int, specials: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Byte-level BPE (no prefix space) trained here until every word of the sentences, with and without its
+    leading space ("Ġking", "king"), cased and not, is one token, as in roberta-base's and ModernBERT's
+    vocabularies: the vocabulary (``specials`` first, then the 256 bytes and the merges' tokens) and the merges."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    specials = ["<s>", "<pad>", "</s>", "<unk>"]
     trained = Tokenizer(models.BPE())
     trained.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     corpus = [" ".join(cased_words()), *cased_words(), SENTENCE.format(mask="Romans")]
@@ -135,9 +134,17 @@ def bpe_tokenizer(vocab_size: int):
         vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False))
     model = json.loads(trained.to_str())["model"]
-    vocab = dict(model["vocab"])
+    return dict(model["vocab"]), [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+
+
+def bpe_tokenizer(vocab_size: int):
+    """roberta-base's kind: :func:`bpe_pieces`, ``<s>`` 0 ``<pad>`` 1 ``</s>`` 2 ``<unk>`` 3, ``<mask>`` last (lstrip),
+    ``<s> A </s>`` (RobertaProcessing)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    vocab, merges = bpe_pieces(vocab_size, specials)
     _fillers(vocab, vocab_size - 1, lambda i: f"madeupword{i:05d}")  # roberta-base's own name for unused entries
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     tok = Tokenizer(models.BPE(vocab, merges))
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=t == "<mask>")
@@ -214,10 +221,12 @@ def save_tokenizer(member: Member, folder: Path, vocab_size: int) -> None:
     tok.save_pretrained(folder)
 
 
-def checkpoint(member: Member, workdir: Path, vocab_size: int | None = None, seed: int = 0) -> Path:
+def checkpoint(member: Member, workdir: Path, vocab_size: int | None = None, seed: int = 0,
+               save: Callable[[Member, Path, int], None] = save_tokenizer) -> Path:
     """``workdir``/family/<model>: the member's masked LM with its real configuration and random weights, and its
     tokenizer; built on first use (or when built by another version of this script or another vocabulary size).
-    vocab_size: a smaller vocabulary than the real model's (``--xlmr-vocab``), else the real one."""
+    vocab_size: a smaller vocabulary than the real model's (``--xlmr-vocab``), else the real one. save: writes
+    the tokenizer (family_modern.py passes its own)."""
     config_fields = dict(member.config, **({"vocab_size": vocab_size} if vocab_size else {}))
     folder = workdir / "family" / member.model
     stamp = {"build": BUILD, "config": config_fields, "seed": seed}
@@ -235,7 +244,7 @@ def checkpoint(member: Member, workdir: Path, vocab_size: int | None = None, see
     model = getattr(transformers, member.model_class)(config).eval()
     model.save_pretrained(folder, safe_serialization=True)
     del model
-    save_tokenizer(member, folder, config.vocab_size)
+    save(member, folder, config.vocab_size)
     done.write_text(json.dumps(stamp, indent=1) + "\n")
     return folder
 

@@ -14,6 +14,7 @@ import datasets  # noqa: F401  (the test extra installs it: the pipeline's side 
 import onnx  # noqa: F401  (the test extra installs both: the benchmark's ONNX Runtime side must run)
 import onnxruntime  # noqa: F401
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow  # the benchmark's quick mode
 
@@ -184,3 +185,46 @@ def test_family_quick_run_writes_its_section_and_keeps_the_others(tmp_path, monk
     assert len(lines) == len(patterns)
     for pattern, line in zip(patterns, lines):
         assert re.match(rf"\| {pattern.format(spread=SPREAD, number=NUMBER)}", line), line
+
+
+MODERN = BENCH.parent / "family_modern.py"
+MODERN_ROWS = [
+    rf"1 text \((12|123) tokens\), text to top-5 answers \| ms \| {SPREAD} \| {SPREAD} \| {SPREAD} \| {NUMBER} \| {NUMBER} \|",
+    *(rf"8 texts, batch size {b} \| s \| {SPREAD} \| {SPREAD} \| {SPREAD} \| {NUMBER} \| {NUMBER} \|" for b in (2, 8)),
+    rf"8 texts, each side's best batch size \([28], [28], [28]\) \| s \| {SPREAD} \| {SPREAD} \| {SPREAD} \| {NUMBER} "
+    rf"\| {NUMBER} \|",
+]  # --quick's: 8 texts, batch sizes 2 and 8
+
+
+@pytest.mark.needs_transformers
+def test_family_modern_quick_run_checks_the_answers_and_writes_its_rows(tmp_path, monkeypatch):
+    """bench/family_modern.py --quick: small ModernBERT and ESM-2 checkpoints, bertfn's top 5 equal to transformers'
+    eager and SDPA pipelines' (the one text, each text of the batch) before timing, three sides per row, and
+    RoBERTa's fast path against its padded path; bench.py's section stays."""
+    spec = importlib.util.spec_from_file_location("bench_family_modern", MODERN)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_family_modern", module)  # its dataclass looks its module up there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for family.py, bench.py, workload.py
+    spec.loader.exec_module(module)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
+    threads = torch.get_num_threads()
+    try:  # one thread: the small models gain nothing from two, and the test's CPU time halves
+        module.main(["--quick", "--threads", "1", "--out", str(out), "--workdir", str(tmp_path / "work")])
+    finally:
+        torch.set_num_threads(threads)
+
+    text = out.read_text()
+    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn ModernBERT and ESM-2")
+    notes = [line for line in text.splitlines() if "bertfn's top 5 equal transformers'" in line]
+    assert [n.split(":")[0] for n in notes] == ["- ModernBERT (ModernBERT-base)", "- ESM-2 (esm2_t12_35M_UR50D)"]
+    gaps = [re.search(r"apart at most: eager (\S+), sdpa (\S+), batch (\S+);", n).groups() for n in notes]
+    assert all(float(gap) < 1e-4 for three in gaps for gap in three), gaps
+    section = text.split("# bertfn ModernBERT and ESM-2", 1)[1].splitlines()
+    lines = [line for line in section if line.startswith("| ") and not line.startswith("| workload")]
+    names = ("ModernBERT \\(ModernBERT-base\\)", "ESM-2 \\(esm2_t12_35M_UR50D\\)")
+    patterns = [rf"{name}: {row}" for name in names for row in MODERN_ROWS]
+    for pattern, line in zip(patterns, lines):
+        assert re.match(rf"\| {pattern}", line), line
+    roberta = lines[len(patterns):]  # the second table: the one sentence, batch sizes 2 and 8
+    assert len(roberta) == 3 and all("the padded path (a no-op edit)" in line for line in roberta), roberta
