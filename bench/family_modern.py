@@ -15,11 +15,10 @@ turn (bench.py's ``alternate``):
     128-token local window; 32, not bench.py's 64, to keep the run near 10 minutes on 2 cores); ESM-2 64
     antibody-like heavy chains of 100-130 residues (:func:`antibodies`).
 
-Neither member runs on bertfn's fast path: ``fast.batching.encoded_groups`` runs them as padded batches (each group's
-texts sorted by length) through the reference encoder on SDPA, since the end-to-end layout of ``fast.unpadded`` is
-written for BERT's post-LN layer. :func:`padded_cost` measures what that costs on a member that has both paths:
-RoBERTa (family.py's roberta-base-shaped checkpoint), ``fill_mask`` as is (the fast path) against ``fill_mask`` with
-a no-op edit (an edit sends the texts the padded way).
+bertfn runs both on its fast path (bertfn/fast/prenorm.py: the texts end to end, each attending to itself, the
+products on the kernels ``fast.choice`` picks, the last layer at the masks). :func:`fast_gain` measures what that
+gives against the padded reference path on the same member: ``fill_mask`` as is against ``fill_mask`` with a no-op
+edit (an edit sends the texts the padded way).
 
 The checkpoints (``--workdir``/family/<model>, built on first use) are transformers' masked LMs with the real models'
 configurations and random weights: ModernBERT-base (``ModernBertConfig()``'s defaults: 22 layers, hidden 768, 12
@@ -36,7 +35,6 @@ pass the attention mask to ``EsmEmbeddings``; fixed later upstream), so its batc
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import gc
 import random
@@ -50,8 +48,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench import Row, alternate, fmt, load_average, machine, table, write_section  # noqa: E402
-from family import (MEMBERS, SENTENCE, Member, _fillers, bpe_pieces, check_same, checkpoint,  # noqa: E402
-                    member_texts, padded)
+from family import SENTENCE, Member, _fillers, bpe_pieces, check_same, checkpoint, padded  # noqa: E402
 from workload import batch_texts, vocabulary  # noqa: E402
 
 HEADING = "# bertfn ModernBERT and ESM-2 (bench/family_modern.py)"
@@ -180,11 +177,14 @@ def gflop(c, lengths: list[int], head_rows: int) -> float:
     return 2 * (sum(L * ((4 * H * H + ffn) * n + 2 * n * n * H) for n in lengths) + head_rows * (H * H + H * V)) / 1e9
 
 
-def groups_padded(lengths: list[int], batch_size: int) -> list[int]:
-    """The lengths bertfn runs a member's texts at: each its group's longest (``fast.batching.text_groups``)."""
-    from bertfn.fast.batching import GROUP_TOKENS, text_groups
-
-    return [max(lengths[i] for i in g) for g in text_groups(lengths, batch_size, GROUP_TOKENS) for _ in g]
+def member_inputs(key: str, model, n_texts: int, modernbert_tokens: int) -> tuple[str, list[str]]:
+    """The one text and the batch's texts of a member, in the model's own mask token."""
+    mask = model.tokenizer.mask_token
+    if key == "esm":
+        return ADALIMUMAB_VH[:100] + mask + ADALIMUMAB_VH[101:], antibodies(n_texts)
+    index = {w: i for i, w in enumerate(vocabulary())}
+    return SENTENCE.format(mask=mask), [t.replace("[MASK]", mask) for t in batch_texts(
+        types.SimpleNamespace(token_to_id=index.get), max_tokens=modernbert_tokens, n=n_texts)]
 
 
 def run_member(key: str, folder: Path, quick: bool, modernbert_tokens: int) -> tuple[list, list[str]]:
@@ -202,20 +202,14 @@ def run_member(key: str, folder: Path, quick: bool, modernbert_tokens: int) -> t
     cls = getattr(transformers, member.model_class)
     pipes = {s: transformers.pipeline("fill-mask", model=cls.from_pretrained(folder, attn_implementation=s).eval(),
                                       tokenizer=tokenizer, device="cpu") for s in SIDES}
-    mask = model.tokenizer.mask_token
-    if tokenizer.mask_token != mask:
-        raise SystemExit(f"{member.model}: bertfn reads the mask token {mask!r}, transformers {tokenizer.mask_token!r}")
-    if key == "esm":
-        text, texts = ADALIMUMAB_VH[:100] + mask + ADALIMUMAB_VH[101:], antibodies(n_texts)
-    else:
-        text = SENTENCE.format(mask=mask)
-        index = {w: i for i, w in enumerate(vocabulary())}
-        texts = [t.replace("[MASK]", mask) for t in batch_texts(
-            types.SimpleNamespace(token_to_id=index.get), max_tokens=modernbert_tokens, n=n_texts)]
+    if tokenizer.mask_token != model.tokenizer.mask_token:
+        raise SystemExit(f"{member.model}: bertfn reads the mask token {model.tokenizer.mask_token!r}, transformers "
+                         f"{tokenizer.mask_token!r}")
+    text, texts = member_inputs(key, model, n_texts, modernbert_tokens)
     enc = model.tokenizer(texts)
     lengths = enc.attention_mask.sum(dim=1).tolist()
     if (enc.input_ids == model.tokenizer.mask_token_id).sum().item() != len(texts):
-        raise SystemExit(f"{member.model}: not every text has exactly one {mask}")
+        raise SystemExit(f"{member.model}: not every text has exactly one {model.tokenizer.mask_token}")
     by_length = [t for _, t in sorted(zip(lengths, texts))]
     n = model.tokenizer([text]).attention_mask.sum().item()
 
@@ -247,7 +241,7 @@ def run_member(key: str, folder: Path, quick: bool, modernbert_tokens: int) -> t
     top1 = sum(a[0]["token"] == theirs[t][0]["token"] for t, a in zip(texts, ours))
     apart = max(abs(a[0]["score"] - theirs[t][0]["score"]) for t, a in zip(texts, ours))
     c = model.config
-    ours_gflop = gflop(c, groups_padded(lengths, at["bertfn"]), len(texts))
+    ours_gflop = gflop(c, lengths, len(texts))  # the fast path: each text at its own length
     their_gflop = gflop(c, padded(lengths, at["sdpa"]), sum(padded(lengths, at["sdpa"])))
     shapes = (f"hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads, intermediate "
               f"{c.intermediate_size}, vocabulary {c.vocab_size}"
@@ -260,43 +254,35 @@ def run_member(key: str, folder: Path, quick: bool, modernbert_tokens: int) -> t
              f"{batch_sizes[-1]}) "
              f"the top-1 token agrees for {top1} of {len(texts)}, scores {apart:.1e} apart at most"
              + (" (transformers 4.57's token dropout on padded rows)" if key == "esm" else "")
-             + f"; the batch's products at each side's best batch size: bertfn {ours_gflop:.0f} GFLOP (its padded "
-             f"groups, the head at the masks: {ours_gflop / statistics.median(best['bertfn']):.0f} GFLOP/s), "
+             + f"; the batch's products at each side's best batch size: bertfn {ours_gflop:.0f} GFLOP (the texts end "
+             f"to end, the head at the masks: {ours_gflop / statistics.median(best['bertfn']):.0f} GFLOP/s), "
              f"transformers {their_gflop:.0f} GFLOP (padded batches, the head at every token; "
              f"{their_gflop / statistics.median(best['sdpa']):.0f} GFLOP/s with SDPA)"]
     return rows, notes
 
 
-def padded_cost(workdir: Path, quick: bool) -> str:
-    """What the padded path costs where bertfn has both: RoBERTa (family.py's checkpoint; --quick: 2 small layers),
-    ``fill_mask`` as is (the fast path: texts end to end, the kernels ``fast.choice`` picks, the last layer at the
-    masks) against the same call with a no-op edit at ``embeddings.output`` (padded groups through the reference
-    encoder on SDPA, as ModernBERT and ESM-2 always run), on the one sentence and workload.py's 64 (--quick: 8)
-    sentences: the table of those rows."""
+def fast_gain(key: str, folder: Path, quick: bool, modernbert_tokens: int) -> list[Row]:
+    """What the fast path gives a member: ``fill_mask`` as is (texts end to end, the kernels ``fast.choice`` picks,
+    the last layer at the masks: bertfn/fast/prenorm.py) against the same call with a no-op edit at
+    ``embeddings.output`` (padded groups through the reference encoder on SDPA), on the one text and the batch at
+    batch size 8."""
     import bertfn
 
-    roberta = MEMBERS["roberta"]
-    if quick:
-        small = dict(roberta.config, num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128)
-        roberta = dataclasses.replace(roberta, model=roberta.model + "-quick", config=small)
-    model = bertfn.load(checkpoint(roberta, workdir, vocab_size=1536 if quick else None))
+    member = MODERN[key]
+    model = bertfn.load(folder)
+    text, texts = member_inputs(key, model, 8 if quick else member.texts, modernbert_tokens)
     noop = {"embeddings.output": lambda h, point: h}
-    sentence, texts = SENTENCE.format(mask=model.tokenizer.mask_token), member_texts(model.tokenizer.mask_token)
-    texts = texts[:8] if quick else texts
     for a, b in zip(bertfn.fill_mask(texts, model), bertfn.fill_mask(texts, model, edits=noop)):
-        check_same(a, b, "RoBERTa, the fast path against the padded one")
-    calls = {"fast": lambda: bertfn.fill_mask(sentence, model), "padded": lambda: bertfn.fill_mask(sentence, model,
-                                                                                                 edits=noop)}
+        check_same(a, b, f"{member.model}, the fast path against the padded one")
+    name, other = f"{member.name} ({member.model})", "the padded path (a no-op edit)"
+    calls = {"fast": lambda: bertfn.fill_mask(text, model), "padded": lambda: bertfn.fill_mask(text, model, edits=noop)}
     t = alternate(calls, 2 if quick else 20)
-    name, other = f"{roberta.name} ({roberta.model})", "the padded path (a no-op edit)"
-    rows = [Row(f"{name}: fill-mask, 1 sentence, the fast path", "ms", t["fast"], other, t["padded"])]
-    for b in (2, 8) if quick else (16,):  # 16: fill_mask's default
-        calls = {"fast": lambda: bertfn.fill_mask(texts, model, batch_size=b),
-                 "padded": lambda: bertfn.fill_mask(texts, model, batch_size=b, edits=noop)}
-        t = alternate(calls, 1 if quick else 3, warm_up=False)  # the check above ran both
-        rows.append(Row(f"{name}: fill-mask, {len(texts)} sentences, batch size {b}, the fast path", "s", t["fast"],
-                        other, t["padded"]))
-    return table(rows)
+    rows = [Row(f"{name}: 1 text, the fast path", "ms", t["fast"], other, t["padded"])]
+    calls = {"fast": lambda: bertfn.fill_mask(texts, model, batch_size=8),
+             "padded": lambda: bertfn.fill_mask(texts, model, batch_size=8, edits=noop)}
+    t = alternate(calls, 1 if quick else 3, warm_up=False)  # the check above ran both
+    rows.append(Row(f"{name}: {len(texts)} texts, batch size 8, the fast path", "s", t["fast"], other, t["padded"]))
+    return rows
 
 
 def three_sides(rows: list) -> str:
@@ -317,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="small models, 8 texts, few repetitions: to test the script")
     parser.add_argument("--modernbert-tokens", type=int, default=160,
                         help="the longest of ModernBERT's 32 sentences, in tokens (default 160; its window is 128)")
-    parser.add_argument("--no-padded-cost", action="store_true", help="leave out RoBERTa's fast vs padded rows")
+    parser.add_argument("--no-fast-gain", action="store_true", help="leave out the fast path against the padded one")
     parser.add_argument("--threads", type=int, default=None, help="threads for every side (default: torch's)")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="file whose section is replaced")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work", help="where the built checkpoints go")
@@ -333,24 +319,27 @@ def main(argv: list[str] | None = None) -> None:
     tokens = min(args.modernbert_tokens, 48) if args.quick else args.modernbert_tokens
     folders = {k: build(MODERN[k], args.workdir, args.quick) for k in keys}
     started, load_before = datetime.datetime.now().astimezone(), load_average()
-    rows, notes = [], []
+    rows, notes, gains = [], [], []
     for k in keys:
         start = time.perf_counter()
         r, n = run_member(k, folders[k], args.quick, tokens)
         gc.collect()
         rows, notes = rows + r, notes + n
+        if not args.no_fast_gain:
+            gains += fast_gain(k, folders[k], args.quick, tokens)
+            gc.collect()
         print(f"{MODERN[k].model}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    cost = [] if args.no_padded_cost else [
-        "", "What the padded path costs where bertfn has both (RoBERTa; ratio = the fast path's median / the padded "
-        "path's):", "", padded_cost(args.workdir, args.quick)]
+    cost = [] if args.no_fast_gain else [
+        "", "What the fast path gives them (ratio = the fast path's median / the padded reference path's):", "",
+        table(gains)]
     text = "\n".join([
         f"{HEADING}{' (--quick: small models, too few repetitions to trust)' if args.quick else ''}", "",
         f"- started {started:%Y-%m-%d %H:%M %Z}; load average (1, 5, 15 min) before {load_before}, "
         f"after {load_average()}",
         f"- machine: {machine(threads)}",
         "- models: random weights, " + ("--quick's small sizes" if args.quick else "the real models' configurations")
-        + ", tokenizers of their kind (bench/family_modern.py); bertfn runs both as padded batches through the "
-        "reference encoder on SDPA (not its fast path)",
+        + ", tokenizers of their kind (bench/family_modern.py); bertfn on its fast path (the texts end to end: "
+        "bertfn/fast/prenorm.py)",
         f"- command: python bench/family_modern.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip(),
         *(f"- {note}" for note in notes),
         "", three_sides(rows), *cost, "",

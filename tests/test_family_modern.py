@@ -179,6 +179,35 @@ def test_the_sdpa_path_and_the_fill_mask_path_equal_the_reference(member):
     torch.testing.assert_close(torch.tensor([r["score"] for r in top]), probs.topk(5).values, atol=1e-6, rtol=0)
 
 
+def test_the_fast_path_equals_the_reference_text_by_text(member):
+    """bertfn/fast/prenorm.py: the texts end to end, each with its own positions, window and token dropout; with
+    ``rows`` the last layer's output at those positions alone; on weights packed for the fast path's kernels too."""
+    from test_fast_path import forced
+
+    from bertfn.fast.batching import end_to_end
+    from bertfn.fast.choice import pack_state
+    from bertfn.fast.kernels import KERNELS, ONEDNN
+    from bertfn.fast.unpadded import fast_mlm_head, unpadded_encoder
+
+    kind, _, model, _ = member
+    enc = model.tokenizer(TEXTS[kind])
+    lengths = enc.attention_mask.sum(dim=1).tolist()
+    inputs = end_to_end(enc, [0, 1, 2], lengths, model.config)
+    rows = torch.tensor([0, lengths[0] + 2, sum(lengths) - 1])
+    with torch.no_grad():
+        ref = torch.cat([bertfn.encoder(model, enc.input_ids[i, :n][None], impl="eager").last_hidden_state[0]
+                         for i, n in enumerate(lengths)])  # (T, H): each text alone
+        for kernel in KERNELS if ONEDNN else ("F.linear",):
+            with forced(kernel):
+                state = dict(model.state)
+                pack_state(state)  # packs where the kernel is oneDNN on packed weights
+                p = bertfn.Params(state, model.config)
+                torch.testing.assert_close(unpadded_encoder(p, *inputs, lengths)[0], ref, atol=TOL, rtol=0)
+                fast = unpadded_encoder(p, *inputs, lengths, rows)[0]
+                torch.testing.assert_close(fast, ref[rows], atol=TOL, rtol=0)
+                torch.testing.assert_close(fast_mlm_head(p, fast), bertfn.mlm_head(model, ref[rows]), atol=TOL, rtol=0)
+
+
 def test_the_state_is_the_checkpoint_under_its_own_names(member):
     """model.state holds the file's keys (the tied decoder under its second name too); ESM's rotary inv_freq
     buffers are left out (bertfn computes the angles) and nothing else is renamed or copied."""

@@ -345,8 +345,7 @@ def load(
     del state  # the model's own: after a move, ``prepare`` frees each weight it replaces only if nothing else holds it
     if device is not None or dtype is not None:
         model = model.to(device, dtype)
-    # a member with its own layer (ESM-2, ModernBERT) runs the reference functions everywhere: its weights stay plain
-    if prepare is None or model.family.layer is not None or not prepare(model.state):
+    if prepare is None or not prepare(model.state):
         matmul_layout(model.state)
     return model
 

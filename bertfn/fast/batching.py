@@ -98,8 +98,7 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
         points: a :class:`~bertfn.model.recorder.Trace` with edits: then each group runs through the
             reference :func:`~bertfn.model.encoder.encoder` instead, as a padded batch (b, S) of its texts, so
             that the edits see the named tensors with the shapes :func:`bertfn.trace` shows (b <= batch_size
-            texts, sorted by length). A family member with its own layer (ESM-2, ModernBERT) runs that way
-            too, on the SDPA path: the end-to-end layout is written for BERT's layer.
+            texts, sorted by length).
 
     Yields:
         ``(rows, where, h)`` per group: the texts' indices in ``enc``, those positions (N,) and the last
@@ -111,7 +110,7 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
         ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths, m.config))
         where = read(rows, ids) if read is not None else None  # (N,) or all T
         ns = [lengths[i] for i in rows]
-        if points or family_of(m.config).layer is not None:  # edits, or a member whose layer the fast path lacks
+        if points:
             h = padded_encoder(m, enc, rows, ns, points)  # (T, H)
             yield rows, where, h if where is None else h[where]
         else:

@@ -5,7 +5,7 @@ block-diagonal mask instead spends attention on pairs of tokens from different t
 texts' tokens form one sequence (1, T, H), T = the sum of their lengths, for everything that treats
 tokens one at a time (embeddings, the Q/K/V and output projections, the feed-forward, LayerNorm),
 so the products run on T real rows; attention alone runs on each text's slice, as if the text
-were by itself.
+were by itself. ESM-2 and ModernBERT, whose layer is not BERT's, take the same layout in :mod:`bertfn.fast.prenorm`.
 
 Built from the reference functions (``embeddings``, ``split_heads``, ``sdpa_attention``, ``layer_norm``,
 ...) in the same order, except that heads are merged text by text straight into the (1, T, H)
@@ -32,6 +32,7 @@ from ..model.functional import layer_norm
 from ..model.heads import head_act
 from ..model.params import Params
 from .choice import linear, linears, run_rows
+from .prenorm import unpadded_pre_ln_encoder
 
 Tensor = torch.Tensor
 
@@ -127,6 +128,8 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
         (1, T, H), or (1, r, H) with ``rows``.
     """
     cfg = params.config
+    if family_of(cfg).layer is not None:  # a pre-LN member (ESM-2, ModernBERT): its own layer, the same layout
+        return unpadded_pre_ln_encoder(params, input_ids, position_ids, lengths, rows)
     p = params.scope("bert")
     x = (family_of(cfg).embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
     T = x.shape[1]

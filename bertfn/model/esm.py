@@ -42,6 +42,9 @@ from .rotary import rotary_tables
 
 Tensor = torch.Tensor
 
+ROTARY_BASE = 10000.0
+"""The base of ESM-2's rotary angles, in every layer (RoFormer's)."""
+
 TRAINING_MASK_RATIO = 0.15 * 0.8
 """The share of tokens ESM-2's training replaced by ``<mask>`` (15% chosen, 80% of those masked), hard-coded
 in transformers' ``EsmEmbeddings`` as in the original ESM code."""
@@ -144,14 +147,15 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
 def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids: Tensor | None = None,
           head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
           generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
-    """One ESM-2 layer (``EsmLayer``): pre-LN, rotary attention at positions 0 .. S-1 (base 10000), GELU MLP.
+    """One ESM-2 layer (``EsmLayer``): pre-LN, rotary attention (base 10000), GELU MLP.
 
     Args:
         p: ``bert.encoder.layer.{i}.`` scope.
         x: (B, S, H).
         mask: additive padding mask.
         index: the layer's index (unused: every ESM-2 layer is alike).
-        position_ids: accepted and ignored (transformers' ESM turns by 0 .. S-1 whatever it is given).
+        position_ids: (B, S) or (S,), default 0 .. S-1 (transformers' ESM always turns by 0 .. S-1; the fast path
+            passes each text's own, from 0).
         head_mask: (nh,), 1 keeps a head.
         impl: "eager" or "sdpa".
         need_probs: return the probabilities.
@@ -161,7 +165,8 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
     Returns:
         :class:`~bertfn.model.encoder.LayerOutput`.
     """
-    cos, sin = rotary_tables(torch.arange(x.shape[1], device=x.device), p.config.head_dim, 10000.0, x.dtype)
+    positions = position_ids if position_ids is not None else torch.arange(x.shape[1], device=x.device)
+    cos, sin = rotary_tables(positions, p.config.head_dim, ROTARY_BASE, x.dtype)
     return pre_ln_layer(p, x, mask, cos, sin, project=separate_projections, feed_forward=mlp, head_mask=head_mask,
                         impl=impl, need_probs=need_probs, generator=generator, trace=trace)
 
@@ -236,5 +241,5 @@ ESM = register(Family(
     head_act="gelu",
     layer=layer, layer_points=lambda config, i, optional: layer_points(config, i, attention_norm=True, gate=False,
                                                                        optional=optional),
-    final_norm=final_norm,
+    final_norm=final_norm, rotary_base=lambda config, i: ROTARY_BASE,
 ))

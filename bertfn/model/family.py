@@ -21,10 +21,10 @@ is BERT's own. The kinds of exception are:
   ``padding_idx + 1`` over the real tokens.
 * **head_act**: the MLM head's activation when it is not ``config.hidden_act`` (RoBERTa's and ELECTRA's
   generator's are always exact GELU; ModernBERT's config names its own).
-* **layer**, **layer_points**, **final_norm**, **window**: a layer other than BERT's post-LN one, its trace
-  points, the LayerNorm after the last layer, and which layers attend within a window (ModernBERT's local ones) (ESM-2's and ModernBERT's pre-LN layers with rotary attention,
-  :mod:`bertfn.model.prenorm`). Such a member runs the padded reference path everywhere: the fast path's
-  end-to-end layout (:mod:`bertfn.fast.unpadded`) is written for BERT's layer.
+* **layer**, **layer_points**, **final_norm**, **window**, **rotary_base**, **gated**: a layer other than BERT's
+  post-LN one, its trace points, the LayerNorm after the last layer, which layers attend within a window
+  (ModernBERT's local ones), each layer's rotary base, and a gated feed-forward (ESM-2's and ModernBERT's pre-LN layers with rotary attention,
+  :mod:`bertfn.model.prenorm`). The fast path reads the same fields (:mod:`bertfn.fast.prenorm`).
 
 :func:`family_of` gives a config's record. The encoder, the heads and the fast path ask it at the
 few points where a member differs; nothing in BERT's functions names a member.
@@ -67,6 +67,8 @@ class Family:
         final_norm: ``(p, x, trace) -> x``: the step after the last layer, where there is one.
         window: ``(config, layer) -> window or None``: the tokens a layer's queries see, where it attends within a
             window (ModernBERT's local layers: ``local_attention``, half on either side); None attends to all.
+        rotary_base: ``(config, layer) -> base``: the rotary base of a layer's queries and keys (rotary members).
+        gated: the feed-forward is gated (ModernBERT's GeGLU: ``intermediate.dense`` is (2I, H)).
     """
 
     name: str  # as people write it: "RoBERTa"
@@ -84,6 +86,8 @@ class Family:
     layer_points: Callable[[BertConfig, int, bool], list[str]] | None = None  # its layer's trace points
     final_norm: Callable[..., Tensor] | None = None  # the step after the last layer
     window: Callable[[BertConfig, int], int | None] | None = None  # a layer's attention window (None: every token)
+    rotary_base: Callable[[BertConfig, int], float] | None = None  # a layer's rotary base (rotary members)
+    gated: bool = False  # a gated feed-forward (ModernBERT's GeGLU)
 
 
 BERT = Family("BERT", "bert", "bert.")

@@ -23,8 +23,8 @@ ModernBERT is BERT except:
 
 The MLM head is BERT's (dense, activation, LayerNorm, the decoder tied to the word embeddings) with
 ``classifier_activation`` as its activation. transformers unpads its batches where flash-attention is
-installed; that is a speed choice: bertfn runs the padded reference, whose numbers are those of
-transformers' eager and SDPA paths. Its attention output dropout is ``hidden_dropout_prob`` (ModernBERT's
+installed; that is a speed choice: bertfn's reference runs padded batches, whose numbers are those of
+transformers' eager and SDPA paths (its fast path lays the texts end to end: :mod:`bertfn.fast.prenorm`). Its attention output dropout is ``hidden_dropout_prob`` (ModernBERT's
 ``mlp_dropout``) where transformers uses ``attention_dropout``: only training with dropout tells them apart.
 """
 
@@ -172,6 +172,19 @@ def is_local(layer: int, config: BertConfig) -> bool:
     return layer % config.global_attn_every_n_layers != 0
 
 
+def rotary_base(config: BertConfig, layer: int) -> float:
+    """The rotary base of ``layer``: ``local_rope_theta`` in a local layer (the global one where it is None),
+    ``global_rope_theta`` in a global one (``ModernBertAttention``).
+
+    Args:
+        config: the model's config.
+        layer: the layer's index.
+    """
+    if is_local(layer, config) and config.local_rope_theta is not None:
+        return config.local_rope_theta
+    return config.global_rope_theta
+
+
 def window_mask(mask: Tensor | None, seq: int, window: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     """A local layer's additive mask: the padding mask where ``|i - j| <= window // 2``, ``finfo.min`` elsewhere.
 
@@ -254,11 +267,9 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
     """
     cfg = p.config
     S = x.shape[1]
-    local = is_local(index, cfg)
-    base = cfg.local_rope_theta if local and cfg.local_rope_theta is not None else cfg.global_rope_theta
     positions = position_ids if position_ids is not None else torch.arange(S, device=x.device)
-    cos, sin = rotary_tables(positions, cfg.head_dim, base, x.dtype)
-    if local:
+    cos, sin = rotary_tables(positions, cfg.head_dim, rotary_base(cfg, index), x.dtype)
+    if is_local(index, cfg):
         mask = window_mask(mask, S, cfg.local_attention, x.dtype, x.device)  # (B or 1, 1, S, S)
     return pre_ln_layer(p, x, mask, cos, sin, project=fused_projections, feed_forward=geglu, head_mask=head_mask,
                         impl=impl, need_probs=need_probs, generator=generator, trace=trace)
@@ -354,4 +365,5 @@ MODERNBERT = register(Family(
     layer=layer, layer_points=lambda config, i, optional: layer_points(
         config, i, attention_norm=i > 0, gate=True, optional=optional),
     final_norm=final_norm, window=lambda config, i: config.local_attention if is_local(i, config) else None,
+    rotary_base=rotary_base, gated=True,
 ))
