@@ -360,7 +360,7 @@ def test_a_new_model_from_the_config_counts_and_draws_as_transformers(kind):
         assert bertfn.mlm_head(model, bertfn.encoder(model, ids).last_hidden_state).shape == (2, 12, V)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(MODERN), heads=st.integers(1, 4), half_head=st.integers(1, 5), layers=st.integers(1, 4),
        intermediate=st.integers(5, 40), window=st.integers(1, 12), every=st.integers(1, 3), biases=st.booleans(),
        local_base=st.sampled_from([10000.0, None]), seed=st.integers(0, 2**16), act=st.sampled_from(["gelu", "silu"]))

@@ -68,7 +68,7 @@ class Family:
         window: ``(config, layer) -> window or None``: the tokens a layer's queries see, where it attends within a
             window (ModernBERT's local layers: ``local_attention``, half on either side); None attends to all.
         rotary_base: ``(config, layer) -> base``: the rotary base of a layer's queries and keys (rotary members).
-        gated: the feed-forward is gated (ModernBERT's GeGLU: ``intermediate.dense`` is (2I, H)).
+        gated: True where the feed-forward is gated (ModernBERT's GeGLU: ``intermediate.dense`` is (2I, H)).
     """
 
     name: str  # as people write it: "RoBERTa"
@@ -87,7 +87,7 @@ class Family:
     final_norm: Callable[..., Tensor] | None = None  # the step after the last layer
     window: Callable[[BertConfig, int], int | None] | None = None  # a layer's attention window (None: every token)
     rotary_base: Callable[[BertConfig, int], float] | None = None  # a layer's rotary base (rotary members)
-    gated: bool = False  # a gated feed-forward (ModernBERT's GeGLU)
+    gated: bool | None = None  # a gated feed-forward (ModernBERT's GeGLU); None: BERT's ungated one
 
 
 BERT = Family("BERT", "bert", "bert.")
