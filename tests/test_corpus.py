@@ -581,8 +581,10 @@ def test_compact_outputs(tiny_folder, model, tmp_path, capsys):
     assert set(first) == {"line", "result"} and set(first["result"]) == {"method", "pll", "num_tokens", "pseudo_perplexity"}
     assert first["result"]["pll"] == pytest.approx(bertfn.score(texts[0], model)["pll"], abs=1e-4)
     assert main(["fill-mask", "--input", str(src), "--output", str(tmp_path / "f.jsonl"), "--model", str(tiny_folder),
-                 "--format", "npy"]) == 2
-    assert "--format npy holds one vector per line" in capsys.readouterr().err
+                 "--format", "npy"]) == 2  # fill-mask's --help offers jsonl and parquet alone
+    assert "invalid choice: 'npy' (choose from 'jsonl', 'parquet')" in capsys.readouterr().err
+    with pytest.raises(bertfn.InputError, match="--format npy holds one vector per line"):  # the Python call says why
+        run_file(str(src), str(tmp_path / "f.jsonl"), tiny_folder, task="fill-mask", formats=("npy",))
 
     # Python calls take any sequence of strings
     series = pd.Series([texts[0], texts[2]])

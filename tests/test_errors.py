@@ -634,7 +634,7 @@ def test_cli_unexpected_failure_is_one_line_exit_1(capsys, monkeypatch):
         raise RuntimeError("something deep\nwent wrong")
 
     monkeypatch.setattr("bertfn.tasks.fill_mask.fill_mask", broken)
-    monkeypatch.setattr("bertfn.cli.model_from_args", lambda args, *_, **__: None)
+    monkeypatch.setattr("bertfn.cli.fill_mask.model_from_args", lambda args, *_, **__: None)
     monkeypatch.delenv("BERTFN_DEBUG", raising=False)
     code, out, err = run_cli(capsys, "fill-mask", "a [MASK]")
     assert code == 1 and out == ""
@@ -649,7 +649,7 @@ def test_cli_ctrl_c(capsys, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("bertfn.tasks.fill_mask.fill_mask", interrupted)
-    monkeypatch.setattr("bertfn.cli.model_from_args", lambda args, *_, **__: None)
+    monkeypatch.setattr("bertfn.cli.fill_mask.model_from_args", lambda args, *_, **__: None)
     code, _, err = run_cli(capsys, "fill-mask", "a [MASK]")
     assert code == 130 and err == "bertfn: error: interrupted\n"
 

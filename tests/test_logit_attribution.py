@@ -69,8 +69,10 @@ def check_head_outputs(m: bertfn.Model, text: str, block: str = "attention") -> 
         for h in range(nh):  # head h: its context times its hd columns of W_O
             by_hand = heads[name + "context"][0, h] @ w[:, h * hd:(h + 1) * hd].T
             torch.testing.assert_close(out[0, h], by_hand, atol=1e-6, rtol=1e-6)
-    for k in plain:  # the ordinary pass, to float rounding
-        torch.testing.assert_close(heads[k], plain[k], atol=1e-5, rtol=1e-5)
+    for k in plain:  # the ordinary pass, to float rounding: 1e-5 of each tensor's scale (summing the heads' writes
+        # rounds in another order than one product, and layer 1's scores, of magnitude ~50, carry it; 1.2e-5 absolute
+        # seen on an Intel Xeon)
+        torch.testing.assert_close(heads[k], plain[k], atol=1e-5 * max(1.0, plain[k].abs().max().item()), rtol=1e-5)
 
 
 def test_head_outputs_sum_to_the_output_projection(tiny):

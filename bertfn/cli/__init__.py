@@ -1,0 +1,101 @@
+"""The ``bertfn`` command (also ``python -m bertfn``): a thin layer over the Python API.
+
+    bertfn fill-mask "When in Rome, do as the [MASK] do." [--top-k N] [--targets W ...] [--json] [--truncation]
+    bertfn fill-mask "The [MASK] [MASK] barked." --joint [--beam-width N]
+    bertfn score "When in Rome, do as the Romans do." [--method within_word_l2r] [--per-token] [--json]
+    bertfn score --reference "E V Q L" "E V K L" ... [--pll-change|--wt-marginal] [--matrix subs.csv|.npy|.parquet]
+    bertfn fill-mask --input cloze.txt --output answers.jsonl [--field NAME] [--resume [--retry-errors]]
+                     [--flush-every SECONDS] [--no-echo] [--progress|--no-progress]
+    bertfn attention "The cat sat on the mat." --layer 3 [--head H] [--scale per-head|shared|fixed] --out attn.png
+    bertfn embed "A sentence." "Another one." [--pooling mean|cls|max] [--normalize] [--json]
+    bertfn score|embed --input sentences.txt --output results.jsonl [...the same file options]
+    bertfn view "When in Rome, do as the [MASK] do." --out view.html [--pair TEXT] [--top-k N]
+    bertfn --version
+
+One module per subcommand (fill_mask.py, score.py, embed.py, view.py), each an ``add(subparsers)`` that
+adds its parser and a ``run(args)`` that runs it, listed in :data:`COMMANDS`; options.py holds what they
+share. Every subcommand that runs a model takes the same model options (:func:`~bertfn.cli.options.add_model_options`):
+``--model ID_OR_PATH --tokenizer PATH --cased|--lowercase --device cpu|cuda --dtype float32|bfloat16|... --quiet``.
+
+Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
+arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, missing
+optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130, SIGTERM 143,
+a closed pipe 141 (``bertfn embed ... | head``: quietly, as other tools stop). Warnings are one line too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from collections.abc import Callable
+
+from ..errors import SURFACE, BertfnError, InputError
+from . import embed, fill_mask, score, view
+from .options import one_line
+
+COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
+    "fill-mask": (fill_mask.add, fill_mask.run),
+    "score": (score.add, score.run),
+    "attention": (view.add_attention, view.run_attention),
+    "embed": (embed.add, embed.run),
+    "view": (view.add_view, view.run_view),
+}
+"""Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a bad command line raises :class:`InputError` (one line, exit 2) instead of
+    printing the usage and exiting. Subcommand parsers are of this class too."""
+
+    def error(self, message: str) -> None:
+        raise InputError(f"{message}; see '{self.prog} --help'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = _Parser(prog="bertfn", description="BERT as pure functions over a Hugging Face checkpoint.")
+    parser.add_argument("--version", action="version", version=f"bertfn {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add, _ in COMMANDS.values():
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit code.
+
+    Every failure ends here as one line on stderr and an exit code (see the module docstring),
+    never a traceback. Messages spell options the CLI way (``--cased``, not ``lowercase=False``).
+    """
+    surface = SURFACE.set("cli")
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = lambda message, *_, **__: one_line("warning", message)
+            args = build_parser().parse_args(argv)
+            if getattr(args, "quiet", False):
+                warnings.simplefilter("ignore")
+            return COMMANDS[args.command][1](args)
+    except BertfnError as e:
+        one_line("error", e)
+        return e.exit_code
+    except BrokenPipeError:  # the reader of stdout went away: stop quietly, with the shell's code for it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM during a file run (bertfn.corpus.files.Terminated)
+        one_line("error", str(e) or "interrupted")
+        return getattr(e, "exit_code", 130)
+    except Exception as e:
+        if os.environ.get("BERTFN_DEBUG"):
+            raise
+        one_line("error", f"unexpected {type(e).__name__}: {e} (a bug in bertfn: please report it; "
+                           "BERTFN_DEBUG=1 shows the traceback)")
+        return 1
+    finally:
+        SURFACE.reset(surface)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""What the subcommands share: printing, the model options and the file options.
+
+Every subcommand that runs a model takes the model options (:func:`add_model_options`); those that run a
+task of :mod:`bertfn.corpus` take the file options (:func:`add_file_options`), with the extra ones that
+apply to their task alone (``--no-detail`` for score, ``--format`` for embed's and score's outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from ..checkpoint.dtypes import DTYPES
+from ..corpus.files import FLUSH_SECONDS
+from ..corpus.formats import FORMATS
+from ..errors import InputError
+
+
+def emit(text: str) -> None:
+    """Print ``text`` on stdout; characters the terminal's encoding cannot show are written as escapes
+    (``\\xe9``) instead of failing, as ``PYTHONIOENCODING=ascii`` or a C locale would make them."""
+    encoding = sys.stdout.encoding or "utf-8"
+    print(text.encode(encoding, errors="backslashreplace").decode(encoding))
+
+
+def one_line(kind: str, message: object) -> None:
+    """``bertfn: KIND: message`` on stderr, the message's whitespace folded into one line."""
+    print(f"bertfn: {kind}: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+def subcommand(sub, name: str, summary: str, example: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand's parser: ``summary`` in ``bertfn --help``'s list, and in its own ``--help`` a description
+    (``summary`` or ``description``) and an example (``example``, shown after the options).
+
+    Args:
+        sub: the subparsers of ``bertfn``.
+        name: the subcommand, e.g. ``"fill-mask"``.
+        summary: one line.
+        example: a command line that runs it.
+        description: a longer description, when one line is not enough.
+    """
+    return sub.add_parser(name, help=summary, description=description or summary[0].upper() + summary[1:] + ".",
+                          epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """``--model --tokenizer --cased/--lowercase --device --dtype --quiet`` (read back by :func:`model_from_args`)."""
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", default=None,
+                       help="hub id, local folder or weights file (default: google-bert/bert-base-uncased)")
+    group.add_argument("--tokenizer", default=None,
+                       help="vocab.txt, tokenizer.json or a folder with one, when it is not beside the weights")
+    case = group.add_mutually_exclusive_group()
+    case.add_argument("--cased", dest="lowercase", action="store_false", default=None,
+                      help="keep the text's case (a cased vocabulary without tokenizer_config.json)")
+    case.add_argument("--lowercase", dest="lowercase", action="store_true", help="lowercase the text")
+    group.add_argument("--device", default=None, help="e.g. cpu or cuda")
+    group.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                       help="precision to run in (default: as stored); bfloat16 is the faster bf16 mode")
+    group.add_argument("--quiet", action="store_true", help="print no warnings (a checkpoint's unused keys, [UNK]-heavy texts, ...)")
+
+
+def model_from_args(args: argparse.Namespace, prepare: Callable[[dict], bool] | None = None):
+    """The :class:`~bertfn.checkpoint.loading.Model` the model options name, loaded anew with ``load``'s ``prepare``."""
+    from ..corpus.runner import open_model
+
+    return open_model(args.model, tokenizer=args.tokenizer, lowercase=args.lowercase, device=args.device,
+                      dtype=args.dtype, prepare=prepare, fresh=True)
+
+
+def add_file_options(parser: argparse.ArgumentParser, *, detail: bool = False, vectors: bool = False) -> None:
+    """``--input --output --field --resume --retry-errors --flush-every --no-echo --format --progress/--no-progress``
+    (read back by :func:`run_file_command`), and ``--no-detail`` where the task has detail to leave out.
+
+    Args:
+        parser: the subcommand's parser.
+        detail: add ``--no-detail`` (the task's results have per-token detail to leave out: score).
+        vectors: the task's results are vectors, which ``--format npy`` writes as an array (embed).
+    """
+    group = parser.add_argument_group("files (instead of texts on the command line)")
+    group.add_argument("--input", metavar="FILE",
+                       help="read the texts from FILE: one a line, or JSON Lines with --field; - for stdin")
+    group.add_argument("--output", metavar="FILE", default="-",
+                       help="write one JSON line per input line to FILE (default -: stdout)")
+    group.add_argument("--field", metavar="NAME", help="--input is JSON Lines whose field NAME holds the text")
+    group.add_argument("--resume", action="store_true",
+                       help="continue an interrupted run after the last complete line of --output, once the run "
+                            "record beside it (FILE.run.json) and every written line agree with this run")
+    group.add_argument("--retry-errors", action="store_true", help="with --resume: first run again, in place, the lines of --output that hold errors")
+    group.add_argument("--flush-every", type=float, default=FLUSH_SECONDS, metavar="SECONDS", help="write results "
+                       f"out at least this often (default {FLUSH_SECONDS:g}): a kill loses at most that much work")
+    group.add_argument("--no-echo", dest="echo", action="store_false",
+                       help="leave the text out of each output line (the input's other fields, e.g. an id, stay)")
+    if detail:
+        group.add_argument("--no-detail", dest="detail", action="store_false", help="leave the per-token detail out")
+    choices = FORMATS if vectors else tuple(f for f in FORMATS if f != "npy")
+    npy = "FILE.npy (the vectors, float32) or " if vectors else ""
+    group.add_argument("--format", nargs="+", choices=choices, default=["jsonl"],
+                       help=f"also write the output as it goes as {npy}FILE.parquet, beside the JSON Lines")
+    group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
+    """``bertfn TASK --input ...``: :func:`bertfn.corpus.files.run_file`, then its one-line summary on stderr.
+
+    Exit code 0 when every line of the output has a result, 2 (bad input) when any line holds an error
+    instead, this run's or one kept from the run it resumed.
+    """
+    from ..corpus.files import run_file
+
+    if args.text:
+        raise InputError("pass texts on the command line or --input FILE, not both")
+    summary = run_file(args.input, args.output, args.model, task=task, field=args.field, resume=args.resume,
+                       retry_errors=args.retry_errors, flush_every=args.flush_every, echo=args.echo,
+                       detail=getattr(args, "detail", True), formats=tuple(args.format),
+                       progress=args.progress, tokenizer=args.tokenizer, lowercase=args.lowercase,
+                       device=args.device, dtype=args.dtype, **options)
+    one_line("done", summary)
+    return 0 if summary.errors + summary.kept_errors == 0 else InputError.exit_code

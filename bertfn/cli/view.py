@@ -1,0 +1,60 @@
+"""``bertfn view`` and ``bertfn attention``: the explorer page and one layer's attention heatmap."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..checkpoint.state import as_stored
+from ..errors import InputError
+from .options import add_model_options, emit, model_from_args, subcommand
+
+
+def add_view(sub) -> None:
+    vw = subcommand(sub, "view", "write the explorer: one self-contained HTML page to look inside the forward pass",
+                    'bertfn view "When in Rome, do as the [MASK] do." --out view.html')
+    vw.add_argument("text", help="the text to run through the model (put in [MASK]s to see the predictions)")
+    vw.add_argument("--pair", default=None, help="a second segment, as in BERT's sentence pairs")
+    vw.add_argument("--top-k", type=int, default=5, help="predictions kept per [MASK] and per layer (default 5)")
+    vw.add_argument("--out", default="view.html", help="HTML file to write (default view.html)")
+    add_model_options(vw)
+
+
+def run_view(args: argparse.Namespace) -> int:
+    """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.inspect.explorer`)."""
+    from ..inspect.page_arrays import PageArrays
+    from ..inspect.trace import trace
+
+    rec = trace(args.text, m := model_from_args(args, as_stored), pair=args.pair, store=PageArrays(m.config, m, args.top_k))  # the page only
+    path = rec.save_html(args.out, top_k=args.top_k)
+    size = path.stat().st_size
+    emit(f"wrote {path} ({len(rec.tokens)} tokens, "
+         f"{f'{size / 1e6:.1f} MB' if size >= 1e6 else f'{size / 1e3:.0f} kB'}); open it in a browser")
+    return 0
+
+
+def add_attention(sub) -> None:
+    at = subcommand(sub, "attention", "draw one layer's attention probabilities as a heatmap (needs matplotlib)",
+                    'bertfn attention "The cat sat on the mat." --layer 3 --out attn.png')
+    at.add_argument("text", help="the text to run through the model")
+    at.add_argument("--layer", type=int, default=0, help="layer index from 0, negative from the end (default 0)")
+    at.add_argument("--head", type=int, default=None, help="one head's heatmap (default: a grid of every head)")
+    at.add_argument("--scale", choices=("per-head", "shared", "fixed"), default="per-head",
+                    help="colour scale: 0 to each head's own largest probability (default), one scale for "
+                         "all heads of the layer, or 0 to 1")
+    at.add_argument("--out", default="attention.png", help="image file to write (default attention.png)")
+    add_model_options(at)
+
+
+def run_attention(args: argparse.Namespace) -> int:
+    """Trace ``args.text`` and write the attention heatmap of one layer (all heads, or ``--head``)."""
+    from ..inspect.plots import attention_figure, require_matplotlib
+    from ..inspect.trace import trace
+
+    require_matplotlib()  # before the model loads: a missing matplotlib is known at once
+    fig = attention_figure(trace(args.text, model_from_args(args, as_stored)), args.layer, args.head, args.scale.replace("-", "_"))
+    try:
+        fig.savefig(args.out, dpi=150)
+    except (OSError, ValueError) as e:  # ValueError: a file ending matplotlib cannot write
+        raise InputError(f"cannot write {args.out} ({e}); pass --out with a writable .png, .svg or .pdf path") from e
+    emit(f"wrote {args.out}")
+    return 0
