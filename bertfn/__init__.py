@@ -19,7 +19,8 @@ Calls that read text take the texts first and the model second (``fill_mask(text
 """
 
 from . import interventions  # edits by name: ablation, steering, activation patching
-from .checkpoint.loading import Model, load
+from .checkpoint.loading import load
+from .checkpoint.model import Model
 from .checkpoint.pruning import prune_heads
 from .checkpoint.scratch import init_model, parameter_count
 from .checkpoint.tokenizer import Tokenizer

@@ -269,6 +269,8 @@ def member_tokenizer(kind: str):
         return transformers.XLMRobertaTokenizerFast(tokenizer_object=_xlmr_unigram())
     if kind == "distilbert":
         return transformers.DistilBertTokenizerFast(tokenizer_object=_wordpiece())
+    if kind == "bert":
+        return transformers.BertTokenizerFast(tokenizer_object=_wordpiece())
     if kind in ("electra", "electra-discriminator"):
         return transformers.ElectraTokenizerFast(tokenizer_object=_wordpiece())
     if kind == "albert":
@@ -297,6 +299,10 @@ def member_config(kind: str, vocab_size: int, **overrides):
                                                                                           num_attention_heads=3)
         fields = dict(**sizes, num_hidden_layers=2, intermediate_size=72, max_position_embeddings=66,
                       type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, **no_dropout)
+    elif kind == "bert":
+        cls = transformers.BertConfig
+        fields = dict(hidden_size=42, num_attention_heads=3, num_hidden_layers=2, intermediate_size=72,
+                      max_position_embeddings=64, pad_token_id=0, **no_dropout)
     elif kind == "distilbert":
         cls = transformers.DistilBertConfig
         fields = dict(dim=40, n_heads=4, n_layers=2, hidden_dim=72, max_position_embeddings=64, pad_token_id=0,
@@ -333,16 +339,31 @@ def member_config(kind: str, vocab_size: int, **overrides):
 MODEL_CLASSES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM",
                  "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM",
                  "electra-discriminator": "ElectraForPreTraining", "albert": "AlbertForMaskedLM",
-                 "modernbert": "ModernBertForMaskedLM", "esm": "EsmForMaskedLM"}
+                 "modernbert": "ModernBertForMaskedLM", "esm": "EsmForMaskedLM", "bert": "BertForMaskedLM"}
 """The transformers class of each kind (ELECTRA's generator is a masked LM; its discriminator is not)."""
 
 
-def save_member(kind: str, folder: Path, seed: int = 0, **config_overrides):
+PREFIXES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
+            "electra": "Electra", "albert": "Albert", "modernbert": "ModernBert", "esm": "Esm"}
+"""The transformers class prefix of each kind that has task heads."""
+
+TASK_SUFFIXES = {"sequence-classification": "ForSequenceClassification", "token-classification": "ForTokenClassification",
+                 "question-answering": "ForQuestionAnswering", "multiple-choice": "ForMultipleChoice"}
+"""Each task's transformers class suffix."""
+
+HEAD_TASKS = {kind: tuple(TASK_SUFFIXES) for kind in PREFIXES}
+HEAD_TASKS["esm"] = ("sequence-classification", "token-classification")
+"""The tasks transformers 4.57 has a head class for, by kind."""
+
+
+def save_member(kind: str, folder: Path, seed: int = 0, model_class: str | None = None, **config_overrides):
     """Write a random ``kind`` checkpoint (one of :data:`MEMBERS` or :data:`MODERN`) with its tokenizer to ``folder``.
 
     The folder holds config.json, model.safetensors, tokenizer.json (ESM: vocab.txt), tokenizer_config.json and
     special_tokens_map.json. The model is the transformers one (eval mode), returned as the oracle;
-    ``seed`` sets its weights, ``config_overrides`` any config field (:func:`member_config`). Every norm's weight
+    ``seed`` sets its weights, ``model_class`` the transformers class (default :data:`MODEL_CLASSES`'s; a task head's,
+    ``RobertaForSequenceClassification``: :func:`save_head`), ``config_overrides`` any config field
+    (:func:`member_config`). Every norm's weight
     (LayerNorm, ESM's layer_norm and emb_layer_norm_after, ModernBERT's attn_norm, mlp_norm, final_norm, ...) and
     every bias (ESM's lm_head.bias too) is moved off its init.
     """
@@ -352,7 +373,7 @@ def save_member(kind: str, folder: Path, seed: int = 0, **config_overrides):
     config = member_config(kind, len(tokenizer), **config_overrides)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = getattr(transformers, MODEL_CLASSES[kind])(config)
+    model = getattr(transformers, model_class or MODEL_CLASSES[kind])(config)
     with torch.no_grad():  # break the init's symmetry (LayerNorm 1/0, zero biases) so every weight matters
         for name, p in model.named_parameters():
             if "norm" in name.lower() or name.endswith(".bias"):
@@ -363,6 +384,12 @@ def save_member(kind: str, folder: Path, seed: int = 0, **config_overrides):
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return model
+
+
+def save_head(kind: str, task: str, folder: Path, seed: int = 0, **config_overrides):
+    """Write a random ``kind`` checkpoint with ``task``'s head (``{Prefix}{TASK_SUFFIXES[task]}``), as
+    :func:`save_member` writes one; returns the transformers model (eval mode)."""
+    return save_member(kind, folder, seed, model_class=PREFIXES[kind] + TASK_SUFFIXES[task], **config_overrides)
 
 
 def member_fixture(kinds: tuple[str, ...] = MEMBERS, scope: str = "module"):

@@ -20,17 +20,15 @@ import os
 import socket
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from ..errors import (CheckpointError, InputError, MissingPartError, ModelLoadError, UnusedWeightsWarning,
+from ..errors import (CheckpointError, InputError, ModelLoadError, UnusedWeightsWarning,
                       syntax, unreadable)
 from ..model.config import BertConfig
-from ..model.family import family_of
-from ..model.params import Params, normalized
-from .dtypes import resolve_dtype
+from ..model.params import normalized
+from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
 from .weights import read_weights
@@ -38,118 +36,6 @@ from .weights import read_weights
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
                    "sentence_bert_config.json")  # sentence-transformers' max_seq_length, read by bertfn.embed
-
-
-class NoTokenizer:
-    """``model.tokenizer`` of a model that has none (its folder had no vocabulary): false in a test, and
-    any use of it (``model.tokenizer(["a text"])``, ``.mask_token_id``, ...) raises
-    :class:`MissingPartError` saying how to load one, instead of a bare TypeError on None."""
-
-    def __init__(self, model_name: str) -> None:
-        self.model_name = model_name
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return f"NoTokenizer({self.model_name!r})"
-
-    def _missing(self) -> MissingPartError:
-        return MissingPartError(
-            f"model {self.model_name!r} has no tokenizer, so it cannot read text; load it with "
-            f"{syntax(python='bertfn.load(..., tokenizer=PATH)', cli='--tokenizer PATH')} (a vocab.txt, tokenizer.json "
-            "or a folder holding one), or pass token ids to the functions that take them (encoder, mlm_head)")
-
-    def __call__(self, *args, **kwargs):
-        raise self._missing()
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):  # copy, pickle and hasattr probes: no such attribute, as usual
-            raise AttributeError(name)
-        raise self._missing()
-
-
-@dataclass(frozen=True, repr=False)
-class Model:
-    """A loaded BERT: the flat HF-keyed ``state`` is the model; ``params`` is its root view.
-
-    Attributes:
-        config: the model's hyper-parameters.
-        state: the flat HF-keyed weights, as :func:`load` normalised them.
-        tokenizer: a :class:`Tokenizer`, or for a model without one (None given) a :class:`NoTokenizer`, which is
-            false (``if model.tokenizer:``) and raises :class:`MissingPartError` when used.
-        name: the hub id, folder or file it was loaded from.
-    """
-
-    config: BertConfig
-    state: dict[str, torch.Tensor]
-    tokenizer: Tokenizer | NoTokenizer | None
-    name: str
-
-    def __post_init__(self) -> None:
-        if self.tokenizer is None:
-            object.__setattr__(self, "tokenizer", NoTokenizer(self.name))
-
-    @property
-    def params(self) -> Params:
-        return Params(self.state, self.config)
-
-    @property
-    def device(self) -> torch.device:
-        return self.params["bert.embeddings.word_embeddings.weight"].device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.params["bert.embeddings.word_embeddings.weight"].dtype
-
-    @property
-    def family(self):
-        """The family member this model is (:class:`~bertfn.model.family.Family`: BERT, RoBERTa, ...)."""
-        return family_of(self.config)
-
-    def __repr__(self) -> str:
-        """A summary (the full state would print every weight): sizes, parts, precision, device, tokenizer."""
-        c = self.config
-        unique = {id(t): t for t in self.state.values()}  # tied weights count once
-        root = self.params  # asked by BERT's names, whatever the family calls them
-        parts = [name for name, key in (("MLM head", "cls.predictions.decoder.weight"), ("pooler", "bert.pooler.dense.weight"),
-                                        ("NSP head", "cls.seq_relationship.weight"), ("classifier", "classifier.weight"),
-                                        ("QA head", "qa_outputs.weight"), *(self.family.heads or {}).items()) if key in root]
-        tok = "none" if not self.tokenizer else \
-            f"{self.tokenizer.vocab_size} tokens{', lowercased' if self.tokenizer.lowercase else ''}"
-        return (f"Model({self.name!r}: {self.family.name}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads, hidden "
-                f"{c.hidden_size}, FFN {c.intermediate_size}, vocab {c.vocab_size}, {c.max_position_embeddings} "
-                f"positions ({c.position_embedding_type}); {len(self.state)} tensors, "
-                f"{sum(t.numel() for t in unique.values()):,} parameters, {self.dtype} on {self.device}; "
-                f"parts: encoder{''.join(', ' + p for p in parts)}; tokenizer: {tok})")
-
-    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | str | None = None) -> Model:
-        """A copy of the model with its weights on ``device`` / in ``dtype``.
-
-        Tied weights stay tied, and each weight keeps its memory layout, see :func:`matmul_layout`.
-
-        Args:
-            device: where the weights go (None: where they are).
-            dtype: the floating-point precision, a ``torch.dtype`` or a string such as ``"bfloat16"``
-                (None: as they are; integer tensors keep theirs).
-
-        Raises:
-            InputError: a device this torch cannot use or a dtype that is not floating point.
-        """
-        dtype = resolve_dtype(dtype)
-        if device is not None:
-            try:
-                torch.empty(0, device=device)
-            except (RuntimeError, AssertionError, TypeError) as e:  # unknown name, or a backend torch lacks
-                raise InputError(f"device {str(device)!r} cannot be used here ({str(e).splitlines()[0]}); "
-                                 f"pass 'cpu'{' or cuda' if torch.cuda.is_available() else ''}") from None
-        moved: dict[int, torch.Tensor] = {}
-        state = {}
-        for k, t in self.state.items():
-            if id(t) not in moved:
-                moved[id(t)] = t.to(device=device, dtype=dtype if t.is_floating_point() else None)
-            state[k] = moved[id(t)]
-        return replace(self, state=state)
 
 
 # --- finding files --------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import torch
 from ..errors import CheckpointError, InputError
 from ..model.family import family_of
 from ..model.params import Params
-from .loading import Model
+from .model import Model
 from .state import in_out, is_in_out
 
 Tensor = torch.Tensor
@@ -58,7 +58,7 @@ def kept(t: Tensor, dim: int, rows: Tensor) -> Tensor:
         dim: the dimension to select along.
         rows: the indices to keep (:func:`kept_rows`).
     """
-    out = t.index_select(dim, rows)
+    out = t.index_select(dim, rows.to(t.device))  # the rows are made on the CPU; index_select wants them beside t
     return in_out(out) if is_in_out(t) else out
 
 

@@ -19,7 +19,8 @@ import torch
 from ..errors import InputError, MissingPartError, syntax
 from ..model.params import Params
 from .dtypes import resolve_dtype
-from .loading import Model, load
+from .loading import load
+from .model import Model
 from .tokenizer import Tokenizer, check_text
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"

@@ -19,13 +19,13 @@ import torch
 
 from ..errors import InputError
 from ..model.config import BertConfig
-from .loading import Model
+from .model import Model
 from ..model.family import named_shapes, renamer
 from .tokenizer import Tokenizer
 
 PARTS = {
     "pooler": "bert.pooler.dense.weight",  # BertPooler
-    "mlm": "cls.predictions.transform.dense.weight",  # BertLMPredictionHead (its decoder tied to the word embeddings)
+    "mlm": "cls.predictions.decoder.weight",  # BertLMPredictionHead (its decoder tied to the word embeddings)
     "nsp": "cls.seq_relationship.weight",  # BertOnlyNSPHead
     "classifier": "classifier.weight",  # BertFor{Sequence,Token}Classification, config.num_labels outputs
 }

@@ -19,6 +19,7 @@ from ..model.config import BertConfig
 from ..model.family import family_of, named_shapes
 from ..model.params import Params
 from ..model.shapes import expected_shapes  # noqa: F401  (BERT's table, re-exported: tests read it here)
+from ..model.task_heads import head_shapes
 
 LINEAR_WEIGHT = re.compile(r"(^|\.)(query|key|value|dense|classifier|qa_outputs|seq_relationship|pooler"
                            r"|q_lin|k_lin|v_lin|out_lin|lin1|lin2|vocab_transform"  # DistilBERT's names
@@ -105,15 +106,32 @@ def release_memory() -> None:
 def checkpoint_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
     """Every key a model of ``config`` reads, as its checkpoint names it, with its shape.
 
-    BERT's table as the model's family changes it (:func:`~bertfn.model.family.named_shapes`), each name
-    turned into the family's key (several of ALBERT's layers read one key).
+    BERT's table as the model's family changes it (:func:`~bertfn.model.family.named_shapes`) and the keys of the
+    task head the checkpoint carries (:func:`~bertfn.model.task_heads.head_shapes`), each name turned into the
+    family's key (several of ALBERT's layers read one key).
 
     Args:
         config: the model's config.
         state: the weights at hand (their optional parts count).
     """
     root = Params(state, config)
-    return {root.key(k): shape for k, shape in named_shapes(config, root).items()}
+    table = {**named_shapes(config, root), **head_shapes(config, state)}
+    return {root.key(k): shape for k, shape in table.items()}
+
+
+def labels_found(config: BertConfig, state: dict[str, torch.Tensor]) -> int | None:
+    """The labels the weights of the checkpoint's classifier have (its rows), or None where it has no classifier
+    with one output per label (a tagger, a reader, a multiple-choice head has 1).
+
+    Args:
+        config: the model's config.
+        state: the weights.
+    """
+    table = head_shapes(config, state)
+    for k in ("classifier.out_proj.weight", "classifier.weight"):
+        if k in table and table[k][0] == config.num_labels and k in state and state[k].dim() == 2:
+            return state[k].shape[0]
+    return None
 
 
 def config_contradictions(config: BertConfig, state: dict[str, torch.Tensor]) -> list[str]:
@@ -140,6 +158,7 @@ def config_contradictions(config: BertConfig, state: dict[str, torch.Tensor]) ->
         "hidden_size": size("bert.encoder.layer.0.attention.self.query.weight", 1),
         "intermediate_size": size("bert.encoder.layer.0.intermediate.dense.weight", 0),
         "num_hidden_layers": len(layers) or None,  # BERT's keys only (a member's layers may share keys)
+        "num_labels": labels_found(config, state),
     }
     out = [f"{name}={getattr(config, name)} but the weights have {n}"
            for name, n in found.items() if n is not None and n != getattr(config, name)]
@@ -150,26 +169,20 @@ def config_contradictions(config: BertConfig, state: dict[str, torch.Tensor]) ->
     return out
 
 
-BERT_PARTS = ("bert.", "cls.predictions.", "cls.seq_relationship.", "classifier.", "qa_outputs.")
-"""Key prefixes of the parts bertfn's functions read: the encoder and the heads of heads.py."""
+def unused_keys(state: dict[str, torch.Tensor], config: BertConfig) -> list[str]:
+    """Keys that no part of the model reads: heads other than the one the checkpoint carries (AntiBERTy's
+    ``cls.species.*``), leftovers.
 
-
-def unused_keys(state: dict[str, torch.Tensor], config: BertConfig | None = None) -> list[str]:
-    """Keys outside every BERT part (:data:`BERT_PARTS`): other heads (AntiBERTy's ``cls.species.*``), leftovers.
-
-    A key inside a part that the config does not expect is not unused but unexpected (e.g. a layer too
-    many): :func:`check_state` refuses it.
+    A key under the base model's prefix (``bert.``, ``roberta.``) that the config does not expect is not unused
+    but unexpected (e.g. a layer too many): :func:`check_state` refuses it.
 
     Args:
         state: the weights.
-        config: the model's config; for a family member (of another model_type) the parts are its base
-            model (``roberta.``) and the keys its heads read.
+        config: the model's config.
     """
-    family = family_of(config) if config is not None else None
-    if family is None or family.key is None:
-        return sorted(k for k in state if not k.startswith(BERT_PARTS))
     read = set(checkpoint_shapes(config, state))
-    return sorted(k for k in state if k not in read and not k.startswith(family.prefix))
+    prefix = family_of(config).prefix
+    return sorted(k for k in state if k not in read and not k.startswith(prefix))
 
 
 def group_keys(keys: list[str]) -> list[str]:

@@ -23,11 +23,12 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..errors import InputError, UnknownTokensWarning, syntax
 from .formats import Output, check_formats, compact_path, open_compact
-from .record import OWN_KEYS, InputPrint, check_record, make_record, read_record, scan_output, write_record
-from .runner import CHUNK, Runner, chunks, jsonable, relabel
+from .inputs import Inputs, label, read_lines
+from .record import InputPrint, check_record, make_record, read_record, scan_output, write_record
+from .runner import CHUNK, Runner, chunks, jsonable, relabel, task_named
 from .tally import Tally, progress_bar, stop_on_sigterm
 
 FLUSH_SECONDS = 5.0
@@ -73,82 +74,7 @@ class Summary:
                 f"({self.texts / s:.1f} texts/s, {self.tokens / s:.0f} tokens/s) -> {self.output}")
 
 
-def _read_lines(source: str | Path) -> Iterator[bytes]:
-    """The lines of a file (``-``: standard input) as bytes, without their line ending, lazily."""
-    f = sys.stdin.buffer if str(source) == "-" else open(source, "rb")
-    try:
-        for raw in f:
-            yield raw.rstrip(b"\n").removesuffix(b"\r")
-    finally:
-        if f is not sys.stdin.buffer:
-            f.close()
-
-
-def parse_line(n: int, raw: bytes, field: str | None) -> tuple[object, dict, str | None]:
-    """Input line ``n`` -> (its text, the fields the output carries, or the error that makes it a bad line).
-
-    Args:
-        n: the line's number, from 1.
-        raw: the line's bytes.
-        field: None: the line is the text (UTF-8), carried as ``{"text": ...}``. Otherwise the line is a
-            JSON object whose ``field`` holds the text; every field is carried.
-
-    Returns:
-        ``(text, carried fields, error message or None)``.
-    """
-    try:
-        line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
-    except UnicodeDecodeError as e:
-        return None, {}, f"line {n} is not valid UTF-8 (byte {e.start}); convert the file to UTF-8"
-    if field is None:
-        return line, {"text": line}, None
-    if not line.strip():
-        return None, {}, f"line {n} is empty; write one JSON object per line"
-    try:
-        record = json.loads(line)
-    except ValueError as e:
-        return None, {}, f"line {n} is not valid JSON ({e}); write one JSON object per line"
-    if not isinstance(record, dict):
-        return None, {}, f"line {n} is a JSON {type(record).__name__}, not an object; write {{{json.dumps(field)}: \"...\"}}"
-    clash = [k for k in OWN_KEYS if k in record]
-    if clash:
-        return None, {}, (f"line {n} has a field named {clash[0]!r}, which the output uses for its own; "
-                          "rename that field in the input")
-    if field not in record:
-        return None, record, f"line {n} has no field {field!r} (it has {', '.join(map(repr, record)) or 'none'})"
-    if not isinstance(record[field], str):
-        return None, record, f"line {n}: field {field!r} is a JSON {type(record[field]).__name__}, not a string"
-    return record[field], record, None
-
-
-def probe_input(first: bytes | None, field: str | None, source: str | Path) -> None:
-    """Check the input's first line before any model loads.
-
-    With ``field``, it must be a JSON object holding that field (a typo in ``--field`` stops the run here,
-    not after a file of error lines).
-
-    Args:
-        first: the first line's bytes, or None for an empty input.
-        field: the JSON field that holds the text, or None.
-        source: the input, for the message.
-
-    Raises:
-        InputError: the first line lacks ``field``.
-    """
-    if field is None or first is None:
-        return
-    _, record, bad = parse_line(1, first, field)
-    if bad is not None and (not record or field not in record):
-        raise InputError(f"{syntax(python='field=', cli='--field ')}{field} reads JSON Lines, but {bad}; "
-                         f"nothing was run: check {source} and the field's name")
-
-
-def label(n: int, carried: dict) -> str:
-    """How messages name input line ``n``: ``line 7``, or ``line 7 (id 'P01')`` when the line has an id."""
-    return f"line {n}" + (f" (id {carried['id']!r})" if "id" in carried else "")
-
-
-def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], field: str | None, echo: bool,
+def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], inputs: Inputs, echo: bool,
               drop: frozenset, tally: Tally, printed: InputPrint) -> list[str]:
     """The output lines of ``entries``, in order.
 
@@ -158,14 +84,14 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
     Args:
         runner: the task with its model.
         entries: ``(n, raw input line, the output line to keep or None to run)``.
-        field: as in :func:`parse_line`.
+        inputs: how a line gives the task's input (:class:`~bertfn.corpus.inputs.Inputs`).
         echo: False leaves the text out.
         drop: keys left out of a result's dicts (``"text"``, ``"tokens"``; their own ``"warning"`` always:
             the line holds one naming the line).
         tally: the run's counts.
         printed: the fingerprint of the result lines' inputs, added to.
     """
-    parsed = [(n, raw, kept, *parse_line(n, raw, field)) for n, raw, kept in entries if kept is None]
+    parsed = [(n, raw, kept, *inputs.parse(n, raw)) for n, raw, kept in entries if kept is None]
     runnable = [(n, text, carried) for n, _, _, text, carried, bad in parsed if bad is None]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -185,7 +111,8 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], fi
         _, _, _, text, carried, bad = next(done)
         record = {"line": n, **carried}
         if not echo:
-            record.pop(field or "text", None)
+            for key in inputs.echoed:
+                record.pop(key, None)
         bad = bad and InputError(bad.replace(f"line {n}", label(n, carried), 1))  # named by its id too, if it has one
         result, tokens, unk = by_line[n] if bad is None else (bad, 0, None)
         if isinstance(result, InputError):
@@ -212,7 +139,7 @@ def _without(result: object, keys: frozenset) -> object:
 
 
 def run_entries(runner: Runner, entries: Iterator[tuple[int, bytes, bytes | None]], output: Output, tally: Tally,
-                field: str | None, echo: bool, drop: frozenset, chunk_size: int) -> None:
+                inputs: Inputs, echo: bool, drop: frozenset, chunk_size: int) -> None:
     """Run and write ``entries`` (see :func:`run_piece`) a chunk at a time, each chunk in pieces sized to take
     about ``output.flush_every`` seconds (from 1 text, growing as the texts' speed is measured), so that
     results are flushed that often even when a text takes seconds, and the bar moves per piece."""
@@ -225,7 +152,7 @@ def run_entries(runner: Runner, entries: Iterator[tuple[int, bytes, bytes | None
                 running += todo[0][2] is None
                 piece.append(todo.pop(0))
             began = time.monotonic()
-            output.write(run_piece(runner, piece, field, echo, drop, tally, output.printed), force=not todo)
+            output.write(run_piece(runner, piece, inputs, echo, drop, tally, output.printed), force=not todo)
             tally.update(running)
             per_text = (time.monotonic() - began) / max(running, 1)
             size = max(1, min(chunk_size, 2 * size, int(output.flush_every / max(per_text, 1e-6))))
@@ -237,7 +164,7 @@ def run_file(
     model: Model | str | Path | None = None,
     *,
     task: str = "fill-mask",
-    field: str | None = None,
+    field: str | dict[str, str] | None = None,
     resume: bool = False,
     retry_errors: bool = False,
     progress: bool | None = None,
@@ -259,7 +186,7 @@ def run_file(
     same with ``"error": "..."`` in place of ``result`` when line n is not valid JSON, has no such field,
     or its text is refused (no [MASK], too long, ...). A line whose text is mostly [UNK] also holds
     ``"warning": "..."``. Lines are written in input order; memory holds one chunk of ``chunk_size``.
-    Before any model loads, the first line is checked to hold ``field`` (:func:`probe_input`). Floats are
+    Before any model loads, the first line is checked to hold ``field`` (:meth:`~bertfn.corpus.inputs.Inputs.probe`). Floats are
     written at float32 precision (:func:`~bertfn.corpus.runner.jsonable`).
 
     Args:
@@ -268,7 +195,9 @@ def run_file(
         target: a file, or ``"-"`` for standard output.
         model: as in :func:`~bertfn.corpus.runner.open_model`.
         task: the task's name: ``"fill-mask"``, ``"score"``, ``"embed"`` or ``"score-mutations"``.
-        field: the JSON field that holds each line's text (None: the input is plain text).
+        field: the JSON field that holds each line's text (None: the input is plain text); for a task of several
+            inputs (answer's question and context) ``{input: field}`` where a field is not named as its input
+            (:mod:`~bertfn.corpus.inputs`).
         resume: ``target`` holds the output of an interrupted run: check it against the run record beside
             it (:mod:`bertfn.corpus.record`: the same task, options, field, model weights and vocabulary, and
             input) and every written line against its input line, then continue after the last complete
@@ -300,7 +229,8 @@ def run_file(
     to_stdout = str(target) == "-"
     if str(source) != "-" and not Path(source).is_file():
         raise InputError(f"input file {source} does not exist; pass --input with a text or JSON Lines file, or - for stdin")
-    if field is None and str(source).endswith((".jsonl", ".ndjson")):
+    inputs = Inputs.of(task_named(task).inputs, task_named(task).optional, field)
+    if inputs.fields is None and str(source).endswith((".jsonl", ".ndjson")):
         raise InputError(f"{source} looks like JSON Lines; name the field that holds the text with "
                          f"{syntax(python='field=NAME', cli='--field NAME')}")
     if (resume or retry_errors) and to_stdout:
@@ -316,9 +246,9 @@ def run_file(
     check_formats(formats, task == "embed", to_stdout)
     if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
         raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
-    lines = enumerate(_read_lines(source), 1)
+    lines = enumerate(read_lines(source), 1)
     first = next(lines, None)
-    probe_input(first and first[1], field, source)
+    inputs.probe(first and first[1], source)
     lines = itertools.chain([first] if first else [], lines)
     target = None if to_stdout else Path(target)
     resuming = target is not None and target.exists() and target.stat().st_size > 0
@@ -329,30 +259,30 @@ def run_file(
     runner = Runner(task, model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype, **options)
     recorded = {k: v for k, v in options.items() if k != "batch_size"}  # batching never changes a result
     record = None if to_stdout else make_record(task, {**recorded, "tokenizer": tokenizer, "lowercase": lowercase,
-                                                       "echo": echo, "detail": detail}, field, runner.model)
+                                                       "echo": echo, "detail": detail}, inputs.record, runner.model)
     drop = frozenset(("text",) if detail else ("text", "tokens"))  # the line holds the text already (unless not echo)
     done, kept, printed = 0, [], InputPrint()
     if old is not None:
         check_record(old, record, target)
-        done, kept, printed = scan_output(target, source, lines, lambda n, raw: parse_line(n, raw, field),
+        done, kept, printed = scan_output(target, source, lines, inputs.parse,
                                           old.get("input", {}))
     bar = progress_bar(source, done, sys.stderr.isatty() if progress is None else progress)
     tally, retried = Tally(bar), 0
     with stop_on_sigterm():  # SIGTERM (a batch system stopping the job) stops the run as Ctrl-C does
         try:
             if retry_errors and kept:
-                retried, printed = _retry(runner, source, target, done, set(kept), tally, field, echo, drop,
+                retried, printed = _retry(runner, source, target, done, set(kept), tally, inputs, echo, drop,
                                           chunk_size, flush_every)
                 kept = []
-                lines = itertools.islice(enumerate(_read_lines(source), 1), done, None)
+                lines = itertools.islice(enumerate(read_lines(source), 1), done, None)
             if record is not None:
                 write_record(target, record, done, printed)
-            compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, _read_lines(target),
+            compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, read_lines(target),
                                                         rebuild=retried > 0)
             out = sys.stdout.buffer if to_stdout else open(target, "ab")
             try:
                 output = Output(out, target, record, done, printed, flush_every, compact)
-                run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, field, echo, drop, chunk_size)
+                run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, inputs, echo, drop, chunk_size)
             finally:
                 for o in compact:  # what was given them reaches the disk, stopped or not (no later than the JSON Lines)
                     o.flush(final=True)
@@ -369,7 +299,7 @@ def run_file(
                    retried, len(kept), tally.warned)
 
 
-def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], tally: Tally, field: str | None,
+def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], tally: Tally, inputs: Inputs,
            echo: bool, drop: frozenset, chunk_size: int, flush_every: float) -> tuple[int, InputPrint]:
     """Run input lines ``errors`` (of the first ``done``) again and write the output anew, the other lines
     kept as they are; the new file replaces ``target`` when it is complete (a kill meanwhile leaves the
@@ -378,10 +308,10 @@ def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], ta
     printed = InputPrint()
     with open(target, "rb") as old:
         written = (line.rstrip(b"\n") for line in old)
-        inputs = itertools.islice(enumerate(_read_lines(source), 1), done)
-        entries = ((n, raw, None if n in errors else kept) for (n, raw), kept in zip(inputs, written))
+        lines = itertools.islice(enumerate(read_lines(source), 1), done)
+        entries = ((n, raw, None if n in errors else kept) for (n, raw), kept in zip(lines, written))
         with open(fresh, "wb") as out:
-            run_entries(runner, entries, Output(out, target, None, 0, printed, flush_every), tally, field, echo, drop,
+            run_entries(runner, entries, Output(out, target, None, 0, printed, flush_every), tally, inputs, echo, drop,
                         chunk_size)
     os.replace(fresh, target)
     return len(errors), printed

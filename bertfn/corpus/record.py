@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..errors import InputError, syntax
 
 VERSION = 1
@@ -91,13 +91,13 @@ class InputPrint:
         return "blake2b:" + self.hash.hexdigest()
 
 
-def make_record(task: str, options: dict, field: str | None, model: Model) -> dict:
+def make_record(task: str, options: dict, field: str | dict | None, model: Model) -> dict:
     """The record of a run (without its ``input`` part, which :func:`write_record` adds).
 
     Args:
         task: the task's name.
         options: the options that change results.
-        field: the JSON field of the input's texts, or None.
+        field: the JSON field of the input's texts (``{input: field}`` for a task of several inputs), or None.
         model: the model (its name, dtype and fingerprints).
     """
     return {"bertfn_run": VERSION, "task": task, "options": json.loads(json.dumps(options, default=str)),
@@ -219,7 +219,7 @@ def scan_output(target: Path, source: str | Path, inputs: Iterator[tuple[int, by
         source: the input, for messages.
         inputs: the input's ``(n, raw)`` pairs, consumed up to the last line written.
         parse (Callable[[int, bytes], tuple]): ``n, raw -> (text, carried fields, error)``
-            (:func:`~bertfn.corpus.files.parse_line`).
+            (:meth:`~bertfn.corpus.inputs.Inputs.parse`).
         recorded: the record's ``input`` part.
 
     Returns:

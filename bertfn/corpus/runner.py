@@ -1,15 +1,13 @@
-"""Running a task over texts of any number: the task registry, the runner, :func:`stream` and the Ray / datasets classes.
+"""Running a task over texts of any number: the task record, the runner and :func:`stream`.
 
-A *task* is a pipeline call that takes a list of texts and a model and returns one result per
-text, in order: :func:`~bertfn.tasks.fill_mask.fill_mask`, :func:`~bertfn.tasks.scoring.score` and
-:func:`~bertfn.tasks.embed.embed`, each plugged in by one :func:`register` line (the end of this file).
-This module runs a task over texts of any number:
+A *task* is a pipeline call that takes a list of texts and a model and returns one result per text, in order
+(:class:`Task`; :mod:`bertfn.corpus.registry` registers them: fill-mask, score, embed, ...). This module runs a task
+over texts of any number:
 
     stream(texts, model, top_k=3)              an iterator: texts in, results out, lazily, in order
-    FillMask(model)                            a callable class for ray.data.Dataset.map_batches and
-                                               datasets.Dataset.map(batched=True): rows in, rows + result out
 
-and :func:`bertfn.corpus.files.run_file` runs it from a file to JSON Lines, with progress and ``--resume``.
+and :func:`bertfn.corpus.files.run_file` runs it from a file to JSON Lines, with progress and ``--resume``; the
+registry's callable classes (``FillMask(model)``) run it in Ray Data and datasets.
 
 Texts are read a chunk (:data:`CHUNK` texts) at a time and handed to the task in one call, so the
 task's own batching does the work (fill_mask sorts a chunk by length and lays it end to end in
@@ -23,7 +21,6 @@ or anything unexpected stop the run.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
 import warnings
@@ -34,15 +31,12 @@ from pathlib import Path
 import numpy
 import torch
 
-from ..checkpoint.loading import Model, load
+from ..checkpoint.loading import load
+from ..checkpoint.model import Model
 from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..checkpoint.state import release_memory
 from ..errors import InputError, MissingPartError
 from ..fast.choice import pack_state
-from ..tasks.embed import embed, max_tokens
-from ..tasks.fill_mask import fill_mask
-from ..tasks.mutations import score_mutations
-from ..tasks.scoring import score
 
 CHUNK = 256
 """Texts per call of the task: enough for fill_mask's length-sorted groups to fill up (2048 tokens
@@ -66,42 +60,23 @@ class Task:
             function of the model and the task's options that gives one (fill-mask: the model's mask token,
             ``[MASK]`` or ``<mask>``; score-mutations: the reference itself).
         max_tokens: the tokens per text the task reads at most with these options.
+        inputs: what one item of the task is: ``("text",)``, a text; several names (``("question", "context")``),
+            a dict of them, as a JSON Lines file's fields give it (:mod:`bertfn.corpus.inputs`).
+        optional: those of ``inputs`` an item may leave out.
     """
 
     name: str
     function: Callable[..., object]
-    probe: str | Callable[[Model, dict], str]
+    probe: str | dict | Callable[[Model, dict], str | dict]
     max_tokens: Callable[[Model, dict], int] | None = None
     """The tokens per text the task reads at most with these options (what its truncation keeps); None:
     the model's positions (a longer text is refused, or, in fill-mask with truncation, read through a window of that size)."""
+    inputs: tuple[str, ...] = ("text",)
+    optional: tuple[str, ...] = ()
 
 
 TASKS: dict[str, Task] = {}
 """Task name (the CLI subcommand, e.g. ``"fill-mask"``) -> :class:`Task`; filled by :func:`register`."""
-
-
-def register(name: str, function: Callable[..., object], probe: str | Callable[[Model, dict], str],
-             max_tokens: Callable[[Model, dict], int] | None = None) -> type[Mapper]:
-    """Make ``function`` a task named ``name``; returns its callable class for ``map_batches``.
-
-    ``Score = register("score", score, probe="a")`` (the end of this file) is all it takes: :func:`stream`,
-    :func:`run_file` (``bertfn NAME --input``) and the returned :class:`Mapper` subclass then run it.
-
-    Args:
-        name: the task's name, e.g. ``"fill-mask"`` (the class is named ``FillMask``).
-        function: ``function(texts, model, **options)`` -> one result per text, in order.
-        probe: as :attr:`Task.probe`: a text the function accepts, or ``(model, options) -> text``.
-        max_tokens: ``(model, options) -> the tokens per text the task reads at most``; None: the model's
-            positions.
-
-    Returns:
-        The task's callable class, a :class:`Mapper` subclass.
-    """
-    TASKS[name] = Task(name, function, probe, max_tokens)
-    class_name = "".join(part.capitalize() for part in name.split("-"))  # "fill-mask" -> "FillMask"
-    return type(class_name, (Mapper,), {
-        "task": name, "__module__": __name__, "__qualname__": class_name,
-        "__doc__": f"The {name!r} task as a callable class for ray.data.Dataset.map_batches: see :class:`Mapper`."})
 
 
 def task_named(name: str) -> Task:
@@ -257,11 +232,24 @@ class Runner:
         if not tok or not texts:
             return [(0, None)] * len(texts)
         limit = self.limit if self.limit is not None else self.model.config.max_position_embeddings
+        texts = [text_of(t) for t in texts]
         out = []
         for text, e in zip(texts, tok.backend.encode_batch(list(texts))):
             said = tok.unknown([text], None, [e]).get(0)
             out.append((min(sum(e.attention_mask), limit), f"text 0: {said}" if said else None))
         return out
+
+
+def text_of(item: str | dict) -> str:
+    """The text of an item, for counting its tokens: the item, or its inputs' texts joined (a reader's question and
+    context, a reranker's query and passages).
+
+    Args:
+        item: a text, or a dict of a task's inputs (each a text or a list of texts).
+    """
+    if not isinstance(item, dict):
+        return item
+    return " ".join(v if isinstance(v, str) else " ".join(v) for v in item.values())
 
 
 def chunks(items: Iterable, size: int = CHUNK) -> Iterator[list]:
@@ -338,56 +326,3 @@ def _stream(runner: Runner, texts: Iterable[str], errors: str, chunk_size: int) 
                     raise r
             yield r
         start += len(chunk)
-
-
-# --- Ray Data and datasets: rows in, the same rows with result columns out ---------------------------
-
-
-class Mapper:
-    """A task as a callable class: a batch of rows in, the same rows with ``result`` and ``error`` out.
-
-    For ``ray.data.Dataset.map_batches`` (each worker builds one instance, so the model loads once
-    per worker) and ``datasets.Dataset.map(batched=True)``:
-
-        ds.map_batches(bertfn.corpus.FillMask, fn_constructor_kwargs={"model": "/models/bert", "top_k": 3},
-                       batch_size=256, concurrency=4)
-
-    A batch is a dict of columns (numpy arrays or lists) or a pandas DataFrame; what comes back is
-    of the same kind with two more columns: ``result``, the task's result for the row as JSON text
-    (what ``run_file`` writes under "result"; None where the text was refused), and ``error``, the
-    refusal's message or None. JSON text because results need not share one Arrow type (fill-mask
-    gives a list of answers for a text with one [MASK] and a list of such lists for several), and
-    Ray Data and datasets store columns in Arrow: a string column writes to Parquet or JSON as is.
-
-    Args:
-        model: as in :func:`open_model`.
-        column: the column that holds the texts.
-        **options (Any): the task's (fill-mask: ``top_k``, ``targets``, ``truncation``, ...), and tokenizer,
-            lowercase, device, dtype as in :func:`open_model`.
-    """
-
-    task: str = ""  # set by register()
-
-    def __init__(self, model: Model | str | Path | None = None, *, column: str = "text", **options) -> None:
-        self.runner = Runner(self.task, model, **options)
-        self.column = column
-
-    def __call__(self, batch):
-        try:
-            texts = list(batch[self.column])
-        except KeyError:
-            raise InputError(f"the batch has no column {self.column!r} (it has {', '.join(map(repr, list(batch)))}); "
-                             "pass column= naming the one that holds the texts") from None
-        texts = [str(t) if isinstance(t, str) else t for t in texts]  # numpy's str_ -> str
-        results = [relabel(r, "the text") if isinstance(r, InputError) else r for r in self.runner(texts)]
-        out = batch.copy() if hasattr(batch, "iloc") else dict(batch)  # a pandas DataFrame, or a dict of columns
-        out["result"] = [None if isinstance(r, InputError) else json.dumps(jsonable(r), ensure_ascii=False)
-                         for r in results]
-        out["error"] = [str(r) if isinstance(r, InputError) else None for r in results]
-        return out
-
-
-FillMask = register("fill-mask", fill_mask, probe=lambda m, options: m.tokenizer.mask_token)
-Embed = register("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
-Score = register("score", score, probe="a")
-ScoreMutations = register("score-mutations", score_mutations, probe=lambda m, options: options.get("reference") or "a")

@@ -1,9 +1,10 @@
 """Many texts through the fast path: sorted by length, laid end to end, a group of texts per encoder pass.
 
-fill_mask, score (and the joint filling and whole-word targets built on it) and embed all read their
-texts this way: :func:`text_groups` sorts them by length and cuts them into groups of at most
-:data:`GROUP_TOKENS` tokens, :func:`end_to_end` lays a group's tokens one after another without
-padding, and :func:`encoded_groups` runs each group through :func:`~bertfn.fast.unpadded.unpadded_encoder`.
+fill_mask, score (and the joint filling and whole-word targets built on it), embed and the heads of fine-tuned
+checkpoints all read their texts this way: :func:`text_groups` sorts them by length and cuts them into groups of at
+most :data:`GROUP_TOKENS` tokens, :func:`end_to_end` lays a group's tokens one after another without padding,
+:func:`encoded_groups` runs each group through :func:`~bertfn.fast.unpadded.unpadded_encoder`, and
+:func:`head_outputs` runs a task's head on what it gives.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import Encoding
 from ..model.config import BertConfig
 from ..model.encoder import encoder
 from ..model.family import family_of
 from ..model.recorder import NO_TRACE, Trace
+from ..model.task_heads import task_head
 from .unpadded import unpadded_encoder
 
 GROUP_TOKENS = 2048
@@ -139,3 +141,49 @@ def padded_encoder(m: Model, enc: Encoding, rows: list[int], ns: list[int], poin
     types = enc.token_type_ids[rows, :S] * keep  # (b, S)
     out = encoder(m.params, ids.to(m.device), keep.to(m.device), types.to(m.device), trace=points)
     return torch.cat([h[:n] for h, n in zip(out.last_hidden_state, ns)])  # (T, H)
+
+
+def head_outputs(m: Model, enc: Encoding, lengths: list[int], task: str, batch_size: int,
+                 points: Trace = NO_TRACE) -> list:
+    """The logits of ``task``'s head for each text of ``enc``, on the fast path (:func:`encoded_groups`).
+
+    A head that reads each text's first position alone (a classifier on [CLS]) has the encoder's last layer run at
+    those positions only; the others get each group's texts as a padded batch of their last hidden states. Call it
+    under ``torch.inference_mode()``.
+
+    Args:
+        m: the model.
+        enc: the texts as a padded batch.
+        lengths: each text's tokens.
+        task: one of :data:`~bertfn.model.task_heads.TASKS`.
+        batch_size: texts per group at most.
+        points: a :class:`~bertfn.model.recorder.Trace` with edits, as :func:`encoded_groups` takes it; its edits
+            of the head's points apply too.
+
+    Returns:
+        Per text, in the order of ``enc``: the head's logits for it, without the batch axis: (num_labels,) for a
+        sequence classifier (and (1,) for a multiple-choice row), (n, num_labels) for a tagger, ``(start, end)`` of
+        (n,) each for a reader, n the text's tokens.
+    """
+    head = task_head(m.config, task)
+    first = head.first_only(m.config)
+    read = (lambda rows, ids: torch.tensor([0, *[lengths[i] for i in rows[:-1]]], device=ids.device).cumsum(0)) \
+        if first else None
+    out: list = [None] * len(lengths)
+    for rows, _, h in encoded_groups(m, enc, lengths, batch_size, read, points):
+        if first:  # h: (b, H), each text's first position
+            hidden, mask = h[:, None], torch.ones(len(rows), 1, dtype=torch.long, device=h.device)  # (b, 1, H), (b, 1)
+        else:  # h: (T, H), the texts end to end: padded again, (b, S, H)
+            pieces = h.split([lengths[i] for i in rows])
+            hidden = torch.nn.utils.rnn.pad_sequence(list(pieces), batch_first=True)  # (b, S, H)
+            mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(p), dtype=torch.long, device=h.device)
+                                                    for p in pieces], batch_first=True)  # (b, S)
+        logits = head.run(m.params, hidden, mask, trace=points)
+        for j, i in enumerate(rows):
+            if isinstance(logits, tuple):  # a reader's start and end, (b, S) each
+                out[i] = tuple(t[j, :lengths[i]] for t in logits)
+            elif first or logits.dim() == 2:  # one row per text: (b, num_labels)
+                out[i] = logits[j]
+            else:  # one row per token: (b, S, num_labels)
+                out[i] = logits[j, :lengths[i]]
+    return out

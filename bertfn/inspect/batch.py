@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import Tokenizer, check_text
 from ..errors import InputError
 from ..model.encoder import encoder

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list
 from ..errors import InputError
 from ..model.encoder import encoder

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list
 from ..errors import InputError
 from ..inspect.batch import padded_batch, text_tensors

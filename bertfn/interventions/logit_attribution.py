@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer
 from ..errors import InputError
 from ..inspect.trace import Recording, trace

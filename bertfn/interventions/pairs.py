@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head, text_list
 from ..errors import InputError
 from ..inspect.trace import Recording

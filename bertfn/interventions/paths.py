@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer
 from ..errors import InputError
 from ..inspect.trace import trace

@@ -12,7 +12,9 @@ ALBERT is BERT except:
 * **names** inside a layer: ``attention.query|key|value|dense|LayerNorm``, ``ffn``, ``ffn_output``,
   ``full_layer_layer_norm``; the pooler is ``albert.pooler`` (one linear, then tanh as BERT's);
 * **its config**: ``embedding_size``, ``num_hidden_groups``, ``inner_group_num`` and ALBERT's defaults
-  (``gelu_new``, no dropout; :class:`AlbertConfig`).
+  (``gelu_new``, no dropout; the classifiers' dropout is ``classifier_dropout_prob``: :class:`AlbertConfig`).
+
+Its heads of fine-tuned checkpoints are BERT's (a classifier on the pooler, ``qa_outputs``, ...).
 
 transformers' ALBERT applies ``head_mask[g * L / groups]`` (the first layer's row, with one group) at every
 layer; bertfn applies row i at layer i, as BERT does.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
 from .config import BertConfig
@@ -44,6 +47,7 @@ class AlbertConfig(BertConfig):
         hidden_act: "gelu_new".
         hidden_dropout_prob: 0.0.
         attention_probs_dropout_prob: 0.0.
+        classifier_dropout: 0.1 (``classifier_dropout_prob``), the classifiers' dropout.
         model_type: "albert".
 
     Raises:
@@ -60,7 +64,18 @@ class AlbertConfig(BertConfig):
     hidden_act: str = "gelu_new"
     hidden_dropout_prob: float = 0.0
     attention_probs_dropout_prob: float = 0.0
+    classifier_dropout: float | None = 0.1
     model_type: str = "albert"
+
+    @classmethod
+    def renamed(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """ALBERT's config.json fields under BertConfig's names: ``classifier_dropout_prob`` is ``classifier_dropout``.
+
+        Args:
+            d: the parsed ``config.json``.
+        """
+        return {("classifier_dropout" if k == "classifier_dropout_prob" else k): v for k, v in d.items()
+                if k != "classifier_dropout"}
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -21,6 +21,8 @@ from .functional import ACTIVATIONS
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
 RELATIVE_POSITIONS = ("relative_key", "relative_key_query")
+PROBLEM_TYPES = (None, "single_label_classification", "multi_label_classification", "regression")
+"""What a sequence classifier's outputs mean (``config.problem_type``; None: decided by ``num_labels``)."""
 """The position types that add relative-position scores to attention (a ``distance_embedding`` table)."""
 
 CONFIGS: dict[str, type["BertConfig"]] = {}
@@ -55,7 +57,14 @@ class BertConfig:
             :func:`~bertfn.model.encoder.encoder` takes ``use_cache=`` per call).
         chunk_size_feed_forward: positions per slice of the feed-forward block (0: one slice).
         classifier_dropout: the dropout of the classification heads (None: ``hidden_dropout_prob``).
-        num_labels: the labels of a classification head (from ``id2label`` when the file has that alone).
+        num_labels: the labels of a classification head (``id2label``'s number where the file has it).
+        id2label: a head's output index -> its label's name (``{0: "NEGATIVE", 1: "POSITIVE"}``), as config.json
+            says; None where it says nothing (transformers then names them ``LABEL_0``, ... : :attr:`labels`).
+        label2id: the label's name -> its index, as config.json says (zero-shot reads its entailment id here).
+        problem_type: "single_label_classification", "multi_label_classification" or "regression" (None: from
+            ``num_labels``, as transformers decides).
+        architectures: the transformers classes the checkpoint was saved from (``["BertForSequenceClassification"]``):
+            which head it carries (:mod:`bertfn.model.task_heads`).
         pruned_heads: ``{layer: heads removed}``, as :func:`~bertfn.prune_heads` records them.
         model_type: which family member's functions and names read the weights (bertfn/model/family.py).
 
@@ -85,6 +94,10 @@ class BertConfig:
     chunk_size_feed_forward: int = 0
     classifier_dropout: float | None = None
     num_labels: int = 2
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    problem_type: str | None = None
+    architectures: tuple[str, ...] = ()
     pruned_heads: dict[int, tuple[int, ...]] = field(default_factory=dict)
     model_type: str = "bert"  # which family member's functions and names read the weights (bertfn/model/family.py)
 
@@ -123,6 +136,20 @@ class BertConfig:
                               f"or null, got {pad!r}; fix config.json")
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ConfigError(f"config layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+        if self.problem_type not in PROBLEM_TYPES:
+            raise ConfigError(f"config problem_type must be one of {', '.join(map(repr, PROBLEM_TYPES[1:]))} or null, "
+                              f"got {self.problem_type!r}; fix config.json")
+        if self.id2label is not None and sorted(self.id2label) != list(range(len(self.id2label))):
+            raise ConfigError(f"config id2label must number its labels 0 .. n-1, got the ids {sorted(self.id2label)}; "
+                              "fix config.json")
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The names of a head's outputs, by index: ``id2label``'s, else ``LABEL_0``, ``LABEL_1``, ... as transformers
+        names them (``num_labels`` of them)."""
+        if self.id2label is not None:
+            return tuple(self.id2label[i] for i in range(len(self.id2label)))
+        return tuple(f"LABEL_{i}" for i in range(self.num_labels))
 
     @property
     def relative_positions(self) -> bool:
@@ -170,10 +197,19 @@ class BertConfig:
         d = cls.renamed(d)
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in known}
-        if "num_labels" not in d and isinstance(d.get("id2label"), dict):
+        if isinstance(d.get("id2label"), dict):  # as transformers: id2label, when given, says how many labels
             kwargs["num_labels"] = len(d["id2label"])
         if kwargs.get("chunk_size_feed_forward") is None:
             kwargs.pop("chunk_size_feed_forward", None)
+        labels = kwargs.get("id2label")
+        if labels is not None:
+            try:
+                kwargs["id2label"] = {int(k): str(v) for k, v in labels.items()}  # JSON's keys are strings
+            except (AttributeError, TypeError, ValueError) as e:
+                raise ConfigError(f"config id2label must map label ids to names, got {labels!r:.80}; fix config.json") from e
+        if isinstance(kwargs.get("label2id"), dict):
+            kwargs["label2id"] = {str(k): int(v) for k, v in kwargs["label2id"].items()}
+        kwargs["architectures"] = tuple(kwargs.get("architectures") or ())
         pruned = kwargs.pop("pruned_heads", None) or {}
         try:
             kwargs["pruned_heads"] = {int(k): tuple(sorted(int(h) for h in v)) for k, v in pruned.items()}
@@ -231,6 +267,9 @@ class BertConfig:
         """The config as a ``config.json``-style dict."""
         d = asdict(self)
         d["pruned_heads"] = {str(k): list(v) for k, v in self.pruned_heads.items()}
+        d["architectures"] = list(self.architectures)
+        if self.id2label is not None:
+            d["id2label"] = {str(k): v for k, v in self.id2label.items()}
         return d
 
 

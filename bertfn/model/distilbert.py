@@ -8,7 +8,11 @@ DistilBERT is BERT except:
   ``ffn.lin1|lin2``, ``output_layer_norm``, and the MLM head ``vocab_transform``, ``vocab_layer_norm``,
   ``vocab_projector`` (:data:`KEYS`);
 * **its config.json names**: ``dim``, ``n_layers``, ``n_heads``, ``hidden_dim``, ``activation``,
-  ``dropout``, ``attention_dropout`` (:class:`DistilBertConfig`); every LayerNorm's eps is 1e-12.
+  ``dropout``, ``attention_dropout``, ``seq_classif_dropout`` (:class:`DistilBertConfig`); every LayerNorm's
+  eps is 1e-12;
+* **its classifiers** (sequence classification and multiple choice, :func:`pre_classifier_head`) read [CLS]
+  through ``pre_classifier`` (H, H) and ReLU, having no pooler; its tagger and reader drop out at their own
+  rates (``dropout``, ``qa_dropout``: :func:`token_classifier`, :func:`span_reader`).
 
 Its layers are BERT's: post-LN attention and feed-forward with the same residuals (transformers
 scales the queries before ``q k^T`` rather than the scores after it: the same numbers to float
@@ -24,10 +28,12 @@ import torch
 
 from .config import BertConfig
 from .embeddings import check_ids, default_position_ids, word_vectors
-from .family import Family, normalizer, register, renamed
-from .functional import dropout, layer_norm
+from .family import Family, TaskHead, normalizer, register, renamed
+from .functional import dropout, layer_norm, linear
+from .heads import classifier_dropout, question_answering, token_classification
 from .params import Params, scoped
 from .recorder import NO_TRACE, Trace
+from .task_heads import first, linear_shapes
 
 Tensor = torch.Tensor
 
@@ -39,11 +45,15 @@ class DistilBertConfig(BertConfig):
     Attributes:
         num_hidden_layers: 6.
         type_vocab_size: 1: no token-type table; the field only keeps BertConfig's checks whole.
+        classifier_dropout: 0.2 (``seq_classif_dropout``), the classifiers' dropout.
+        qa_dropout: the reader's dropout, before ``qa_outputs``.
         model_type: "distilbert".
     """
 
     num_hidden_layers: int = 6
     type_vocab_size: int = 1  # no token-type table: the field only keeps BertConfig's checks whole
+    classifier_dropout: float | None = 0.2
+    qa_dropout: float = 0.1
     model_type: str = "distilbert"
 
     NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
@@ -100,6 +110,84 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
     return trace("output", x)
 
 
+def pre_classifier_head(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
+                        trace: Trace = NO_TRACE) -> Tensor:
+    """``DistilBertForSequenceClassification``'s head: [CLS], ``pre_classifier`` (H, H), ReLU, dropout, ``classifier``.
+
+    ``DistilBertForMultipleChoice``'s too, with one output per (text, choice) row.
+
+    Args:
+        params: the root view (reads ``pre_classifier.*`` and ``classifier.*``).
+        h: (B, S, H) last hidden states.
+        mask: (B, S), unused (the head reads the first token).
+        generator: turns dropout on (training; ``seq_classif_dropout``).
+        trace: records ``classifier.input``, ``classifier.dense``, ``classifier.activation``, ``classifier.logits``.
+
+    Returns:
+        (B, num_labels), or (B, 1) for multiple choice.
+    """
+    x = trace("classifier.input", h[:, 0])  # (B, H): [CLS]
+    x = trace("classifier.dense", linear(x, params["pre_classifier.weight"], params["pre_classifier.bias"]))  # (B, H)
+    x = trace("classifier.activation", torch.relu(x))
+    x = dropout(x, classifier_dropout(params.config), generator)
+    return trace("classifier.logits", linear(x, params["classifier.weight"], params["classifier.bias"]))
+
+
+def token_classifier(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
+                     trace: Trace = NO_TRACE) -> Tensor:
+    """``DistilBertForTokenClassification``'s head: BERT's, dropping out at ``dropout`` (``hidden_dropout_prob``).
+
+    Args:
+        params: the root view (reads ``classifier.*``).
+        h: (B, S, H) last hidden states.
+        mask: (B, S), unused.
+        generator: turns dropout on (training).
+        trace: records ``classifier.logits``.
+
+    Returns:
+        (B, S, num_labels).
+    """
+    x = dropout(h, params.config.hidden_dropout_prob, generator)
+    return trace("classifier.logits", token_classification(params, x))
+
+
+def span_reader(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
+                trace: Trace = NO_TRACE) -> tuple[Tensor, Tensor]:
+    """``DistilBertForQuestionAnswering``'s head: dropout (``qa_dropout``), then BERT's ``qa_outputs``.
+
+    Args:
+        params: the root view (reads ``qa_outputs.*``).
+        h: (B, S, H) last hidden states.
+        mask: (B, S), unused.
+        generator: turns dropout on (training).
+        trace: records ``qa.start_logits`` and ``qa.end_logits``.
+
+    Returns:
+        start: (B, S); end: (B, S).
+    """
+    start, end = question_answering(params, dropout(h, params.config.qa_dropout, generator))
+    return trace("qa.start_logits", start), trace("qa.end_logits", end)
+
+
+def pre_classifier_shapes(config: BertConfig, outputs: int) -> dict[str, tuple[int, ...]]:
+    """The keys of :func:`pre_classifier_head`: ``pre_classifier`` (H, H), ``classifier`` (outputs, H).
+
+    Args:
+        config: the model's config.
+        outputs: the classifier's outputs (num_labels; 1 for multiple choice).
+    """
+    H = config.hidden_size
+    return {**linear_shapes("pre_classifier", H, H), **linear_shapes("classifier", outputs, H)}
+
+
+HEADS = {
+    "sequence-classification": TaskHead(pre_classifier_head, lambda c: pre_classifier_shapes(c, c.num_labels), first),
+    "token-classification": TaskHead(token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size)),
+    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size)),
+    "multiple-choice": TaskHead(pre_classifier_head, lambda c: pre_classifier_shapes(c, 1), first),
+}
+"""DistilBERT's heads: every task's is its own."""
+
 LAYER = r"bert\.encoder\.layer\.(\d+)\."
 KEYS = (
     (LAYER + r"attention\.self\.query\.", r"distilbert.transformer.layer.\1.attention.q_lin."),
@@ -145,4 +233,5 @@ DISTILBERT = register(Family(
     normalize=normalizer("distilbert.", ("embeddings.", "transformer."),
                          (("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight"),)),
     embeddings=embeddings, embedding_points=lambda config: ("word", "position", "sum", "output"),
+    task_heads=HEADS,
 ))

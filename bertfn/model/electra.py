@@ -9,7 +9,10 @@ ELECTRA is BERT except:
   ``generator_predictions.LayerNorm`` (E,), ``generator_lm_head`` (V, E) tied to the word embeddings) with
   exact GELU; the discriminator's (:func:`discriminator_head`) gives one logit per token, "was this token
   replaced?" (``ElectraForPreTraining``, read by :func:`bertfn.tasks.replaced.replaced_tokens`);
-* **names**: ``electra.*``; no pooler.
+* **names**: ``electra.*``; no pooler;
+* **its classifiers**: the sequence classifier is RoBERTa's (``<s>`` through a dense layer and ``out_proj``) with
+  GELU for tanh (:func:`classification_head`); the multiple-choice head sums the text up first
+  (``ElectraSequenceSummary``: :func:`summary_scorer`).
 
 The layers are BERT's.
 """
@@ -20,12 +23,16 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import ConfigError
 from .config import BertConfig
 from .embeddings import embeddings as bert_embeddings
-from .family import Family, normalizer, register, renamed
-from .functional import ACTIVATIONS, linear
+from .family import Family, TaskHead, normalizer, register, renamed
+from .functional import ACTIVATIONS, dropout, linear
 from .params import Params, as_params
 from .recorder import NO_TRACE, Trace
+from .roberta import classification_head as roberta_classification_head
+from .roberta import classification_shapes
+from .task_heads import first, linear_shapes
 
 Tensor = torch.Tensor
 
@@ -39,14 +46,39 @@ class ElectraConfig(BertConfig):
         hidden_size: H, 256.
         num_attention_heads: 4.
         intermediate_size: 1024.
+        summary_type: how the multiple-choice head sums a text up: "first" (its first token; the one bertfn reads).
+        summary_use_proj: the summary has a dense layer (``sequence_summary.summary``, (H, H)).
+        summary_activation: the summary's activation after that layer (None: none).
+        summary_first_dropout: the dropout before the summary's dense layer.
+        summary_last_dropout: the dropout after its activation.
         model_type: "electra".
+
+    Raises:
+        ConfigError: a ``summary_type`` other than "first", a projection to the labels, or an unknown activation.
     """
 
     embedding_size: int = 128
     hidden_size: int = 256
     num_attention_heads: int = 4
     intermediate_size: int = 1024
+    summary_type: str = "first"
+    summary_use_proj: bool = True
+    summary_activation: str | None = "gelu"
+    summary_first_dropout: float = 0.0
+    summary_last_dropout: float = 0.1
+    summary_proj_to_labels: bool = False
     model_type: str = "electra"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.summary_type != "first" or self.summary_proj_to_labels:
+            raise ConfigError(f"config summary_type {self.summary_type!r} with summary_proj_to_labels="
+                              f"{self.summary_proj_to_labels} is not a summary bertfn reads: ELECTRA's multiple-choice "
+                              "head sums a text up by its first token (summary_type 'first', no projection to the "
+                              "labels), as every released ELECTRA does")
+        if self.summary_activation is not None and self.summary_activation not in ACTIVATIONS:
+            raise ConfigError(f"config summary_activation {self.summary_activation!r} is not an activation bertfn "
+                              f"knows; expected one of {sorted(ACTIVATIONS)}")
 
 
 def factorized_embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -156,6 +188,63 @@ def discriminator_head(params: Params, h: Tensor, *, config: BertConfig | dict |
     return linear(t, p["dense_prediction.weight"], p["dense_prediction.bias"]).squeeze(-1)  # (...,)
 
 
+def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
+                        trace: Trace = NO_TRACE) -> Tensor:
+    """``ElectraClassificationHead``: RoBERTa's classifier (:func:`~bertfn.model.roberta.classification_head`) with
+    exact GELU where RoBERTa has tanh.
+
+    Args:
+        params: the root view (reads ``classifier.dense.*`` and ``classifier.out_proj.*``).
+        h: (B, S, H) last hidden states.
+        mask: (B, S), unused.
+        generator: turns dropout on (training).
+        trace: records ``classifier.input``, ``classifier.dense``, ``classifier.activation``, ``classifier.logits``.
+
+    Returns:
+        (B, num_labels).
+    """
+    return roberta_classification_head(params, h, mask, generator=generator, trace=trace, activation="gelu")
+
+
+def summary_scorer(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
+                   trace: Trace = NO_TRACE) -> Tensor:
+    """``ElectraForMultipleChoice``'s head: the sequence summary (``ElectraSequenceSummary``: the first token, dropout,
+    ``sequence_summary.summary`` (H, H), GELU, dropout), then ``classifier`` (1, H): one score per (text, choice) row.
+
+    Args:
+        params: the root view (reads ``sequence_summary.summary.*`` and ``classifier.*``).
+        h: (B*C, S, H) last hidden states of the flattened (text, choice) pairs.
+        mask: (B*C, S), unused.
+        generator: turns dropout on (training; ``summary_first_dropout``, ``summary_last_dropout``).
+        trace: records ``classifier.input``, ``classifier.dense`` and ``classifier.activation`` (where the summary has
+            them), ``classifier.logits``.
+
+    Returns:
+        (B*C, 1).
+    """
+    cfg = params.config
+    x = trace("classifier.input", h[:, 0])  # (B*C, H)
+    x = dropout(x, cfg.summary_first_dropout, generator)
+    if cfg.summary_use_proj:
+        p = params.scope("sequence_summary.summary")
+        x = trace("classifier.dense", linear(x, p["weight"], p["bias"]))  # (B*C, H)
+    if cfg.summary_activation:
+        x = trace("classifier.activation", ACTIVATIONS[cfg.summary_activation](x))
+    x = dropout(x, cfg.summary_last_dropout, generator)
+    return trace("classifier.logits", linear(x, params["classifier.weight"], params["classifier.bias"]))  # (B*C, 1)
+
+
+def summary_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+    """The keys of :func:`summary_scorer`: ``sequence_summary.summary`` (H, H) where it projects, ``classifier`` (1, H).
+
+    Args:
+        config: the model's config.
+    """
+    H = config.hidden_size
+    summary = linear_shapes("sequence_summary.summary", H, H) if config.summary_use_proj else {}
+    return {**summary, **linear_shapes("classifier", 1, H)}
+
+
 KEYS = (
     (r"bert\.embeddings\.project\.", "electra.embeddings_project."),
     (r"bert\.", "electra."),
@@ -184,4 +273,6 @@ ELECTRA = register(Family(
     embeddings=factorized_embeddings, embedding_points=lambda config: factorized_points(config, config.embedding_size != config.hidden_size),
     head_act="gelu",
     heads={"discriminator head": DISCRIMINATOR[2]},
+    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, first),
+                "multiple-choice": TaskHead(summary_scorer, summary_shapes, first)},
 ))

@@ -16,12 +16,17 @@ ESM-2 is BERT except:
 * **names**: ``esm.encoder.layer.{i}.attention.self.query|key|value``, ``attention.output.dense``,
   ``attention.LayerNorm`` (LN_1), ``LayerNorm`` (LN_2), ``intermediate.dense``, ``output.dense``;
   ``esm.encoder.emb_layer_norm_after``; the MLM head ``lm_head.dense|layer_norm|decoder``, ``lm_head.bias``;
-  the contact head ``esm.contact_head.regression`` is kept and not read; the rotary ``inv_freq`` buffers the
-  file stores are dropped (bertfn computes them);
+  the contact head ``esm.contact_head.regression``; the rotary ``inv_freq`` buffers the file stores are dropped
+  (bertfn computes them);
 * **its config** (:class:`EsmConfig`): ``token_dropout``, ``mask_token_id``, ``emb_layer_norm_before``;
   positions "rotary" (ESM-1b's learned positions are refused).
 
-Its MLM head is BERT's (dense, exact GELU, LayerNorm, the tied decoder and a bias).
+Its MLM head is BERT's (dense, exact GELU, LayerNorm, the tied decoder and a bias). Beside it, and unlike any
+other member, a **contact head** (:func:`contact_head`) reads which residues touch from the attention maps of every
+layer and head (Rao et al. 2021): the maps of the residues (``<cls>`` and ``<eos>`` left out) made symmetric, the
+average product correction (APC) taken off, and a logistic regression over the L * nh maps at each pair. Its
+sequence classifier is RoBERTa's (``<s>`` through dense, tanh and ``out_proj``), its tagger BERT's; transformers
+has no other head for it.
 """
 
 from __future__ import annotations
@@ -35,15 +40,21 @@ from .config import BertConfig
 from .embeddings import word_vectors
 from .encoder import LayerOutput
 from .family import Family, normalizer, register, renamed
+from .functional import linear
 from .params import Params, scoped
 from .prenorm import final_norm, layer_points, mlp, norm, pre_ln_layer, separate_projections
 from .recorder import NO_TRACE, Trace
+from .roberta import CLASSIFIER
 from .rotary import rotary_tables
 
 Tensor = torch.Tensor
 
 ROTARY_BASE = 10000.0
 """The base of ESM-2's rotary angles, in every layer (RoFormer's)."""
+
+EOS_ID = 2
+"""``<eos>``, whose row and column the contact head leaves out: id 2 in every ESM vocabulary (hard-coded in
+transformers' ``EsmContactPredictionHead`` as in fair-esm)."""
 
 TRAINING_MASK_RATIO = 0.15 * 0.8
 """The share of tokens ESM-2's training replaced by ``<mask>`` (15% chosen, 80% of those masked), hard-coded
@@ -171,6 +182,58 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
                         impl=impl, need_probs=need_probs, generator=generator, trace=trace)
 
 
+def symmetrize(x: Tensor) -> Tensor:
+    """``x + x^T`` over the last two axes: a contact of i and j is one of j and i (``symmetrize``).
+
+    Args:
+        x: (..., n, n).
+    """
+    return x + x.transpose(-1, -2)
+
+
+def apc(x: Tensor) -> Tensor:
+    """The average product correction: ``x_ij - (sum_k x_ik)(sum_k x_kj) / sum_kl x_kl`` for each map
+    (``average_product_correct``; Dunn et al. 2008). It takes off what a map gives a pair for its residues' overall
+    weights alone, leaving what is specific to the pair.
+
+    Args:
+        x: (..., n, n).
+    """
+    rows, cols, total = x.sum(-1, keepdim=True), x.sum(-2, keepdim=True), x.sum((-1, -2), keepdim=True)
+    return x - rows * cols / total
+
+
+def contact_head(params: Params, input_ids: Tensor, attentions: Tensor, attention_mask: Tensor,
+                 trace: Trace = NO_TRACE) -> Tensor:
+    """The probability that residues i and j touch, from every layer's attention maps (``EsmContactPredictionHead``,
+    as ``EsmModel.predict_contacts`` feeds it).
+
+    The maps of padding, ``<eos>`` and ``<cls>`` are left out, each of the L * nh maps is made symmetric
+    (:func:`symmetrize`) and corrected (:func:`apc`), and ``contact_head.regression`` (1, L * nh) weighs them at each
+    pair of residues, then a sigmoid.
+
+    Args:
+        params: the root view (reads ``esm.contact_head.regression.*``).
+        input_ids: (B, S), ``<cls>`` first.
+        attentions: (B, L, nh, S, S), every layer's probabilities.
+        attention_mask: (B, S) 1 for real tokens.
+        trace: records ``contacts.maps`` (B, L*nh, n, n) symmetric, ``contacts.apc`` after the correction and
+            ``contacts.logits`` (B, n, n), n = S - 2.
+
+    Returns:
+        (B, n, n): for a text of r residues, its r x r block at the top left.
+    """
+    p = params.scope("bert.contact_head.regression")
+    keep = attention_mask.to(attentions.dtype) * input_ids.ne(EOS_ID).to(attentions.dtype)  # (B, S): no padding, no <eos>
+    maps = attentions * keep[:, None, None, :, None] * keep[:, None, None, None, :]  # (B, L, nh, S, S)
+    maps = maps[..., 1:-1, 1:-1]  # (B, L, nh, n, n): <cls> and the last position (<eos> or padding) left out
+    B, L, nh, n, _ = maps.shape
+    maps = trace("contacts.maps", symmetrize(maps.reshape(B, L * nh, n, n)))  # (B, L*nh, n, n)
+    maps = trace("contacts.apc", apc(maps))
+    logits = linear(maps.permute(0, 2, 3, 1), p["weight"], p["bias"]).squeeze(-1)  # (B, n, n)
+    return torch.sigmoid(trace("contacts.logits", logits))
+
+
 LAYER = r"bert\.encoder\.layer\.(\d+)\."
 KEYS = (
     (LAYER + r"attention_norm\.", r"esm.encoder.layer.\1.attention.LayerNorm."),
@@ -242,4 +305,5 @@ ESM = register(Family(
     layer=layer, layer_points=lambda config, i, optional: layer_points(config, i, attention_norm=True, gate=False,
                                                                        optional=optional),
     final_norm=final_norm, rotary_base=lambda config, i: ROTARY_BASE,
+    task_heads={"sequence-classification": CLASSIFIER}, tasks=("sequence-classification", "token-classification"),
 ))

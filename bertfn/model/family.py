@@ -21,6 +21,10 @@ is BERT's own. The kinds of exception are:
   ``padding_idx + 1`` over the real tokens.
 * **head_act**: the MLM head's activation when it is not ``config.hidden_act`` (RoBERTa's and ELECTRA's
   generator's are always exact GELU; ModernBERT's config names its own).
+* **task_heads**, **tasks**: the heads of fine-tuned checkpoints (sequence classification, token
+  classification, question answering, multiple choice) where the member's is not BERT's (RoBERTa's classifier
+  reads ``<s>`` through dense, tanh and ``out_proj``; :mod:`bertfn.model.task_heads` has BERT's), and which of
+  those tasks transformers has a class for in the member (ESM-2: the two classifications).
 * **layer**, **layer_points**, **final_norm**, **window**, **rotary_base**, **gated**: a layer other than BERT's
   post-LN one, its trace points, the LayerNorm after the last layer, which layers attend within a window
   (ModernBERT's local ones), each layer's rotary base, and a gated feed-forward (ESM-2's and ModernBERT's pre-LN layers with rotary attention,
@@ -35,6 +39,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -43,6 +48,24 @@ from .config import BertConfig
 from .shapes import expected_shapes
 
 Tensor = torch.Tensor
+
+
+class TaskHead(NamedTuple):
+    """A task's head in one member: the function that runs it, the weights it reads, where it reads the text.
+
+    Attributes:
+        run: ``(params, h, mask, *, generator=None, trace=NO_TRACE) -> logits``: h (B, S, H) the last hidden
+            states, mask (B, S) 1 for real tokens; the logits as the task has them (:mod:`bertfn.model.task_heads`).
+        shapes: ``config -> {key: shape}``, the weights it reads by BERT's names (its own keys, e.g.
+            ``classifier.out_proj.weight``, are the same under the member's names), the pooler included where it
+            reads one.
+        first_only: ``config -> bool``: it reads each text's first position alone (a classifier on ``[CLS]``), so
+            that the fast path can run the last layer at those positions only.
+    """
+
+    run: Callable[..., object]
+    shapes: Callable[[BertConfig], dict[str, tuple[int, ...]]]
+    first_only: Callable[[BertConfig], bool] = lambda config: False
 
 
 @dataclass(frozen=True)
@@ -69,6 +92,8 @@ class Family:
             window (ModernBERT's local layers: ``local_attention``, half on either side); None attends to all.
         rotary_base: ``(config, layer) -> base``: the rotary base of a layer's queries and keys (rotary members).
         gated: True where the feed-forward is gated (ModernBERT's GeGLU: ``intermediate.dense`` is (2I, H)).
+        task_heads: ``{task: TaskHead}``, the member's heads where they are not BERT's.
+        tasks: the tasks transformers has a head for in this member (None: BERT's four).
     """
 
     name: str  # as people write it: "RoBERTa"
@@ -88,6 +113,8 @@ class Family:
     window: Callable[[BertConfig, int], int | None] | None = None  # a layer's attention window (None: every token)
     rotary_base: Callable[[BertConfig, int], float] | None = None  # a layer's rotary base (rotary members)
     gated: bool | None = None  # a gated feed-forward (ModernBERT's GeGLU); None: BERT's ungated one
+    task_heads: Mapping[str, TaskHead] | None = None  # {task: its head}, where not BERT's
+    tasks: tuple[str, ...] | None = None  # the tasks transformers has a head for (None: BERT's four)
 
 
 BERT = Family("BERT", "bert", "bert.")

@@ -12,6 +12,10 @@ takes a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``c
 | ``token_classification``   | ``classifier.*`` on every position     | ``BertForTokenClassification``           |
 | ``question_answering``     | ``qa_outputs.*``                       | ``BertForQuestionAnswering``             |
 | ``multiple_choice``        | ``classifier.*`` (1 logit per choice)  | ``BertForMultipleChoice``                |
+
+These are BERT's last steps, each on the tensor it reads (the pooled vector, the hidden states). The heads of
+fine-tuned checkpoints as whole functions of the hidden states, every member's included, are in
+:mod:`bertfn.model.task_heads`.
 """
 
 from __future__ import annotations
@@ -113,9 +117,13 @@ def nsp_head(params: Params, pooled: Tensor, *, config: BertConfig | dict | None
     return linear(pooled, p["weight"], p["bias"])
 
 
-def _classifier_dropout(params: Params) -> float:
-    cfg = params.config
-    return cfg.classifier_dropout if cfg.classifier_dropout is not None else cfg.hidden_dropout_prob
+def classifier_dropout(config: BertConfig) -> float:
+    """The dropout of a classification head: ``config.classifier_dropout``, else ``hidden_dropout_prob``.
+
+    Args:
+        config: the model's config.
+    """
+    return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
 
 
 def sequence_classification(params: Params, pooled: Tensor, generator: torch.Generator | None = None, *,
@@ -133,7 +141,7 @@ def sequence_classification(params: Params, pooled: Tensor, generator: torch.Gen
         (B, num_labels).
     """
     params = as_params(params, config, "sequence_classification")
-    x = dropout(pooled, _classifier_dropout(params), generator)
+    x = dropout(pooled, classifier_dropout(params.config), generator)
     return linear(x, params["classifier.weight"], params["classifier.bias"])
 
 
@@ -152,7 +160,7 @@ def token_classification(params: Params, h: Tensor, generator: torch.Generator |
         (B, S, num_labels).
     """
     params = as_params(params, config, "token_classification")
-    x = dropout(h, _classifier_dropout(params), generator)
+    x = dropout(h, classifier_dropout(params.config), generator)
     return linear(x, params["classifier.weight"], params["classifier.bias"])
 
 
@@ -191,6 +199,6 @@ def multiple_choice(params: Params, pooled: Tensor, num_choices: int,
         (B, C).
     """
     params = as_params(params, config, "multiple_choice")
-    x = dropout(pooled, _classifier_dropout(params), generator)
+    x = dropout(pooled, classifier_dropout(params.config), generator)
     scores = linear(x, params["classifier.weight"], params["classifier.bias"])  # (B*C, 1)
     return scores.view(-1, num_choices)  # (B, C)

@@ -22,7 +22,8 @@ ModernBERT is BERT except:
   (:class:`ModernBertConfig`).
 
 The MLM head is BERT's (dense, activation, LayerNorm, the decoder tied to the word embeddings) with
-``classifier_activation`` as its activation. transformers unpads its batches where flash-attention is
+``classifier_activation`` as its activation; the heads of fine-tuned checkpoints run the same dense, activation and
+LayerNorm (``head.*``) before their classifier (:mod:`bertfn.model.modernbert_heads`). transformers unpads its batches where flash-attention is
 installed; that is a speed choice: bertfn's reference runs padded batches, whose numbers are those of
 transformers' eager and SDPA paths (its fast path lays the texts end to end: :mod:`bertfn.fast.prenorm`). Its attention output dropout is ``hidden_dropout_prob`` (ModernBERT's
 ``mlp_dropout``) where transformers uses ``attention_dropout``: only training with dropout tells them apart.
@@ -43,6 +44,7 @@ from .family import Family, register, renamed
 from .functional import ACTIVATIONS, dropout, linear
 from .params import Params, scoped
 from .prenorm import final_norm, layer_points, norm, pre_ln_layer
+from .modernbert_heads import HEADS
 from .recorder import NO_TRACE, Trace
 from .rotary import rotary_tables
 
@@ -73,7 +75,9 @@ class ModernBertConfig(BertConfig):
         mlp_bias: Wi and Wo have biases.
         decoder_bias: the decoder has a bias.
         classifier_bias: the head's dense has a bias.
-        classifier_activation: the MLM head's activation.
+        classifier_activation: the MLM head's activation (and the classifiers' prediction head's).
+        classifier_pooling: what the sequence classifier reads of a text: "cls" (its first token) or "mean".
+        classifier_dropout: 0.0, the classifiers' dropout.
         embedding_dropout: the dropout after the embeddings' LayerNorm.
         rope_scaling: must be null (bertfn turns by the plain rotary angles).
         position_embedding_type: "rotary".
@@ -104,6 +108,8 @@ class ModernBertConfig(BertConfig):
     decoder_bias: bool = True
     classifier_bias: bool = False
     classifier_activation: str = "gelu"
+    classifier_pooling: str = "cls"
+    classifier_dropout: float | None = 0.0
     embedding_dropout: float = 0.0
     rope_scaling: dict | None = None
     position_embedding_type: str = "rotary"
@@ -122,6 +128,8 @@ class ModernBertConfig(BertConfig):
         if self.rope_scaling is not None:
             raise ConfigError(f"config rope_scaling is {self.rope_scaling!r}; bertfn turns queries and keys by the "
                               "plain rotary angles (rope_scaling null), as every released ModernBERT does")
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise ConfigError(f"config classifier_pooling must be 'cls' or 'mean', got {self.classifier_pooling!r}")
         if self.classifier_activation not in ACTIVATIONS:
             raise ConfigError(f"config classifier_activation {self.classifier_activation!r} is not an activation "
                               f"bertfn knows; expected one of {sorted(ACTIVATIONS)}")
@@ -335,7 +343,7 @@ def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> di
         dense(f"{layer_}.intermediate.dense", (2 * I, H), config.mlp_bias)
         dense(f"{layer_}.output.dense", (H, I), config.mlp_bias)
     ln("bert.encoder.final_norm")
-    if "cls.predictions.transform.dense.weight" in present:
+    if "cls.predictions.decoder.weight" in present:  # a masked LM (a classifier holds head.* too, but no decoder)
         dense("cls.predictions.transform.dense", (H, H), config.classifier_bias)
         ln("cls.predictions.transform.LayerNorm")
         out["cls.predictions.decoder.weight"] = (V, H)
@@ -345,15 +353,17 @@ def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> di
 
 
 def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
-    """What loading does to a ModernBERT state: a bare ``ModernBertModel``'s keys get ``model.``, and the decoder
-    stored once as the word embeddings (tied) gets its own name, as transformers' state_dict shows it.
+    """What loading does to a ModernBERT state: a bare ``ModernBertModel``'s keys get ``model.``, and a masked LM's
+    decoder stored once as the word embeddings (tied) gets its own name, as transformers' state_dict shows it (a
+    classifier holds ``head.*`` too, and its ``classifier``, but no decoder).
 
     Args:
         state: a flat state_dict as read from a file.
         config: the model's config.
     """
     out = {("model." + k if k.startswith(("embeddings.", "layers.", "final_norm.")) else k): t for k, t in state.items()}
-    if "head.dense.weight" in out and "decoder.weight" not in out and "model.embeddings.tok_embeddings.weight" in out:
+    if "head.dense.weight" in out and "classifier.weight" not in out and "decoder.weight" not in out \
+            and "model.embeddings.tok_embeddings.weight" in out:
         out["decoder.weight"] = out["model.embeddings.tok_embeddings.weight"]
     return out
 
@@ -365,5 +375,5 @@ MODERNBERT = register(Family(
     layer=layer, layer_points=lambda config, i, optional: layer_points(
         config, i, attention_norm=i > 0, gate=True, optional=optional),
     final_norm=final_norm, window=lambda config, i: config.local_attention if is_local(i, config) else None,
-    rotary_base=rotary_base, gated=True,
+    rotary_base=rotary_base, gated=True, task_heads=HEADS,
 ))

@@ -9,7 +9,11 @@ RoBERTa is BERT except:
   ``lm_head.decoder`` (the word embeddings, stored once) and ``lm_head.bias`` (:func:`key`);
 * **the MLM head's activation** is exact GELU whatever ``hidden_act`` says (``RobertaLMHead``);
 * **its config's defaults**: pad 1, ``<s>`` 0, ``</s>`` 2 (:class:`RobertaConfig`); checkpoints have
-  one token type.
+  one token type;
+* **its sequence classifier** (:func:`classification_head`) reads ``<s>`` through a dense layer of its own, tanh and
+  ``out_proj``, where BERT's reads the pooler: RoBERTa was pretrained without next-sentence prediction, so no
+  trained pooler comes with it, and its classifier checkpoints hold none (its multiple-choice head is BERT's,
+  on a pooler trained with the task).
 
 Its tokenizer (byte-level BPE, ``<s> A </s></s> B </s>``, ``<mask>``) is the tokenizer's business
 (bertfn/checkpoint/tokenizer.py). XLM-RoBERTa is RoBERTa with a SentencePiece vocabulary of 250,002
@@ -25,9 +29,12 @@ import torch
 
 from .config import BertConfig
 from .embeddings import embeddings as bert_embeddings
-from .family import Family, normalizer, register, renamed
+from .family import Family, TaskHead, normalizer, register, renamed
+from .functional import ACTIVATIONS, dropout, linear
+from .heads import classifier_dropout
 from .params import Params
 from .recorder import NO_TRACE, Trace
+from .task_heads import first, linear_shapes
 
 Tensor = torch.Tensor
 
@@ -107,6 +114,46 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
     return bert_embeddings(p, input_ids, token_type_ids, position_ids, inputs_embeds, past_length, generator, trace)
 
 
+def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
+                        trace: Trace = NO_TRACE, activation: str = "tanh") -> Tensor:
+    """``RobertaClassificationHead``: the first token (``<s>``), dropout, ``dense``, tanh, dropout, ``out_proj``.
+
+    ESM-2's (``EsmClassificationHead``) is the same; ELECTRA's the same with GELU (``activation``).
+
+    Args:
+        params: the root view (reads ``classifier.dense.*`` (H, H) and ``classifier.out_proj.*`` (num_labels, H)).
+        h: (B, S, H) last hidden states.
+        mask: (B, S), unused (the head reads the first token).
+        generator: turns dropout on (training; ``config.classifier_dropout``, else ``hidden_dropout_prob``).
+        trace: records ``classifier.input``, ``classifier.dense``, ``classifier.activation``, ``classifier.logits``.
+        activation: the dense layer's activation (a name of :data:`~bertfn.model.functional.ACTIVATIONS`).
+
+    Returns:
+        (B, num_labels).
+    """
+    p = params.scope("classifier")
+    rate = classifier_dropout(params.config)
+    x = trace("classifier.input", h[:, 0])  # (B, H): <s>
+    x = dropout(x, rate, generator)
+    x = trace("classifier.dense", linear(x, p["dense.weight"], p["dense.bias"]))  # (B, H)
+    x = trace("classifier.activation", ACTIVATIONS[activation](x))
+    x = dropout(x, rate, generator)
+    return trace("classifier.logits", linear(x, p["out_proj.weight"], p["out_proj.bias"]))  # (B, num_labels)
+
+
+def classification_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+    """The keys of :func:`classification_head`: ``classifier.dense`` (H, H), ``classifier.out_proj`` (num_labels, H).
+
+    Args:
+        config: the model's config.
+    """
+    H = config.hidden_size
+    return {**linear_shapes("classifier.dense", H, H), **linear_shapes("classifier.out_proj", config.num_labels, H)}
+
+
+CLASSIFIER = TaskHead(classification_head, classification_shapes, first)
+"""RoBERTa's sequence-classification head, shared with ESM-2."""
+
 KEYS = (
     (r"bert\.", "roberta."),
     (r"cls\.predictions\.transform\.dense\.", "lm_head.dense."),
@@ -134,6 +181,7 @@ ROBERTA = register(Family(
                          (("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight"),
                           ("lm_head.decoder.bias", "lm_head.bias"))),
     embeddings=embeddings, position_ids=count_positions, head_act="gelu",
+    task_heads={"sequence-classification": CLASSIFIER},
 ))
 
 XLM_ROBERTA = register(replace(ROBERTA, name="XLM-RoBERTa", model_type="xlm-roberta"))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError, syntax
 from ..fast.batching import encoded_groups

@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import Encoding
 from ..model.recorder import NO_TRACE, Trace
 from .scoring import copies_of, log_probs, target_log_softmax

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..checkpoint.loading import Model
+from ..checkpoint.model import Model
 from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, require_tokenizer, text_list,
                                   texts_and_model)
 from ..checkpoint.tokenizer import Encoding, Tokenizer

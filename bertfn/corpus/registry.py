@@ -1,0 +1,128 @@
+"""The tasks a corpus can run, each plugged in by one :func:`register` line (the end of this file), and the
+callable class each gets for Ray Data and datasets.
+
+A *task* is a pipeline call that takes a list of texts (or of items of several inputs: a reader's question and
+context) and a model and returns one result per item, in order. :func:`register` makes it a task that
+:func:`~bertfn.corpus.runner.stream`, :func:`~bertfn.corpus.files.run_file` (``bertfn NAME --input``) and its
+:class:`Mapper` subclass run:
+
+    FillMask(model), Score(model), ...   callable classes for ray.data.Dataset.map_batches and
+                                         datasets.Dataset.map(batched=True): rows in, rows + result out
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.model import Model
+from ..errors import InputError
+from ..tasks.embed import embed, max_tokens
+from ..tasks.fill_mask import fill_mask
+from ..tasks.mutations import score_mutations
+from ..tasks.scoring import score
+from .runner import TASKS, Runner, Task, jsonable, relabel
+
+
+def register(name: str, function: Callable[..., object], probe: str | dict | Callable[[Model, dict], str | dict],
+             max_tokens: Callable[[Model, dict], int] | None = None, inputs: tuple[str, ...] = ("text",),
+             optional: tuple[str, ...] = ()) -> type[Mapper]:
+    """Make ``function`` a task named ``name``; returns its callable class for ``map_batches``.
+
+    ``Score = register("score", score, probe="a")`` (the end of this file) is all it takes: :func:`stream`,
+    :func:`run_file` (``bertfn NAME --input``) and the returned :class:`Mapper` subclass then run it.
+
+    Args:
+        name: the task's name, e.g. ``"fill-mask"`` (the class is named ``FillMask``).
+        function: ``function(texts, model, **options)`` -> one result per text, in order.
+        probe: as :attr:`Task.probe`: a text the function accepts, or ``(model, options) -> text``.
+        max_tokens: ``(model, options) -> the tokens per text the task reads at most``; None: the model's
+            positions.
+        inputs: as :attr:`Task.inputs`.
+        optional: as :attr:`Task.optional`.
+
+    Returns:
+        The task's callable class, a :class:`Mapper` subclass.
+    """
+    TASKS[name] = Task(name, function, probe, max_tokens, inputs, optional)
+    class_name = "".join(part.capitalize() for part in name.split("-"))  # "fill-mask" -> "FillMask"
+    return type(class_name, (Mapper,), {
+        "task": name, "__module__": __name__, "__qualname__": class_name,
+        "__doc__": f"The {name!r} task as a callable class for ray.data.Dataset.map_batches: see :class:`Mapper`."})
+
+
+class Mapper:
+    """A task as a callable class: a batch of rows in, the same rows with ``result`` and ``error`` out.
+
+    For ``ray.data.Dataset.map_batches`` (each worker builds one instance, so the model loads once
+    per worker) and ``datasets.Dataset.map(batched=True)``:
+
+        ds.map_batches(bertfn.corpus.FillMask, fn_constructor_kwargs={"model": "/models/bert", "top_k": 3},
+                       batch_size=256, concurrency=4)
+
+    A batch is a dict of columns (numpy arrays or lists) or a pandas DataFrame; what comes back is
+    of the same kind with two more columns: ``result``, the task's result for the row as JSON text
+    (what ``run_file`` writes under "result"; None where the text was refused), and ``error``, the
+    refusal's message or None. JSON text because results need not share one Arrow type (fill-mask
+    gives a list of answers for a text with one [MASK] and a list of such lists for several), and
+    Ray Data and datasets store columns in Arrow: a string column writes to Parquet or JSON as is.
+
+    A task of several inputs (a reader's question and context) reads each from the column of its name, or of
+    the name ``column`` gives it (``column={"context": "passage"}``).
+
+    Args:
+        model: as in :func:`open_model`.
+        column: the column that holds the texts; for a task of several inputs, ``{input: column}`` for those whose
+            column is not named as they are.
+        **options (Any): the task's (fill-mask: ``top_k``, ``targets``, ``truncation``, ...), and tokenizer,
+            lowercase, device, dtype as in :func:`open_model`.
+    """
+
+    task: str = ""  # set by register()
+
+    def __init__(self, model: Model | str | Path | None = None, *, column: str | dict[str, str] = "text",
+                 **options) -> None:
+        self.runner = Runner(self.task, model, **options)
+        inputs = self.runner.task.inputs
+        self.columns = {inputs[0]: column} if isinstance(column, str) else {n: column.get(n, n) for n in inputs}
+        self.optional = self.runner.task.optional
+
+    def __call__(self, batch):
+        values = {}
+        for name, column in self.columns.items():
+            try:
+                values[name] = [plain(v) for v in batch[column]]  # numpy's str_ -> str
+            except KeyError:
+                if name in self.optional:
+                    continue
+                raise InputError(f"the batch has no column {column!r} (it has {', '.join(map(repr, list(batch)))}); "
+                                 "pass column= naming the one that holds the texts") from None
+        if len(self.columns) == 1:
+            texts = values[next(iter(self.columns))]
+        else:
+            texts = [{n: v[i] for n, v in values.items()} for i in range(len(next(iter(values.values()))))]
+        results = [relabel(r, "the text") if isinstance(r, InputError) else r for r in self.runner(texts)]
+        out = batch.copy() if hasattr(batch, "iloc") else dict(batch)  # a pandas DataFrame, or a dict of columns
+        out["result"] = [None if isinstance(r, InputError) else json.dumps(jsonable(r), ensure_ascii=False)
+                         for r in results]
+        out["error"] = [str(r) if isinstance(r, InputError) else None for r in results]
+        return out
+
+
+def plain(value: object) -> object:
+    """A value of a Ray Data or datasets column as a task takes it: numpy's ``str_`` as ``str``, an array of texts as
+    a list of ``str``."""
+    if isinstance(value, str):
+        return str(value)
+    if hasattr(value, "tolist") and not isinstance(value, torch.Tensor):
+        return [str(v) for v in value.tolist()]
+    return value
+
+
+FillMask = register("fill-mask", fill_mask, probe=lambda m, options: m.tokenizer.mask_token)
+Embed = register("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
+Score = register("score", score, probe="a")
+ScoreMutations = register("score-mutations", score_mutations, probe=lambda m, options: options.get("reference") or "a")
