@@ -87,6 +87,17 @@ def require_tokenizer(m: Model, what: str) -> Tokenizer:
 def require_mlm_head(m: Model, what: str) -> None:
     """Check that ``m`` has the masked-LM head (``cls.predictions.*``) that ``what`` needs.
 
+def fits(m: Model) -> str:
+    """What model ``m`` is and which call runs it, for the message of a call that does not fit it:
+    ``"model 'sst2' is a DistilBertForSequenceClassification (2 labels: NEGATIVE, POSITIVE): use bertfn.classify"``.
+
+    Args:
+        m: the model.
+    """
+    python, cli = m.head.call
+    return f"model {m.name!r} is a {m.head}: use {syntax(python=python, cli=cli)}"
+
+
     Args:
         m: the model.
         what: the call that needs it, for the message.
@@ -100,12 +111,29 @@ def require_mlm_head(m: Model, what: str) -> None:
         raise MissingPartError(
             f"{what} needs the masked-LM head ({head}.*), and model {m.name!r} has none (an encoder-only "
             "checkpoint); load a *ForMaskedLM or *ForPreTraining checkpoint")
+        if m.head.task != "encoder":
+            raise MissingPartError(f"{what} needs a masked-LM head, and {fits(m)}")
 
 
 def _looks_like_text(s: object) -> bool:
     """A string with inner spaces or a [MASK] that names no file or folder here.
 
     Args:
+def require_head(m: Model, task: str, what: str) -> None:
+    """Check that ``m`` carries ``task``'s head (:attr:`Model.head`), which ``what`` runs.
+
+    Args:
+        m: the model.
+        task: one of :data:`~bertfn.model.task_heads.TASKS`.
+        what: the call that needs it, for the message.
+
+    Raises:
+        MissingPartError: the model carries another head or none, naming the call that runs it (:func:`fits`).
+    """
+    if m.head.task != task:
+        raise MissingPartError(f"{what} needs a {task} head, and {fits(m)}")
+
+
         s: what was passed.
     """
     if not (isinstance(s, str) and (any(c.isspace() for c in s.strip()) or "[MASK]" in s or "<mask>" in s)):

@@ -83,7 +83,8 @@ def add_file_options(parser: argparse.ArgumentParser, *, detail: bool = False, v
                        help="read the texts from FILE: one a line, or JSON Lines with --field; - for stdin")
     group.add_argument("--output", metavar="FILE", default="-",
                        help="write one JSON line per input line to FILE (default -: stdout)")
-    group.add_argument("--field", metavar="NAME", help="--input is JSON Lines whose field NAME holds the text")
+    group.add_argument("--field", metavar="NAME", nargs="+", help="--input is JSON Lines whose field NAME holds the "
+                       "text (a task of several inputs reads the fields named as its inputs: INPUT=NAME renames one)")
     group.add_argument("--resume", action="store_true",
                        help="continue an interrupted run after the last complete line of --output, once the run "
                             "record beside it (FILE.run.json) and every written line agree with this run")
@@ -108,10 +109,11 @@ def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
     instead, this run's or one kept from the run it resumed.
     """
     from ..corpus.files import run_file
+    from ..corpus.inputs import field_mapping
 
     if args.text:
         raise InputError("pass texts on the command line or --input FILE, not both")
-    summary = run_file(args.input, args.output, args.model, task=task, field=args.field, resume=args.resume,
+    summary = run_file(args.input, args.output, args.model, task=task, field=field_mapping(args.field), resume=args.resume,
                        retry_errors=args.retry_errors, flush_every=args.flush_every, echo=args.echo,
                        detail=getattr(args, "detail", True), formats=tuple(args.format),
                        progress=args.progress, tokenizer=args.tokenizer, lowercase=args.lowercase,
