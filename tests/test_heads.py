@@ -186,3 +186,43 @@ def test_the_fast_path_gives_each_text_the_reference_logits(case):
         want = bertfn_logits(model, task, one)
         want = tuple(t[0] for t in want) if isinstance(want, tuple) else want[0]
         check(fast[i], want)
+
+
+def test_a_trace_records_the_head_and_edits_reach_it(case):
+    """bertfn.trace runs the checkpoint's head after the encoder and records its points (those point_names lists for
+    it); a batch's recs[i] equals the text traced alone; an edit of the logits replaces them."""
+    from bertfn.model.recorder import point_names
+    from bertfn.model.task_heads import head_points
+
+    kind, task, hf, model = case
+    texts, _ = texts_of(kind)
+    points = head_points(model.config)
+    assert points and all(p in point_names(model.config) for p in points)
+    recs = bertfn.trace(texts[:3], model)
+    for i in range(3):
+        alone = bertfn.trace(texts[i], model)
+        assert all(p in alone.keys() for p in points)
+        for p in points:
+            torch.testing.assert_close(recs[i][p], alone[p], atol=1e-5, rtol=1e-5)
+    last = points[-1]  # classifier.logits or qa.end_logits
+    edited = bertfn.trace(texts[0], model, edits={last: lambda t, point: t * 0 + 7.0})
+    assert torch.all(edited[last] == 7.0)
+
+
+def test_a_trace_of_esm_records_its_contacts(tmp_path):
+    from bertfn.model.esm import contact_head
+    from family_checkpoints import save_member
+
+    save_member("esm", tmp_path)
+    model = bertfn.load(tmp_path)
+    recs = bertfn.trace(list(PROTEINS[:3]), model)
+    enc = model.tokenizer(list(PROTEINS[:3]))
+    out = bertfn.encoder(model, enc.input_ids, enc.attention_mask, output_attentions=True, impl="eager")
+    want = contact_head(model.params, enc.input_ids, torch.stack(out.attentions, 1), enc.attention_mask)
+    for i, protein in enumerate(PROTEINS[:3]):
+        r = len(protein)
+        got = torch.sigmoid(recs[i]["contacts.logits"][0])
+        assert got.shape == (r, r)
+        torch.testing.assert_close(got, want[i, :r, :r], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(recs[i]["contacts.logits"], bertfn.trace(protein, model)["contacts.logits"],
+                                   atol=1e-5, rtol=1e-5)

@@ -22,6 +22,7 @@ from ..errors import InputError
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import WEIGHT_POINTS, Trace
+from ..model.task_heads import TASKS, run_head
 
 Tensor = torch.Tensor
 
@@ -77,10 +78,12 @@ def padded_batch(tok: Tokenizer, texts: list[str], pairs: Sequence[str | None] |
 
 
 def record_pass(m: Model, ids: Tensor, types: Tensor, mask: Tensor, record: Trace) -> list[tuple[int, int]]:
-    """The encoder on the eager path, then the MLM head at every [MASK] (if the model has one), into ``record``.
+    """The encoder on the eager path, then the MLM head at every [MASK] (if the model has one), then the task head the
+    checkpoint carries (a classifier's, a tagger's, a reader's: :attr:`Model.head`) and a member's own head on the
+    attention maps (ESM-2's contacts), into ``record``.
 
-    The functions :func:`~bertfn.tasks.fill_mask.fill_mask` runs, in its order; the padding's positions are
-    masked out of attention and never read by the head.
+    The functions :func:`~bertfn.tasks.fill_mask.fill_mask` (and the pipelines of the heads) run, in their order;
+    the padding's positions are masked out of attention and never read by the heads.
 
     Args:
         m: the model.
@@ -93,11 +96,16 @@ def record_pass(m: Model, ids: Tensor, types: Tensor, mask: Tensor, record: Trac
         (text, position) of each [MASK], text by text: row n of ``mlm.*`` belongs to the n-th.
     """
     mask = mask.to(m.device)
+    own = m.family.attention_head
     with torch.no_grad():
-        out = encoder(m.params, ids, mask, types.to(m.device), impl="eager", trace=record)
+        out = encoder(m.params, ids, mask, types.to(m.device), impl="eager", trace=record, output_attentions=own is not None)
         where = ((ids == m.tokenizer.mask_token_id) & mask.bool()).nonzero()  # (N, 2): (text, position)
         if len(where) and "cls.predictions.decoder.weight" in m.params:
             mlm_head(m.params, out.last_hidden_state[where[:, 0], where[:, 1]], trace=record)  # (N, V)
+        if m.head.task in TASKS:
+            run_head(m.params, m.head.task, out.last_hidden_state, mask, trace=record)
+        if own is not None:
+            own(m.params, ids, out.attentions, mask, record)
     return [(text, position) for text, position in where.tolist()]
 
 
@@ -136,6 +144,10 @@ def text_tensors(tensors: dict[str, Tensor], i: int, length: int, mask_rows: lis
             if not rows:  # a text without [MASK]: its own pass never runs the head
                 continue
             x = x[rows]  # (N_i, X)
+        elif name.startswith("qa."):
+            x = x[i:i + 1, :n]  # (1, n): a reader's logit per token
+        elif name.startswith("contacts."):  # (B, [L*nh,] S-2, S-2): the text's residues, its <cls> and <eos> left out
+            x = x[i:i + 1, ..., :n - 2, :n - 2]
         elif x.dim() == 2:
             x = x[i:i + 1]  # (1, H)
         elif x.dim() == 3:

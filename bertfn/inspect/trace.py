@@ -44,7 +44,23 @@ name                                        shape             what it is
 ``pooler``                                  (B, H)            ``tanh(W h_[CLS] + b)``, if the model has one
 ``mlm.transform``                           (N, H)            MLM transform at the N ``[MASK]`` positions
 ``mlm.logits``                              (N, V)            vocabulary logits at those positions
+``classifier.input``                        (B, H)            a fine-tuned classifier's input: the first
+                                                              token's vector (ModernBERT's: pooled), where
+                                                              its head has a dense layer of its own
+``classifier.dense|activation``             (B, H)            that layer, and its tanh, ReLU or GELU
+``classifier.norm``                         (B, H)            ModernBERT's heads' LayerNorm
+``classifier.logits``                       (B, num_labels)   the classifier's logits (a tagger's:
+                                                              (B, S, num_labels); multiple choice: (B, 1))
+``qa.start_logits|end_logits``              (B, S)            a reader's logits of the answer's start, end
+``contacts.maps``                           (B, L*nh, n, n)   ESM-2's attention maps of the residues (n =
+                                                              S - 2), made symmetric
+``contacts.apc``                            (B, L*nh, n, n)   after the average product correction
+``contacts.logits``                         (B, n, n)         the contact head's logits
 ==========================================  ================  ==============================================
+
+The heads of a fine-tuned checkpoint (``model.head``: classifier, tagger, reader) run after the encoder and
+record their points, the BERT classifier's being ``pooler`` and ``classifier.logits``
+(:mod:`bertfn.model.task_heads`); an ESM-2 checkpoint with its contact head records ``contacts.*``.
 
 The family's members record the same names (DistilBERT has no ``embeddings.token_type``; ELECTRA's and
 ALBERT's embeddings are E wide up to ``embeddings.projected``): :func:`~bertfn.model.recorder.point_names`

@@ -33,7 +33,7 @@ from .functional import dropout, layer_norm, linear
 from .heads import classifier_dropout, question_answering, token_classification
 from .params import Params, scoped
 from .recorder import NO_TRACE, Trace
-from .task_heads import first, linear_shapes
+from .task_heads import DENSE_POINTS, SPAN_POINTS, first, linear_shapes, named
 
 Tensor = torch.Tensor
 
@@ -181,10 +181,12 @@ def pre_classifier_shapes(config: BertConfig, outputs: int) -> dict[str, tuple[i
 
 
 HEADS = {
-    "sequence-classification": TaskHead(pre_classifier_head, lambda c: pre_classifier_shapes(c, c.num_labels), first),
-    "token-classification": TaskHead(token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size)),
-    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size)),
-    "multiple-choice": TaskHead(pre_classifier_head, lambda c: pre_classifier_shapes(c, 1), first),
+    "sequence-classification": TaskHead(
+        pre_classifier_head, lambda c: pre_classifier_shapes(c, c.num_labels), DENSE_POINTS, first),
+    "token-classification": TaskHead(
+        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size), named("classifier.logits")),
+    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size), SPAN_POINTS),
+    "multiple-choice": TaskHead(pre_classifier_head, lambda c: pre_classifier_shapes(c, 1), DENSE_POINTS, first),
 }
 """DistilBERT's heads: every task's is its own."""
 

@@ -32,7 +32,7 @@ from .params import Params, as_params
 from .recorder import NO_TRACE, Trace
 from .roberta import classification_head as roberta_classification_head
 from .roberta import classification_shapes
-from .task_heads import first, linear_shapes
+from .task_heads import DENSE_POINTS, first, linear_shapes
 
 Tensor = torch.Tensor
 
@@ -245,6 +245,12 @@ def summary_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     return {**summary, **linear_shapes("classifier", 1, H)}
 
 
+def summary_points(config: BertConfig) -> tuple[str, ...]:
+    """The trace points of :func:`summary_scorer`: the dense layer and activation where the summary has them."""
+    return ("classifier.input", *(("classifier.dense",) if config.summary_use_proj else ()),
+            *(("classifier.activation",) if config.summary_activation else ()), "classifier.logits")
+
+
 KEYS = (
     (r"bert\.embeddings\.project\.", "electra.embeddings_project."),
     (r"bert\.", "electra."),
@@ -273,6 +279,6 @@ ELECTRA = register(Family(
     embeddings=factorized_embeddings, embedding_points=lambda config: factorized_points(config, config.embedding_size != config.hidden_size),
     head_act="gelu",
     heads={"discriminator head": DISCRIMINATOR[2]},
-    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, first),
-                "multiple-choice": TaskHead(summary_scorer, summary_shapes, first)},
+    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, DENSE_POINTS, first),
+                "multiple-choice": TaskHead(summary_scorer, summary_shapes, summary_points, first)},
 ))

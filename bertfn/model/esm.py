@@ -234,6 +234,26 @@ def contact_head(params: Params, input_ids: Tensor, attentions: Tensor, attentio
     return torch.sigmoid(trace("contacts.logits", logits))
 
 
+def contacts_of(params: Params, input_ids: Tensor, attentions: tuple[Tensor, ...], attention_mask: Tensor,
+                trace: Trace = NO_TRACE) -> Tensor | None:
+    """:func:`contact_head` on an encoder's attention probabilities, where the checkpoint has the head (ESM-2's
+    ``Family.attention_head``), else None.
+
+    Args:
+        params: the root view.
+        input_ids: (B, S).
+        attentions: L of (B, nh, S, S), as :func:`~bertfn.model.encoder.encoder` returns them.
+        attention_mask: (B, S) 1 for real tokens.
+        trace: records the head's points.
+
+    Returns:
+        (B, n, n) contact probabilities, n = S - 2, or None.
+    """
+    if "bert.contact_head.regression.weight" not in params:
+        return None
+    return contact_head(params, input_ids, torch.stack(attentions, dim=1), attention_mask, trace)  # (B, L, nh, S, S) in
+
+
 LAYER = r"bert\.encoder\.layer\.(\d+)\."
 KEYS = (
     (LAYER + r"attention_norm\.", r"esm.encoder.layer.\1.attention.LayerNorm."),
@@ -306,4 +326,5 @@ ESM = register(Family(
                                                                        optional=optional),
     final_norm=final_norm, rotary_base=lambda config, i: ROTARY_BASE,
     task_heads={"sequence-classification": CLASSIFIER}, tasks=("sequence-classification", "token-classification"),
+    head_points=lambda config: ("contacts.maps", "contacts.apc", "contacts.logits"), attention_head=contacts_of,
 ))

@@ -59,12 +59,15 @@ class TaskHead(NamedTuple):
         shapes: ``config -> {key: shape}``, the weights it reads by BERT's names (its own keys, e.g.
             ``classifier.out_proj.weight``, are the same under the member's names), the pooler included where it
             reads one.
+        points: ``config -> names`` of the trace points it passes its steps through, in order
+            (``classifier.input``, ..., ``classifier.logits``).
         first_only: ``config -> bool``: it reads each text's first position alone (a classifier on ``[CLS]``), so
             that the fast path can run the last layer at those positions only.
     """
 
     run: Callable[..., object]
     shapes: Callable[[BertConfig], dict[str, tuple[int, ...]]]
+    points: Callable[[BertConfig], tuple[str, ...]]
     first_only: Callable[[BertConfig], bool] = lambda config: False
 
 
@@ -94,6 +97,11 @@ class Family:
         gated: True where the feed-forward is gated (ModernBERT's GeGLU: ``intermediate.dense`` is (2I, H)).
         task_heads: ``{task: TaskHead}``, the member's heads where they are not BERT's.
         tasks: the tasks transformers has a head for in this member (None: BERT's four).
+        head_points: ``config -> names`` of the trace points of the member's own heads beyond the task heads
+            (ESM-2's contact head).
+        attention_head: a head of the member's that reads every layer's attention maps, ``(params, input_ids (B, S),
+            attentions (L of (B, nh, S, S)), attention_mask (B, S), trace) -> tensor``, or None where the weights lack
+            it (ESM-2's contact head); :func:`bertfn.trace` runs it after the encoder.
     """
 
     name: str  # as people write it: "RoBERTa"
@@ -115,6 +123,8 @@ class Family:
     gated: bool | None = None  # a gated feed-forward (ModernBERT's GeGLU); None: BERT's ungated one
     task_heads: Mapping[str, TaskHead] | None = None  # {task: its head}, where not BERT's
     tasks: tuple[str, ...] | None = None  # the tasks transformers has a head for (None: BERT's four)
+    head_points: Callable[[BertConfig], tuple[str, ...]] | None = None  # its own heads' trace points (ESM-2's contacts)
+    attention_head: Callable[..., object] | None = None  # a head on every layer's attention maps (ESM-2's contacts)
 
 
 BERT = Family("BERT", "bert", "bert.")

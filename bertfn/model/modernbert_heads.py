@@ -25,9 +25,13 @@ from .heads import classifier_dropout
 from .params import Params
 from .prenorm import norm
 from .recorder import NO_TRACE, Trace
-from .task_heads import linear_shapes
+from .task_heads import linear_shapes, named
 
 Tensor = torch.Tensor
+
+
+PREDICTION = ("classifier.dense", "classifier.activation", "classifier.norm")
+"""The points of :func:`prediction_head`."""
 
 
 def prediction_head(params: Params, x: Tensor, trace: Trace = NO_TRACE) -> Tensor:
@@ -146,9 +150,13 @@ def reads_first(config: BertConfig) -> bool:
 
 
 HEADS = {
-    "sequence-classification": TaskHead(classification_head, lambda c: head_shapes(c, c.num_labels), reads_first),
-    "token-classification": TaskHead(token_head, lambda c: head_shapes(c, c.num_labels)),
-    "question-answering": TaskHead(span_reader, lambda c: head_shapes(c, 2)),
-    "multiple-choice": TaskHead(classification_head, lambda c: head_shapes(c, 1), reads_first),
+    "sequence-classification": TaskHead(
+        classification_head, lambda c: head_shapes(c, c.num_labels), named("classifier.input", *PREDICTION, "classifier.logits"),
+        reads_first),
+    "token-classification": TaskHead(token_head, lambda c: head_shapes(c, c.num_labels), named(*PREDICTION, "classifier.logits")),
+    "question-answering": TaskHead(span_reader, lambda c: head_shapes(c, 2), named(*PREDICTION, "qa.start_logits", "qa.end_logits")),
+    "multiple-choice": TaskHead(
+        classification_head, lambda c: head_shapes(c, 1), named("classifier.input", *PREDICTION, "classifier.logits"),
+        reads_first),
 }
 """ModernBERT's heads: every task's is its own."""

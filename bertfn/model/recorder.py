@@ -248,6 +248,11 @@ WEIGHT_POINTS = ("scores", "scaled_scores", "masked_scores", "probs")
 
 FFN_POINTS = ("intermediate", "dense", "output")
 
+HEAD_POINTS: list[Callable[[BertConfig], list[str]]] = []
+"""Who lists the points of the heads above the encoder that a config's checkpoint carries (a classifier's
+``classifier.logits``, a reader's ``qa.start_logits``, ...): :mod:`bertfn.model.task_heads` adds its function when it
+is imported (the heads sit above this module)."""
+
 
 def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
     """Every point a full pass of a model with ``config`` can pass through, in order (the MLM head's last).
@@ -256,7 +261,9 @@ def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
     ones, ``crossattention.*`` only for decoders with cross-attention, ``pooler`` and ``mlm.*`` only
     when the model has those parts (listed here whatever the weights hold). A member with its own layer
     (ESM-2, ModernBERT) lists that layer's points (``attention.norm``, ``attention.q_rotated``, ``ffn.gate``,
-    ...: :func:`~bertfn.model.prenorm.layer_points`) and ``final_norm`` after the last layer.
+    ...: :func:`~bertfn.model.prenorm.layer_points`) and ``final_norm`` after the last layer. Last come the points
+    of the task head the config's ``architectures`` names (``classifier.input`` ... ``classifier.logits``,
+    ``qa.start_logits``, ...) and of a member's own heads (ESM-2's ``contacts.*``): :data:`HEAD_POINTS`.
 
     Args:
         config: the model's config.
@@ -273,7 +280,7 @@ def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
         names += ["embeddings.sum", "embeddings.output"]
     if family.layer_points is not None:  # a member's own layer (ESM-2's, ModernBERT's)
         names += [f"layer.{i}.{n}" for i in range(config.num_hidden_layers) for n in family.layer_points(config, i, optional)]
-        return names + (["final_norm"] if family.final_norm is not None else []) + ["pooler", "mlm.transform", "mlm.logits"]
+        return names + (["final_norm"] if family.final_norm is not None else []) + head_point_names(config)
     blocks = ["attention"] + (["crossattention"] if config.add_cross_attention else [])
     for i in range(config.num_hidden_layers):
         for block in blocks:
@@ -283,7 +290,17 @@ def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
                 if n != "relative_scores" or (block == "attention" and config.relative_positions):
                     names.append(f"layer.{i}.{block}.{n}")
         names += [f"layer.{i}.ffn.{n}" for n in FFN_POINTS] + [f"layer.{i}.output"]
-    return names + ["pooler", "mlm.transform", "mlm.logits"]
+    return names + head_point_names(config)
+
+
+def head_point_names(config: BertConfig) -> list[str]:
+    """The points above the encoder: ``pooler``, the MLM head's, then the task head's (:data:`HEAD_POINTS`).
+
+    Args:
+        config: the model's config.
+    """
+    names = ["pooler", "mlm.transform", "mlm.logits"]
+    return names + [n for points in HEAD_POINTS for n in points(config) if n not in names]
 
 
 def layer_input(config: BertConfig) -> str:

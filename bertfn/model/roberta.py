@@ -34,7 +34,7 @@ from .functional import ACTIVATIONS, dropout, linear
 from .heads import classifier_dropout
 from .params import Params
 from .recorder import NO_TRACE, Trace
-from .task_heads import first, linear_shapes
+from .task_heads import DENSE_POINTS, first, linear_shapes
 
 Tensor = torch.Tensor
 
@@ -151,7 +151,7 @@ def classification_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     return {**linear_shapes("classifier.dense", H, H), **linear_shapes("classifier.out_proj", config.num_labels, H)}
 
 
-CLASSIFIER = TaskHead(classification_head, classification_shapes, first)
+CLASSIFIER = TaskHead(classification_head, classification_shapes, DENSE_POINTS, first)
 """RoBERTa's sequence-classification head, shared with ESM-2."""
 
 KEYS = (

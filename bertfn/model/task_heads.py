@@ -36,7 +36,7 @@ from .config import BertConfig
 from .family import TaskHead, family_of
 from .heads import multiple_choice, pooler, question_answering, sequence_classification, token_classification
 from .params import Params
-from .recorder import NO_TRACE, Trace
+from .recorder import HEAD_POINTS, NO_TRACE, Trace
 
 Tensor = torch.Tensor
 
@@ -312,13 +312,46 @@ def first(config: BertConfig) -> bool:
     return True
 
 
+def named(*names: str):
+    """``config -> names``: the trace points of a head that passes the same ones whatever the config."""
+    return lambda config: names
+
+
+DENSE_POINTS = named("classifier.input", "classifier.dense", "classifier.activation", "classifier.logits")
+"""The points of a classifier that reads one vector through a dense layer of its own (RoBERTa's, DistilBERT's, ...)."""
+
+SPAN_POINTS = named("qa.start_logits", "qa.end_logits")
+"""The points of a reader: the answer span's start and end logits."""
+
+
+def head_points(config: BertConfig) -> list[str]:
+    """The trace points of the heads a checkpoint of ``config`` carries: its task head's, as its ``architectures``
+    names it, and the member's own heads' (ESM-2's contact head); listed by
+    :func:`~bertfn.model.recorder.point_names`.
+
+    Args:
+        config: the model's config.
+    """
+    architecture = config.architectures[0] if config.architectures else ""
+    task = next((t for suffix, t in SUFFIXES.items() if architecture.endswith(suffix)), None)
+    family = family_of(config)
+    own = list(family.head_points(config)) if family.head_points is not None else []
+    if task not in TASKS or task not in (family.tasks or TASKS):
+        return own
+    return list(task_head(config, task).points(config)) + own
+
+
 BERT_HEADS: dict[str, TaskHead] = {
     "sequence-classification": TaskHead(
         pooled_classifier, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", c.num_labels, c.hidden_size)},
-        first),
-    "token-classification": TaskHead(token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size)),
-    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size)),
+        named("pooler", "classifier.logits"), first),
+    "token-classification": TaskHead(
+        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size), named("classifier.logits")),
+    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size), SPAN_POINTS),
     "multiple-choice": TaskHead(
-        choice_scorer, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", 1, c.hidden_size)}, first),
+        choice_scorer, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", 1, c.hidden_size)},
+        named("pooler", "classifier.logits"), first),
 }
 """BERT's head of each task: :data:`TASKS` -> :class:`~bertfn.model.family.TaskHead`."""
+
+HEAD_POINTS.append(head_points)  # the trace's names above the encoder (bertfn.model.recorder.point_names) include the heads'
