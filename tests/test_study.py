@@ -238,6 +238,9 @@ def test_mistakes_get_errors_that_say_what_differs(tiny, metric):
         iv.sweep("the cat sat .", "the dog sat .", tiny, metric, progress=False)
     with pytest.raises(bertfn.InputError, match="over must be one of"):
         iv.sweep(CLEAN[0], CORRUPTED[0], tiny, metric, over="layers", progress=False)
+    for written_for_logits in (lambda x: x.sum(), lambda x: x * 2, lambda x: x.softmax(-1)[0, 5]):
+        with pytest.raises(bertfn.InputError, match="the metric treats the run as a tensor .* metric is metric\\(run\\)"):
+            iv.sweep(CLEAN[0], CORRUPTED[0], tiny, written_for_logits, progress=False)
     with pytest.raises(bertfn.InputError, match="layers must be layer numbers from 0 to 1"):
         iv.sweep(CLEAN[0], CORRUPTED[0], tiny, metric, layers=[2], progress=False)
     with pytest.raises(bertfn.InputError, match="has no heads to patch"):

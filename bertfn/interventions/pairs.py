@@ -138,6 +138,13 @@ def reads_of(metric: Metric, run: Recording) -> tuple[frozenset[str], float]:
                              f"[MASK]s, but {' '.join(run.tokens)!r:.80} has none; put [MASK] where the metric reads "
                              "(or read another point)") from None
         raise
+    except (AttributeError, TypeError) as e:  # run.sum(), run * 2, run[0]: a metric written for a tensor
+        if "Recording" not in str(e):
+            raise
+        raise InputError(f"the metric treats the run as a tensor ({type(e).__name__}: {e}); a metric is metric(run), "
+                         "run the pass's Recording read by point name, e.g. lambda run: run['mlm.logits'][0, right] - "
+                         "run['mlm.logits'][0, wrong] (or iv.logit_difference(right, wrong)); a function of the MLM "
+                         "logits becomes one with iv.at_masks(f)") from None
     if not isinstance(value, Tensor | float | int) or (isinstance(value, Tensor) and value.numel() != 1):
         got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
         raise InputError(f"the metric must return one number (a tensor of one element), got {got}")
