@@ -73,18 +73,19 @@ def multiply_adds(cfg, lengths: list[int], minicons_batch: int) -> dict[str, flo
 
 
 def plain_transformers(model, tokenizer):
-    """The plain transformers PLL of each text: its masked copies as one batch through ``BertForMaskedLM``."""
+    """The plain transformers PLL of each text: its masked copies as one batch through ``BertForMaskedLM``, on the
+    model's device."""
     import torch
 
     def run(texts: list[str]) -> list[float]:
         out = []
         for text in texts:
-            ids = tokenizer(text, return_tensors="pt").input_ids[0]  # (n,)
-            j = torch.arange(1, len(ids) - 1)  # every position but [CLS] and [SEP]
+            ids = tokenizer(text, return_tensors="pt").input_ids[0].to(model.device)  # (n,)
+            j = torch.arange(1, len(ids) - 1, device=ids.device)  # every position but [CLS] and [SEP]
             copies = ids.repeat(len(j), 1)  # (n - 2, n)
-            copies[torch.arange(len(j)), j] = tokenizer.mask_token_id
+            copies[torch.arange(len(j), device=ids.device), j] = tokenizer.mask_token_id
             with torch.inference_mode():
-                logits = model(input_ids=copies).logits[torch.arange(len(j)), j]  # (n - 2, V)
+                logits = model(input_ids=copies).logits[torch.arange(len(j), device=ids.device), j]  # (n - 2, V)
             out.append(logits.log_softmax(dim=-1).gather(1, ids[j, None]).sum().item())
         return out
 

@@ -9,10 +9,12 @@ the plain stack (.ci/run runs ``pytest -m "not needs_transformers"`` there).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
 import sys
+import weakref
 import zipfile
 from pathlib import Path
 
@@ -35,6 +37,93 @@ def kernel_cache(tmp_path_factory):
         del os.environ["BERTFN_KERNEL_CACHE"]
     else:
         os.environ["BERTFN_KERNEL_CACHE"] = old
+
+
+# --- the device the tests run on (issue 47) ---------------------------------------------------------------------
+
+DEVICE = os.environ.get("BERTFN_TEST_DEVICE", "").strip() or "cpu"
+"""Where the tests that take a device run: ``BERTFN_TEST_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``), the CPU when unset.
+
+Those tests (the parity tests of BERT and every member, fill-mask, score, substitution matrices, embed, trace, a
+sweep, the fp16/bf16 ones) load their models with ``bertfn.load(..., device=DEVICE)``, put transformers' oracle
+there (:func:`on_device`) and compare there; a test of a new task head takes the :func:`device` fixture. Every
+other test runs on the CPU whatever this says, and the few that only mean something there (oneDNN's kernels and
+the kernel choice) skip elsewhere, saying why (:func:`cpu_only`). A device that is not there fails the whole
+run at once (:func:`pytest_configure`): ``cuda`` must never quietly become a run on the CPU.
+"""
+
+ACCELERATOR = DEVICE.split(":")[0] != "cpu"
+"""Whether :data:`DEVICE` is something else than the CPU."""
+
+FP32_ATOL_OFF_CPU = 1e-4
+"""fp32 parity's absolute tolerance on a GPU, with TF32 off (:func:`pytest_configure`): cuBLAS and the fused
+attention kernels sum in other orders and blocks than the CPU's, and transformers and bertfn call different
+ones (SDPA's memory-efficient kernel, batched products), so 1e-5 would hold by luck; TF32 would give ~1e-3."""
+
+
+def fp32_atol(on_cpu: float) -> float:
+    """A parity test's fp32 tolerance on :data:`DEVICE`: ``on_cpu`` (the test's own) on the CPU, at least
+    :data:`FP32_ATOL_OFF_CPU` elsewhere."""
+    return max(on_cpu, FP32_ATOL_OFF_CPU) if ACCELERATOR else on_cpu
+
+
+_moved: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+
+
+def on_device(x):
+    """``x`` on :data:`DEVICE`: a tensor (or a tuple or list of them) moved; a transformers model (the oracle)
+    as it is on the CPU, else a copy moved there, made once per model (a session's fixture stays on the CPU
+    for the tests that use it there)."""
+    if isinstance(x, torch.Tensor):
+        return x.to(DEVICE)
+    if isinstance(x, (tuple, list)):
+        return type(x)(on_device(t) for t in x)
+    if not ACCELERATOR:
+        return x
+    if x not in _moved:
+        _moved[x] = copy.deepcopy(x).to(DEVICE)
+    return _moved[x]
+
+
+def cpu_only(why: str):
+    """A mark that skips a test when :data:`DEVICE` is not the CPU, saying why it means nothing there."""
+    return pytest.mark.skipif(ACCELERATOR, reason=f"BERTFN_TEST_DEVICE={DEVICE}: runs on the CPU only: {why}")
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    """:data:`DEVICE`, for a test that runs on it (a task head's parity test: ``bertfn.load(folder, device=device)``,
+    ``on_device(hf)``, inputs moved there, tolerances by :func:`fp32_atol`)."""
+    return DEVICE
+
+
+def pytest_configure(config):
+    """Check :data:`DEVICE` before anything is collected; on CUDA, turn TF32 off (fp32 means fp32)."""
+    try:
+        where = torch.device(DEVICE)
+    except RuntimeError as e:
+        raise pytest.UsageError(f"BERTFN_TEST_DEVICE={DEVICE!r} is not a device torch knows ({e}); "
+                                "use cpu or cuda (cuda:N for another GPU)") from None
+    if where.type not in ("cpu", "cuda"):
+        raise pytest.UsageError(f"BERTFN_TEST_DEVICE={DEVICE!r}: the tests run on cpu or cuda, not {where.type}")
+    if where.type == "cuda":
+        if not torch.cuda.is_available():
+            raise pytest.UsageError(
+                f"BERTFN_TEST_DEVICE={DEVICE!r}, but this torch ({torch.__version__}, CUDA {torch.version.cuda}) sees "
+                "no GPU; refusing to run the device tests on the CPU instead. Install a CUDA build of torch "
+                "(pip install torch==2.13.0 on Linux) on a machine with an NVIDIA driver, or unset the variable")
+        if (where.index or 0) >= torch.cuda.device_count():
+            raise pytest.UsageError(f"BERTFN_TEST_DEVICE={DEVICE!r}, but this machine has "
+                                    f"{torch.cuda.device_count()} GPU(s)")
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 products in fp32: parity within FP32_ATOL_OFF_CPU
+        torch.backends.cudnn.allow_tf32 = False
+
+
+def pytest_report_header(config):
+    if not ACCELERATOR:
+        return f"bertfn test device: {DEVICE} (BERTFN_TEST_DEVICE)"
+    return (f"bertfn test device: {DEVICE}, {torch.cuda.get_device_name(torch.device(DEVICE))}; torch "
+            f"{torch.__version__}, CUDA {torch.version.cuda}; TF32 off, fp32 parity within {FP32_ATOL_OFF_CPU}")
 
 
 BROWSER_FIXTURES = {"chromium", "browser"}  # tests/test_explorer.py's: Playwright driving Debian's Chromium

