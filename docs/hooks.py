@@ -16,6 +16,11 @@ contents and the 404 page (docs/development.md, "These pages").
   ``everything-at-once-bertfntrace``. The table of contents is made again here from the headings of the
   page as it was written, so every entry links to an id that is on the page (and strict mode checks links
   into notebooks against those ids).
+- **Notebooks' links to the pages.** A notebook links a page as GitHub and Jupyter find it from notebooks/
+  (``../docs/guides/interventions.md``); mkdocs-jupyter writes the link as it is, which on the site points
+  nowhere. It is made the page's address here, and a link to a page that does not exist fails the build.
+- **Wide tables.** A table inside ``<div class="wide-table" markdown>`` (docs/stylesheets/extra.css lays it
+  out row by row) gets its column's name on each cell, as ``data-label``, which the styles show above the cell.
 - **The 404 page.** Its links are absolute, made from ``site_url``'s path (``/bertfn/``), which works where
   the site is served under that path but not from a server's root (``python -m http.server`` in site/).
   The page is rewritten with relative links under a ``<base>`` at the site's root: ``site_url``'s path,
@@ -51,6 +56,8 @@ NBCONVERT_MATHJAX = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax con
 NBCONVERT_MERMAID = re.compile(r'<script type="module">(?:(?!</script>).)*?jp-Mermaid.*?<!-- End of mermaid configuration -->',
                                re.S)
 HEADING = re.compile(r"h[1-6]")
+PAGE_LINK = re.compile(r'href="(?![a-z][\w+.-]*:|#|/)([^"#]*\.md)(#[^"]*)?"')  # a relative link to a Markdown file
+WIDE_TABLE = re.compile(r'(<div class="wide-table">\s*<table>)(.*?)(</table>)', re.S)
 
 
 def antiberty_folder() -> Path:
@@ -118,11 +125,49 @@ class Headings(HTMLParser):
             self.open["text"].append(data)
 
 
+def label_wide_tables(content: str, page) -> str:
+    """Each body cell of a table in ``<div class="wide-table" markdown>`` with its column's name as ``data-label``."""
+    def label(m: re.Match) -> str:
+        head, _, body = m.group(2).partition("</thead>")
+        names = [html.unescape(re.sub(r"<[^>]+>", "", th)).strip() for th in re.findall(r"<th[^>]*>(.*?)</th>", head, re.S)]
+
+        def row(r: re.Match) -> str:
+            cells = iter(names)
+
+            def cell(_: re.Match) -> str:
+                name = next(cells, "")
+                return f'<td data-label="{html.escape(name)}"' if name else "<td"
+            return re.sub(r"<td(?=[\s>])", cell, r.group(0))
+        return m.group(1) + head + "</thead>" + re.sub(r"<tr>.*?</tr>", row, body, flags=re.S) + m.group(3)
+
+    content, tables = WIDE_TABLE.subn(label, content)
+    if tables != content.count('class="wide-table"'):
+        raise PluginError(f'{page.file.src_uri}: a <div class="wide-table" markdown> holds no table (a blank line must '
+                          "come before the table and after it)")
+    return content
+
+
+def notebook_links(content: str, page, files) -> str:
+    """A notebook's relative links to Markdown files, written from notebooks/ (``../docs/guides/tracing.md``), as
+    the site's addresses of those pages, relative to the notebook's page."""
+    notebook = Path(page.file.abs_src_path).resolve().parent  # notebooks/, which docs/notebooks links to
+
+    def link(m: re.Match) -> str:
+        target = (notebook / m.group(1)).resolve()
+        found = next((f for f in files.documentation_pages() if Path(f.abs_src_path).resolve() == target), None)
+        if found is None:
+            raise PluginError(f"{page.file.src_uri} links to {m.group(1)}, which is no page of the site")
+        return f'href="{found.url_relative_to(page.file)}{m.group(2) or ""}"'
+
+    return PAGE_LINK.sub(link, content)
+
+
 def on_page_content(content, page, config, files):
-    """A notebook page: without nbconvert's loaders, its table of contents made from its own headings."""
+    """A Markdown page: its wide tables labelled. A notebook page: without nbconvert's loaders, its links to the
+    pages made the site's, its table of contents made from its own headings."""
     if not page.file.src_uri.endswith(".ipynb"):
-        return content
-    content = NBCONVERT_MERMAID.sub("", NBCONVERT_MATHJAX.sub("", content))
+        return label_wide_tables(content, page)
+    content = notebook_links(NBCONVERT_MERMAID.sub("", NBCONVERT_MATHJAX.sub("", content)), page, files)
     parser = Headings()
     parser.feed(content)
     page.toc = get_toc(nest_toc_tokens(parser.tokens))

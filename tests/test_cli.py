@@ -1,15 +1,17 @@
-"""The bertfn command: a readable table, JSON shaped like the pipeline, one-line errors."""
+"""The bertfn command: a readable table, JSON shaped like the pipeline, one-line errors, and each
+subcommand's help: a description, an example and its own options only."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
 import bertfn
-from bertfn.cli import main
+from bertfn.cli import COMMANDS, build_parser, main
 
 
 def test_table(mlm_checkpoint, capsys):
@@ -77,3 +79,39 @@ def test_a_closed_pipe_stops_quietly(mlm_checkpoint):
     proc.stdout.close()
     assert proc.wait(timeout=120) == 141
     assert proc.stderr.read() == b""
+
+
+# Options that belong to one subcommand's task (the model options and the file options are shared, and --pair,
+# --top-k, --head, ... mean something in several): the help of every other subcommand must not list them
+# (issue 49: fill-mask's listed --per-token, --pooling, --no-detail).
+OWN_OPTIONS = {
+    "fill-mask": ["--targets", "--joint", "--beam-width"],
+    "score": ["--method", "--per-token", "--reference", "--pll-change", "--wt-marginal", "--matrix", "--no-detail"],
+    "embed": ["--pooling", "--normalize", "--max-length"],
+    "attention": ["--layer", "--scale"],
+}
+
+
+def help_of(command: str, capsys) -> str:
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_each_subcommands_help_has_a_description_an_example_and_only_its_own_options(command, capsys):
+    text = help_of(command, capsys)
+    usage, description = text.split("\n\n")[:2]  # the usage, then the description: a sentence or more
+    assert description[0].isupper() and description.endswith(".") and not description.startswith("positional"), text
+    assert f"\nexample:\n  bertfn {command} " in text, text
+    listed = set(re.findall(r"--[a-z][\w-]*", usage))  # the usage line names every option, and nothing else does
+    for other, options in OWN_OPTIONS.items():
+        for option in options:
+            assert (option in listed) == (other == command), f"bertfn {command} --help, {option} ({other}'s option)"
+    formats = re.search(r"--format \{([\w,]+)\}", usage)
+    if formats:  # only embed's results are vectors, which --format npy writes as one array
+        assert set(formats.group(1).split(",")) == ({"jsonl", "npy", "parquet"} if command == "embed" else {"jsonl", "parquet"})
+    parser = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    undescribed = [a.option_strings or a.dest for a in parser._actions if not a.help]
+    assert not undescribed, f"bertfn {command}: options with no description: {undescribed}"

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ from safetensors.torch import load_file, save_file
 
 import bertfn
 from bertfn.cli import main
-from bertfn.tasks.fill_mask import mask_windows, window_around_masks
+from bertfn.tasks.fill_mask import mask_windows, require_masks, window_around_masks
 
 # --- inputs to fill_mask -------------------------------------------------------------------------
 
@@ -53,6 +54,18 @@ def test_several_masks_give_one_list_per_mask(model, pipe):
     mine, theirs = bertfn.fill_mask(text, model, top_k=3), pipe(text, top_k=3)
     assert len(mine) == 3 and all(len(per_mask) == 3 for per_mask in mine)
     assert [[a["token"] for a in m] for m in mine] == [[a["token"] for a in m] for m in theirs]
+
+
+def test_text_with_the_other_spelling_of_the_mask_says_whose_it_is(model, tmp_path):
+    """Issue 49: a text that holds <mask> for a model that spells it [MASK] (or the reverse) is told so."""
+    with pytest.raises(bertfn.InputError, match=r"text 0 has no \[MASK\] token: 'a <mask> \.'; <mask> is RoBERTa's and "
+                                                r"ESM-2's spelling and this model's is \[MASK\]; put \[MASK\] where"):
+        bertfn.fill_mask("a <mask> .", model)
+    esm = ["<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO.-", "<null_1>", "<mask>"]  # ESM-2's vocab.txt
+    (tmp_path / "vocab.txt").write_text("\n".join(esm) + "\n")
+    with pytest.raises(bertfn.InputError, match=r"text 1 has no <mask> token: 'MK\[MASK\]L'; \[MASK\] is BERT's spelling "
+                                                r"and this model's is <mask>; put <mask> where"):
+        require_masks(bertfn.Tokenizer.from_path(tmp_path / "vocab.txt"), ["MK<mask>L", "MK[MASK]L"])
 
 
 @pytest.mark.parametrize("text", ["", " ", "\t\n", "\u3000\u00a0"])
@@ -629,12 +642,27 @@ def test_cli_warnings_are_one_line(capsys, ckpt):
     assert err == "bertfn: warning: target 'Red' is not in the vocabulary; using its word piece 'red' instead\n"
 
 
+def test_cli_checks_the_texts_before_the_load_and_its_warnings(capsys, ckpt, tmp_path):
+    """Issue 49: an empty text fails before the model loads (here: a model that does not exist); a text without
+    the mask token fails alone, with none of the load's warnings (a key no BERT part reads) before its error."""
+    code, out, err = run_cli(capsys, "fill-mask", "the [MASK] sat .", " ", "--model", str(tmp_path / "none"))
+    assert code == 2 and out == ""
+    assert_one_line(err, "text 1 is empty; write a sentence with the mask token")
+    edit_weights(ckpt, lambda state: state.update({"cls.species.weight": torch.zeros(2, 8)}))
+    code, out, err = run_cli(capsys, "fill-mask", "the [MASK] sat .", "the <mask> sat .", "--model", str(ckpt))
+    assert code == 2 and out == ""
+    assert_one_line(err, "text 1 has no [MASK] token", "<mask> is RoBERTa's and ESM-2's spelling")
+    code, out, err = run_cli(capsys, "fill-mask", "the [MASK] sat .", "--model", str(ckpt))
+    assert code == 0 and "rank" in out
+    assert err.startswith("bertfn: warning: ") and "cls.species.*" in err and err.count("\n") == 1, err
+
+
 def test_cli_unexpected_failure_is_one_line_exit_1(capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("something deep\nwent wrong")
 
     monkeypatch.setattr("bertfn.tasks.fill_mask.fill_mask", broken)
-    monkeypatch.setattr("bertfn.cli.fill_mask.model_from_args", lambda args, *_, **__: None)
+    monkeypatch.setattr("bertfn.cli.fill_mask.model_from_args", lambda args, *_, **__: SimpleNamespace(tokenizer=None))
     monkeypatch.delenv("BERTFN_DEBUG", raising=False)
     code, out, err = run_cli(capsys, "fill-mask", "a [MASK]")
     assert code == 1 and out == ""
@@ -649,7 +677,7 @@ def test_cli_ctrl_c(capsys, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("bertfn.tasks.fill_mask.fill_mask", interrupted)
-    monkeypatch.setattr("bertfn.cli.fill_mask.model_from_args", lambda args, *_, **__: None)
+    monkeypatch.setattr("bertfn.cli.fill_mask.model_from_args", lambda args, *_, **__: SimpleNamespace(tokenizer=None))
     code, _, err = run_cli(capsys, "fill-mask", "a [MASK]")
     assert code == 130 and err == "bertfn: error: interrupted\n"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 
 from ..errors import InputError
 from ..fast.choice import pack_state
@@ -50,7 +51,8 @@ def joint_table(text: str, fills: list) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tasks.fill_mask import fill_mask
+    from ..checkpoint.resolve import text_list
+    from ..tasks.fill_mask import fill_mask, require_masks
 
     options = dict(top_k=args.top_k, targets=args.targets, truncation=args.truncation, batch_size=args.batch_size,
                    joint=args.joint, beam_width=args.beam_width)
@@ -58,7 +60,16 @@ def run(args: argparse.Namespace) -> int:
         return run_file_command(args, "fill-mask", **options)
     if not args.text:
         raise InputError("pass at least one text with the model's mask token ([MASK] or <mask>), or --input FILE; see 'bertfn fill-mask --help'")
-    results = fill_mask(list(args.text), model_from_args(args, pack_state), **options)
+    texts, _ = text_list(list(args.text), "fill_mask")  # an empty text fails before the model loads
+    # The mask token is the tokenizer's, which loads with the weights: the load's warnings (a checkpoint's
+    # unused keys, ...) wait until the texts are checked, so that a text the model cannot fill gets its error alone.
+    with warnings.catch_warnings(record=True) as loading:
+        model = model_from_args(args, pack_state)
+    if model.tokenizer:  # without one, fill_mask says so, after the load's warning that tells where one may be
+        require_masks(model.tokenizer, texts)
+    for w in loading:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    results = fill_mask(texts, model, **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
