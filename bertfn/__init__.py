@@ -54,19 +54,26 @@ from .model.heads import (
 )
 from .model.params import Params
 from .model.recorder import Trace
+from .tasks.classify import classify
+from .tasks.choose import choose
+from .tasks.contacts import contacts
 from .tasks.embed import embed
 from .tasks.fill_mask import fill_mask
 from .tasks.mutations import Substitutions, score_mutations, substitution_matrix
 from .tasks.replaced import replaced_tokens
 from .tasks.scoring import score
+from .tasks.rerank import rerank
+from .tasks.zero_shot import zero_shot
+from .tasks.tag import tag
+from .tasks.answer import answer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BertConfig", "BertfnError", "BertfnWarning", "Cache", "CheckpointError", "ConfigError", "DependencyError", "EncoderOutput",
-    "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Recordings", "Tokenizer", "Trace", "attention", "eager_attention", "embeddings",
+    "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Recordings", "Tokenizer", "Trace", "attention", "choose", "classify", "contacts", "eager_attention", "embeddings",
     "embed", "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
     "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "replaced_tokens", "score", "score_mutations", "sdpa_attention",
     "sequence_classification", "Substitutions", "substitution_matrix", "token_classification", "trace", "plots", "interventions",
-    "UnknownTokensWarning", "UnusedWeightsWarning",
+    "UnknownTokensWarning", "UnusedWeightsWarning", "tag", "rerank", "zero_shot", "answer",
 ]

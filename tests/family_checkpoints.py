@@ -382,6 +382,12 @@ def save_member(kind: str, folder: Path, seed: int = 0, model_class: str | None 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
+    # the tokenizer is shared by every test of the process (member_tokenizer): a call that padded on the left leaves
+    # its backend's padding set so, which tokenizer.json would keep; every folder gets it as trained
+    tokenizer.padding_side = "right"
+    if getattr(tokenizer, "_tokenizer", None) is not None:
+        tokenizer._tokenizer.no_padding()
+        tokenizer._tokenizer.no_truncation()
     tokenizer.save_pretrained(folder)
     return model
 

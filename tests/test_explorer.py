@@ -277,7 +277,7 @@ def random_member(config: bertfn.BertConfig, folder: Path, seed: int = 0) -> ber
     the member's own names) and the vocab.txt in ``folder``: no transformers, so the quick run and the plain
     install take it."""
     g = torch.Generator().manual_seed(seed)
-    head = Params({}, config).key("cls.predictions.transform.dense.weight")  # the member's name for it: the head counts
+    head = Params({}, config).key("cls.predictions.decoder.weight")  # the member's name for it: the head counts
     shapes = checkpoint_shapes(config, {head: torch.empty(0)})
     state = {key: torch.randn(shape, generator=g) * 0.3 for key, shape in shapes.items()}
     return bertfn.Model(config, state, bertfn.Tokenizer.from_path(folder / "vocab.txt"), "random")

@@ -252,3 +252,19 @@ def test_a_patching_sweep_is_the_run_patched_at_that_slice(member):
         for k in (0, 4, len(clean_rec.tokens) - 2):
             edited = bertfn.trace(corrupted, model, edits=iv.patch(clean_rec, f"layer.{i}.output", positions=k))
             assert abs(result.values[i, k].item() - metric(edited).item()) < 1e-5
+
+
+def test_each_member_reads_as_many_tokens_as_its_positions_hold(member):
+    """RoBERTa's positions start at padding_idx + 1, so its 66 rows hold 64 tokens (roberta-base: 514, 512): a window
+    cut for a longer text fits, and every length error names that number (issue 46's edge)."""
+    from bertfn.model.family import longest_input
+
+    kind, _, tok, model, folder = member
+    fits = 64 if kind in ("roberta", "xlm-roberta") else model.config.max_position_embeddings
+    assert longest_input(model.config) == fits
+    text = " ".join(["the cat sat on the mat ."] * 20) + f" {tok.mask_token} ."
+    assert len(bertfn.fill_mask(text, model, truncation=True, top_k=2)) == 2  # the window fits: no position error
+    with pytest.raises(bertfn.InputError, match=f"reads at most {fits}; shorten it"):
+        bertfn.fill_mask(text, model)
+    with pytest.raises(bertfn.InputError, match=f"reads at most {fits}"):
+        bertfn.score(text.replace(tok.mask_token, "dog"), model)

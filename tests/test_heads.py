@@ -46,14 +46,17 @@ def case(request, tmp_path_factory):
 def batch(kind: str, task: str, side: str) -> dict:
     """The transformers tokenizer's padded batch (``side`` padding) for ``task``: pairs for a sequence classifier
     and a reader, (2 prompts x 3 choices) flattened for multiple choice."""
-    tok = member_tokenizer(kind)
-    tok.padding_side = side
+    tok = member_tokenizer(kind)  # shared by every test of the process: its padding side is put back
     texts, pairs = texts_of(kind)
     if task == "multiple-choice":
         texts, pairs = [texts[0]] * 3 + [texts[1]] * 3, pairs[:3] * 2
     elif task == "token-classification":
         pairs = None
-    return dict(tok(texts, pairs, padding=True, return_tensors="pt"))
+    tok.padding_side = side
+    try:
+        return dict(tok(texts, pairs, padding=True, return_tensors="pt"))
+    finally:
+        tok.padding_side = "right"
 
 
 def hf_logits(hf, task: str, enc: dict):
@@ -154,7 +157,6 @@ def test_sequence_classifiers_of_any_config(tmp_path_factory, kind, labels, prob
     model = bertfn.load(folder)
     assert model.head.problem_type == (problem or ("regression" if labels == 1 else "single_label_classification"))
     tok = member_tokenizer(kind)
-    tok.padding_side = "right"
     texts, seconds = texts_of(kind)
     enc = dict(tok(texts, seconds if pairs else None, padding=True, return_tensors="pt"))
     check(bertfn_logits(model, "sequence-classification", enc), hf_logits(hf, "sequence-classification", enc))
@@ -226,3 +228,27 @@ def test_a_trace_of_esm_records_its_contacts(tmp_path):
         torch.testing.assert_close(got, want[i, :r, :r], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(recs[i]["contacts.logits"], bertfn.trace(protein, model)["contacts.logits"],
                                    atol=1e-5, rtol=1e-5)
+
+
+def test_a_packed_state_runs_every_head(case):
+    """Where the fast path packs the weights (pack_state, what a call by name does), the heads' weights stay as
+    stored, so that their reference functions read them: the same logits as the plain model."""
+    from bertfn.fast.batching import head_outputs
+    from bertfn.fast.choice import pack_state
+    from test_fast_path import forced, needs_onednn  # noqa: F401
+
+    kind, task, hf, model = case
+    texts, _ = texts_of(kind)
+    enc = model.tokenizer(texts)
+    lengths = enc.attention_mask.sum(1).tolist()
+    with torch.inference_mode():
+        plain = head_outputs(model, enc, lengths, task, batch_size=4)
+    with forced("onednn-packed"):
+        packed = bertfn.Model(model.config, dict(model.state), model.tokenizer, model.name)
+        if not pack_state(packed.state):
+            pytest.skip("oneDNN cannot pack here")
+        assert any(t.is_mkldnn for t in packed.state.values())
+        with torch.inference_mode():
+            got = head_outputs(packed, enc, lengths, task, batch_size=4)
+    for g, w in zip(got, plain):
+        check(g, w)

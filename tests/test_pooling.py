@@ -129,7 +129,7 @@ def test_a_hub_models_sentence_settings_come_with_it(tiny_folder, tmp_path, monk
     (dict(pooling="sum"), r"pooling must be one of 'mean', 'cls', 'max', got 'sum'"),
     (dict(normalize="yes"), r"normalize must be True or False"),
     (dict(batch_size=0), r"batch_size must be a positive integer"),
-    (dict(max_length=1), r"max_length must be an integer from 2 to 64 \(the model's positions\), got 1"),
+    (dict(max_length=1), r"max_length must be an integer from 2 to 64 \(the tokens the model reads\), got 1"),
     (dict(max_length=65), r"max_length must be an integer from 2 to 64"),
 ])
 def test_bad_arguments(kwargs, message, tiny):

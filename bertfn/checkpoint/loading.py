@@ -35,7 +35,8 @@ from .weights import read_weights
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
-                   "sentence_bert_config.json")  # sentence-transformers' max_seq_length, read by bertfn.embed
+                   "sentence_bert_config.json",  # sentence-transformers' max_seq_length, read by bertfn.embed
+                   "config_sentence_transformers.json")  # a cross-encoder's activation, read by bertfn.rerank
 
 
 # --- finding files --------------------------------------------------------------------------------

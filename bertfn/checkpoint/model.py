@@ -17,6 +17,7 @@ from ..model.family import family_of
 from ..model.params import Params
 from ..model.task_heads import Head, head_of
 from .dtypes import resolve_dtype
+from .state import extra_heads
 from .tokenizer import Tokenizer
 
 
@@ -94,6 +95,13 @@ class Model:
         labels; ``str(model.head)`` says it in a line."""
         return head_of(self.config, self.state)
 
+    @cached_property
+    def extra_heads(self) -> dict[str, int]:
+        """The linear heads on the pooled output that the checkpoint holds beside its own parts, ``{key prefix:
+        outputs}`` (:func:`~bertfn.checkpoint.state.extra_heads`): AntiBERTy's ``{"cls.chain": 2, "cls.graft": 2,
+        "cls.species": 6}``; ``bertfn.classify(texts, model, head="cls.species", labels=[...])`` runs one."""
+        return extra_heads(self.config, self.state)
+
     def __repr__(self) -> str:
         """A summary (the full state would print every weight): sizes, parts, precision, device, tokenizer."""
         c = self.config
@@ -104,6 +112,7 @@ class Model:
                                         ("contact head", "bert.contact_head.regression.weight")) if key in root]
         if self.head.task not in ("masked-lm", "pretraining", "causal-lm", "encoder", "next-sentence"):
             parts.append(f"{self.head.task.replace('-', ' ')} head")
+        parts += [f"extra heads {', '.join(f'{k} ({n})' for k, n in self.extra_heads.items())}"] if self.extra_heads else []
         tok = "none" if not self.tokenizer else \
             f"{self.tokenizer.vocab_size} tokens{', lowercased' if self.tokenizer.lowercase else ''}"
         return (f"Model({self.name!r}: {self.family.name}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads, hidden "

@@ -51,7 +51,10 @@ def get_model(model: Model | str | Path | None, device: str | torch.device | Non
     """
     dtype = resolve_dtype(dtype)
     if isinstance(model, Model):
-        same_device = device is None or model.device == torch.device(device)
+        want = None if device is None else torch.device(device)
+        if want is not None and want.type == "cuda" and want.index is None and torch.cuda.is_available():
+            want = torch.device("cuda", torch.cuda.current_device())  # "cuda" is the current GPU: cuda:0 is already there
+        same_device = want is None or model.device == want
         return model if same_device and dtype in (None, model.dtype) else model.to(device, dtype)
     if isinstance(model, (Params, dict)):
         raise InputError(f"this call reads text, so it needs a loaded model with its tokenizer, got {type(model).__name__}; "
@@ -84,9 +87,6 @@ def require_tokenizer(m: Model, what: str) -> Tokenizer:
     return m.tokenizer
 
 
-def require_mlm_head(m: Model, what: str) -> None:
-    """Check that ``m`` has the masked-LM head (``cls.predictions.*``) that ``what`` needs.
-
 def fits(m: Model) -> str:
     """What model ``m`` is and which call runs it, for the message of a call that does not fit it:
     ``"model 'sst2' is a DistilBertForSequenceClassification (2 labels: NEGATIVE, POSITIVE): use bertfn.classify"``.
@@ -95,30 +95,31 @@ def fits(m: Model) -> str:
         m: the model.
     """
     python, cli = m.head.call
-    return f"model {m.name!r} is a {m.head}: use {syntax(python=python, cli=cli)}"
+    named = str(m.head)
+    return f"model {m.name!r} is a{'n' * (named[:1] in 'AEIOU')} {named}: use {syntax(python=python, cli=cli)}"
 
+
+def require_mlm_head(m: Model, what: str) -> None:
+    """Check that ``m`` has the masked-LM head (``cls.predictions.*``) that ``what`` needs.
 
     Args:
         m: the model.
         what: the call that needs it, for the message.
 
     Raises:
-        MissingPartError: the model has no masked-LM head (an encoder-only checkpoint).
+        MissingPartError: the model has no masked-LM head: a fine-tuned checkpoint (naming the call that runs it,
+            :func:`fits`) or an encoder alone.
     """
     root = m.params
     if "cls.predictions.decoder.weight" not in root:
+        if m.head.task != "encoder":
+            raise MissingPartError(f"{what} needs a masked-LM head, and {fits(m)}")
         head = root.key("cls.predictions.decoder.weight").rsplit(".", 2)[0]  # lm_head, generator_lm_head, ...
         raise MissingPartError(
             f"{what} needs the masked-LM head ({head}.*), and model {m.name!r} has none (an encoder-only "
             "checkpoint); load a *ForMaskedLM or *ForPreTraining checkpoint")
-        if m.head.task != "encoder":
-            raise MissingPartError(f"{what} needs a masked-LM head, and {fits(m)}")
 
 
-def _looks_like_text(s: object) -> bool:
-    """A string with inner spaces or a [MASK] that names no file or folder here.
-
-    Args:
 def require_head(m: Model, task: str, what: str) -> None:
     """Check that ``m`` carries ``task``'s head (:attr:`Model.head`), which ``what`` runs.
 
@@ -134,6 +135,10 @@ def require_head(m: Model, task: str, what: str) -> None:
         raise MissingPartError(f"{what} needs a {task} head, and {fits(m)}")
 
 
+def _looks_like_text(s: object) -> bool:
+    """A string with inner spaces or a [MASK] that names no file or folder here.
+
+    Args:
         s: what was passed.
     """
     if not (isinstance(s, str) and (any(c.isspace() for c in s.strip()) or "[MASK]" in s or "<mask>" in s)):

@@ -104,7 +104,58 @@ def release_memory() -> None:
 
 
 def checkpoint_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
-    """Every key a model of ``config`` reads, as its checkpoint names it, with its shape.
+    """Every key a model of ``config`` reads, as its checkpoint names it, with its shape: :func:`part_shapes` and
+    the keys of the :func:`extra_heads` beside them.
+
+    Args:
+        config: the model's config.
+        state: the weights at hand (their optional parts count).
+    """
+    return {**part_shapes(config, state), **{k: tuple(state[k].shape) for k in extra_head_keys(config, state)}}
+
+
+def extra_heads(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str, int]:
+    """The linear heads on the pooled output that a checkpoint holds beside its own parts, ``{key prefix: outputs}``:
+    AntiBERTy's ``{"cls.chain": 2, "cls.graft": 2, "cls.species": 6}``, which :func:`bertfn.classify` runs
+    (``head="cls.species"``).
+
+    A prefix P is one when the model has a pooler (``bert.pooler.dense.*``) and, among the keys outside the base
+    model that no part reads (:func:`part_shapes`), P's are ``P.weight`` (n, H) and ``P.bias`` (n,) alone, and no
+    other such key sits beside P under P's parent (a layer of a larger leftover block, such as an MLM transform
+    with its LayerNorm, is no head).
+
+    Args:
+        config: the model's config.
+        state: the weights.
+    """
+    if "bert.pooler.dense.weight" not in Params(state, config):
+        return {}
+    read, base = set(part_shapes(config, state)), family_of(config).prefix
+    unread = [k for k in state if k not in read and not k.startswith(base)]
+
+    def linear(name: str) -> bool:  # P.weight (n, H) and P.bias (n,), and nothing else under P
+        w, b = state.get(f"{name}.weight"), state.get(f"{name}.bias")
+        return (w is not None and b is not None and w.is_floating_point() and w.dim() == 2
+                and w.shape[1] == config.hidden_size and tuple(b.shape) == (w.shape[0],)
+                and {k for k in unread if k.startswith(name + ".")} == {f"{name}.weight", f"{name}.bias"})
+
+    heads = {name for name in {k.rpartition(".")[0] for k in unread} if name and linear(name)}
+
+    def alone(name: str) -> bool:  # under P's parent, no unread key but the heads'
+        parent = name.rpartition(".")[0]
+        return not parent or all(k.rpartition(".")[0] in heads for k in unread if k.startswith(parent + "."))
+
+    return {name: state[f"{name}.weight"].shape[0] for name in sorted(heads) if alone(name)}
+
+
+def extra_head_keys(config: BertConfig, state: dict[str, torch.Tensor]) -> list[str]:
+    """The keys of the :func:`extra_heads`: ``["cls.chain.weight", "cls.chain.bias", ...]``."""
+    return [f"{name}.{leaf}" for name in extra_heads(config, state) for leaf in ("weight", "bias")]
+
+
+def part_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    """Every key the encoder, its heads and the task head of a model of ``config`` read, as its checkpoint names it,
+    with its shape.
 
     BERT's table as the model's family changes it (:func:`~bertfn.model.family.named_shapes`) and the keys of the
     task head the checkpoint carries (:func:`~bertfn.model.task_heads.head_shapes`), each name turned into the
@@ -170,8 +221,8 @@ def config_contradictions(config: BertConfig, state: dict[str, torch.Tensor]) ->
 
 
 def unused_keys(state: dict[str, torch.Tensor], config: BertConfig) -> list[str]:
-    """Keys that no part of the model reads: heads other than the one the checkpoint carries (AntiBERTy's
-    ``cls.species.*``), leftovers.
+    """Keys that no part of the model reads: heads other than the one the checkpoint carries, leftovers (not the
+    :func:`extra_heads`, which :func:`bertfn.classify` reads).
 
     A key under the base model's prefix (``bert.``, ``roberta.``) that the config does not expect is not unused
     but unexpected (e.g. a layer too many): :func:`check_state` refuses it.

@@ -69,6 +69,23 @@ def check_text(text: str, which: str) -> None:
                              "decode the bytes with their real encoding (or errors='replace')") from None
 
 
+def warn_texts(messages: dict[int, str], category: type[Warning], stacklevel: int = 2) -> None:
+    """One warning for the texts ``messages`` names, by index: ``text 3 (and texts 7, 9, +12 more like it): <what it
+    says of text 3>``; nothing when it names none.
+
+    Args:
+        messages: ``{text index: what to say of it}``.
+        category: the warning's class.
+        stacklevel: as ``warnings.warn`` counts it from the function that calls this one (1: that function).
+    """
+    if not messages:
+        return
+    first, *others = sorted(messages)
+    more = f", +{len(others) - 9} more" if len(others) > 9 else ""
+    also = f" (and text{'s' * (len(others) > 1)} {', '.join(map(str, others[:9]))}{more} like it)" if others else ""
+    warnings.warn(f"text {first}{also}: {messages[first]}", category, stacklevel=stacklevel + 1)
+
+
 class Tokenizer:
     """A BERT-family tokenizer: ``tok(["a text", ...])`` -> padded :class:`Encoding`; ``tok.decode(ids)``.
 
@@ -294,11 +311,7 @@ class Tokenizer:
             batch: the ``tokenizers`` encodings.
         """
         said = self.unknown(texts, pairs, batch)
-        if said:
-            first, *others = said
-            more = f", +{len(others) - 9} more" if len(others) > 9 else ""
-            also = f" (and text{'s' * (len(others) > 1)} {', '.join(map(str, others[:9]))}{more} like it)" if others else ""
-            warnings.warn(f"text {first}{also}: {said[first]}", UnknownTokensWarning, stacklevel=3)
+        warn_texts(said, UnknownTokensWarning, stacklevel=3)
         return said
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:

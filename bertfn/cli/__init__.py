@@ -10,9 +10,17 @@
     bertfn embed "A sentence." "Another one." [--pooling mean|cls|max] [--normalize] [--json]
     bertfn score|embed --input sentences.txt --output results.jsonl [...the same file options]
     bertfn view "When in Rome, do as the [MASK] do." --out view.html [--pair TEXT] [--top-k N]
+    bertfn classify "A great film." [--pair TEXT ...] [--top-k N | --all-labels] [--head cls.species --labels ...]
+    bertfn zero-shot "The match ended 2-1." --labels sports politics [--multi-label] --model ./nli-model
+    bertfn rerank "a query" "passage one" "passage two" ... [--top-k N] --model ./cross-encoder
+    bertfn tag "Ada Lovelace lived in London." [--aggregation simple|first|average|max|none] [--stride N]
+    bertfn answer "Where did the cat sit?" --context "The cat sat on the mat." [--top-k N]
+    bertfn choose "The cat sat on the" --choices mat moon --model ./swag-model
+    bertfn contacts MKTAYIAKQRQISFVK... --model ./esm2 [--top L/5] [--out map.png|map.npy]
+    bertfn classify|tag|answer|... --input file.jsonl --output results.jsonl [...the file options]
     bertfn --version
 
-One module per subcommand (fill_mask.py, score.py, embed.py, view.py), each an ``add(subparsers)`` that
+One module per subcommand (fill_mask.py, score.py, embed.py, view.py, classify.py, ...), each an ``add(subparsers)`` that
 adds its parser and a ``run(args)`` that runs it, listed in :data:`COMMANDS`; options.py holds what they
 share. Every subcommand that runs a model takes the same model options (:func:`~bertfn.cli.options.add_model_options`):
 ``--model ID_OR_PATH --tokenizer PATH --cased|--lowercase --device cpu|cuda --dtype float32|bfloat16|... --quiet``.
@@ -32,7 +40,10 @@ import warnings
 from collections.abc import Callable
 
 from ..errors import SURFACE, BertfnError, InputError
-from . import embed, fill_mask, score, view
+from . import choose, classify, contacts, embed, fill_mask, score, view
+from . import rerank, zero_shot
+from . import tag
+from . import answer
 from .options import one_line
 
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
@@ -41,6 +52,13 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "attention": (view.add_attention, view.run_attention),
     "embed": (embed.add, embed.run),
     "view": (view.add_view, view.run_view),
+    "answer": (answer.add, answer.run),
+    "choose": (choose.add, choose.run),
+    "contacts": (contacts.add, contacts.run),
+    "classify": (classify.add, classify.run),
+    "zero-shot": (zero_shot.add, zero_shot.run),
+    "rerank": (rerank.add, rerank.run),
+    "tag": (tag.add, tag.run),
 }
 """Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments)."""
 

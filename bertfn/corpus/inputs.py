@@ -76,13 +76,14 @@ class Inputs:
         Args:
             names: the task's inputs.
             optional: those a line may leave out.
-            field: None, the text's field (a task of one input), or ``{input: field}``.
+            field: None (plain text lines when every input but the first is optional, as a classifier's
+                ``text_pair``; else the fields named as the inputs), the text's field, or ``{input: field}``.
 
         Raises:
             InputError: a field that names no input of the task.
         """
         if field is None:
-            return cls(names, optional, None if names == ("text",) else {n: n for n in names})
+            return cls(names, optional, None if set(names[1:]) <= set(optional) else {n: n for n in names})
         if isinstance(field, str):
             return cls(names, optional, {names[0]: field, **{n: n for n in names[1:]}})
         unknown = [k for k in field if k not in names]

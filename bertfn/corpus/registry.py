@@ -20,10 +20,17 @@ import torch
 
 from ..checkpoint.model import Model
 from ..errors import InputError
+from ..tasks.classify import classify
+from ..tasks.choose import choose
+from ..tasks.contacts import contacts
 from ..tasks.embed import embed, max_tokens
 from ..tasks.fill_mask import fill_mask
 from ..tasks.mutations import score_mutations
 from ..tasks.scoring import score
+from ..tasks.rerank import rerank
+from ..tasks.zero_shot import zero_shot
+from ..tasks.tag import tag, tokens_read
+from ..tasks.answer import answer
 from .runner import TASKS, Runner, Task, jsonable, relabel
 
 
@@ -126,3 +133,10 @@ FillMask = register("fill-mask", fill_mask, probe=lambda m, options: m.tokenizer
 Embed = register("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
 Score = register("score", score, probe="a")
 ScoreMutations = register("score-mutations", score_mutations, probe=lambda m, options: options.get("reference") or "a")
+Classify = register("classify", classify, probe="a", inputs=("text", "text_pair"), optional=("text_pair",))
+Choose = register("choose", choose, probe={"prompt": "a", "choices": ["a", "b"]}, inputs=("prompt", "choices"))
+Contacts = register("contacts", contacts, probe="MKTAYIAKQR")
+ZeroShot = register("zero-shot", zero_shot, probe="a")
+Rerank = register("rerank", rerank, probe={"query": "a", "passages": ["a"]}, inputs=("query", "passages"))
+Tag = register("tag", tag, probe="a", max_tokens=lambda m, options: tokens_read(m, options.get("stride")))
+Answer = register("answer", answer, probe={"question": "a", "context": "a"}, inputs=("question", "context"))

@@ -37,6 +37,11 @@ from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..checkpoint.state import release_memory
 from ..errors import InputError, MissingPartError
 from ..fast.choice import pack_state
+from ..model.family import longest_input
+
+FAST_TASKS = ("fill-mask", "score", "classify", "zero-shot", "rerank", "tag", "answer", "choose")
+"""The tasks that run on the fast path alone where no edit is given: a model loaded for them holds its layers'
+weights packed once, as that path reads them (:func:`~bertfn.fast.choice.pack_state`)."""
 
 CHUNK = 256
 """Texts per call of the task: enough for fill_mask's length-sorted groups to fill up (2048 tokens
@@ -167,7 +172,7 @@ class Runner:
                  lowercase: bool | None = None, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, probe: bool = True, **options) -> None:
         self.task = task_named(task)
-        fast_only = task in ("fill-mask", "score") and not options.get("edits")  # no edits: the fast path alone
+        fast_only = task in FAST_TASKS and not options.get("edits")  # no edits: the fast path alone
         self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
                                 prepare=pack_state if fast_only else None)
         self.options = options
@@ -231,7 +236,7 @@ class Runner:
         tok = self.model.tokenizer
         if not tok or not texts:
             return [(0, None)] * len(texts)
-        limit = self.limit if self.limit is not None else self.model.config.max_position_embeddings
+        limit = self.limit if self.limit is not None else longest_input(self.model.config)
         texts = [text_of(t) for t in texts]
         out = []
         for text, e in zip(texts, tok.backend.encode_batch(list(texts))):

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import re
 import threading
 import time
 from pathlib import Path
@@ -117,6 +118,11 @@ def run_rows(x: Tensor, w: Tensor, b: Tensor | None = None) -> int:
     return m
 
 
+LAYER_WEIGHT = re.compile(r"layers?\.\d+\.")
+"""Keys inside the encoder's layers, in every member's names (``bert.encoder.layer.3.``, ``model.layers.3.``,
+``distilbert.transformer.layer.3.``, ALBERT's ``albert_layers.0.``): the weights :func:`pack_state` packs."""
+
+
 def pack_state(state: dict[str, Tensor]) -> bool:
     """Replace the linear weights of ``state`` by their oneDNN-packed copies, in place.
 
@@ -125,7 +131,10 @@ def pack_state(state: dict[str, Tensor]) -> bool:
 
     Then the state holds each weight once, in the layout the fast path reads (bert-base fp32: 340 MB
     instead of 340 plain + 340 packed), but only the fast path can use it: the reference functions
-    (``F.linear``) cannot multiply by a packed tensor (``t.to_dense()`` gives a weight's values back).
+    (``F.linear``) cannot multiply by a packed tensor (``t.to_dense()`` gives a weight's values back). The
+    weights packed are the layers' (:data:`LAYER_WEIGHT`), nearly all of them: the heads above the encoder (the MLM
+    head's transform, the pooler, a classifier's, a reader's) stay as they are, read by their reference functions on
+    the fast path too, at a few rows each.
     :func:`~bertfn.checkpoint.resolve.get_model` does this for the models it loads by name for calls
     that run on the fast path alone. Weights tied to another key (the MLM decoder, tied to the
     word embeddings, which lookups read) stay as they are. Weights are replaced one at a time, each
@@ -138,7 +147,8 @@ def pack_state(state: dict[str, Tensor]) -> bool:
     Returns:
         Whether it packed them.
     """
-    weights = [k for k, t in state.items() if LINEAR_WEIGHT.search(k) and t.dim() == 2 and not t.is_mkldnn]
+    weights = [k for k, t in state.items()
+               if LINEAR_WEIGHT.search(k) and LAYER_WEIGHT.search(k) and t.dim() == 2 and not t.is_mkldnn]
     dtypes = {state[k].dtype for k in weights}
     if not (weights and ONEDNN and dtypes <= set(DTYPES) and all(state[k].device.type == "cpu" for k in weights)):
         return False

@@ -51,6 +51,7 @@ class ElectraConfig(BertConfig):
         summary_activation: the summary's activation after that layer (None: none).
         summary_first_dropout: the dropout before the summary's dense layer.
         summary_last_dropout: the dropout after its activation.
+        summary_proj_to_labels: the summary's dense layer has num_labels outputs (refused: ELECTRA's has H).
         model_type: "electra".
 
     Raises:
@@ -246,7 +247,11 @@ def summary_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
 
 
 def summary_points(config: BertConfig) -> tuple[str, ...]:
-    """The trace points of :func:`summary_scorer`: the dense layer and activation where the summary has them."""
+    """The trace points of :func:`summary_scorer`: the dense layer and activation where the summary has them.
+
+    Args:
+        config: the model's config.
+    """
     return ("classifier.input", *(("classifier.dense",) if config.summary_use_proj else ()),
             *(("classifier.activation",) if config.summary_activation else ()), "classifier.logits")
 

@@ -210,6 +210,23 @@ def normalizer(prefix: str, bare: tuple[str, ...], ties: tuple[tuple[str, str], 
     return normalize
 
 
+def longest_input(config: BertConfig) -> int:
+    """The tokens one input may hold, its special tokens included: the model's positions, less those a member's
+    count skips before its first (RoBERTa's start at ``padding_idx + 1``: its 514 positions hold 512 tokens).
+
+    What the hub's tokenizers give as ``model_max_length``; every call that reads text holds its inputs to it.
+
+    Args:
+        config: the model's config.
+    """
+    count = family_of(config).position_ids
+    if count is None:
+        return config.max_position_embeddings
+    pad = config.pad_token_id if config.pad_token_id is not None else 0
+    first = int(count(torch.tensor([[pad + 1]]), pad, 0)[0, 0])  # one real token's position: the first a text gets
+    return config.max_position_embeddings - first
+
+
 def named_shapes(config: BertConfig, present: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
     """Every weight a model of ``config`` reads, by BERT's name, with its shape.
 

@@ -95,12 +95,15 @@ class Head:
         return CALLS.get(self.task, ("bertfn.encoder", "bertfn view"))
 
     def __str__(self) -> str:
+        """The class and what it does in a line: ``RobertaForSequenceClassification (3 labels: ...)``, or for a class
+        whose name does not say it, its task: ``AntiBERTy (masked-lm)``."""
         name = self.architecture or self.task
         if self.task in ("sequence-classification", "token-classification"):
             shown = ", ".join(self.labels[:6]) + (", ..." if len(self.labels) > 6 else "")
             kind = f"; {self.problem_type.replace('_', ' ')}" if self.problem_type else ""
             return f"{name} ({len(self.labels)} label{'s' * (len(self.labels) != 1)}: {shown}{kind})"
-        return name
+        said = self.architecture is None or any(self.architecture.endswith(s) for s in SUFFIXES)
+        return name if said else f"{name} ({self.task})"
 
 
 def problem_type(config: BertConfig) -> str:

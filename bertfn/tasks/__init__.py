@@ -1,8 +1,25 @@
 """What people call BERT for, built on bertfn/model/ and bertfn/fast/.
 
-    scoring.py      score(): pseudo-log-likelihoods of texts; whole-word targets
-    joint.py        all the masks of a text filled together (a beam search rescored by PLL)
+With a masked LM (a pretrained checkpoint):
+
     fill_mask.py    fill_mask(): the words behind [MASK], shaped like transformers' pipeline
+    joint.py        all the masks of a text filled together (a beam search rescored by PLL)
+    scoring.py      score(): pseudo-log-likelihoods of texts; whole-word targets
+    mutations.py    score_mutations(), substitution_matrix(): the effects of substitutions in a sequence
     embed.py        embed(): sentence embeddings, pooled as sentence-transformers pools them
     replaced.py     replaced_tokens(): ELECTRA's discriminator, token by token
+
+With the head of a fine-tuned checkpoint (bertfn/model/task_heads.py), each shaped like transformers' pipeline:
+
+    classify.py     classify(): labels of texts and text pairs (text-classification); a checkpoint's extra heads
+    pairs.py        text pairs through a sequence classifier, cut to fit: what zero_shot and rerank share
+    zero_shot.py    zero_shot(): labels chosen at call time, scored by an NLI classifier
+    rerank.py       rerank(): passages ranked for a query by a cross-encoder (sentence-transformers' CrossEncoder)
+    tag.py          tag(): entities, token by token or grouped (token-classification); long texts in windows
+    entities.py     the tagger's grouping of tokens into words and entities (aggregation strategies)
+    answer.py       answer(): the answer's span in a context (question-answering)
+    answer_windows.py  a long context cut into overlapping windows with the question
+    answer_spans.py    the best spans from the start and end logits of every window
+    choose.py       choose(): a prompt's choices ranked by a multiple-choice head
+    contacts.py     contacts(): which residues touch, by ESM-2's contact head on the attention maps
 """

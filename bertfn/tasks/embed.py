@@ -14,7 +14,8 @@ numbers of :func:`~bertfn.model.encoder.encoder` (tests/test_fast_path.py).
 Long texts: a text longer than the model reads is cut, as sentence-transformers cuts it, to its
 first ``max_length`` tokens ([CLS], the start of the text, [SEP]), with a warning. ``max_length``
 defaults to the ``max_seq_length`` of the folder's ``sentence_bert_config.json`` (256 for
-all-MiniLM-L6-v2), else the model's ``max_position_embeddings``.
+all-MiniLM-L6-v2), else the tokens the model reads (:func:`~bertfn.model.family.longest_input`: its positions, 2
+fewer in RoBERTa's kind).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_
 from ..errors import InputError, syntax
 from ..fast.batching import encoded_groups
 from ..model.recorder import NO_TRACE, Edit, with_edits
+from ..model.family import longest_input
 
 Tensor = torch.Tensor
 
@@ -100,12 +102,12 @@ def max_tokens(m: Model, max_length: int | None = None, settings: dict | None = 
     Raises:
         InputError: a ``max_length`` that is not an integer from 2 to P.
     """
-    P = m.config.max_position_embeddings
+    P = longest_input(m.config)
     if max_length is None:
         settings = sentence_settings(m) if settings is None else settings
         return min(settings.get("max_seq_length") or P, P)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or not 2 <= max_length <= P:
-        raise InputError(f"max_length must be an integer from 2 to {P} (the model's positions), got {max_length!r}")
+        raise InputError(f"max_length must be an integer from 2 to {P} (the tokens the model reads), got {max_length!r}")
     return max_length
 
 
@@ -163,7 +165,7 @@ def embed(
     m = get_model(model, device, dtype)
     tok = require_tokenizer(m, "embed")
     points = with_edits(NO_TRACE, edits, m.config)
-    P = m.config.max_position_embeddings
+    P = longest_input(m.config)
     settings = sentence_settings(m)
     max_length = max_tokens(m, max_length, settings)
     if settings.get("do_lower_case"):  # sentence-transformers lowercases before its tokenizer, when asked to

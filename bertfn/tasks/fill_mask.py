@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..fast.batching import encoded_groups
 from ..fast.choice import pack_state
 from ..fast.unpadded import fast_mlm_head
+from ..model.family import longest_input
 from ..model.heads import mlm_head
 from ..model.recorder import NO_TRACE, Edit, with_edits
 from .joint import joint_fill
@@ -75,6 +76,33 @@ def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...
     return pieces
 
 
+# The two ways the members spell the mask token, and whose they are: what a text may hold by mistake.
+MASK_SPELLINGS = {"[MASK]": "BERT's", "<mask>": "RoBERTa's and ESM-2's"}
+
+
+def missing_mask(tok: Tokenizer, i: int, text: str) -> InputError:
+    """The error for text ``i``, which holds no mask token of ``tok``: what to put in, and, when the text holds
+    the other spelling (``<mask>`` for a model that spells it ``[MASK]``, or the reverse), whose spelling that is."""
+    mask = tok.mask_token
+    other = next((m for m in MASK_SPELLINGS if m != mask and m in text), None)
+    spelling = f"{other} is {MASK_SPELLINGS[other]} spelling and this model's is {mask}; " if other else ""
+    return InputError(f"text {i} has no {mask} token: {text!r:.80}; {spelling}put {mask} where the word to predict goes")
+
+
+def require_masks(tok: Tokenizer, texts: list[str]) -> None:
+    """Raise :class:`InputError` for the first of ``texts`` that holds no mask token of ``tok`` (:func:`missing_mask`).
+
+    The tokenizer decides, as in :func:`fill_mask`: a lowercasing one still reads ``[MASK]`` as the mask token.
+
+    Args:
+        tok: the model's tokenizer.
+        texts: the texts to fill.
+    """
+    for i, encoded in enumerate(tok.backend.encode_batch(list(texts))):  # the ids alone: fill_mask warns about the texts
+        if tok.mask_token_id not in encoded.ids:
+            raise missing_mask(tok, i, texts[i])
+
+
 def fill_mask(
     inputs: str | list[str],
     model: Model | str | Path | None = None,
@@ -112,7 +140,8 @@ def fill_mask(
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in; ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the faster bf16
             mode (docs/speed.md).
-        truncation: a text longer than the model's ``max_position_embeddings`` (P) tokens raises
+        truncation: a text longer than the model reads (P tokens: its ``max_position_embeddings``, 2 fewer in
+            RoBERTa's kind, whose positions start at ``padding_idx + 1``: :func:`~bertfn.model.family.longest_input`) raises
             :class:`InputError` unless this is True. Then the text is cut to a window of P tokens ([CLS],
             P - 2 tokens of the text, [SEP]) that holds every [MASK], centred on the masks and starting and
             ending at word boundaries where it can; ``"sequence"`` in the results is that window. Masks
@@ -167,11 +196,10 @@ def fill_mask(
 
     enc = tok(list(texts))
     unknown, lengths = enc.unknown, enc.attention_mask.sum(dim=1).tolist()
-    P = m.config.max_position_embeddings
+    P = longest_input(m.config)
     for i, n in enumerate(lengths):
         if not (enc.input_ids[i, :n] == tok.mask_token_id).any():
-            raise InputError(f"text {i} has no {tok.mask_token} token: {texts[i]!r:.80}; "
-                             f"put {tok.mask_token} where the word to predict goes")
+            raise missing_mask(tok, i, texts[i])
         if n > P and not truncation:
             raise InputError(f"text {i} is {n} tokens long but the model reads at most {P}; shorten it, or pass "
                              f"truncation=True (CLI: --truncation) to keep a {P}-token window around its masks")

@@ -36,6 +36,7 @@ from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, req
 from ..errors import DependencyError, InputError
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
+from ..model.family import longest_input
 from .scoring import BATCH_SIZE, check_scorable, masked_copies, score, target_log_softmax
 
 MUTATION_METHODS = ("masked_marginal", "pll", "wt_marginal")
@@ -161,7 +162,7 @@ def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = Tru
     enc = tok([reference])
     n = int(enc.attention_mask[0].sum())
     try:
-        check_scorable(tok, enc, [n], [reference], m.config.max_position_embeddings)
+        check_scorable(tok, enc, [n], [reference], longest_input(m.config))
     except InputError as e:
         raise InputError(re.sub(r"\btext 0\b", "the reference", str(e), count=1)) from None
     copies, _ = masked_copies(enc, [n], tok.mask_token_id, "original", tok.pad_token_id)
@@ -259,7 +260,7 @@ def score_mutations(
     tok = m.tokenizer
     enc = tok(variants)
     lengths = enc.attention_mask.sum(dim=1).tolist()
-    check_scorable(tok, enc, lengths, variants, m.config.max_position_embeddings)
+    check_scorable(tok, enc, lengths, variants, longest_input(m.config))
     results = []
     for i, (text, n) in enumerate(zip(variants, lengths)):
         ids = [t for t, w in zip(enc.input_ids[i, :n].tolist(), enc.word_ids[i][:n]) if w is not None]

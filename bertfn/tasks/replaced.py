@@ -22,6 +22,7 @@ from ..errors import InputError, MissingPartError
 from ..fast.batching import encoded_groups
 from ..model.electra import DISCRIMINATOR, discriminator_head
 from ..model.recorder import NO_TRACE, Edit, with_edits
+from ..model.family import longest_input
 
 
 def replaced_tokens(
@@ -67,7 +68,7 @@ def replaced_tokens(
                                f"model {m.name!r} ({m.family.name}) has none; load an ElectraForPreTraining checkpoint "
                                "such as google/electra-small-discriminator")
     points = with_edits(NO_TRACE, edits, m.config)
-    P = m.config.max_position_embeddings
+    P = longest_input(m.config)
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
     for i, n in enumerate(lengths):

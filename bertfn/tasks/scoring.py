@@ -45,6 +45,7 @@ from ..fast.unpadded import fast_mlm_head
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import NO_TRACE, Edit, Trace, with_edits
+from ..model.family import longest_input
 
 METHODS = ("original", "within_word_l2r")
 BATCH_SIZE = 256
@@ -262,7 +263,7 @@ def score(
 
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
-    check_scorable(tok, enc, lengths, texts, m.config.max_position_embeddings)
+    check_scorable(tok, enc, lengths, texts, longest_input(m.config))
     copies, owner = masked_copies(enc, lengths, tok.mask_token_id, method, tok.pad_token_id)
     lp = log_probs(m, copies, batch_size, points).tolist()
 
@@ -327,7 +328,7 @@ def word_log_probs(m: Model, enc: Encoding, lengths: list[int], where: list[tupl
         InputError: a text with a word's pieces in place of its mask is longer than the model reads.
     """
     rows, types, target, truth = [], [], [], []
-    limit = m.config.max_position_embeddings
+    limit = longest_input(m.config)
     for i, pos in where:
         ids, tt = enc.input_ids[i, :lengths[i]].tolist(), enc.token_type_ids[i, :lengths[i]].tolist()
         for w in words:

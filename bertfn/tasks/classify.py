@@ -1,0 +1,294 @@
+"""text-classification: labels for each text (or text pair), shaped like transformers' ``pipeline("text-classification")``.
+
+The whole pipeline is: tokenize (a text, or a text and its pair: ``[CLS] A [SEP] B [SEP]``) -> the encoder -> the
+checkpoint's sequence classifier (:func:`~bertfn.model.task_heads.run_head`) -> a function of the logits
+(:func:`class_scores`: softmax, sigmoid or none, as the config's ``problem_type`` says: :func:`default_function`)
+-> labels ranked by score (:func:`ranked`). It runs on the fast path (:func:`~bertfn.fast.batching.head_outputs`:
+the texts end to end, the last layer at their first tokens alone); with ``edits`` on the reference functions.
+
+Beyond the pipeline, ``head="cls.species"`` runs a linear head that a checkpoint stores beside its own parts
+under any key prefix, on the pooler's output (:func:`pooled_linear_outputs`; AntiBERTy's species and chain heads:
+:attr:`Model.extra_heads <bertfn.checkpoint.model.Model.extra_heads>` lists them), with ``labels=`` naming its
+outputs.
+
+The result's shape is the pipeline's:
+
+| call                      | one text                  | one ``{"text", "text_pair"}`` | a list of N              |
+|---------------------------|---------------------------|-------------------------------|--------------------------|
+| ``top_k=1`` (the default) | ``[{"label", "score"}]``  | ``{"label", "score"}``        | N dicts, each one's best |
+| ``top_k=k``, k > 1        | k dicts, best first       | k dicts, best first           | N lists of k dicts       |
+| ``top_k=None``            | every label, best first   | every label, best first       | N lists of every label   |
+
+(``top_k=1`` gives what the pipeline gives when ``top_k`` is not passed; the pipeline given ``top_k=1`` wraps each
+text's dict in a list of one.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.model import Model
+from ..checkpoint.resolve import flag_unknown, get_model, require_head, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.tokenizer import Encoding, check_text
+from ..errors import InputError, MissingPartError, syntax
+from ..fast.choice import pack_state
+from ..fast.batching import encoded_groups, head_outputs
+from ..model.functional import linear
+from ..model.family import longest_input
+from ..model.heads import pooler
+from ..model.recorder import NO_TRACE, Edit, Trace, with_edits
+
+Tensor = torch.Tensor
+
+FUNCTIONS = ("softmax", "sigmoid", "none")
+"""What turns a head's logits into scores: softmax over the labels, a sigmoid for each alone, or nothing."""
+
+
+
+def default_function(problem_type: str | None, num_labels: int) -> str:
+    """The function the pipeline applies when none is asked for (``TextClassificationPipeline.postprocess``).
+
+    "none" for a regression, "sigmoid" for a multi-label classifier or a head of one output, else "softmax".
+
+    Args:
+        problem_type: ``config.problem_type`` as the file gives it (None: unsaid).
+        num_labels: the head's outputs.
+    """
+    if problem_type == "regression":
+        return "none"
+    if problem_type == "multi_label_classification" or num_labels == 1:
+        return "sigmoid"
+    return "softmax"
+
+
+def class_scores(logits: Tensor, function: str) -> Tensor:
+    """Scores from a head's logits, in float32 whatever the model's dtype (the pipeline's ``sigmoid``/``softmax``).
+
+    Args:
+        logits: (N, L).
+        function: one of :data:`FUNCTIONS`.
+
+    Returns:
+        (N, L) float32.
+    """
+    x = logits.float()  # (N, L)
+    if function == "softmax":
+        return x.softmax(dim=-1)
+    return x.sigmoid() if function == "sigmoid" else x
+
+
+def ranked(scores: list[float], labels: Sequence[str], top_k: int | None) -> dict | list[dict]:
+    """One text's result from its scores (``TextClassificationPipeline.postprocess``).
+
+    Args:
+        scores: (L,) one per label.
+        labels: (L,) their names.
+        top_k: 1: the best label's dict; k: the k best, best first (ties keep the labels' order); None: every label,
+            best first.
+    """
+    if top_k == 1:
+        best = max(range(len(scores)), key=scores.__getitem__)
+        return {"label": labels[best], "score": scores[best]}
+    out = sorted(({"label": name, "score": s} for name, s in zip(labels, scores)), key=lambda d: d["score"], reverse=True)
+    return out if top_k is None else out[:top_k]
+
+
+def inputs_of(inputs, text_pair: str | Sequence[str] | None) -> tuple[list[str], list[str | None], str]:
+    """The texts, their pairs and the input's kind, from what :func:`classify` was given.
+
+    Args:
+        inputs: a string, a dict ``{"text": ..., "text_pair": ...}`` (as the pipeline takes a pair), or a sequence of
+            either.
+        text_pair: one second segment for every text, a sequence of them (one per text), or None.
+
+    Returns:
+        ``(texts, pairs, kind)``: N texts, N pairs (None: the text alone), and "text", "dict" or "list".
+
+    Raises:
+        InputError: an empty text or pair, a dict with other keys or no text, pairs that do not fit the texts.
+    """
+    kind = "text" if isinstance(inputs, str) else "dict" if isinstance(inputs, Mapping) else "list"
+    if kind != "list":
+        items = [inputs]
+    elif isinstance(inputs, (list, tuple)) and any(isinstance(i, Mapping) for i in inputs):
+        items = list(inputs)
+    else:
+        items, _ = text_list(inputs, "classify")  # a sequence of strings (numpy's str_ become str), checked
+    texts: list[str] = []
+    pairs: list[str | None] = []
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping):
+            unknown = set(item) - {"text", "text_pair"}
+            if "text" not in item or unknown:
+                raise InputError(f"item {i} is a dict with the keys {sorted(item)}; a pair is written "
+                                 '{"text": ..., "text_pair": ...} (text_pair may be left out)')
+            texts.append(item["text"])
+            pairs.append(item.get("text_pair"))
+        else:
+            texts.append(item)
+            pairs.append(None)
+    if text_pair is not None:
+        if any(p is not None for p in pairs):
+            raise InputError("pass text_pair= or dicts holding text_pair, not both")
+        given = [text_pair] * len(texts) if isinstance(text_pair, str) else list(text_pair)
+        if len(given) != len(texts):
+            raise InputError(f"got {len(texts)} texts but {len(given)} pairs ({syntax(python='text_pair=', cli='--pair')}); "
+                             "pass one (every text's pair) or one per text")
+        pairs = given
+    for i, (t, p) in enumerate(zip(texts, pairs)):
+        for what, s in (("text", t), ("text_pair", p)):
+            if s is None and what == "text_pair":
+                continue
+            check_text(s, f"{what} {i}")
+            if not s.strip():
+                raise InputError(f"{what} {i} is empty; write the text to classify")
+    return texts, pairs, kind
+
+
+def pooled_linear_outputs(m: Model, enc: Encoding, lengths: list[int], head: str, batch_size: int,
+                          points: Trace = NO_TRACE) -> list[Tensor]:
+    """A linear head stored under ``head`` on the pooler's output, per text, on the fast path.
+
+    Mirrors AntiBERTy's ``AntiBERTyHeads`` (``self.species(pooled_output)``): ``W tanh(W_p h_[CLS] + b_p) + b``.
+    The encoder's last layer runs at each text's first token alone (:func:`~bertfn.fast.batching.encoded_groups`).
+
+    Args:
+        m: the model (reads ``bert.pooler.dense.*``, ``{head}.weight`` (n, H) and ``{head}.bias`` (n,)).
+        enc: the texts as a padded batch.
+        lengths: each text's tokens.
+        head: the head's key prefix, one of ``m.extra_heads``.
+        batch_size: texts per group at most.
+        points: a Trace with edits (of the encoder's points and ``pooler``).
+
+    Returns:
+        Per text, in the order of ``enc``: (n,) logits.
+    """
+    w, b = m.state[f"{head}.weight"], m.state[f"{head}.bias"]  # (n, H), (n,)
+    out: list = [None] * len(lengths)
+
+    def firsts(rows: list[int], ids: Tensor) -> Tensor:  # (b,): where each text of the group starts, end to end
+        return torch.tensor([0, *[lengths[i] for i in rows[:-1]]], device=ids.device).cumsum(0)
+
+    for rows, _, h in encoded_groups(m, enc, lengths, batch_size, firsts, points):  # h: (b, H) at each [CLS]
+        logits = linear(pooler(m.params, h[:, None], points), w, b)  # (b, n)
+        for j, i in enumerate(rows):
+            out[i] = logits[j]
+    return out
+
+
+def classify(
+    inputs: str | Mapping[str, str] | Sequence[str | Mapping[str, str]],
+    model: Model | str | Path | None = None,
+    *,
+    text_pair: str | Sequence[str] | None = None,
+    top_k: int | None = 1,
+    function_to_apply: str | None = None,
+    batch_size: int = 32,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    edits: Mapping[str, Edit] | None = None,
+    head: str | None = None,
+    labels: Sequence[str] | None = None,
+) -> dict | list:
+    """Label each text (or text pair) with the model's sequence classifier.
+
+    Mirrors ``transformers.pipeline("text-classification")`` (its results' shapes: the module docstring's table).
+    A text whose tokens are mostly [UNK] is warned about, and its dicts hold ``"warning"`` too.
+
+    Args:
+        inputs: a text, a pair ``{"text": ..., "text_pair": ...}``, or a list of either.
+        model: a loaded :class:`Model`, a local folder or a hub id, with a sequence classifier (a
+            ``*ForSequenceClassification`` checkpoint), or with the extra head ``head`` names.
+        text_pair: the second segment of every text (one string), or of each (a list, one per text).
+        top_k: 1: the best label's dict per text; k: the k best labels per text, best first; None: every label,
+            best first.
+        function_to_apply: "softmax", "sigmoid" or "none" (:data:`FUNCTIONS`); None: as the pipeline picks it
+            (:func:`default_function`: none for a regression, sigmoid for multi-label or one output, else softmax).
+        batch_size: texts per encoder pass, at most.
+        device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
+        dtype: the precision it runs in (the scores are float32 whatever it is).
+        edits: ``{point name: edit(tensor, point) -> tensor}`` (:mod:`bertfn.interventions`); with edits the texts
+            run through the reference functions, each group as a padded batch, and edits of the head's points
+            (``pooler``, ``classifier.logits``) apply too.
+        head: None: the checkpoint's classifier; a key prefix of :attr:`Model.extra_heads`
+            (``"cls.species"``): that linear head on the pooler's output, whose logits are no named point.
+        labels: the names of the head's outputs, in order (default: the config's ``id2label``; for an extra
+            head ``LABEL_0``, ``LABEL_1``, ...).
+
+    Returns:
+        As the pipeline: for one text, ``[{"label": str, "score": float}]`` (for one dict, the dict alone); for a
+            list, one dict per text; with another ``top_k`` a list of dicts per text (see the module docstring).
+
+    Raises:
+        InputError: an empty text, a bad option, a text longer than the model reads.
+        MissingPartError: a model without a tokenizer, without a sequence classifier, or without ``head``.
+    """
+    inputs, model = texts_and_model(inputs, model, "classify")
+    texts, pairs, kind = inputs_of(inputs, text_pair)
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise InputError(f"top_k must be a positive integer or None (every label), got {top_k!r}")
+    function_to_apply = function_to_apply.lower() if isinstance(function_to_apply, str) else function_to_apply
+    if function_to_apply is not None and function_to_apply not in FUNCTIONS:
+        raise InputError(f"function_to_apply must be one of {', '.join(map(repr, FUNCTIONS))}, got {function_to_apply!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if head is not None and not isinstance(head, str):
+        raise InputError(f"head must be the key prefix of a linear head (e.g. 'cls.species'), got {head!r}")
+
+    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
+    tok = require_tokenizer(m, "classify")
+    if head is None:
+        try:
+            require_head(m, "sequence-classification", "classify")
+        except MissingPartError as e:
+            if not m.extra_heads:
+                raise
+            raise MissingPartError(f"{e}; or run one of the linear heads it holds beside its own parts with "
+                                   f"{syntax(python='head=', cli='--head ')}{', '.join(m.extra_heads)}") from None
+        names, function = m.head.labels, default_function(m.config.problem_type, m.config.num_labels)
+    elif head in m.extra_heads:
+        n = m.extra_heads[head]
+        names, function = tuple(f"LABEL_{i}" for i in range(n)), default_function(None, n)
+    else:
+        found = f"its extra heads are {', '.join(m.extra_heads)}" if m.extra_heads else "it holds none"
+        raise MissingPartError(
+            f"classify with head={head!r} needs a linear head on the pooler's output stored as {head}.weight (n, H) "
+            f"and {head}.bias (n,), and model {m.name!r} has no such head ({found}); pass one of its extra heads, or "
+            f"leave {syntax(python='head', cli='--head')} out to run the checkpoint's own classifier")
+    if labels is not None:
+        if isinstance(labels, str) or len(labels) != len(names) or not all(isinstance(x, str) for x in labels):
+            raise InputError(f"{syntax(python='labels', cli='--labels')} must be {len(names)} names, one per output "
+                             f"of the head, got {labels!r}")
+        names = tuple(labels)
+    function = function_to_apply or function
+    points = with_edits(NO_TRACE, edits, m.config)
+
+    results: list = [None] * len(texts)
+    unknown: dict[int, str] = {}
+    limit = longest_input(m.config)
+    for paired in (False, True):  # texts alone, then pairs: one padded batch each
+        rows = [i for i, p in enumerate(pairs) if (p is not None) == paired]
+        if not rows:
+            continue
+        enc = tok([texts[i] for i in rows], [pairs[i] for i in rows] if paired else None)
+        unknown.update({rows[j]: said for j, said in (enc.unknown or {}).items()})
+        lengths = enc.attention_mask.sum(dim=1).tolist()
+        for j, n in enumerate(lengths):
+            if n > limit:
+                raise InputError(f"text {rows[j]} is {n} tokens long{' with its pair' if paired else ''} but the model "
+                                 f"reads at most {limit}; shorten it")
+        with torch.inference_mode():
+            if head is None:
+                logits = head_outputs(m, enc, lengths, "sequence-classification", batch_size, points)
+            else:
+                logits = pooled_linear_outputs(m, enc, lengths, head, batch_size, points)
+            scores = class_scores(torch.stack(logits), function).tolist()  # (b, L)
+        for i, row in zip(rows, scores):
+            results[i] = ranked(row, names, top_k)
+    results = flag_unknown(results, unknown)
+    if kind == "list":
+        return results
+    return [results[0]] if kind == "text" and top_k == 1 else results[0]
