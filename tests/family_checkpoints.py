@@ -398,6 +398,19 @@ def save_head(kind: str, task: str, folder: Path, seed: int = 0, **config_overri
     return save_member(kind, folder, seed, model_class=PREFIXES[kind] + TASK_SUFFIXES[task], **config_overrides)
 
 
+QUICK_KINDS = ("bert", "roberta")
+"""The kinds the README's quick test run takes where a test runs over every member (BERT's WordPiece and pooler,
+RoBERTa's byte-level BPE and positions from ``padding_idx + 1``); the others run with the tests marked slow."""
+
+
+def kind_params(kinds, quick: tuple[str, ...] = QUICK_KINDS) -> list:
+    """``kinds`` as pytest params, those not in ``quick`` marked slow: a test over every member keeps two in the quick
+    run and takes the rest in the slow one (CI runs both)."""
+    import pytest
+
+    return [pytest.param(k, marks=() if k in quick else pytest.mark.slow) for k in kinds]
+
+
 def member_fixture(kinds: tuple[str, ...] = MEMBERS, scope: str = "module"):
     """A pytest fixture over ``kinds`` (one test per kind) giving ``(kind, folder, transformers model)``,
     the folder written once per ``scope`` by :func:`save_member`. In a test module:

@@ -15,7 +15,7 @@ import json
 import pytest
 import torch
 from conftest import fp32_atol, on_device
-from family_checkpoints import CORPUS, HEAD_TASKS, member_tokenizer, save_head
+from family_checkpoints import CORPUS, HEAD_TASKS, kind_params, member_tokenizer, save_head
 
 import bertfn
 from bertfn.cli import main
@@ -31,7 +31,7 @@ PAIRS = [(QUESTION, CONTEXT), UNICODE, ("Who lived in a big castle?", " ".join(C
 LONG = " ".join(CORPUS) * 4  # 3000 to 4000 tokens: 70 to 100 windows of 64 tokens
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=kind_params(KINDS))
 def member(request, tmp_path_factory, device):
     """(kind, bertfn model on the test device, transformers' pipeline) of a random reader."""
     import transformers

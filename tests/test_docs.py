@@ -129,6 +129,8 @@ def run_bash(block: Block, state: PageState) -> None:
     check_output(block, run.stdout)
 
 
+@pytest.mark.slow  # every page's examples: minutes on 2 cores; .ci/run's docs step runs them on the built site's pages
+@pytest.mark.docs
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page}:{b.line}" for b in BLOCKS])
 def test_example_runs(block, page_states, docs_environment, tmp_path_factory, monkeypatch):
     if block.title.startswith("needs"):

@@ -26,7 +26,7 @@ from bertfn.tasks.entities import group_entities, merge_windows, split_tag
 from bertfn.model.family import longest_input
 from bertfn.tasks.tag import STRATEGIES, tag, text_windows, window_spans
 from conftest import fp32_atol, on_device
-from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, save_head
+from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, kind_params, save_head
 
 needs_transformers = pytest.mark.needs_transformers
 
@@ -51,7 +51,7 @@ def texts_of(kind: str) -> list[str]:
     return list(PROTEINS[:4]) if kind == "esm" else TEXTS
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=kind_params(KINDS))
 def tagger(request, tmp_path_factory, device):
     """``(kind, folder, bertfn model, transformers pipeline)`` of a random token classifier of ``kind``, on the test
     device."""
