@@ -21,7 +21,9 @@ Calls that read text take the texts first and the model second (``fill_mask(text
 from . import interventions  # edits by name: ablation, steering, activation patching
 from .checkpoint.loading import load
 from .checkpoint.model import Model
+from .checkpoint.fresh_head import with_head
 from .checkpoint.pruning import prune_heads
+from .checkpoint.saving import save
 from .checkpoint.scratch import init_model, parameter_count
 from .checkpoint.tokenizer import Tokenizer
 from .errors import (
@@ -75,5 +77,5 @@ __all__ = [
     "embed", "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
     "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "replaced_tokens", "score", "score_mutations", "sdpa_attention",
     "sequence_classification", "Substitutions", "substitution_matrix", "token_classification", "trace", "plots", "interventions",
-    "UnknownTokensWarning", "UnusedWeightsWarning", "tag", "rerank", "zero_shot", "answer",
+    "UnknownTokensWarning", "UnusedWeightsWarning", "tag", "rerank", "zero_shot", "answer", "save", "with_head",
 ]

@@ -229,3 +229,82 @@ def test_family_modern_quick_run_checks_the_answers_and_writes_its_rows(tmp_path
     gains = lines[len(patterns):]  # the second table: each member's one text and batch, fast against padded
     assert len(gains) == 4 and all("the fast path | " in line and "the padded path (a no-op edit)" in line
                                    for line in gains), gains
+
+
+HEADS = BENCH.parent / "heads.py"
+HEADS_ROWS = [
+    r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 1 sentence \(12 tokens\), text to label "
+    r"\| ms \| {spread} \| transformers pipeline \| {spread} \| {number} \| <= 0.5 \|",
+    *(rf"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 64 mixed sentences, batch size {b} "
+      rf"\| s \| {{spread}} \| transformers pipeline \| {{spread}} \| {{number}} \| - \|" for b in (8, 64)),  # --quick's
+    r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 64 mixed sentences, each side's best "
+    r"batch size \((8|64) vs (8|64)\) \| s \| {spread} \| transformers pipeline \| {spread} \| {number} \| <= 0.625 \|",
+    *(rf"{task}: {what} \| s \| {{spread}} \| transformers pipeline, batch size {other} \| {{spread}} \| {{number}} \| - \|"
+      for task, what, others in [
+          (r"NER \(bert-base-NER\)", "64 mixed sentences, aggregation simple", (r"1 \(its default\)", "16, sorted by length")),
+          (r"QA \(distilbert-base-cased-distilled-squad\)", r"1 question, a \d+-token context \(\d+ windows of 384\)",
+           (r"1 \(its default\)", "8")),
+          (r"zero-shot \(roberta-base-mnli\)", "8 texts x 5 labels", (r"1 \(its default\)", "8, sorted by length"))]
+      for other in others),
+    r"rerank \(ms-marco-MiniLM-L-6-v2\): 1 query x 100 passages \| s \| {spread} \| sentence-transformers \S+ "
+    r"CrossEncoder.rank, batch size 32 \(its default\) \| {spread} \| {number} \| - \|",
+]  # --quick's: classification at batch sizes 8 and 64 (all: 1, 8, 16, 64)
+
+
+@pytest.mark.needs_transformers
+def test_heads_quick_run_checks_the_answers_and_writes_its_rows(tmp_path, monkeypatch):
+    """bench/heads.py --quick: it builds its five checkpoints (tiny shapes) in the work folder, checks that bertfn's
+    classify, tag, answer, zero_shot and rerank give transformers' pipelines' and CrossEncoder's answers, writes its
+    rows after bench.py's section and leaves that section as it was."""
+    pytest.importorskip("sentence_transformers", reason="bench/heads.py measures rerank against CrossEncoder")
+    spec = importlib.util.spec_from_file_location("bench_heads", HEADS)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_heads", module)  # its dataclass looks its module up there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py, family.py, workload.py
+    spec.loader.exec_module(module)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
+    threads = torch.get_num_threads()
+    try:  # one thread: the tiny models gain nothing from two, and the test's CPU time halves
+        module.main(["--quick", "--threads", "1", "--out", str(out), "--workdir", str(tmp_path / "work")])
+    finally:
+        torch.set_num_threads(threads)
+
+    text = out.read_text()
+    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn heads of fine-tuned checkpoints")
+    assert "machine: " in text and "load average" in text and re.search(r"\(flags: [^)]*\)", text)
+    for head in module.HEADS.values():  # built once, where --workdir says
+        assert (tmp_path / "work" / "heads" / f"{head.model}-tiny" / "model.safetensors").is_file()
+    gaps = re.findall(r"at most (\S+) apart", text)  # the sentence, the batch, NER, QA, zero-shot, rerank
+    assert len(gaps) == 6 and all(float(gap) <= 1e-4 for gap in gaps), gaps
+    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
+    assert len(lines) == len(HEADS_ROWS)
+    for pattern, line in zip(HEADS_ROWS, lines):
+        assert re.match(rf"\| {pattern.format(spread=SPREAD, number=NUMBER)}", line), line
+
+
+ATTRIBUTIONS = BENCH.parent / "attributions.py"
+
+
+@pytest.mark.needs_transformers
+def test_attributions_quick_run_checks_captum_and_writes_its_rows(tmp_path, monkeypatch):
+    """bench/attributions.py --quick: a tiny classifier built in the work folder, bertfn's integrated gradients equal
+    captum's (1e-3 of the largest) before timing, one row per sentence after bench.py's section, which stays."""
+    pytest.importorskip("captum", reason="bench/attributions.py measures against captum (pip install -e '.[bench]')")
+    spec = importlib.util.spec_from_file_location("bench_attributions", ATTRIBUTIONS)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py, family.py, workload.py
+    spec.loader.exec_module(module)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
+    module.main(["--quick", "--out", str(out), "--workdir", str(tmp_path / "work")])
+    text = out.read_text()
+    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn token attributions")
+    assert (tmp_path / "work" / "family" / "bert-base-classifier-tiny" / "model.safetensors").is_file()
+    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
+    gaps = [float(g) for g in re.findall(r"agree within (\S+) of the largest", text)]
+    assert len(gaps) == 2 and all(g <= 1e-3 for g in gaps), gaps
+    assert len(lines) == 2
+    for n, line in zip((20, 128), lines):
+        assert re.match(rf"\| integrated gradients, 50 steps, 1 sentence \({n} tokens\) \| s \| {SPREAD} \| captum "
+                        rf"LayerIntegratedGradients on transformers \| {SPREAD} \| {NUMBER} \| - \| - \|", line), line

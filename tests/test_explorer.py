@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import html
 import json
+import math
 import os
 import re
 import shutil
@@ -27,10 +28,13 @@ from conftest import VOCAB, WORDS, minilm_folder, random_model, write_vocab
 from family_checkpoints import ESM_VOCAB
 
 import bertfn
+from bertfn import interventions as iv
 from bertfn.cli import main
+from bertfn.inspect.decision_panel import Decision, contact_codes
 from bertfn.inspect.explorer import PAGE_FILES, _ascii_script, page_data
 from bertfn.checkpoint.state import checkpoint_shapes
 from bertfn.inspect.page_arrays import LEVELS, PageArrays, score_vectors
+from bertfn.interventions.decision import decision, has_decision
 from bertfn.model.esm import EsmConfig
 from bertfn.model.modernbert import ModernBertConfig, window_mask
 from bertfn.model.params import Params
@@ -1016,3 +1020,177 @@ def test_an_esm_page_of_300_residues_opens_on_its_mask_and_shows_the_rotary_arit
     tab.wait("d.view === 'model'")
     assert _blank_thumbs(page) == []
     tab.close()
+
+
+# --- the decision panel of a checkpoint with a task head (bertfn.interventions.decision) -------------
+
+PLAIN = "the cat sat on the mat."
+QUESTION = "where did the cat sit?"
+
+
+@pytest.fixture(scope="module")
+def heads(model) -> dict[str, bertfn.Model]:
+    """The tiny masked LM's encoder with a fresh head of each task the panel explains (bertfn.with_head: no transformers)."""
+    return {"classifier": bertfn.with_head(model, "sequence-classification", ["negative", "neutral", "positive"]),
+            "tagger": bertfn.with_head(model, "token-classification", ["O", "B-PER", "I-PER", "B-LOC"]),
+            "reader": bertfn.with_head(model, "question-answering")}
+
+
+@pytest.fixture(scope="module")
+def classifier_panel(heads) -> Decision:
+    return decision(PLAIN, heads["classifier"])
+
+
+def test_a_classifiers_panel_holds_classifys_probabilities_and_the_attributions(heads, classifier_panel, model):
+    clf, dec = heads["classifier"], classifier_panel
+    rec = bertfn.trace(PLAIN, clf)
+    meta, arrays = page_data(rec, decision=dec)
+    panel = meta["decision"]
+    expected = bertfn.classify(PLAIN, clf, top_k=None)
+    assert panel["classes"] == {"function": "softmax", "scores": [[d["label"], d["score"]] for d in expected]}
+    labels = [d["label"] for d in expected]
+    assert [t["label"] for t in panel["targets"]] == labels and panel["steps"] == 20
+    dla = iv.logit_attribution(PLAIN, clf, labels)
+    assert arrays["decision_heads"].shape == (3, 2, 3) and arrays["decision_heads"].dtype == np.float32
+    np.testing.assert_array_equal(arrays["decision_heads"], dla.heads.permute(2, 0, 1).float().numpy())
+    assert [t["logit"] for t in panel["targets"]] == dla.logits.tolist()
+    for k, label in enumerate(labels):
+        ig = iv.token_attributions(PLAIN, clf, label, steps=20)
+        np.testing.assert_allclose(arrays["decision_tokens"][k], ig.attributions.numpy(), atol=1e-6)
+        assert panel["targets"][k]["delta"] == pytest.approx(ig.delta, abs=1e-6)
+    assert arrays["decision_tokens"].shape == (3, len(rec.tokens))
+    # a masked LM, a bare encoder: no panel, and the page as before
+    assert not has_decision(model) and page_data(bertfn.trace(PLAIN, model))[0]["decision"] is None
+    with pytest.raises(bertfn.MissingPartError, match="decision panel explains"):
+        decision(PLAIN, model)
+    with pytest.raises(bertfn.InputError, match="made for another|needs"):
+        page_data(bertfn.trace("the cat sat.", clf), decision=dec)  # another text
+    with pytest.raises(bertfn.InputError, match="decision must be"):
+        page_data(rec, decision={"targets": []})
+
+
+def test_a_taggers_panel_holds_every_tokens_label_and_a_readers_its_answer_span(heads):
+    tagger, reader = heads["tagger"], heads["reader"]
+    dec = decision(PLAIN, tagger, max_targets=2, steps=4)
+    found = bertfn.tag(PLAIN, tagger, ignore_labels=())
+    assert [(e["index"], e["entity"]) for e in dec.meta["entities"]] == [(e["index"], e["entity"]) for e in found]
+    assert [e["score"] for e in dec.meta["entities"]] == [e["score"] for e in found]
+    chosen = [e for e in found if e["entity"] != "O"][:2] or found[:1]
+    assert [(t["position"], t["label"]) for t in dec.meta["targets"]] == [(e["index"], e["entity"]) for e in chosen]
+    for k, e in enumerate(chosen):
+        dla = iv.logit_attribution(PLAIN, tagger, e["entity"], position=e["index"])
+        np.testing.assert_array_equal(dec.arrays["heads"][k], dla.heads[..., 0].float().numpy())
+    with pytest.raises(bertfn.InputError, match="takes no pair"):
+        decision(PLAIN, tagger, pair=PLAIN)
+
+    dec = decision(QUESTION, reader, pair=PLAIN, steps=4)
+    best = bertfn.answer(QUESTION, PLAIN, reader)
+    span = dec.meta["span"]
+    assert (span["answer"], span["score"], span["start"], span["end"]) == (best["answer"], best["score"], best["start"], best["end"])
+    rec = bertfn.trace(QUESTION, reader, pair=PLAIN)
+    first, last = span["tokens"]
+    assert "".join(t.removeprefix("##") for t in rec.tokens[first:last + 1]) == best["answer"].replace(" ", "")
+    assert [(t["label"], t["position"]) for t in dec.meta["targets"]] == [("start", first), ("end", last)]
+    start = iv.logit_attribution(QUESTION, reader, "start", position=first, pair=PLAIN)
+    np.testing.assert_array_equal(dec.arrays["heads"][0], start.heads[..., 0].float().numpy())
+    assert page_data(rec, decision=dec)[1]["decision_tokens"].shape == (2, len(rec.tokens))
+    with pytest.raises(bertfn.InputError, match="context as the pair"):
+        decision(QUESTION, reader)
+
+
+def with_contact_head(esm: bertfn.Model) -> bertfn.Model:
+    """The random ESM-2 with a random contact head (esm.contact_head.regression), as the facebook/esm2_* have it."""
+    cfg, root = esm.config, Params({}, esm.config)
+    g = torch.Generator().manual_seed(2)
+    extra = {root.key("bert.contact_head.regression.weight"): torch.randn(1, cfg.num_hidden_layers * cfg.num_attention_heads, generator=g),
+             root.key("bert.contact_head.regression.bias"): torch.zeros(1)}
+    return bertfn.Model(cfg, {**esm.state, **extra}, esm.tokenizer, "random-esm-contacts")
+
+
+def test_an_esm_panel_holds_its_contact_map(esm):
+    m = with_contact_head(esm)
+    protein = PROTEIN[:40]
+    assert has_decision(m) and not has_decision(esm)
+    dec = decision(protein, m)
+    probs = bertfn.contacts(protein, m)  # (40, 40)
+    assert dec.meta["contacts"]["residues"] == 40 and dec.meta["targets"] == [] and "tokens" not in dec.arrays
+    np.testing.assert_array_equal(dec.arrays["contacts"], contact_codes(probs))
+    assert (np.abs(dec.arrays["contacts"] / 255 - probs.numpy()) <= 1 / 510 + 1e-7).all()
+    meta, arrays = page_data(bertfn.trace(protein, m), decision=dec)
+    assert meta["decision"]["contacts"]["max"] == pytest.approx(float(probs.max())) and arrays["decision_contacts"].shape == (40, 40)
+
+
+def test_cli_view_adds_the_panel_for_a_checkpoint_with_a_task_head(heads, tmp_path, capsys):
+    folder = bertfn.save(heads["classifier"], tmp_path / "classifier")
+    out = tmp_path / "view.html"
+    assert main(["view", PLAIN, "--model", str(folder), "--out", str(out), "--steps", "4"]) == 0
+    meta = json.loads(_script(out.read_text(encoding="utf-8"), "bertfn-meta"))
+    clf = bertfn.load(folder)
+    assert meta["decision"]["classes"]["scores"] == [[d["label"], d["score"]] for d in bertfn.classify(PLAIN, clf, top_k=None)]
+    assert meta["decision"]["steps"] == 4 and meta["arrays"]["decision_heads"]["shape"] == [3, 2, 3]
+    assert main(["view", PLAIN, "--model", str(folder), "--out", str(out), "--no-decision"]) == 0
+    meta = json.loads(_script(out.read_text(encoding="utf-8"), "bertfn-meta"))
+    assert meta["decision"] is None and not any(n.startswith("decision_") for n in meta["arrays"])
+    capsys.readouterr()
+
+
+def test_the_panel_renders_and_its_label_selector_changes_the_shading(browser, heads, classifier_panel, tmp_path):
+    clf = heads["classifier"]
+    rec = bertfn.trace(PLAIN, clf)
+    tab = Page(browser, rec.save_html(tmp_path / "classifier.html", decision=classifier_panel))
+    page = tab.page
+    assert page.is_visible("#decision") and page.inner_text("#decision-title") == "The decision: labels"
+    expected = bertfn.classify(PLAIN, clf, top_k=None)
+    assert page.locator("#decision-prediction .word").all_inner_texts() == [d["label"] for d in expected]
+    assert page.locator("#decision-prediction .pct").all_inner_texts() == [f"{100 * d['score']:.1f}%" for d in expected]
+    assert page.locator("#decision-tokens span").all_inner_texts() == rec.tokens
+    assert page.locator("#decision-heads td.part").count() == 2 * 3
+    first = page.evaluate("bertfnExplorer.decision")
+    assert first["name"] == expected[0]["label"] and len(set(first["shades"])) > 1
+    shown = page.eval_on_selector_all("#decision-tokens span", "spans => spans.map((s) => getComputedStyle(s).backgroundColor)")
+    assert shown == [c.replace(",", ", ") for c in first["shades"]]
+    page.select_option("#decision-target", "1")
+    page.wait_for_function("() => bertfnExplorer.decision.target === 1")
+    second = page.evaluate("bertfnExplorer.decision")
+    assert second["name"] == expected[1]["label"] and second["shades"] != first["shades"] and second["parts"] != first["parts"]
+    assert page.eval_on_selector_all("#decision-tokens span", "spans => spans.map((s) => getComputedStyle(s).backgroundColor)") != shown
+    page.click("#decision-heads td.part[data-layer='1'][data-head='2']")  # a head's part opens its attention
+    assert (page.input_value("#layer"), page.input_value("#head")) == ("1", "2")
+    assert page.locator("#decision-heads td.part.current").get_attribute("data-head") == "2"
+    assert "20 steps" in page.inner_text("#decision-note") and page.is_hidden("#decision-contacts")
+    tab.close()
+    tab = Page(browser, bertfn.trace(PLAIN, clf).save_html(tmp_path / "plain.html"))  # no panel given: none shown
+    assert tab.page.is_hidden("#decision")
+    tab.close()
+
+
+def test_a_readers_panel_frames_the_answer_and_an_esm_panel_draws_its_contact_map(browser, heads, esm, tmp_path):
+    reader = heads["reader"]
+    dec = decision(QUESTION, reader, pair=PLAIN, steps=4)
+    tab = Page(browser, bertfn.trace(QUESTION, reader, pair=PLAIN).save_html(tmp_path / "reader.html", decision=dec))
+    first, last = dec.meta["span"]["tokens"]
+    framed = tab.page.eval_on_selector_all("#decision-tokens span", "spans => spans.flatMap((s, i) => s.classList.contains('span') ? [i] : [])")
+    assert framed == list(range(first, last + 1))
+    assert tab.page.locator("#decision-target option").all_inner_texts() == [f"answer start ({first})", f"answer end ({last})"]
+    assert dec.meta["span"]["answer"] in tab.page.inner_text("#decision-prediction")
+    tab.close()
+    m = with_contact_head(esm)
+    protein = PROTEIN[:40]
+    tab = Page(browser, bertfn.trace(protein, m).save_html(tmp_path / "esm.html", decision=decision(protein, m)))
+    page = tab.page
+    assert page.is_visible("#contact-map") and page.is_hidden("#decision-why")
+    assert page.evaluate("bertfnExplorer.decisionContacts") == {"residues": 40, "width": 40}
+    pixels = page.evaluate("Array.from(document.getElementById('contact-map').getContext('2d').getImageData(0, 0, 40, 40).data)")
+    codes = contact_codes(bertfn.contacts(protein, m))
+    assert pixels[0::4] == [_blues_red(c) for c in codes.reshape(-1).tolist()]  # white 0 to dark blue 1
+    tab.close()
+
+
+def _blues_red(code: int) -> int:
+    """The red channel of the page's BLUES ramp (explorer.js) at code / 255."""
+    stops = [(0, 255), (0.25, 198), (0.5, 107), (0.75, 33), (1, 8)]
+    t, k = code / 255, 0
+    while k < len(stops) - 2 and t > stops[k + 1][0]:
+        k += 1
+    (t0, c0), (t1, c1) = stops[k], stops[k + 1]
+    return math.floor(c0 + (t - t0) / (t1 - t0) * (c1 - c0) + 0.5)

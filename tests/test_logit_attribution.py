@@ -26,7 +26,8 @@ from family_checkpoints import save_member
 import bertfn
 from bertfn import interventions as iv
 from bertfn.errors import InputError, MissingPartError
-from bertfn.interventions.logit_attribution import hidden_contributions, logit_attribution
+from bertfn.interventions.logit_attribution import logit_attribution
+from bertfn.interventions.residual_parts import hidden_contributions
 
 HEADS = "layer.*.attention.head_outputs"
 CHAIN = ("E V Q L V E S G G G L V Q P G R S L R L S C A A S G F [MASK] F D D Y A M H W V R Q A P G K G L E W V S "
@@ -157,7 +158,8 @@ def test_one_head_part_equals_a_computation_by_hand(tiny):
     v = rec[f"layer.{i}.attention.head_outputs"][0, h, m].double()
     v = frozen(v, at(f"layer.{i}.attention.dense") + at(f"layer.{i - 1}.output"), w(lay + "attention.output.LayerNorm.weight"))
     v = frozen(v, at(f"layer.{i}.attention.output") + at(f"layer.{i}.ffn.dense"), w(lay + "output.LayerNorm.weight"))
-    z = at(f"layer.{i}.output") @ w("cls.predictions.transform.dense.weight").T + w("cls.predictions.transform.dense.bias")
+    last = hidden_contributions(rec, m).total  # the last hidden state as its parts sum to it: the head is frozen there
+    z = last @ w("cls.predictions.transform.dense.weight").T + w("cls.predictions.transform.dense.bias")
     gelu = 0.5 * z * (1 + torch.erf(z / math.sqrt(2)))
     u = gelu / z * (v @ w("cls.predictions.transform.dense.weight").T)
     u = frozen(u, gelu, w("cls.predictions.transform.LayerNorm.weight"))

@@ -8,6 +8,8 @@
     resolve.py      what the text-reading calls accept (a Model, a folder, a hub id; one text or many)
     pruning.py      prune_heads(): a Model without some attention heads
     scratch.py      init_model(): a Model from a config alone, weights drawn as BERT initialises them
+    saving.py       save(): a Model written as transformers' save_pretrained writes one
+    fresh_head.py   with_head(): a pretrained Model with a new task head, to fine-tune
     fairseq.py      convert_fairseq_roberta(): a fairseq RoBERTa (Sapiens' antibody models) -> an HF folder
 
 Each module imports only those above it (and bertfn/model/, errors.py).

@@ -16,16 +16,23 @@ def add_view(sub) -> None:
     vw.add_argument("--pair", default=None, help="a second segment, as in BERT's sentence pairs")
     vw.add_argument("--top-k", type=int, default=5, help="predictions kept per [MASK] and per layer (default 5)")
     vw.add_argument("--out", default="view.html", help="HTML file to write (default view.html)")
+    vw.add_argument("--steps", type=int, default=20,
+                    help="integrated gradients' points for the decision panel of a checkpoint with a task head (default 20)")
+    vw.add_argument("--no-decision", dest="decision", action="store_false",
+                    help="leave out the decision panel (a fine-tuned head's prediction, attributions and per-head parts)")
     add_model_options(vw)
 
 
 def run_view(args: argparse.Namespace) -> int:
-    """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.inspect.explorer`)."""
+    """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.inspect.explorer`); for a checkpoint with a
+    task head or ESM-2's contact head, with the decision panel (:func:`bertfn.interventions.decision`)."""
     from ..inspect.page_arrays import PageArrays
     from ..inspect.trace import trace
+    from ..interventions.decision import decision, has_decision
 
     rec = trace(args.text, m := model_from_args(args, as_stored), pair=args.pair, store=PageArrays(m.config, m, args.top_k))  # the page only
-    path = rec.save_html(args.out, top_k=args.top_k)
+    panel = decision(args.text, m, pair=args.pair, steps=args.steps) if args.decision and has_decision(m) else None
+    path = rec.save_html(args.out, top_k=args.top_k, decision=panel)
     size = path.stat().st_size
     emit(f"wrote {path} ({len(rec.tokens)} tokens, "
          f"{f'{size / 1e6:.1f} MB' if size >= 1e6 else f'{size / 1e3:.0f} kB'}); open it in a browser")

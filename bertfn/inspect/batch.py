@@ -102,11 +102,28 @@ def record_pass(m: Model, ids: Tensor, types: Tensor, mask: Tensor, record: Trac
         where = ((ids == m.tokenizer.mask_token_id) & mask.bool()).nonzero()  # (N, 2): (text, position)
         if len(where) and "cls.predictions.decoder.weight" in m.params:
             mlm_head(m.params, out.last_hidden_state[where[:, 0], where[:, 1]], trace=record)  # (N, V)
-        if m.head.task in TASKS:
-            run_head(m.params, m.head.task, out.last_hidden_state, mask, trace=record)
+        checkpoint_head(m, out.last_hidden_state, mask, record)
         if own is not None:
             own(m.params, ids, out.attentions, mask, record)
     return [(text, position) for text, position in where.tolist()]
+
+
+def checkpoint_head(m: Model, h: Tensor, mask: Tensor, record: Trace) -> None:
+    """The task head the checkpoint carries (:attr:`Model.head`: a classifier, a tagger, a reader), run on the last
+    hidden states into ``record``; nothing for a masked LM or an encoder alone.
+
+    What every pass that records a run calls after the encoder (:func:`record_pass`, the studies' runs and their
+    patched copies, :mod:`bertfn.interventions`), so that a metric can read the head's points wherever it runs.
+
+    Args:
+        m: the model.
+        h: (B, S, H) last hidden states (a study's copies may pass the first position alone, (B, 1, H), to a head
+            that reads it alone).
+        mask: (B, S) 1 for real tokens.
+        record: the trace that keeps (and edits) the head's points.
+    """
+    if m.head.task in TASKS:
+        run_head(m.params, m.head.task, h, mask, trace=record)
 
 
 def text_tensors(tensors: dict[str, Tensor], i: int, length: int, mask_rows: list[tuple[int, int]],

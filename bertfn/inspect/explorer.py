@@ -16,6 +16,10 @@ The page has three views of the attention and two panels beside them:
 * neuron view: for one query token, its query vector, every key vector, their elementwise product,
   the sum (``q.k``), the scaled score and the softmax, per head: the arithmetic of one row of attention;
 * the MLM head's predictions at each ``[MASK]``, with probabilities;
+* for a checkpoint with a task head (or ESM-2's contact head), the decision panel when one is given
+  (:mod:`bertfn.inspect.decision_panel`, made by :func:`bertfn.interventions.decision`; ``bertfn view`` makes it):
+  the prediction, the tokens shaded by their integrated-gradients attribution to one label at a time (a diverging
+  scale), each head's direct part of that label's logit as a layer x head grid, and ESM-2's contact map;
 * a per-layer strip for the chosen token: the entropy of its attention in each head, the norm of its
   hidden state, and the words the MLM head would predict from that layer's output (the "logit lens";
   in a pre-LN member, ESM-2 or ModernBERT, from that output after the final LayerNorm, as the model reads
@@ -58,6 +62,7 @@ import numpy as np
 from ..errors import InputError
 from ..model.config import BertConfig
 from ..model.family import family_of
+from .decision_panel import Decision
 from .page_arrays import LEVELS, PageArrays, layer_windows, score_vectors, top_k as _top_k
 
 
@@ -87,7 +92,7 @@ PAGE_FILES = ("page.html", "explorer.css", "explorer.js")
 """The page's template, style and script, shipped in ``bertfn/inspect/explorer_page/``."""
 
 
-def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarray]]:
+def page_data(rec: Recording, top_k: int = 5, decision: Decision | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """What the page shows: a JSON-able ``meta`` dict and the named arrays of :mod:`bertfn.inspect.page_arrays`.
 
     The MLM predictions and the per-layer predictions need the model's MLM head (``rec.model``, as
@@ -97,14 +102,21 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
         rec: the recording.
         top_k: predictions per position. A recording traced into a :class:`PageArrays` store (as
             ``bertfn view`` does) already holds the arrays, for its own top_k.
+        decision: the decision panel's numbers (:func:`bertfn.interventions.decision` on the same text and model),
+            or None for no panel: ``meta["decision"]`` and the arrays ``decision_*``
+            (:mod:`bertfn.inspect.decision_panel`).
 
     Returns:
         meta: what the page's script reads: tokens, sizes, predictions, vocabulary, ...
         arrays: the named arrays.
 
     Raises:
-        InputError: not a recording, or a PageArrays store made for another ``top_k``.
+        InputError: not a recording, a PageArrays store made for another ``top_k``, or a decision panel that is
+            not one or was made for another text or model.
     """
+    if decision is not None and not isinstance(decision, Decision):
+        raise InputError(f"decision must be what bertfn.interventions.decision(text, model) returns, or None; got "
+                         f"{type(decision).__name__}")
     if not all(hasattr(rec, part) for part in ("tokens", "tensors", "mask_positions", "config")):
         raise InputError(f"the explorer draws a Recording from bertfn.trace(text, model), got {type(rec).__name__}")
     if isinstance(rec.tensors, PageArrays):
@@ -155,7 +167,11 @@ def page_data(rec: Recording, top_k: int = 5) -> tuple[dict, dict[str, np.ndarra
         "no_predictions": missing,
         "top_k": top_k,
         "vocab": vocab,
+        "decision": None if decision is None else decision.meta,
     }
+    if decision is not None:
+        decision.check(len(rec.tokens), cfg.num_hidden_layers, cfg.num_attention_heads)
+        arrays.update({f"decision_{name}": a for name, a in decision.arrays.items()})
     return meta, arrays
 
 
@@ -232,7 +248,7 @@ def _ascii_script(code: str) -> str:
     return re.sub(r"[^\x00-\x7f]", lambda m: f"\\u{{{ord(m[0]):x}}}", code)
 
 
-def _pieces(rec: Recording, top_k: int, title: str | None) -> list[str | Iterator[bytes]]:
+def _pieces(rec: Recording, top_k: int, title: str | None, decision: Decision | None = None) -> list[str | Iterator[bytes]]:
     """The page's template with its parts put in, as pieces.
 
     ASCII strings, and the data block as an iterator of ASCII bytes (:func:`_data_block`), so
@@ -242,8 +258,9 @@ def _pieces(rec: Recording, top_k: int, title: str | None) -> list[str | Iterato
         rec: the recording.
         top_k: predictions per position.
         title: the page's title, or None for the text.
+        decision: the decision panel's numbers, or None.
     """
-    meta, arrays = page_data(rec, top_k)
+    meta, arrays = page_data(rec, top_k, decision)
     meta["arrays"] = _layout(arrays)
     meta["title"] = title or meta["text"] or "bertfn explorer"
     page = resources.files("bertfn.inspect") / "explorer_page"
@@ -259,18 +276,20 @@ def _pieces(rec: Recording, top_k: int, title: str | None) -> list[str | Iterato
     return [parts[piece] if n % 2 else piece for n, piece in enumerate(template)]
 
 
-def to_html(rec: Recording, *, top_k: int = 5, title: str | None = None) -> str:
+def to_html(rec: Recording, *, top_k: int = 5, title: str | None = None, decision: Decision | None = None) -> str:
     """The explorer page for ``rec`` as one HTML document (a string); nothing in it is fetched at view time.
 
     Args:
         rec: the recording.
         top_k: predictions per position.
         title: the page's title, or None for the text.
+        decision: the decision panel (:func:`bertfn.interventions.decision`), or None for none.
     """
-    return "".join(p if isinstance(p, str) else b"".join(p).decode("ascii") for p in _pieces(rec, top_k, title))
+    return "".join(p if isinstance(p, str) else b"".join(p).decode("ascii") for p in _pieces(rec, top_k, title, decision))
 
 
-def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | None = None) -> Path:
+def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | None = None,
+              decision: Decision | None = None) -> Path:
     """Write the explorer page for ``rec`` to ``path``: the bytes of :func:`to_html`, the data block as compressed.
 
     Args:
@@ -278,6 +297,7 @@ def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | 
         path: the HTML file.
         top_k: predictions per position.
         title: the page's title, or None for the text.
+        decision: the decision panel (:func:`bertfn.interventions.decision`), or None for none.
 
     Returns:
         ``path``, as a Path.
@@ -286,7 +306,7 @@ def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | 
         InputError: the file cannot be written.
     """
     path = Path(path)
-    pieces = _pieces(rec, top_k, title)
+    pieces = _pieces(rec, top_k, title, decision)
     try:
         with path.open("wb") as f:
             for p in pieces:
@@ -300,13 +320,14 @@ def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | 
     return path
 
 
-def notebook_html(rec: Recording, height: int = 860) -> str:
+def notebook_html(rec: Recording, height: int = 860, decision: Decision | None = None) -> str:
     """The page inside an ``<iframe srcdoc>``, so its script and style keep to themselves in a notebook.
 
     Args:
         rec: the recording.
         height: the frame's height in pixels.
+        decision: the decision panel, or None.
     """
-    doc = html.escape(to_html(rec), quote=True)
+    doc = html.escape(to_html(rec, decision=decision), quote=True)
     return (f'<iframe srcdoc="{doc}" title="bertfn explorer" style="width:100%;height:{height}px;border:1px solid #ddd" '
             'sandbox="allow-scripts allow-downloads"></iframe>')

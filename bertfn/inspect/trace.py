@@ -165,7 +165,7 @@ class Recording:
             raise InputError(f"head must be an integer from 0 to {nh - 1} (layer {layer} has {nh} heads), got {head!r}")
         return probs[head]  # (S, S)
 
-    def to_html(self, *, top_k: int = 5, title: str | None = None) -> str:
+    def to_html(self, *, top_k: int = 5, title: str | None = None, decision=None) -> str:
         """This pass as one self-contained HTML page: the explorer.
 
         Head, model and neuron views, MLM predictions, a per-layer strip. See :mod:`bertfn.inspect.explorer`
@@ -174,25 +174,28 @@ class Recording:
         Args:
             top_k: MLM predictions shown per position.
             title: the page's title (default: the text).
+            decision: a fine-tuned head's decision panel, ``bertfn.interventions.decision(text, model)`` for the same
+                text and model (:class:`~bertfn.inspect.decision_panel.Decision`), or None for none.
         """
         from .explorer import to_html  # here, not at the top: import bertfn does not need the page's code
 
-        return to_html(self, top_k=top_k, title=title)
+        return to_html(self, top_k=top_k, title=title, decision=decision)
 
-    def save_html(self, path: str | Path, *, top_k: int = 5, title: str | None = None) -> Path:
+    def save_html(self, path: str | Path, *, top_k: int = 5, title: str | None = None, decision=None) -> Path:
         """Write :meth:`to_html` to ``path`` (e.g. ``"view.html"``).
 
         Args:
             path: the HTML file to write.
             top_k: as in :meth:`to_html`.
             title: as in :meth:`to_html`.
+            decision: as in :meth:`to_html`.
 
         Returns:
             The path.
         """
         from .explorer import save_html
 
-        return save_html(self, path, top_k=top_k, title=title)
+        return save_html(self, path, top_k=top_k, title=title, decision=decision)
 
     def _repr_html_(self) -> str:
         """Jupyter shows a recording as the explorer, in an iframe of its own."""

@@ -15,8 +15,15 @@ and measures what they change:
     copies.py      the engine under sweep: many patched copies of one run, reusing what does not change
     stats.py       the mean and Student's t interval
     gradients.py   d metric / d any point, with the points' values, in one call
-    logit_attribution.py   direct logit attribution per head and per layer at a mask (logit_attribution)
+    head_metrics.py        metrics of a fine-tuned head: label_logit, label_probability, label_difference,
+                           entity_score, span_score
+    residual_parts.py      the last hidden state as a sum of parts: each head's write, each layer's, the biases
+    logit_attribution.py   direct logit attribution per head and per layer: a masked LM's logits at a mask, or
+    class_attribution.py   a fine-tuned head's logits of its labels (ClassAttribution)
     paths.py       path patching: a sender's clean output into chosen receivers only (path_patch)
+    token_attributions.py  each input token's attribution to one output: integrated gradients, gradient x input
+    decision.py    the explorer's decision panel: a fine-tuned head's prediction, its token attributions and
+                   per-head parts (bertfn view; the page: bertfn.inspect.decision_panel)
 """
 
 from ..model.recorder import merge_edits
@@ -32,12 +39,18 @@ from .ablation import (
     zero_neurons,
 )
 from .gradients import Gradients, gradients
-from .logit_attribution import Contributions, LogitAttribution, hidden_contributions, logit_attribution
+from .class_attribution import ClassAttribution
+from .head_metrics import entity_score, label_difference, label_logit, label_probability, span_score
+from .logit_attribution import LogitAttribution, logit_attribution
+from .residual_parts import Contributions, hidden_contributions
 from .paths import path_patch
 from .patching import at_masks, logit_difference, patch
 from .study import Sweep, attribution, correlation, sweep
+from .token_attributions import TokenAttributions, token_attributions
+from .decision import decision
 
 __all__ = ["Contributions", "Gradients", "LogitAttribution", "Sweep", "activation_means", "at_masks", "attribution",
            "correlation", "gradients", "head_means", "hidden_contributions", "logit_attribution", "logit_difference",
            "mean_heads", "mean_neurons", "merge_edits", "neuron_means", "patch", "path_patch", "replace_with", "steer",
-           "sweep", "zero_heads", "zero_neurons"]
+           "sweep", "zero_heads", "zero_neurons", "TokenAttributions", "token_attributions", "ClassAttribution",
+           "entity_score", "label_difference", "label_logit", "label_probability", "span_score", "decision"]

@@ -12,11 +12,15 @@ change is not run again:
 * from layer i on, the copies patched at layer i join those patched below it, and the batch goes
   through each layer above as one, until it holds :data:`MAX_ROWS` rows; then it runs to the top and a
   new batch starts;
-* where the metric reads only the MLM head's outputs (``mlm.logits``, ``mlm.transform``), the last
-  layer runs its keys and values at every position and the rest at the masks alone (BERT's layer: a
-  member's own, ESM-2's or ModernBERT's, runs whole), and the head only at the masks. Where it reads
-  other points, the copies' passes keep exactly those (at layers below a copy's patch it reads the
-  corrupted run's, which are the same).
+* the heads run on top of the copies where the metric reads them: the MLM head at the masks, the pooler,
+  and a fine-tuned checkpoint's task head (:func:`~bertfn.inspect.batch.checkpoint_head`, the one
+  :func:`bertfn.trace` runs: a classifier's, a tagger's, a reader's);
+* where the metric reads only what is computed at a few positions, the MLM head's outputs (``mlm.logits``,
+  ``mlm.transform``) at the masks, or the pooler's and a classifier's that reads the first token alone
+  (``pooler``, ``classifier.*``: :func:`read_alone`), the last layer runs its keys and values at every
+  position and the rest at those positions alone (BERT's layer: a member's own, ESM-2's or ModernBERT's, runs
+  whole), and the heads there alone. Where it reads other points, the copies' passes keep exactly those (at
+  layers below a copy's patch it reads the corrupted run's, which are the same).
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ from collections.abc import Callable, Collection
 import torch
 
 from ..fast.unpadded import unpadded_attention, unpadded_feed_forward
+from ..inspect.batch import checkpoint_head
 from ..inspect.trace import Recording
 from ..model.attention import causal_keep_mask, extended_mask
 from ..model.encoder import layer
 from ..model.family import family_of
 from ..model.heads import mlm_head, pooler
 from ..model.recorder import WEIGHT_POINTS, Point, Trace, layer_input, layer_of
+from ..model.task_heads import TASKS, task_head
 from .points import axes, per_head
 
 Tensor = torch.Tensor
@@ -41,6 +47,9 @@ OVER = {"positions": "layer.{i}.output", "heads": "layer.{i}.attention.context",
 """What a sweep patches one slice at a time, and the point it patches by default (``{i}``: the layer)."""
 
 MLM_POINTS = frozenset({"mlm.logits", "mlm.transform"})
+
+TASK_HEAD_POINTS = ("classifier.", "qa.")
+"""The starts of the task heads' point names (:mod:`bertfn.model.task_heads`)."""
 
 MAX_ROWS = 2048
 """How many rows (copies x tokens) a batch of copies grows to before it runs to the top.
@@ -97,6 +106,27 @@ def write_slices(out: Tensor, rows: Tensor, c: Tensor, source: Tensor, over: str
         out[rows, :, c] = src[:, c].transpose(0, 1)  # (S, n) -> (n, S): neuron c at every position
 
 
+def read_alone(reads: frozenset[str], corrupted: Recording) -> list[int] | None:
+    """The positions whose last hidden states are all that the points ``reads`` depend on, or None (every position).
+
+    The corrupted text's masks for the MLM head's outputs; the first position for the pooler's and those of a task
+    head that reads it alone (a classifier on ``[CLS]`` or ``<s>``: its ``first_only``); None for anything else.
+
+    Args:
+        reads: the points the metric reads.
+        corrupted: the corrupted run (its masks, its model's head).
+    """
+    if reads <= MLM_POINTS:
+        return corrupted.mask_positions
+    first = {"pooler"}
+    m, cfg = corrupted.model, corrupted.config
+    if m is not None and m.head.task in TASKS:
+        head = task_head(cfg, m.head.task)
+        if head.first_only(cfg):
+            first.update(head.points(cfg))
+    return [0] if reads <= first else None
+
+
 class Kept(dict):
     """A store that keeps only the points ``names`` (a :class:`Trace` writes every point into it).
 
@@ -136,28 +166,30 @@ def patched_metrics(params, clean: Recording, corrupted: Recording, names: list[
     L = cfg.num_hidden_layers
     family = family_of(cfg)  # ESM-2's and ModernBERT's own layer and final LayerNorm, where the member has them
     reads = frozenset(reads)
-    where = torch.tensor(corrupted.mask_positions, dtype=torch.long, device=corrupted.input_ids.device)
+    alone = read_alone(reads, corrupted)  # the last layer and the heads at these positions alone (None: all)
+    where = torch.tensor(alone if alone is not None else corrupted.mask_positions, dtype=torch.long,
+                         device=corrupted.input_ids.device)  # (N,)
+    at_few = alone is not None
     keep = torch.ones_like(corrupted.input_ids)  # (1, S): one text, no padding
     if cfg.is_decoder:
         keep = causal_keep_mask(keep, keep.shape[1])  # (1, S, S)
     first = layer_input(cfg)
     mask = extended_mask(keep, corrupted[first].dtype)
     S = corrupted.input_ids.shape[1]
-    at_masks = set(reads) <= MLM_POINTS  # the last layer and the head at the masks alone
     impl = "eager" if any(r.rpartition(".")[2] in WEIGHT_POINTS for r in reads) else "sdpa"
     shapes = {i: slice_shape(over, names[i], clean[names[i]]) for i in layers}
     values = {i: torch.empty(shapes[i], dtype=torch.float64).flatten() for i in layers}
     group: dict = {"active": None, "next": 0, "members": [], "store": Kept(reads)}
 
     def run_layer(i: int, h: Tensor, edits: dict | None = None) -> Tensor:
-        if at_masks and i == L - 1 and not edits and family.layer is None:  # the fast path's last layer, at the masks
-            return _last_layer_at_masks(params, h, where)
-        points = Trace(group["store"], prefix=f"layer.{i}.", edits=edits, keep=not at_masks, optional=tuple(reads))
+        if at_few and i == L - 1 and not edits and family.layer is None:  # the fast path's last layer, there alone
+            return _last_layer_at(params, h, where)
+        points = Trace(group["store"], prefix=f"layer.{i}.", edits=edits, keep=not at_few, optional=tuple(reads))
         if family.layer is not None:  # a member's own layer (pre-LN, rotary), which the fast path lacks
             out = family.layer(params.layer(i), h, mask, index=i, impl=impl, trace=points).hidden
         else:
             out = layer(params.layer(i), h, mask, impl=impl, trace=points).hidden
-        return out[:, where] if at_masks and i == L - 1 else out  # copies patched in the last layer: at the masks
+        return out[:, where] if at_few and i == L - 1 else out  # copies patched in the last layer: there alone
 
     def flush() -> None:  # the group's batch to the top, then each copy's metric
         h = group["active"]
@@ -166,10 +198,12 @@ def patched_metrics(params, clean: Recording, corrupted: Recording, names: list[
         store = group["store"]
         if family.final_norm is not None:  # pre-LN members: the LayerNorm after the last layer
             h = family.final_norm(params.scope("bert"), h, Trace(store))
-        if "pooler" in reads:
-            pooler(params, h, Trace(store))
         if reads & MLM_POINTS:
-            mlm_head(params, h if at_masks else h[:, where], trace=Trace(store))  # (copies, N, V)
+            mlm_head(params, h if at_few else h[:, where], trace=Trace(store))  # (copies, N, V)
+        if any(r.startswith(TASK_HEAD_POINTS) or r == "pooler" for r in reads):  # (copies, ...): one text each
+            checkpoint_head(corrupted.model, h, torch.ones(h.shape[:2], dtype=torch.long, device=h.device), Trace(store))
+        if "pooler" in reads and "pooler" not in store:  # a masked LM's pooler (AntiBERTy's extra heads read it)
+            pooler(params, h, Trace(store))
         for k, c, offset in group["members"]:
             for j, flat in enumerate(c.tolist()):
                 row = offset + j
@@ -189,9 +223,9 @@ def patched_metrics(params, clean: Recording, corrupted: Recording, names: list[
         step = max(1, MAX_ROWS // S)
         for start in range(0, n, step):
             c = torch.arange(start, min(n, start + step), device=base.device)  # the slices of this chunk
-            if group["active"] is not None and (group["next"] != i or (at_masks and i == L - 1) or
+            if group["active"] is not None and (group["next"] != i or (at_few and i == L - 1) or
                                                 (group["active"].shape[0] + len(c)) * S > MAX_ROWS):
-                flush()  # the copies patched below to the top (at the masks alone in the last layer)
+                flush()  # the copies patched below to the top (at those positions alone in the last layer)
             new = base.expand(len(c), *base.shape[1:])
             batch = new.contiguous() if group["active"] is None else torch.cat([group["active"], new])
             rows = torch.arange(batch.shape[0] - len(c), batch.shape[0], device=base.device)
@@ -229,22 +263,22 @@ def _as_run(tensors: dict[str, Tensor], corrupted: Recording) -> Recording:
                      corrupted.model)
 
 
-def _last_layer_at_masks(params, h: Tensor, where: Tensor) -> Tensor:
-    """The last layer on the copies ``h``, at the masks ``where`` alone.
+def _last_layer_at(params, h: Tensor, where: Tensor) -> Tensor:
+    """The last layer on the copies ``h``, at the positions ``where`` alone (the masks, or the first token).
 
     The fast path's (:func:`~bertfn.fast.unpadded.unpadded_attention`): the copies laid end to end,
-    keys and values at every position, the queries, output projection and feed-forward at the masks.
+    keys and values at every position, the queries, output projection and feed-forward at ``where``.
 
     Args:
         params (Params): the model's root params.
         h: (c, S, H) the copies.
-        where: (N,) the masks' positions.
+        where: (N,) the positions.
 
     Returns:
         (c, N, H).
     """
     p = params.layer(params.config.num_hidden_layers - 1)
     c, S, H = h.shape
-    rows = (torch.arange(c, device=h.device)[:, None] * S + where[None, :]).flatten()  # (c * N,): the masks, end to end
+    rows = (torch.arange(c, device=h.device)[:, None] * S + where[None, :]).flatten()  # (c * N,): end to end
     x = unpadded_attention(p.scope("attention"), h.reshape(1, c * S, H), [S] * c, rows)  # (1, c * N, H)
     return unpadded_feed_forward(p, x).view(c, len(where), H)

@@ -27,7 +27,7 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list
 from ..errors import InputError
-from ..inspect.batch import padded_batch, text_tensors
+from ..inspect.batch import checkpoint_head, padded_batch, text_tensors
 from ..inspect.trace import Recording
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
@@ -121,6 +121,26 @@ def _batch_with_grad(m: Model, texts: list[str], metric: Metric, names: list[str
                      edits: Edits | None) -> list[Gradients]:
     """:func:`run_with_grad` on one padded batch."""
     ids, types, mask, tokens = padded_batch(m.tokenizer, texts, None)
+    return pass_with_grad(m, ids, types, mask, tokens, [metric] * len(texts), names, keep, edits)
+
+
+def pass_with_grad(m: Model, ids: Tensor, types: Tensor, mask: Tensor, tokens: list[list[str]], metrics: list[Metric],
+                   names: list[str], keep: set[str] | None = None, edits: Edits | None = None) -> list[Gradients]:
+    """One padded batch, already tokenized, with the graph kept; row b's ``metrics[b]`` backward; the gradients at
+    ``names``, each row's its own (as :func:`run_with_grad`'s).
+
+    Args:
+        m: the model.
+        ids: (B, S) token ids (:func:`~bertfn.inspect.batch.padded_batch`'s, e.g. texts with their second
+            segments, or rows of one text repeated).
+        types: (B, S) token types.
+        mask: (B, S) 1 for real tokens.
+        tokens: each row's word pieces, without the padding.
+        metrics: B metrics, ``metrics[b](run)`` of row b's run.
+        names: full point names to hold.
+        keep: the points to record for the metrics (None: all of them).
+        edits: edits of the pass; they see the padded batch.
+    """
     ids, mask = ids.to(m.device), mask.to(m.device)  # (B, S)
     held: dict[str, Tensor] = {}
 
@@ -143,13 +163,14 @@ def _batch_with_grad(m: Model, texts: list[str], metric: Metric, names: list[str
         where = ((ids == m.tokenizer.mask_token_id) & mask.bool()).nonzero()  # (N, 2): (text, position)
         if len(where) and "cls.predictions.decoder.weight" in m.params:
             mlm_head(m.params, out.last_hidden_state[where[:, 0], where[:, 1]], trace=record)  # (N, V)
+        checkpoint_head(m, out.last_hidden_state, mask, record)  # a classifier's, a tagger's, a reader's points
         rows = [(b, p) for b, p in where.tolist()]
 
         def run(b: int, tensors: dict[str, Tensor]) -> Recording:  # text b's part of the batch
             return Recording(tokens[b], ids[b:b + 1, :lengths[b]], [p for t, p in rows if t == b],
                              text_tensors(tensors, b, lengths[b], rows, chunk), m.config, m)
 
-        values = [metric(run(b, record.store)) for b in range(len(texts))]
+        values = [metric(run(b, record.store)) for b, metric in enumerate(metrics)]
         for value in values:
             if not isinstance(value, Tensor) or value.numel() != 1:
                 got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
@@ -163,7 +184,7 @@ def _batch_with_grad(m: Model, texts: list[str], metric: Metric, names: list[str
     values_at = {n: held[n].detach() for n in names}
     detached = {k: v.detach() for k, v in record.store.items()}
     return [Gradients(values[b].item(), run(b, values_at).tensors, run(b, grads).tensors, run(b, detached))
-            for b in range(len(texts))]
+            for b in range(len(metrics))]
 
 
 def gradients(texts: str | Sequence[str], model: Model | str | Path, metric: Metric, names: str | Sequence[str], *,

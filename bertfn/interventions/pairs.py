@@ -4,7 +4,9 @@ A study (:mod:`bertfn.interventions.study`) takes pairs as two texts or two list
 (:func:`pairs_of`), records each pair's clean and corrupted runs as :func:`bertfn.trace` would, in one
 batch of two (:func:`runs`), and runs the metric once on the corrupted run to learn which points it
 reads (:func:`reads_of`): the patched copies then keep only those. A metric that asks for a point a pass
-computes only on request (``layer.{i}.attention.head_outputs``) gets the runs recorded again with it.
+computes only on request (``layer.{i}.attention.head_outputs``) gets the runs recorded again with it. A
+fine-tuned checkpoint's task head runs on both texts as :func:`bertfn.trace` runs it, so that a metric can read
+its points (``classifier.logits``, ``qa.start_logits``: :mod:`bertfn.interventions.head_metrics`).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from collections.abc import Sequence
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import require_mlm_head, text_list
-from ..errors import InputError
+from ..checkpoint.resolve import fits, require_mlm_head, text_list
+from ..errors import InputError, MissingPartError
+from ..inspect.batch import checkpoint_head
 from ..inspect.trace import Recording
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import OPTIONAL_POINTS, Trace
-from .copies import MLM_POINTS
+from .copies import MLM_POINTS, TASK_HEAD_POINTS
 from .patching import Metric
 
 Tensor = torch.Tensor
@@ -53,7 +56,8 @@ def runs(clean_text: str, corrupted_text: str, m: Model, optional: Sequence[str]
     """The clean and the corrupted text recorded as :func:`~bertfn.inspect.trace.trace` records each.
 
     One batch of two (the weights are read once; the two have the same number of tokens, so nothing is
-    padded); the MLM head at the corrupted text's [MASK]s for both, when it has masks and the model a head.
+    padded); the MLM head at the corrupted text's [MASK]s for both, when it has masks and the model a head;
+    the checkpoint's task head (:func:`~bertfn.inspect.batch.checkpoint_head`) on both.
 
     Args:
         clean_text: the clean text.
@@ -78,6 +82,7 @@ def runs(clean_text: str, corrupted_text: str, m: Model, optional: Sequence[str]
                       impl="eager", trace=record)
         if masks[1] and "cls.predictions.decoder.weight" in m.params:
             mlm_head(m.params, out.last_hidden_state[:, masks[1]], trace=record)  # (2, N, V)
+        checkpoint_head(m, out.last_hidden_state, enc.attention_mask.to(m.device), record)
 
     def one(b: int) -> Recording:  # text b's rows; mlm.* without the batch axis, as trace() records them
         tensors = {k: (v[b] if k.startswith("mlm.") else v[b:b + 1]) if v.shape[0] == 2 else v
@@ -132,6 +137,11 @@ def reads_of(metric: Metric, run: Recording) -> tuple[frozenset[str], float]:
         optional = sorted(n for n in missing if n.rpartition(".")[2] in OPTIONAL_POINTS)
         if optional:
             raise _Optional(optional) from None
+        heads = sorted(n for n in missing if n.startswith(TASK_HEAD_POINTS))
+        if heads:
+            raise MissingPartError(f"the metric reads {heads}, a fine-tuned task head's outputs, and {fits(run.model)}; "
+                                   "study a checkpoint with that head (e.g. a *ForSequenceClassification for "
+                                   "classifier.logits), or read another point") from None
         if missing & MLM_POINTS:
             require_mlm_head(run.model, "a metric of mlm.*")
             raise InputError(f"the metric reads {sorted(missing & MLM_POINTS)}, the MLM head at the corrupted text's "

@@ -17,8 +17,10 @@ pass of the corrupted texts, as padded batches (attribution patching, Nanda 2023
 makes is about ``(clean - corrupted) . d metric / d activation`` summed over the slice.
 
 A metric is ``metric(run) -> scalar tensor``, ``run`` the :class:`~bertfn.inspect.trace.Recording` of a
-(patched) corrupted pass: ``run["mlm.logits"]`` (N, V) at the corrupted text's [MASK]s, or any other
-point (``run["layer.6.output"][0, 5] @ probe``). bertfn finds which points it reads by running it on
+(patched) corrupted pass: ``run["mlm.logits"]`` (N, V) at the corrupted text's [MASK]s, a fine-tuned
+head's outputs (``run["classifier.logits"]``, ``run["qa.start_logits"]``: the checkpoint's task head runs in
+every run and every patched copy; :mod:`bertfn.interventions.head_metrics` reads a label, an entity, a span), or
+any other point (``run["layer.6.output"][0, 5] @ probe``). bertfn finds which points it reads by running it on
 the corrupted run, and keeps only those in the patched copies. Pairs may have any length each (the
 two texts of one pair the same number of tokens); a map over positions then has NaN where a pair is
 shorter than the longest, and the mean and interval at a cell use the pairs that have it.
@@ -172,7 +174,8 @@ def sweep(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Mod
         corrupted: the corrupted text(s): each as many tokens as its clean text (pairs may differ).
         model: a loaded :class:`Model`, a folder or a hub id.
         metric: ``metric(run) -> scalar tensor`` (:mod:`bertfn.interventions.gradients`), e.g.
-            :func:`~bertfn.interventions.logit_difference` or ``lambda run: run["layer.6.output"][0, 3] @ w``.
+            :func:`~bertfn.interventions.logit_difference`, :func:`~bertfn.interventions.label_difference` (a
+            classifier's) or ``lambda run: run["layer.6.output"][0, 3] @ w``.
         over: ``"positions"`` (each position of ``layer.{i}.output``), ``"heads"`` (each head of
             ``layer.{i}.attention.context``), ``"neurons"`` (each of ``layer.{i}.ffn.intermediate``'s I
             neurons, at every position) or ``"heads x positions"`` (each head at each position).
@@ -185,7 +188,7 @@ def sweep(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Mod
 
     Raises:
         InputError: bad pairs, ``over``, ``name``, ``layers`` or metric, or texts that cannot be compared.
-        MissingPartError: a model without a tokenizer, or without an MLM head for a metric that reads one.
+        MissingPartError: a model without a tokenizer, or without the MLM head or the task head a metric reads.
     """
     pairs, m, names, layers = _setup(clean, corrupted, model, metric, over, name, layers, "sweep")
     maps, cleans, corrupteds = [], [], []

@@ -11,8 +11,9 @@ DistilBERT is BERT except:
   ``dropout``, ``attention_dropout``, ``seq_classif_dropout`` (:class:`DistilBertConfig`); every LayerNorm's
   eps is 1e-12;
 * **its classifiers** (sequence classification and multiple choice, :func:`pre_classifier_head`) read [CLS]
-  through ``pre_classifier`` (H, H) and ReLU, having no pooler; its tagger and reader drop out at their own
-  rates (``dropout``, ``qa_dropout``: :func:`token_classifier`, :func:`span_reader`).
+  through ``pre_classifier`` (H, H) and ReLU, having no pooler (on parts, the ReLU frozen:
+  :func:`pre_classifier_parts`); its tagger and reader drop out at their own rates (``dropout``, ``qa_dropout``:
+  :func:`token_classifier`, :func:`span_reader`).
 
 Its layers are BERT's: post-LN attention and feed-forward with the same residuals (transformers
 scales the queries before ``q k^T`` rather than the scores after it: the same numbers to float
@@ -31,6 +32,7 @@ from .embeddings import check_ids, default_position_ids, word_vectors
 from .family import Family, TaskHead, normalizer, register, renamed
 from .functional import dropout, layer_norm, linear
 from .heads import classifier_dropout, question_answering, token_classification
+from .linearized import span_reader_parts, through_activation, through_linear, token_classifier_parts
 from .params import Params, scoped
 from .recorder import NO_TRACE, Trace
 from .task_heads import DENSE_POINTS, SPAN_POINTS, first, linear_shapes, named
@@ -133,6 +135,23 @@ def pre_classifier_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
     return trace("classifier.logits", linear(x, params["classifier.weight"], params["classifier.bias"]))
 
 
+def pre_classifier_parts(params: Params, parts: Tensor, mask: Tensor) -> Tensor:
+    """:func:`pre_classifier_head` on parts of the last hidden states (``TaskHead.linearized``,
+    :mod:`bertfn.model.linearized`): ``pre_classifier`` on each part of [CLS]'s vector, its ReLU frozen as a gate
+    (1 where this run's unit is positive, else 0), ``classifier``.
+
+    Args:
+        params: the root view (reads ``pre_classifier.*`` and ``classifier.*``).
+        parts: (K, S, H) the parts, the last the bias part.
+        mask: (K, S), unused.
+
+    Returns:
+        (K, num_labels).
+    """
+    x = through_linear(parts[:, 0], params["pre_classifier.weight"], params["pre_classifier.bias"])  # (K, H)
+    return through_linear(through_activation(x, "relu"), params["classifier.weight"], params["classifier.bias"])
+
+
 def token_classifier(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
                      trace: Trace = NO_TRACE) -> Tensor:
     """``DistilBertForTokenClassification``'s head: BERT's, dropping out at ``dropout`` (``hidden_dropout_prob``).
@@ -182,10 +201,12 @@ def pre_classifier_shapes(config: BertConfig, outputs: int) -> dict[str, tuple[i
 
 HEADS = {
     "sequence-classification": TaskHead(
-        pre_classifier_head, lambda c: pre_classifier_shapes(c, c.num_labels), DENSE_POINTS, first),
+        pre_classifier_head, lambda c: pre_classifier_shapes(c, c.num_labels), DENSE_POINTS, first, pre_classifier_parts),
     "token-classification": TaskHead(
-        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size), named("classifier.logits")),
-    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size), SPAN_POINTS),
+        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size), named("classifier.logits"),
+        linearized=token_classifier_parts),
+    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size), SPAN_POINTS,
+                                   linearized=span_reader_parts),
     "multiple-choice": TaskHead(pre_classifier_head, lambda c: pre_classifier_shapes(c, 1), DENSE_POINTS, first),
 }
 """DistilBERT's heads: every task's is its own."""

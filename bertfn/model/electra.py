@@ -11,8 +11,8 @@ ELECTRA is BERT except:
   replaced?" (``ElectraForPreTraining``, read by :func:`bertfn.tasks.replaced.replaced_tokens`);
 * **names**: ``electra.*``; no pooler;
 * **its classifiers**: the sequence classifier is RoBERTa's (``<s>`` through a dense layer and ``out_proj``) with
-  GELU for tanh (:func:`classification_head`); the multiple-choice head sums the text up first
-  (``ElectraSequenceSummary``: :func:`summary_scorer`).
+  GELU for tanh (:func:`classification_head`; on parts, its GELU frozen: :func:`classification_parts`); the
+  multiple-choice head sums the text up first (``ElectraSequenceSummary``: :func:`summary_scorer`).
 
 The layers are BERT's.
 """
@@ -31,6 +31,7 @@ from .functional import ACTIVATIONS, dropout, linear
 from .params import Params, as_params
 from .recorder import NO_TRACE, Trace
 from .roberta import classification_head as roberta_classification_head
+from .roberta import classification_parts as roberta_classification_parts
 from .roberta import classification_shapes
 from .task_heads import DENSE_POINTS, first, linear_shapes
 
@@ -207,6 +208,21 @@ def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
     return roberta_classification_head(params, h, mask, generator=generator, trace=trace, activation="gelu")
 
 
+def classification_parts(params: Params, parts: Tensor, mask: Tensor) -> Tensor:
+    """:func:`classification_head` on parts of the last hidden states: RoBERTa's
+    (:func:`~bertfn.model.roberta.classification_parts`) with its GELU frozen as a gate.
+
+    Args:
+        params: the root view (reads ``classifier.dense.*`` and ``classifier.out_proj.*``).
+        parts: (K, S, H) the parts, the last the bias part.
+        mask: (K, S), unused.
+
+    Returns:
+        (K, num_labels).
+    """
+    return roberta_classification_parts(params, parts, mask, activation="gelu")
+
+
 def summary_scorer(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
                    trace: Trace = NO_TRACE) -> Tensor:
     """``ElectraForMultipleChoice``'s head: the sequence summary (``ElectraSequenceSummary``: the first token, dropout,
@@ -284,6 +300,7 @@ ELECTRA = register(Family(
     embeddings=factorized_embeddings, embedding_points=lambda config: factorized_points(config, config.embedding_size != config.hidden_size),
     head_act="gelu",
     heads={"discriminator head": DISCRIMINATOR[2]},
-    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, DENSE_POINTS, first),
+    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, DENSE_POINTS, first,
+                                                    classification_parts),
                 "multiple-choice": TaskHead(summary_scorer, summary_shapes, summary_points, first)},
 ))

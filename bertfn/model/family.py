@@ -63,12 +63,18 @@ class TaskHead(NamedTuple):
             (``classifier.input``, ..., ``classifier.logits``).
         first_only: ``config -> bool``: it reads each text's first position alone (a classifier on ``[CLS]``), so
             that the fast path can run the last layer at those positions only.
+        linearized: ``(params, parts, mask) -> the logits' parts``: ``run`` on K parts of one text's last hidden
+            states in its batch axis (parts (K, S, H), the last row the bias part; mask (K, S)), its activations and
+            LayerNorms frozen at the run the parts sum to (:mod:`bertfn.model.linearized`), so that the logits are
+            the sum of the parts' logits (direct attribution into a class: :mod:`bertfn.interventions.class_attribution`);
+            None where bertfn has none (the multiple-choice heads).
     """
 
     run: Callable[..., object]
     shapes: Callable[[BertConfig], dict[str, tuple[int, ...]]]
     points: Callable[[BertConfig], tuple[str, ...]]
     first_only: Callable[[BertConfig], bool] = lambda config: False
+    linearized: Callable[..., object] | None = None
 
 
 @dataclass(frozen=True)

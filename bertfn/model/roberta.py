@@ -13,7 +13,8 @@ RoBERTa is BERT except:
 * **its sequence classifier** (:func:`classification_head`) reads ``<s>`` through a dense layer of its own, tanh and
   ``out_proj``, where BERT's reads the pooler: RoBERTa was pretrained without next-sentence prediction, so no
   trained pooler comes with it, and its classifier checkpoints hold none (its multiple-choice head is BERT's,
-  on a pooler trained with the task).
+  on a pooler trained with the task); :func:`classification_parts` is it on parts of ``<s>``'s vector, its tanh
+  frozen (direct attribution into a class).
 
 Its tokenizer (byte-level BPE, ``<s> A </s></s> B </s>``, ``<mask>``) is the tokenizer's business
 (bertfn/checkpoint/tokenizer.py). XLM-RoBERTa is RoBERTa with a SentencePiece vocabulary of 250,002
@@ -32,6 +33,7 @@ from .embeddings import embeddings as bert_embeddings
 from .family import Family, TaskHead, normalizer, register, renamed
 from .functional import ACTIVATIONS, dropout, linear
 from .heads import classifier_dropout
+from .linearized import through_activation, through_linear
 from .params import Params
 from .recorder import NO_TRACE, Trace
 from .task_heads import DENSE_POINTS, first, linear_shapes
@@ -141,6 +143,24 @@ def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
     return trace("classifier.logits", linear(x, p["out_proj.weight"], p["out_proj.bias"]))  # (B, num_labels)
 
 
+def classification_parts(params: Params, parts: Tensor, mask: Tensor, *, activation: str = "tanh") -> Tensor:
+    """:func:`classification_head` on parts of the last hidden states (``TaskHead.linearized``,
+    :mod:`bertfn.model.linearized`): ``dense`` on each part of ``<s>``'s vector, its tanh frozen as a gate, ``out_proj``.
+
+    Args:
+        params: the root view (reads ``classifier.dense.*`` and ``classifier.out_proj.*``).
+        parts: (K, S, H) the parts, the last the bias part.
+        mask: (K, S), unused.
+        activation: the dense layer's activation (ELECTRA's: GELU).
+
+    Returns:
+        (K, num_labels).
+    """
+    p = params.scope("classifier")
+    x = through_activation(through_linear(parts[:, 0], p["dense.weight"], p["dense.bias"]), activation)  # (K, H)
+    return through_linear(x, p["out_proj.weight"], p["out_proj.bias"])  # (K, num_labels)
+
+
 def classification_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     """The keys of :func:`classification_head`: ``classifier.dense`` (H, H), ``classifier.out_proj`` (num_labels, H).
 
@@ -151,7 +171,7 @@ def classification_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     return {**linear_shapes("classifier.dense", H, H), **linear_shapes("classifier.out_proj", config.num_labels, H)}
 
 
-CLASSIFIER = TaskHead(classification_head, classification_shapes, DENSE_POINTS, first)
+CLASSIFIER = TaskHead(classification_head, classification_shapes, DENSE_POINTS, first, classification_parts)
 """RoBERTa's sequence-classification head, shared with ESM-2."""
 
 KEYS = (

@@ -35,6 +35,7 @@ from ..errors import CheckpointError, InputError
 from .config import BertConfig
 from .family import TaskHead, family_of
 from .heads import multiple_choice, pooler, question_answering, sequence_classification, token_classification
+from .linearized import pooled_classifier_parts, span_reader_parts, token_classifier_parts
 from .params import Params
 from .recorder import HEAD_POINTS, NO_TRACE, Trace
 
@@ -306,17 +307,32 @@ def linear_shapes(name: str, rows: int, H: int) -> dict[str, tuple[int, ...]]:
 
 
 def pooler_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
-    """The pooler's keys, by BERT's names (a member's key table renames them: ``roberta.pooler.dense.*``)."""
+    """The pooler's keys, by BERT's names (a member's key table renames them: ``roberta.pooler.dense.*``).
+
+    Args:
+        config: the model's config (its hidden size H).
+
+    Returns:
+        ``{"bert.pooler.dense.weight": (H, H), "bert.pooler.dense.bias": (H,)}``.
+    """
     return linear_shapes("bert.pooler.dense", config.hidden_size, config.hidden_size)
 
 
 def first(config: BertConfig) -> bool:
-    """A head that reads each text's first position alone (``first_only`` of :class:`TaskHead`)."""
+    """A head that reads each text's first position alone (``first_only`` of :class:`TaskHead`).
+
+    Args:
+        config: the model's config (unused: such a head reads the first position whatever it says).
+    """
     return True
 
 
 def named(*names: str):
-    """``config -> names``: the trace points of a head that passes the same ones whatever the config."""
+    """``config -> names``: the trace points of a head that passes the same ones whatever the config.
+
+    Args:
+        *names: the points' names, in the order the head passes them.
+    """
     return lambda config: names
 
 
@@ -347,10 +363,12 @@ def head_points(config: BertConfig) -> list[str]:
 BERT_HEADS: dict[str, TaskHead] = {
     "sequence-classification": TaskHead(
         pooled_classifier, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", c.num_labels, c.hidden_size)},
-        named("pooler", "classifier.logits"), first),
+        named("pooler", "classifier.logits"), first, pooled_classifier_parts),
     "token-classification": TaskHead(
-        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size), named("classifier.logits")),
-    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size), SPAN_POINTS),
+        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size), named("classifier.logits"),
+        linearized=token_classifier_parts),
+    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size), SPAN_POINTS,
+                                   linearized=span_reader_parts),
     "multiple-choice": TaskHead(
         choice_scorer, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", 1, c.hidden_size)},
         named("pooler", "classifier.logits"), first),

@@ -4,6 +4,8 @@
  * (base64 of one zlib block of little-endian arrays, unpacked with the browser's DecompressionStream):
  *   attention (L, nh, S, S) uint8 = round(m sqrt(p)), read back as (c / m)^2, m = meta.levels (127);  q, k (L, nh, S, hd) int8 with q_scale, k_scale (L, nh, S);
  *   entropy (L, nh, S);  norms (L+1, S);  lens_ids, lens_probs (L+1, S, k) when the model has an MLM head.
+ * With a decision panel (meta.decision, a checkpoint with a task head or ESM-2's contact head): decision_tokens (T, S)
+ * and decision_heads (T, L, nh) float32 for the T targets, decision_contacts (r, r) uint8 = round(255 p).
  * meta.windows: each layer's attention window (ModernBERT's local layers: a query sees the keys at most
  * floor(W / 2) positions away), null where the layer attends to every token; the keys out of a local layer's
  * reach are drawn hatched grey (OUT), not white, and the neuron view masks them as the model does.
@@ -644,6 +646,7 @@ function explorer(meta, data) {
     for (const b of document.querySelectorAll("#tabs button")) b.setAttribute("aria-selected", String(b.dataset.view === state.view));
     document.body.dataset.view = state.view;
     strip();
+    if (decisionView) decisionView.mark();
   }
   function set(change) {
     Object.assign(state, change);
@@ -803,6 +806,131 @@ function explorer(meta, data) {
     document.getElementById("layers-note").insertAdjacentText("beforeend", " This model normalizes its hidden " +
       "states only after the last layer (pre-LN), so each layer's output goes through that final LayerNorm before the MLM head, as the last one does.");
   }
+
+  // ---- the decision panel (a checkpoint with a task head, or ESM-2's contact head): meta.decision ----
+  /* meta.decision: the prediction (classes | entities | span), targets [{name, label, position, logit, value,
+   * baseline_value, delta}], steps; data.decision_tokens (T, S) integrated gradients, data.decision_heads (T, L, nh)
+   * each head's direct part of the target's logit, data.decision_contacts (r, r) uint8 round(255 p). */
+  function decisionPanel(dec) {
+    document.getElementById("decision").hidden = false;
+    const T = dec.targets.length, pct = (p) => `${(100 * p).toFixed(1)}%`;
+    const pred = document.getElementById("decision-prediction");
+    const title = document.getElementById("decision-title");
+    const spanSet = new Set();
+    if (dec.classes) {
+      title.textContent = "The decision: labels";
+      pred.innerHTML = dec.classes.scores.map(([w, p]) =>
+        `<div class="pred"><span class="word" title="${escapeXml(w)}">${escapeXml(w)}</span>` +
+        `<span><div class="bar" style="width:${(100 * Math.max(0, Math.min(1, p))).toFixed(1)}%"></div></span><span class="pct">` +
+        `${dec.classes.function === "none" ? p.toFixed(3) : pct(p)}</span></div>`).join("") +
+        `<p class="note">${escapeXml(dec.classes.function)} of the classifier's logits, as bertfn.classify gives them</p>`;
+    } else if (dec.entities) {
+      title.textContent = "The decision: a label per token";
+      const shown = dec.entities.filter((e) => e.entity !== "O");
+      pred.innerHTML = (shown.length ? shown.map((e) =>
+        `<div class="entity"><span>${e.index}</span><span class="word">${escapeXml(e.word)}</span><span>${escapeXml(e.entity)}</span>` +
+        `<span class="pct">${pct(e.score)}</span></div>`).join("") : '<p class="note">no entity: every token is labelled O</p>') +
+        `<p class="note">${shown.length} of ${dec.entities.length} tokens in an entity (bertfn.tag, every token's label)</p>`;
+    } else if (dec.span) {
+      title.textContent = "The decision: the answer";
+      const [a, b] = dec.span.tokens;
+      for (let i = a; i <= b; i++) spanSet.add(i);
+      pred.innerHTML = `<p class="answer">answer: <b>${escapeXml(dec.span.answer)}</b> (${pct(dec.span.score)}), tokens ${a}–${b}, ` +
+        `characters ${dec.span.start}–${dec.span.end} of the context</p><p class="note">framed among the tokens below (bertfn.answer)</p>`;
+    } else {
+      title.textContent = "The decision: contacts";
+    }
+    const why = document.getElementById("decision-why"), sel = document.getElementById("decision-target");
+    const boxes = [], cells = [];
+    const view = { target: 0, shades: null, parts: null, mark() {} };
+    if (!T) {
+      why.hidden = true;
+    } else {
+      dec.targets.forEach((t, k) => sel.add(new Option(t.name, String(k))));
+      const tokBox = document.getElementById("decision-tokens");
+      tokens.forEach((t, i) => {
+        const span = document.createElement("span");
+        span.textContent = t;
+        if (spanSet.has(i)) span.className = "span";
+        span.addEventListener("click", () => { set({ token: i }); showToken(i); });
+        tokBox.appendChild(span);
+        boxes.push(span);
+      });
+      let rows = "<table><tr><td></td>" + [...Array(nh).keys()].map((h) => `<td>h${h}</td>`).join("") + "</tr>";
+      for (let l = 0; l < L; l++) {
+        rows += `<tr><td>L${l}</td>` + [...Array(nh).keys()].map((h) => `<td class="part" data-layer="${l}" data-head="${h}"></td>`).join("") + "</tr>";
+      }
+      const grid = document.getElementById("decision-heads");
+      grid.innerHTML = rows + "</table>";
+      for (const td of grid.querySelectorAll("td.part")) {
+        cells.push(td);
+        td.addEventListener("click", () => set({ layer: Number(td.dataset.layer), head: Number(td.dataset.head) }));
+      }
+      const key = document.getElementById("decision-key");
+      const draw = () => {
+        const k = view.target, t = dec.targets[k];
+        const row = data.decision_tokens.subarray(k * S, (k + 1) * S), parts = data.decision_heads.subarray(k * L * nh, (k + 1) * L * nh);
+        let vmax = 0, hmax = 0;
+        for (const v of row) vmax = Math.max(vmax, Math.abs(v));
+        for (const v of parts) hmax = Math.max(hmax, Math.abs(v));
+        view.shades = boxes.map((b, i) => {
+          const colour = diverging(row[i], vmax);
+          b.style.background = colour;
+          b.style.color = Math.abs(row[i]) > 0.6 * (vmax || 1) ? "#ffffff" : INK;
+          b.title = `${tokenName(i)}: attribution ${row[i] >= 0 ? "+" : ""}${row[i].toPrecision(3)} to ${t.name}`;
+          return colour;
+        });
+        view.parts = cells.map((td, n) => {
+          const colour = diverging(parts[n], hmax);
+          td.style.background = colour;
+          td.title = `layer ${td.dataset.layer}, head ${td.dataset.head}: ${parts[n] >= 0 ? "+" : ""}${parts[n].toPrecision(3)} ` +
+            `of the logit of ${t.name} (click: show this head's attention)`;
+          return colour;
+        });
+        key.innerHTML = `<span>−${vmax.toPrecision(2)}</span><canvas class="ramp" width="21" height="1"></canvas><span>+${vmax.toPrecision(2)}</span>` +
+          "<span>blue: against, red: for</span>";
+        const c = key.querySelector("canvas").getContext("2d");
+        for (let n = 0; n <= 20; n++) { c.fillStyle = diverging(n / 10 - 1, 1); c.fillRect(n, 0, 1, 1); }
+        let sum = 0;
+        for (const v of row) sum += v;
+        document.getElementById("decision-value").textContent =
+          `logit ${t.logit.toFixed(3)}; f(text) − f(baseline) = ${(t.value - t.baseline_value).toFixed(3)}, the attributions sum to ` +
+          `${sum.toFixed(3)} (delta ${t.delta.toExponential(1)}); heads' parts: dark at ±${hmax.toPrecision(2)}`;
+        api.decision = { target: k, name: t.name, shades: view.shades, parts: view.parts, vmax, hmax };
+      };
+      view.mark = () => {
+        for (const td of cells) td.classList.toggle("current", Number(td.dataset.layer) === state.layer && Number(td.dataset.head) === state.head);
+      };
+      sel.addEventListener("change", () => { view.target = Number(sel.value); draw(); });
+      draw();
+    }
+    const contactBox = document.getElementById("decision-contacts");
+    if (dec.contacts && data.decision_contacts) {
+      const r = dec.contacts.residues, codes = data.decision_contacts, cv = document.getElementById("contact-map");
+      cv.width = cv.height = r;
+      cv.style.width = cv.style.height = "340px";
+      const img = cv.getContext("2d").createImageData(r, r);
+      for (let m = 0; m < r * r; m++) {
+        const col = BLUES[codes[m]];
+        img.data[4 * m] = col[0]; img.data[4 * m + 1] = col[1]; img.data[4 * m + 2] = col[2]; img.data[4 * m + 3] = 255;
+      }
+      cv.getContext("2d").putImageData(img, 0, 0);
+      cv.title = "residue i (row) and j (column): the probability that they touch; white 0, dark blue 1";
+      document.getElementById("contact-note").textContent = `${r} residues (token i + 1 is residue i); the probability ` +
+        `that two residues touch, white 0 to dark blue 1 (largest here ${dec.contacts.max.toFixed(3)}), by ESM-2's contact ` +
+        "head from these attention maps (bertfn.contacts)";
+      api.decisionContacts = { residues: r, width: cv.width };
+    } else {
+      contactBox.hidden = true;
+    }
+    document.getElementById("decision-note").textContent = T ? `Tokens: integrated gradients to the word embeddings ` +
+      `with ${dec.steps} steps (fewer than the usual 50, so that the page builds fast; delta says how far their sum is ` +
+      `from complete), from a baseline of ${dec.baseline} in place of every token but the special ones. Heads: each ` +
+      "head's direct part of the logit (direct logit attribution, the head's nonlinearities frozen at this run); " +
+      "click one to see its attention." : "";
+    return view;
+  }
+  const decisionView = meta.decision ? decisionPanel(meta.decision) : null;
 
   // ---- for tests and the console ----
   api.set = set;

@@ -1,0 +1,157 @@
+"""Direct attribution into a class: a fine-tuned head's logits as one part per head, per layer, per FFN and the biases.
+
+    dla = bertfn.interventions.logit_attribution("A wonderful film.", classifier, ["positive", "negative"])
+    dla.heads[:, :, 0] - dla.heads[:, :, 1]     # (L, nh): each head's direct push towards "positive"
+
+What :func:`~bertfn.interventions.logit_attribution` does on a checkpoint with a task head (:attr:`Model.head`). The
+last hidden states the head reads are sums of parts (:func:`~bertfn.interventions.residual_parts.stream_parts`), and
+each member's head runs on the parts with its nonlinearities frozen at this run (``TaskHead.linearized``, beside the
+member's head: :mod:`bertfn.model.linearized` has the steps):
+
+=========================  ===================================================================================
+head                       on the parts
+=========================  ===================================================================================
+BERT, ALBERT               the pooler's dense layer at [CLS], its tanh as a gate, ``classifier``
+RoBERTa, XLM-R, ESM-2      ``classifier.dense`` at ``<s>``, tanh as a gate, ``out_proj``
+ELECTRA                    the same with GELU
+DistilBERT                 ``pre_classifier`` at [CLS], ReLU as a gate, ``classifier``
+ModernBERT                 the first token's parts (``classifier_pooling`` "cls") or the mean of each part over the
+                           tokens ("mean": each token's parts through the final LayerNorm frozen at that token),
+                           ``head.dense``, its activation as a gate, ``head.norm`` frozen, ``classifier``
+a tagger, a reader         their linear layers at one token (ModernBERT's after its prediction head, frozen)
+=========================  ===================================================================================
+
+The numbers split are the logits of the labels asked for: a sequence classifier's (``classifier.logits`` (1,
+num_labels)), a tagger's at a token (``classifier.logits[0, position]``), a reader's start and end logits at a
+token (labels "start" and "end"). ``total`` equals them to the pass's rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..checkpoint.model import Model
+from ..checkpoint.resolve import fits
+from ..errors import InputError
+from ..inspect.trace import trace
+from ..model.task_heads import task_head
+from .head_metrics import label_index
+from .residual_parts import Contributions, check_position, split, stream_parts
+
+Tensor = torch.Tensor
+
+READER_LABELS = ("start", "end")
+"""A reader's two outputs at each token, as labels: the columns of ``qa_outputs``."""
+
+PER_TOKEN = ("token-classification", "question-answering")
+"""The tasks whose logits are one row per token: their attribution is at one ``position``."""
+
+
+@dataclass(frozen=True)
+class ClassAttribution(Contributions):
+    """What :func:`~bertfn.interventions.logit_attribution` returns on a fine-tuned head: its logits of some labels,
+    split into parts.
+
+    The parts are those of :class:`~bertfn.interventions.residual_parts.Contributions`, each a (..., T) row of
+    logits; ``total`` equals ``logits``.
+
+    Attributes:
+        logits: (T,), the head's logits of those labels (``classifier.logits``, or a reader's ``qa.*_logits``).
+        labels: the T labels' names.
+        ids: their indices among the head's outputs.
+        task: the head's task (a key of :data:`~bertfn.model.task_heads.TASKS`).
+        position: the token, for a tagger or a reader; None for a sequence classifier.
+    """
+
+    logits: Tensor
+    labels: list[str]
+    ids: list[int]
+    task: str
+    position: int | None
+
+    def __repr__(self) -> str:
+        """The labels, their logits and the parts' shapes, not the tensors."""
+        L, nh, _ = self.heads.shape
+        logits = ", ".join(f"{v:.3f}" for v in self.logits.tolist())
+        at = "" if self.position is None else f" at position {self.position}"
+        return (f"ClassAttribution({self.task} labels {self.labels}{at}: logits [{logits}] = embeddings + {L}x{nh} heads "
+                f"+ {L} attention biases + {L} FFN writes + bias)")
+
+
+def label_ids(names: Sequence[str], labels: int | str | Sequence[int | str]) -> list[int]:
+    """``labels`` (names or ids, one or a list) as indices among the head's outputs ``names``.
+
+    Args:
+        names: the head's outputs' names by index.
+        labels: a name, an id, or a non-empty list of them.
+
+    Raises:
+        InputError: not a label or a list of them, or one the head lacks (:func:`~bertfn.interventions.head_metrics.label_index`).
+    """
+    many = [labels] if isinstance(labels, (int, str)) else labels
+    if not isinstance(many, Sequence) or not many:
+        raise InputError(f"labels must be a label's name or id or a non-empty list of them, got {labels!r:.60}; the "
+                         f"head's are {', '.join(map(repr, names))}")
+    return [label_index(names, label) for label in many]
+
+
+def class_attribution(m: Model, text: str, labels: int | str | Sequence[int | str], *, position: int | None = None,
+                      pair: str | None = None) -> ClassAttribution:
+    """The logits of ``labels`` of the task head ``m`` carries, on ``text``, split into per-head, per-layer and bias parts.
+
+    The parts of the last hidden states at the positions the head reads (the first token; every token for
+    ModernBERT's mean pooling; ``position`` for a tagger or a reader) through ``TaskHead.linearized`` (module
+    docstring).
+
+    Args:
+        m: a model with a task head (:attr:`Model.head`) and a tokenizer.
+        text: one text.
+        labels: the labels whose logits to split: names of ``config.id2label`` or ids (a reader's: "start", "end"),
+            one or a list of T.
+        position: a tagger's or a reader's token (None for a sequence classifier).
+        pair: the text's second segment, or None.
+
+    Returns:
+        :class:`ClassAttribution`, every part (..., T) float64 on the CPU.
+
+    Raises:
+        InputError: a head bertfn cannot split (multiple choice), a label the head lacks, a ``position`` missing
+            where the head has a row per token, given where it has one per text, or out of range.
+    """
+    cfg, task = m.config, m.head.task
+    head = task_head(cfg, task)
+    if head.linearized is None:
+        raise InputError(f"logit_attribution splits a sequence classifier's, a tagger's or a reader's logits, and "
+                         f"{fits(m)}, whose scores are one per (text, choice) pair; split a choice's score by studying "
+                         "it with iv.sweep and a metric of classifier.logits")
+    names = READER_LABELS if task == "question-answering" else cfg.labels
+    ids = label_ids(names, labels)
+    per_token = task in PER_TOKEN
+    if per_token and position is None:
+        raise InputError(f"a {task} head has logits at every token; give position= (the token whose logits to split, "
+                         "from 0: bertfn.trace(text, model).tokens lists them)")
+    if not per_token and position is not None:
+        raise InputError(f"a {task} head has one row of logits per text, so it takes no position (a tagger's and a "
+                         f"reader's do); {fits(m)}")
+    rec = trace(text, m, pair, head_outputs=True)
+    if per_token:
+        check_position(rec, position)
+    S = rec.input_ids.shape[1]
+    positions = [position] if per_token else [0] if head.first_only(cfg) else list(range(S))
+    parts = stream_parts(rec, m.params, positions)  # (K, P, H)
+    out = head.linearized(m.params, parts, torch.ones(parts.shape[:2], dtype=torch.long))
+    if task == "question-answering":
+        out = torch.stack(out, dim=-1)  # (K, 1, 2): start, end
+        actual = torch.stack([rec["qa.start_logits"][0, position], rec["qa.end_logits"][0, position]])  # (2,)
+    elif per_token:
+        actual = rec["classifier.logits"][0, position]  # (num_labels,)
+    else:
+        actual = rec["classifier.logits"][0]  # (num_labels,)
+    out = out[:, 0] if per_token else out  # (K, num_labels)
+    rows = torch.tensor(ids)
+    return ClassAttribution(**split(out[:, rows], cfg.num_hidden_layers, cfg.num_attention_heads),
+                            logits=actual.detach().to("cpu", torch.float64)[rows], labels=[names[i] for i in ids],
+                            ids=ids, task=task, position=position)
