@@ -35,10 +35,10 @@ from bertfn.inspect.explorer import PAGE_FILES, _ascii_script, page_data
 from bertfn.checkpoint.state import checkpoint_shapes
 from bertfn.inspect.page_arrays import LEVELS, PageArrays, score_vectors
 from bertfn.interventions.decision import decision, has_decision
-from bertfn.model.esm import EsmConfig
-from bertfn.model.modernbert import ModernBertConfig, window_mask
+from bertfn.model.members.esm import EsmConfig
+from bertfn.model.members.modernbert import ModernBertConfig, window_mask
 from bertfn.model.params import Params
-from bertfn.model.prenorm import final_norm
+from bertfn.model.members.prenorm import final_norm
 
 TEXT = "when in rome, do as the [MASK] do."
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bertfn
-from bertfn.model.modernbert import is_local
+from bertfn.model.members.modernbert import is_local
 from bertfn.model.recorder import head_point_names, point_names
-from bertfn.model.rotary import rotary_tables, rotate
+from bertfn.model.members.rotary import rotary_tables, rotate
 
 pytestmark = pytest.mark.needs_transformers
 

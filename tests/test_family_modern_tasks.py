@@ -27,7 +27,7 @@ import bertfn
 from bertfn import interventions as iv
 from bertfn.cli import main
 from bertfn.model.recorder import point_names
-from bertfn.model.rotary import rotary_tables, rotate
+from bertfn.model.members.rotary import rotary_tables, rotate
 
 pytestmark = pytest.mark.needs_transformers
 
@@ -261,7 +261,7 @@ def test_trace_records_every_point_as_transformers_computes_it(member):
 
 
 def test_the_new_points_by_hand(member):
-    """q_rotated and k_rotated are q and k turned by bertfn.model.rotary at each layer's base; scores are
+    """q_rotated and k_rotated are q and k turned by bertfn.model.members.rotary at each layer's base; scores are
     q_rotated k_rotated^T; ModernBERT's gate and intermediate are the two halves of Wi's product, GELU(a) * g;
     ESM's token_dropout zeroes the masks' vectors and scales the rest by 0.88 / (1 - masks / tokens);
     final_norm is the LayerNorm of the last layer's output."""

@@ -212,7 +212,7 @@ def test_a_trace_records_the_head_and_edits_reach_it(case):
 
 
 def test_a_trace_of_esm_records_its_contacts(tmp_path):
-    from bertfn.model.esm import contact_head
+    from bertfn.model.members.esm import contact_head
     from family_checkpoints import save_member
 
     save_member("esm", tmp_path)

@@ -30,10 +30,10 @@ from tokenizers import Tokenizer as _HFTokenizer
 
 from ..errors import BertfnError, InputError
 from ..model.config import BertConfig
-from ..model.esm import ROTARY_BASE
+from ..model.members.esm import ROTARY_BASE
 from ..model.family import family_of, longest_input
 from ..model.params import Params, normalized
-from ..model.rotary import inverse_frequencies
+from ..model.members.rotary import inverse_frequencies
 from ..model.task_heads import SUFFIXES, head_of
 from .model import Model
 from .tokenizer import Tokenizer
@@ -52,7 +52,7 @@ FILE_NAMES = {"albert": {"classifier_dropout": "classifier_dropout_prob"}}
 :func:`file_names`)."""
 
 def esm_buffers(config: BertConfig) -> dict[str, torch.Tensor]:
-    """ESM-2's rotary ``inv_freq`` of each layer (:func:`~bertfn.model.rotary.inverse_frequencies`): buffers that
+    """ESM-2's rotary ``inv_freq`` of each layer (:func:`~bertfn.model.members.rotary.inverse_frequencies`): buffers that
     ``EsmModel`` stores in its file (transformers reports them missing otherwise) and bertfn computes instead.
 
     Args:

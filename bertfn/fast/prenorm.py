@@ -2,10 +2,10 @@
 
 The same layout as :mod:`bertfn.fast.unpadded`: the texts' tokens form one sequence (1, T, H) for every step that
 treats tokens one at a time (the LayerNorms, the products, the GeGLU or GELU), and attention runs on each text's
-slice alone. Built from the reference pieces in :func:`~bertfn.model.prenorm.pre_ln_layer`'s order, with what
+slice alone. Built from the reference pieces in :func:`~bertfn.model.members.prenorm.pre_ln_layer`'s order, with what
 the member's :class:`~bertfn.model.family.Family` record says of it: each layer's rotary base (``rotary_base``)
 turning each text's queries and keys by its own positions (from 0, as :func:`~bertfn.fast.batching.end_to_end`
-counts them), ModernBERT's local window within each text (``window``, :func:`~bertfn.model.modernbert.window_mask`
+counts them), ModernBERT's local window within each text (``window``, :func:`~bertfn.model.members.modernbert.window_mask`
 of the text's length), a gated feed-forward (``gated``), ESM-2's token dropout counted per text (its embeddings
 step runs one text at a time, which costs a lookup each). The queries, keys and values come from one fused
 weight (``self.qkv``) where the checkpoint has one, else from three, as the reference reads them.
@@ -21,10 +21,10 @@ import torch
 from ..model.attention import sdpa_attention, split_heads
 from ..model.family import family_of
 from ..model.functional import ACTIVATIONS
-from ..model.modernbert import window_mask
+from ..model.members.modernbert import window_mask
 from ..model.params import Params
-from ..model.prenorm import norm
-from ..model.rotary import rotary_tables, rotate
+from ..model.members.prenorm import norm
+from ..model.members.rotary import rotary_tables, rotate
 from .choice import linear, linears
 
 Tensor = torch.Tensor
@@ -32,7 +32,7 @@ Tensor = torch.Tensor
 
 def unpadded_rotary_attention(p: Params, x: Tensor, lengths: list[int], cos: Tensor, sin: Tensor,
                               window: int | None, rows: Tensor | None = None) -> Tensor:
-    """:func:`~bertfn.model.prenorm.rotary_attention` (SDPA) for texts laid end to end: each attends to itself.
+    """:func:`~bertfn.model.members.prenorm.rotary_attention` (SDPA) for texts laid end to end: each attends to itself.
 
     Args:
         p: one layer's ``attention.`` scope.
@@ -69,8 +69,8 @@ def unpadded_rotary_attention(p: Params, x: Tensor, lengths: list[int], cos: Ten
 
 
 def unpadded_feed_forward_branch(p: Params, x: Tensor, gated: bool) -> Tensor:
-    """The feed-forward branch on the fast path's kernels: :func:`~bertfn.model.prenorm.mlp` or, ``gated``,
-    :func:`~bertfn.model.modernbert.geglu`.
+    """The feed-forward branch on the fast path's kernels: :func:`~bertfn.model.members.prenorm.mlp` or, ``gated``,
+    :func:`~bertfn.model.members.modernbert.geglu`.
 
     Args:
         p: one layer's scope.

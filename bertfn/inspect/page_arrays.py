@@ -59,7 +59,7 @@ from ..fast.kernels import ONEDNN, packed
 from ..fast.unpadded import fast_mlm_head
 from ..model.config import BertConfig
 from ..model.family import family_of
-from ..model.modernbert import window_mask
+from ..model.members.modernbert import window_mask
 from ..model.params import Params
 from ..model.recorder import layer_input, point_names
 
@@ -96,7 +96,7 @@ def _chunk_rows(vocab_size: int) -> int:
 def score_vectors(config: BertConfig) -> dict[str, str]:
     """The recorded queries and keys whose products are the attention scores, by the page's names (q, k):
     ``attention.q``, ``attention.k`` in BERT; the rotated ones where the model turns them by their positions
-    (ESM-2's and ModernBERT's rotary attention, :mod:`bertfn.model.rotary`).
+    (ESM-2's and ModernBERT's rotary attention, :mod:`bertfn.model.members.rotary`).
 
     Args:
         config: the model's config.
@@ -113,7 +113,7 @@ def layer_windows(config: BertConfig) -> list[int | None]:
 
     The family member says (:attr:`~bertfn.model.family.Family.window`): a ModernBERT local layer has
     ``config.local_attention``, and a query sees the keys at most ``local_attention // 2`` positions away
-    (:func:`~bertfn.model.modernbert.window_mask`).
+    (:func:`~bertfn.model.members.modernbert.window_mask`).
 
     Args:
         config: the model's config.
@@ -127,7 +127,7 @@ def layer_windows(config: BertConfig) -> list[int | None]:
 
 def out_of_reach(config: BertConfig, layer: int, seq: int) -> Tensor | None:
     """The (query, key) pairs layer ``layer`` cannot attend to: a local layer's keys out of its window
-    (:func:`~bertfn.model.modernbert.window_mask`), or None for a layer that attends to every token.
+    (:func:`~bertfn.model.members.modernbert.window_mask`), or None for a layer that attends to every token.
 
     Args:
         config: the model's config.

@@ -14,7 +14,7 @@ position's recorded tensors. Layer i, with x_i its input at the position (``x_0`
 Unrolled through the frozen LayerNorms, the last hidden state at the position is a sum of the embeddings, every head
 of every layer, every ``b_O``, every FFN write and the biases (the LayerNorms' betas): :func:`stream_parts`.
 
-ESM-2 and ModernBERT are pre-LN (:mod:`bertfn.model.prenorm`): each block reads a normalized copy of the
+ESM-2 and ModernBERT are pre-LN (:mod:`bertfn.model.members.prenorm`): each block reads a normalized copy of the
 residual stream and writes into the stream itself, and one LayerNorm follows the last layer::
 
     x_{i+1} = x_i + sum_h head_{i,h} + b_O,i + f_i,     h_final = LN_f(x_L)

@@ -23,19 +23,11 @@ Sizes are named by the same letters everywhere, in shapes and comments:
     N    selected positions (the [MASK]s the MLM head reads)
     T    tokens of several texts laid end to end (the fast path, bertfn/fast/)
 
-BERT's family, each member a small module of what it changes (``family.py`` lists the kinds of change):
-
-    roberta.py      RoBERTa and XLM-RoBERTa: positions from padding_idx + 1, names, the head's GELU
-    distilbert.py   DistilBERT: no token types, its own names (and config.json's)
-    electra.py      ELECTRA: narrower embeddings projected to H, the generator and discriminator heads
-    albert.py       ALBERT: narrower embeddings projected to H, one layer's weights shared by every layer
-    esm.py          ESM-2: pre-LN layers with rotary attention, token dropout, protein vocabularies
-    modernbert.py   ModernBERT: pre-LN, rotary, local attention in two layers of three, GeGLU, no biases
-
-and what the last two share: rotary.py (rotary positions) and prenorm.py (the pre-LN layer, rotary attention).
+BERT's family lives in members/, each member a small module of what it changes from BERT (``family.py``,
+here, is the record of the kinds of change that BERT's pass reads): members/__init__.py lists them.
 
 Nothing here loads a file or tokenizes text (checkpoint/ does), and nothing here is tuned for speed
 (fast/ is): this folder is the definition the rest of bertfn is tested against.
 """
 
-from . import albert, distilbert, electra, esm, modernbert, roberta  # noqa: E402,F401  each registers its config and Family
+from . import members  # noqa: E402,F401  each member registers its config and Family

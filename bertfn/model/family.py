@@ -28,7 +28,7 @@ is BERT's own. The kinds of exception are:
 * **layer**, **layer_points**, **final_norm**, **window**, **rotary_base**, **gated**: a layer other than BERT's
   post-LN one, its trace points, the LayerNorm after the last layer, which layers attend within a window
   (ModernBERT's local ones), each layer's rotary base, and a gated feed-forward (ESM-2's and ModernBERT's pre-LN layers with rotary attention,
-  :mod:`bertfn.model.prenorm`). The fast path reads the same fields (:mod:`bertfn.fast.prenorm`).
+  :mod:`bertfn.model.members.prenorm`). The fast path reads the same fields (:mod:`bertfn.fast.prenorm`).
 
 :func:`family_of` gives a config's record. The encoder, the heads and the fast path ask it at the
 few points where a member differs; nothing in BERT's functions names a member.

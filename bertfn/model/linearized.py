@@ -17,7 +17,7 @@ LayerNorms' betas, the layers' biases, the remainders). The ``through_*`` functi
 parts, each taking the run's value of its input to be the parts' sum, so that a head written with them gives parts
 that sum to its output. BERT's heads written with them are at the end (:func:`pooled_classifier_parts`, ...: each
 the ``TaskHead.linearized`` of the head it names, in :mod:`bertfn.model.task_heads`); a member whose head is not
-BERT's has its own beside that head (:func:`bertfn.model.roberta.classification_parts`, ...).
+BERT's has its own beside that head (:func:`bertfn.model.members.roberta.classification_parts`, ...).
 """
 
 from __future__ import annotations

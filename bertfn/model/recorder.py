@@ -261,7 +261,7 @@ def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
     ones, ``crossattention.*`` only for decoders with cross-attention, ``pooler`` and ``mlm.*`` only
     when the model has those parts (listed here whatever the weights hold). A member with its own layer
     (ESM-2, ModernBERT) lists that layer's points (``attention.norm``, ``attention.q_rotated``, ``ffn.gate``,
-    ...: :func:`~bertfn.model.prenorm.layer_points`) and ``final_norm`` after the last layer. Last come the points
+    ...: :func:`~bertfn.model.members.prenorm.layer_points`) and ``final_norm`` after the last layer. Last come the points
     of the task head the config's ``architectures`` names (``classifier.input`` ... ``classifier.logits``,
     ``qa.start_logits``, ...) and of a member's own heads (ESM-2's ``contacts.*``): :data:`HEAD_POINTS`.
 

@@ -7,7 +7,7 @@ the folded protein; a logistic regression over every layer's and head's maps (Ra
 language models are unsupervised structure learners") turns them into contact probabilities. :func:`contacts` is
 ``EsmForMaskedLM.predict_contacts(tokens, attention_mask)``: the reference encoder with its attention probabilities
 (:func:`~bertfn.model.encoder.encoder` with ``output_attentions``; the fast path forms none), every layer's maps
-stacked (B, L, nh, S, S), and :func:`~bertfn.model.esm.contact_head` (which leaves out ``<cls>``, ``<eos>`` and
+stacked (B, L, nh, S, S), and :func:`~bertfn.model.members.esm.contact_head` (which leaves out ``<cls>``, ``<eos>`` and
 padding, symmetrizes, corrects by APC, and weighs the L * nh maps).
 
 A corpus of long proteins would write a million numbers a line for the whole maps of 1000-residue chains, so
@@ -30,7 +30,7 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError, MissingPartError
 from ..model.encoder import encoder
-from ..model.esm import contact_head
+from ..model.members.esm import contact_head
 from ..model.recorder import NO_TRACE, Edit, with_edits
 
 Tensor = torch.Tensor

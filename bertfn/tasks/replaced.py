@@ -6,7 +6,7 @@ ELECTRA trains its discriminator to spot the tokens its generator put in place o
 the score reads as "how out of place is this token here": a word that does not fit its context
 scores near 1. :func:`replaced_tokens` tokenizes, runs the encoder on the fast path (the texts end to
 end, :func:`~bertfn.fast.batching.encoded_groups`) and applies the discriminator's head
-(:func:`~bertfn.model.electra.discriminator_head`) at every token, as ``ElectraForPreTraining`` does.
+(:func:`~bertfn.model.members.electra.discriminator_head`) at every token, as ``ElectraForPreTraining`` does.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import flag_unknown, get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError, MissingPartError
 from ..fast.batching import encoded_groups
-from ..model.electra import DISCRIMINATOR, discriminator_head
+from ..model.members.electra import DISCRIMINATOR, discriminator_head
 from ..model.recorder import NO_TRACE, Edit, with_edits
 from ..model.family import longest_input
 

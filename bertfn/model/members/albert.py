@@ -7,7 +7,7 @@ ALBERT is BERT except:
   group ``i * groups // L`` (:func:`key`). The pass still has L layers, each with its own activations:
   an edit at layer 3 (``layer.3.attention.probs``) changes layer 3 only;
 * **factorized embeddings**, as ELECTRA's: E wide, then ``embedding_hidden_mapping_in`` (H, E) to the
-  hidden size (:func:`~bertfn.model.electra.factorized_embeddings`), and an MLM head at width E
+  hidden size (:func:`~bertfn.model.members.electra.factorized_embeddings`), and an MLM head at width E
   (``predictions.dense`` (E, H), ``predictions.LayerNorm``, ``predictions.decoder`` (V, E) tied);
 * **names** inside a layer: ``attention.query|key|value|dense|LayerNorm``, ``ffn``, ``ffn_output``,
   ``full_layer_layer_norm``; the pooler is ``albert.pooler`` (one linear, then tanh as BERT's);
@@ -26,10 +26,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
-from .config import BertConfig
+from ...errors import ConfigError
+from ..config import BertConfig
 from .electra import factorized_embeddings, factorized_points, factorized_shapes
-from .family import Family, normalizer, register, renamed
+from ..family import Family, normalizer, register, renamed
 
 
 @dataclass(frozen=True)

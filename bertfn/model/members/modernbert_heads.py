@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import torch
 
-from .config import BertConfig
-from .family import TaskHead
-from .functional import ACTIVATIONS, dropout, linear
-from .heads import classifier_dropout
-from .linearized import through_activation, through_linear, through_norm
-from .params import Params
+from ..config import BertConfig
+from ..family import TaskHead
+from ..functional import ACTIVATIONS, dropout, linear
+from ..heads import classifier_dropout
+from ..linearized import through_activation, through_linear, through_norm
+from ..params import Params
 from .prenorm import norm
-from .recorder import NO_TRACE, Trace
-from .task_heads import linear_shapes, named
+from ..recorder import NO_TRACE, Trace
+from ..task_heads import linear_shapes, named
 
 Tensor = torch.Tensor
 

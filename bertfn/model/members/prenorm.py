@@ -11,7 +11,7 @@ identity path from the input to the output is never rescaled, so the gradient re
 undamped, and deep stacks train without BERT's learning-rate warm-up.
 
 Attention is BERT's (:func:`~bertfn.model.attention.eager_attention` or the fused SDPA kernel) on queries
-and keys turned by their positions (:mod:`bertfn.model.rotary`); there are no position embeddings. What
+and keys turned by their positions (:mod:`bertfn.model.members.rotary`); there are no position embeddings. What
 differs between the two members is passed in: how x becomes the queries, keys and values (``project``:
 ESM-2's three products, ModernBERT's one fused product) and the feed-forward branch (``feed_forward``:
 ESM-2's GELU MLP, :func:`mlp`; ModernBERT's GeGLU). A bias or a LayerNorm's bias the checkpoint lacks
@@ -30,12 +30,12 @@ from collections.abc import Callable
 
 import torch
 
-from .attention import AttentionOutput, chosen_impl, eager_attention, head_outputs, merge_heads, sdpa_attention, split_heads
-from .config import BertConfig
-from .encoder import LayerOutput
-from .functional import ACTIVATIONS, dropout, layer_norm, linear
-from .params import Params
-from .recorder import NO_TRACE, WEIGHT_POINTS, Trace
+from ..attention import AttentionOutput, chosen_impl, eager_attention, head_outputs, merge_heads, sdpa_attention, split_heads
+from ..config import BertConfig
+from ..encoder import LayerOutput
+from ..functional import ACTIVATIONS, dropout, layer_norm, linear
+from ..params import Params
+from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
 from .rotary import rotate
 
 Tensor = torch.Tensor
@@ -80,7 +80,7 @@ def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin
 
     ``Concat_h softmax(R_m q_h . R_n k_h / sqrt(hd) + M) V_h  W_O``: BERT's attention (:func:`eager_attention`,
     or the fused kernel where the probabilities are not needed) after each query and key is turned by its
-    position (:func:`~bertfn.model.rotary.rotate`). Mirrors ``EsmSelfAttention`` + ``EsmSelfOutput.dense``
+    position (:func:`~bertfn.model.members.rotary.rotate`). Mirrors ``EsmSelfAttention`` + ``EsmSelfOutput.dense``
     and ``ModernBertAttention``. ESM-2 scales the queries before turning them and ModernBERT the scores
     after the product: the same numbers to float rounding as dividing the scores by sqrt(hd) here.
 
@@ -88,7 +88,7 @@ def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin
         p: one attention block's scope.
         x: (B, S, H), the block's normalized input.
         mask: additive, broadcastable to (B, nh, S, S) (ModernBERT's local layers: the window's).
-        cos: (B or 1, 1, S, hd), :func:`~bertfn.model.rotary.rotary_tables`.
+        cos: (B or 1, 1, S, hd), :func:`~bertfn.model.members.rotary.rotary_tables`.
         sin: the same.
         project: ``(p, x) -> (query, key, value)``.
         head_mask: (nh,), 1 keeps a head (runs the eager path).

@@ -28,15 +28,15 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .config import BertConfig
-from .embeddings import embeddings as bert_embeddings
-from .family import Family, TaskHead, normalizer, register, renamed
-from .functional import ACTIVATIONS, dropout, linear
-from .heads import classifier_dropout
-from .linearized import through_activation, through_linear
-from .params import Params
-from .recorder import NO_TRACE, Trace
-from .task_heads import DENSE_POINTS, first, linear_shapes
+from ..config import BertConfig
+from ..embeddings import embeddings as bert_embeddings
+from ..family import Family, TaskHead, normalizer, register, renamed
+from ..functional import ACTIVATIONS, dropout, linear
+from ..heads import classifier_dropout
+from ..linearized import through_activation, through_linear
+from ..params import Params
+from ..recorder import NO_TRACE, Trace
+from ..task_heads import DENSE_POINTS, first, linear_shapes
 
 Tensor = torch.Tensor
 

@@ -2,9 +2,9 @@
 
 ModernBERT is BERT except:
 
-* **pre-LN layers with rotary attention** (:func:`~bertfn.model.prenorm.pre_ln_layer`): ``attn_norm``
+* **pre-LN layers with rotary attention** (:func:`~bertfn.model.members.prenorm.pre_ln_layer`): ``attn_norm``
   before attention (none in layer 0, whose input is the normalized embeddings), ``mlp_norm`` before the
-  feed-forward, ``final_norm`` after the last layer; no position embeddings (:mod:`bertfn.model.rotary`);
+  feed-forward, ``final_norm`` after the last layer; no position embeddings (:mod:`bertfn.model.members.rotary`);
 * **local attention in two layers of three** (:func:`is_local`, :func:`window_mask`): layer i attends to
   every token when ``i % global_attn_every_n_layers == 0`` (0, 3, 6, ...) and otherwise only to the tokens
   within ``local_attention / 2`` positions of the query (64 either side in ModernBERT-base). The local
@@ -23,7 +23,7 @@ ModernBERT is BERT except:
 
 The MLM head is BERT's (dense, activation, LayerNorm, the decoder tied to the word embeddings) with
 ``classifier_activation`` as its activation; the heads of fine-tuned checkpoints run the same dense, activation and
-LayerNorm (``head.*``) before their classifier (:mod:`bertfn.model.modernbert_heads`). transformers unpads its batches where flash-attention is
+LayerNorm (``head.*``) before their classifier (:mod:`bertfn.model.members.modernbert_heads`). transformers unpads its batches where flash-attention is
 installed; that is a speed choice: bertfn's reference runs padded batches, whose numbers are those of
 transformers' eager and SDPA paths (its fast path lays the texts end to end: :mod:`bertfn.fast.prenorm`). Its attention output dropout is ``hidden_dropout_prob`` (ModernBERT's
 ``mlp_dropout``) where transformers uses ``attention_dropout``: only training with dropout tells them apart.
@@ -36,16 +36,16 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
-from .config import BertConfig
-from .embeddings import word_vectors
-from .encoder import LayerOutput
-from .family import Family, register, renamed
-from .functional import ACTIVATIONS, dropout, linear
-from .params import Params, scoped
+from ...errors import ConfigError
+from ..config import BertConfig
+from ..embeddings import word_vectors
+from ..encoder import LayerOutput
+from ..family import Family, register, renamed
+from ..functional import ACTIVATIONS, dropout, linear
+from ..params import Params, scoped
 from .prenorm import final_norm, layer_points, norm, pre_ln_layer
 from .modernbert_heads import HEADS
-from .recorder import NO_TRACE, Trace
+from ..recorder import NO_TRACE, Trace
 from .rotary import rotary_tables
 
 Tensor = torch.Tensor
@@ -268,7 +268,7 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
         impl: "eager" or "sdpa".
         need_probs: return the probabilities.
         generator: turns dropout on (training).
-        trace: records (and edits) the layer's points (:func:`~bertfn.model.prenorm.pre_ln_layer`).
+        trace: records (and edits) the layer's points (:func:`~bertfn.model.members.prenorm.pre_ln_layer`).
 
     Returns:
         :class:`~bertfn.model.encoder.LayerOutput`.
@@ -300,7 +300,7 @@ KEYS = (
     (r"cls\.predictions\.decoder\.weight", "decoder.weight"),
     (r"cls\.predictions\.(decoder\.)?bias", "decoder.bias"),
 )
-"""BERT's names (and the pre-LN layer's, :mod:`bertfn.model.prenorm`) -> ModernBERT's, first match wins."""
+"""BERT's names (and the pre-LN layer's, :mod:`bertfn.model.members.prenorm`) -> ModernBERT's, first match wins."""
 
 
 def key(name: str, config: BertConfig) -> str:

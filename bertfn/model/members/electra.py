@@ -23,17 +23,17 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError
-from .config import BertConfig
-from .embeddings import embeddings as bert_embeddings
-from .family import Family, TaskHead, normalizer, register, renamed
-from .functional import ACTIVATIONS, dropout, linear
-from .params import Params, as_params
-from .recorder import NO_TRACE, Trace
+from ...errors import ConfigError
+from ..config import BertConfig
+from ..embeddings import embeddings as bert_embeddings
+from ..family import Family, TaskHead, normalizer, register, renamed
+from ..functional import ACTIVATIONS, dropout, linear
+from ..params import Params, as_params
+from ..recorder import NO_TRACE, Trace
 from .roberta import classification_head as roberta_classification_head
 from .roberta import classification_parts as roberta_classification_parts
 from .roberta import classification_shapes
-from .task_heads import DENSE_POINTS, first, linear_shapes
+from ..task_heads import DENSE_POINTS, first, linear_shapes
 
 Tensor = torch.Tensor
 
@@ -192,7 +192,7 @@ def discriminator_head(params: Params, h: Tensor, *, config: BertConfig | dict |
 
 def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
                         trace: Trace = NO_TRACE) -> Tensor:
-    """``ElectraClassificationHead``: RoBERTa's classifier (:func:`~bertfn.model.roberta.classification_head`) with
+    """``ElectraClassificationHead``: RoBERTa's classifier (:func:`~bertfn.model.members.roberta.classification_head`) with
     exact GELU where RoBERTa has tanh.
 
     Args:
@@ -210,7 +210,7 @@ def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
 
 def classification_parts(params: Params, parts: Tensor, mask: Tensor) -> Tensor:
     """:func:`classification_head` on parts of the last hidden states: RoBERTa's
-    (:func:`~bertfn.model.roberta.classification_parts`) with its GELU frozen as a gate.
+    (:func:`~bertfn.model.members.roberta.classification_parts`) with its GELU frozen as a gate.
 
     Args:
         params: the root view (reads ``classifier.dense.*`` and ``classifier.out_proj.*``).

@@ -27,15 +27,15 @@ from typing import Any
 
 import torch
 
-from .config import BertConfig
-from .embeddings import check_ids, default_position_ids, word_vectors
-from .family import Family, TaskHead, normalizer, register, renamed
-from .functional import dropout, layer_norm, linear
-from .heads import classifier_dropout, question_answering, token_classification
-from .linearized import span_reader_parts, through_activation, through_linear, token_classifier_parts
-from .params import Params, scoped
-from .recorder import NO_TRACE, Trace
-from .task_heads import DENSE_POINTS, SPAN_POINTS, first, linear_shapes, named
+from ..config import BertConfig
+from ..embeddings import check_ids, default_position_ids, word_vectors
+from ..family import Family, TaskHead, normalizer, register, renamed
+from ..functional import dropout, layer_norm, linear
+from ..heads import classifier_dropout, question_answering, token_classification
+from ..linearized import span_reader_parts, through_activation, through_linear, token_classifier_parts
+from ..params import Params, scoped
+from ..recorder import NO_TRACE, Trace
+from ..task_heads import DENSE_POINTS, SPAN_POINTS, first, linear_shapes, named
 
 Tensor = torch.Tensor
 

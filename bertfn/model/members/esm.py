@@ -2,10 +2,10 @@
 
 ESM-2 is BERT except:
 
-* **pre-LN layers with rotary attention** (:func:`~bertfn.model.prenorm.pre_ln_layer`): each block's input
+* **pre-LN layers with rotary attention** (:func:`~bertfn.model.members.prenorm.pre_ln_layer`): each block's input
   is normalized (``attention.LayerNorm`` before attention, the layer's ``LayerNorm`` before the
   feed-forward), the residual stream is not, and ``emb_layer_norm_after`` normalizes the last layer's output;
-  queries and keys are turned by their positions (:mod:`bertfn.model.rotary`, base 10000) instead of
+  queries and keys are turned by their positions (:mod:`bertfn.model.members.rotary`, base 10000) instead of
   position embeddings being added;
 * **embeddings** are the word vectors alone (no positions, no token types, no LayerNorm), with *token
   dropout* (:func:`embeddings`): every ``<mask>``'s vector is zeroed and the rest scaled by
@@ -35,15 +35,15 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError
-from .config import BertConfig
-from .embeddings import word_vectors
-from .encoder import LayerOutput
-from .family import Family, normalizer, register, renamed
-from .functional import linear
-from .params import Params, scoped
+from ...errors import ConfigError
+from ..config import BertConfig
+from ..embeddings import word_vectors
+from ..encoder import LayerOutput
+from ..family import Family, normalizer, register, renamed
+from ..functional import linear
+from ..params import Params, scoped
 from .prenorm import final_norm, layer_points, mlp, norm, pre_ln_layer, separate_projections
-from .recorder import NO_TRACE, Trace
+from ..recorder import NO_TRACE, Trace
 from .roberta import CLASSIFIER
 from .rotary import rotary_tables
 
@@ -171,7 +171,7 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
         impl: "eager" or "sdpa".
         need_probs: return the probabilities.
         generator: turns dropout on (training).
-        trace: records (and edits) the layer's points (:func:`~bertfn.model.prenorm.pre_ln_layer`).
+        trace: records (and edits) the layer's points (:func:`~bertfn.model.members.prenorm.pre_ln_layer`).
 
     Returns:
         :class:`~bertfn.model.encoder.LayerOutput`.
@@ -266,7 +266,7 @@ KEYS = (
     (r"cls\.predictions\.decoder\.weight", "lm_head.decoder.weight"),
     (r"cls\.predictions\.(decoder\.)?bias", "lm_head.bias"),
 )
-"""BERT's names (and the pre-LN layer's, :mod:`bertfn.model.prenorm`) -> ESM's, first match wins."""
+"""BERT's names (and the pre-LN layer's, :mod:`bertfn.model.members.prenorm`) -> ESM's, first match wins."""
 
 
 def key(name: str, config: BertConfig) -> str:
