@@ -1158,9 +1158,10 @@ def test_the_panel_renders_and_its_label_selector_changes_the_shading(browser, h
     assert (page.input_value("#layer"), page.input_value("#head")) == ("1", "2")
     assert page.locator("#decision-heads td.part.current").get_attribute("data-head") == "2"
     assert "20 steps" in page.inner_text("#decision-note") and page.is_hidden("#decision-contacts")
+    assert page.is_hidden("#predictions")  # no MLM head: no box of [MASK] predictions beside the decision
     tab.close()
     tab = Page(browser, bertfn.trace(PLAIN, clf).save_html(tmp_path / "plain.html"))  # no panel given: none shown
-    assert tab.page.is_hidden("#decision")
+    assert tab.page.is_hidden("#decision") and "masked-LM head" in tab.page.inner_text("#predictions")
     tab.close()
 
 

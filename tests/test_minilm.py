@@ -68,3 +68,13 @@ def test_keys_are_normalised_and_checked(model):
 def test_fill_mask_needs_an_mlm_head(model):
     with pytest.raises(bertfn.InputError, match="masked-LM head"):
         bertfn.fill_mask("a [MASK] here", model)
+
+
+def test_a_word_longer_than_wordpiece_reads_is_named_as_that_not_as_case(model):
+    """WordPiece reads a word of more than 100 characters as one [UNK]: the warning says so, not that an uncased
+    vocabulary is cased (the word's letters are all in the vocabulary, and lowercasing changes none of them)."""
+    with pytest.warns(bertfn.UnknownTokensWarning) as caught:
+        model.tokenizer(["x" * 500])
+    (warning,) = caught
+    assert str(warning.message).endswith("a word of more than 100 characters is one [UNK] to this WordPiece "
+                                         "vocabulary: split it with spaces")

@@ -26,6 +26,7 @@ from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import normalizers
 
 from ..errors import CheckpointError, InputError, UnknownTokensWarning, require_readable, syntax, unreadable
+from .sentencepiece import deberta_from_spm
 from .tokenizer_files import (ESM_NAMES, ROLES, esm_from_vocab, find_special, is_esm_vocab, lowercases, read_json,
                               word_marks, wordpiece_from_vocab)
 
@@ -143,7 +144,7 @@ class Tokenizer:
             lowercase: as in :meth:`from_path`.
         """
         folder = Path(folder)
-        for name in ("tokenizer.json", "vocab.txt"):
+        for name in ("tokenizer.json", "vocab.txt", "spm.model"):  # spm.model: DeBERTa-v2/v3's SentencePiece model
             if (folder / name).is_file():
                 return cls.from_path(folder / name, max_length, lowercase)
         return None
@@ -192,6 +193,8 @@ class Tokenizer:
                                      "leave lowercase unset for this tokenizer")
                 backend.normalizer.lowercase = lowercase
             wordpiece = False
+        elif path.name == "spm.model":  # DeBERTa-v2/v3's, read as data (bertfn/checkpoint/sentencepiece.py)
+            backend, wordpiece = deberta_from_spm(path, options), False
         elif is_esm_vocab(path, options):
             if lowercase:
                 raise InputError(f"{path} is ESM's vocabulary, whose residues are capitals and which never lowercases, "
@@ -271,8 +274,12 @@ class Tokenizer:
         for i, (n_unk, n, unknown) in flagged.items():
             shown = written = unknown[0][:4]  # the start of the first unknown word, and how to write it
             fixes = []
-            if self.lowercase and cased_switch and \
-                    sum(w in vocab or all(c in vocab for c in w) for w in unknown) * 2 >= len(unknown):
+            longest = getattr(self.backend.model, "max_input_chars_per_word", None)  # WordPiece's: longer is [UNK]
+            if longest is not None and sum(len(w) > longest for w in unknown) * 2 >= len(unknown):
+                fixes.append(f"a word of more than {longest} characters is one {self.unk_token} to this WordPiece "
+                             "vocabulary: split it with spaces")
+            elif self.lowercase and cased_switch and sum(w != w.lower() and (w in vocab or all(c in vocab for c in w))
+                                                         for w in unknown) * 2 >= len(unknown):
                 fixes.append(f"this vocabulary is cased: load it with {syntax(python='lowercase=False', cli='--cased')}")
             elif sum(w != w.upper() and all(c.upper() in vocab for c in w) for w in unknown) * 2 >= len(unknown):
                 fixes.append("this vocabulary holds capitals")

@@ -731,7 +731,9 @@ function explorer(meta, data) {
   // ---- the side panels: predictions at [MASK] and the per-layer strip ----
   const predictions = document.getElementById("prediction-list");
   document.querySelector("#predictions h2").textContent = `Predictions at ${maskToken}`;
-  if (!meta.predictions) {
+  if (!meta.predictions && meta.decision) {  // a fine-tuned head without an MLM head: its decision panel says it all
+    document.getElementById("predictions").hidden = true;
+  } else if (!meta.predictions) {
     predictions.innerHTML = `<p class="note">${escapeXml(meta.no_predictions || "")}</p>`;
   } else if (!meta.predictions.length) {
     predictions.innerHTML = `<p class="note">no ${escapeXml(maskToken)} in the text: put one in to see what the model predicts there</p>`;
