@@ -20,7 +20,8 @@ and bertfn's own warnings, each of a class of its own so that a warnings filter 
     UserWarning
     └── BertfnWarning
         ├── UnusedWeightsWarning  a checkpoint holds weights no BERT part reads (kept, unused)
-        └── UnknownTokensWarning  a text's tokens are mostly [UNK] (its results say little)
+        ├── UnknownTokensWarning  a text's tokens are mostly [UNK] (its results say little)
+        └── IgnoredConfigWarning  config.json sets a field the model's transformers class ignores (so does bertfn)
 
 Messages that tell the user what to pass spell it the way the caller writes it: :func:`syntax` gives
 the Python spelling (``lowercase=False``) or, inside the ``bertfn`` command, the CLI one (``--cased``).
@@ -123,6 +124,11 @@ class UnusedWeightsWarning(BertfnWarning):
 
 class UnknownTokensWarning(BertfnWarning):
     """Most tokens of a text are ``[UNK]``: the results say little about it (the message names the likely fix)."""
+
+
+class IgnoredConfigWarning(BertfnWarning):
+    """config.json sets a field that the model's transformers class does not read, and bertfn computes as that class
+    does: e.g. an ESM ``hidden_act`` other than ``gelu`` (``EsmIntermediate`` always applies the exact-erf GELU)."""
 
 
 def unreadable(path: str | Path, error: type[BertfnError] | None = None) -> BertfnError:

@@ -11,9 +11,14 @@ and the hub's tokenizer.json files):
 
     roberta                byte-level BPE ("Ġword"), <s> A </s></s> B </s> (RobertaProcessing), <mask> lstrip
     xlm-roberta            SentencePiece-style unigram ("▁word"), the same template, <mask> lstrip
+    camembert              XLM-R's unigram with camembert-base's ids: <s>NOTUSED <pad> </s>NOTUSED <unk> <unk>NOTUSED
+                           <s> </s> first, <mask> last
     distilbert             WordPiece ("##"), lowercased, [CLS] A [SEP] B [SEP]
+    mpnet                  the same WordPiece after <s> <pad> </s> <unk>, <mask> last, <s> A </s></s> B </s>
     electra(-discriminator) the same WordPiece
     albert                 SentencePiece-style unigram, lowercased, [CLS] A [SEP] B [SEP], [MASK] lstrip
+    deberta-v2             DeBERTa-v3's: SentencePiece-style unigram, case kept, [PAD] [CLS] [SEP] [UNK] first and
+                           [MASK] last, [CLS] A [SEP] B:1 [SEP]:1 (DebertaV2Converter)
     modernbert             byte-level BPE after NFC (GPT-NeoX's, as answerdotai/ModernBERT-base), its specials
                            [UNK] [CLS] [SEP] [PAD] [MASK] after the merges, [CLS] A [SEP] B [SEP], [MASK] lstrip
     esm                    ESM-2's EsmTokenizer: the 33-token vocab.txt of facebook/esm2_* (:data:`ESM_VOCAB`),
@@ -44,7 +49,8 @@ from pathlib import Path
 
 import torch
 
-MEMBERS = ("roberta", "xlm-roberta", "distilbert", "electra", "electra-discriminator", "albert")
+MEMBERS = ("roberta", "xlm-roberta", "distilbert", "electra", "electra-discriminator", "albert", "camembert", "mpnet",
+           "deberta-v2")
 """The kinds of BERT's family proper that :func:`save_member` builds."""
 
 MODERN = ("modernbert", "esm")
@@ -120,6 +126,10 @@ residues and gap symbols, <null_1> 31, <mask> 32."""
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4 in the WordPiece vocabulary
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0-3 as in roberta-base and xlm-roberta-base; <mask> last
 ALBERT_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4 as in albert-base-v2
+CAMEMBERT_SPECIALS = ["<s>NOTUSED", "<pad>", "</s>NOTUSED", "<unk>", "<unk>NOTUSED", "<s>", "</s>"]
+"""ids 0-6 as in camembert-base (CamembertConverter: fairseq's four, <unk>NOTUSED, then SentencePiece's <s> and </s>);
+<mask> last."""
+DEBERTA_SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]"]  # ids 0-3 as in microsoft/deberta-v3-base; [MASK] last
 MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]  # after the merges, as 50280-50284 in ModernBERT
 
 
@@ -217,6 +227,49 @@ def _xlmr_unigram():
     return tok
 
 
+MPNET_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
+"""ids 0-3 as in microsoft/mpnet-base, before BERT's WordPiece vocabulary (its unknown token is BERT's ``[UNK]``);
+<mask> last."""
+
+
+def _mpnet_wordpiece():
+    """MPNet's kind: BERT's WordPiece (:func:`_wordpiece`) after :data:`MPNET_SPECIALS`, ``<mask>`` last, and
+    MPNetConverter's template ``<s> A </s>``, ``<s> A </s> </s> B:1 </s>:1``, as microsoft/mpnet-base's tokenizer.json."""
+    from tokenizers import Tokenizer, models, processors
+
+    bert = _wordpiece()
+    pieces = sorted(bert.get_vocab(with_added_tokens=False).items(), key=lambda piece: piece[1])
+    vocab = MPNET_SPECIALS + [t for t, _ in pieces] + ["<mask>"]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = bert.normalizer, bert.pre_tokenizer, bert.decoder
+    _specials(tok, MPNET_SPECIALS + BERT_SPECIALS + ["<mask>"], lstrip="<mask>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s>:0 $A:0 </s>:0", pair="<s>:0 $A:0 </s>:0 </s>:0 $B:1 </s>:1", special_tokens=[("<s>", 0), ("</s>", 2)])
+    return tok
+
+
+def _camembert_unigram():
+    """CamemBERT's kind: XLM-R's unigram with camembert-base's layout (:data:`CAMEMBERT_SPECIALS`, ``<mask>`` last)."""
+    from tokenizers import normalizers
+
+    tok = _unigram(CAMEMBERT_SPECIALS, "<unk>", normalizers.NFKC(), 320)
+    _specials(tok, CAMEMBERT_SPECIALS + ["<mask>"], lstrip="<mask>")
+    _template(tok, "<s>", "</s>", roberta_pair=True)
+    return tok
+
+
+def _deberta_unigram():
+    """DeBERTa-v3's kind: unigram after DebertaV2Converter's normalizer (Strip, NFKC standing in for its precompiled
+    map, runs of spaces to one), case kept, [MASK] last, BERT's template with token types."""
+    from tokenizers import Regex, normalizers
+
+    normalizer = normalizers.Sequence([normalizers.Strip(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tok = _unigram(DEBERTA_SPECIALS, "[UNK]", normalizer, 310)
+    _specials(tok, DEBERTA_SPECIALS + ["[MASK]"])
+    _template(tok, "[CLS]", "[SEP]", roberta_pair=False)
+    return tok
+
+
 def _albert_unigram():
     """ALBERT's kind: unigram after AlbertConverter's normalizer (quotes, NFKD, accents stripped, lowercased)."""
     from tokenizers import Regex, normalizers
@@ -267,6 +320,10 @@ def member_tokenizer(kind: str):
         return transformers.RobertaTokenizerFast(tokenizer_object=_byte_level_bpe())
     if kind == "xlm-roberta":
         return transformers.XLMRobertaTokenizerFast(tokenizer_object=_xlmr_unigram())
+    if kind == "mpnet":
+        return transformers.MPNetTokenizerFast(tokenizer_object=_mpnet_wordpiece())
+    if kind == "camembert":
+        return transformers.CamembertTokenizerFast(tokenizer_object=_camembert_unigram())
     if kind == "distilbert":
         return transformers.DistilBertTokenizerFast(tokenizer_object=_wordpiece())
     if kind == "bert":
@@ -276,6 +333,8 @@ def member_tokenizer(kind: str):
     if kind == "albert":
         return transformers.AlbertTokenizerFast(tokenizer_object=_albert_unigram(), pad_token="<pad>",
                                                 unk_token="<unk>")
+    if kind == "deberta-v2":
+        return transformers.DebertaV2TokenizerFast(tokenizer_object=_deberta_unigram())
     if kind == "modernbert":
         return transformers.PreTrainedTokenizerFast(
             tokenizer_object=_modernbert_bpe(), unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
@@ -299,6 +358,16 @@ def member_config(kind: str, vocab_size: int, **overrides):
                                                                                           num_attention_heads=3)
         fields = dict(**sizes, num_hidden_layers=2, intermediate_size=72, max_position_embeddings=66,
                       type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, **no_dropout)
+    elif kind == "mpnet":
+        cls = transformers.MPNetConfig
+        fields = dict(hidden_size=44, num_attention_heads=4, num_hidden_layers=2, intermediate_size=72,
+                      max_position_embeddings=66, relative_attention_num_buckets=32, pad_token_id=1, bos_token_id=0,
+                      eos_token_id=2, **no_dropout)
+    elif kind == "camembert":
+        cls = transformers.CamembertConfig
+        fields = dict(hidden_size=39, num_attention_heads=3, num_hidden_layers=2, intermediate_size=72,
+                      max_position_embeddings=66, type_vocab_size=1, pad_token_id=1, bos_token_id=5, eos_token_id=6,
+                      **no_dropout)
     elif kind == "bert":
         cls = transformers.BertConfig
         fields = dict(hidden_size=42, num_attention_heads=3, num_hidden_layers=2, intermediate_size=72,
@@ -316,6 +385,13 @@ def member_config(kind: str, vocab_size: int, **overrides):
         fields = dict(embedding_size=24, hidden_size=40, num_attention_heads=4, num_hidden_layers=3,
                       num_hidden_groups=1, inner_group_num=1, intermediate_size=72, max_position_embeddings=64,
                       pad_token_id=0, bos_token_id=2, eos_token_id=3, classifier_dropout_prob=0.0, **no_dropout)
+    elif kind == "deberta-v2":  # DeBERTa-v3's layout: log buckets (16, below the texts' lengths), shared keys, no types
+        cls = transformers.DebertaV2Config
+        fields = dict(hidden_size=44, num_attention_heads=4, num_hidden_layers=2, intermediate_size=72,
+                      max_position_embeddings=64, relative_attention=True, position_buckets=16,
+                      max_relative_positions=64, pos_att_type=["p2c", "c2p"], share_att_key=True,
+                      norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0, pad_token_id=0,
+                      pooler_dropout=0.0, **no_dropout)
     elif kind == "modernbert":
         cls, tok = transformers.ModernBertConfig, member_tokenizer(kind)
         fields = dict(hidden_size=48, num_attention_heads=4, num_hidden_layers=4, intermediate_size=40,
@@ -339,12 +415,15 @@ def member_config(kind: str, vocab_size: int, **overrides):
 MODEL_CLASSES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM",
                  "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM",
                  "electra-discriminator": "ElectraForPreTraining", "albert": "AlbertForMaskedLM",
-                 "modernbert": "ModernBertForMaskedLM", "esm": "EsmForMaskedLM", "bert": "BertForMaskedLM"}
+                 "modernbert": "ModernBertForMaskedLM", "esm": "EsmForMaskedLM", "deberta-v2": "DebertaV2ForMaskedLM", "bert": "BertForMaskedLM",
+                 "camembert": "CamembertForMaskedLM", "mpnet": "MPNetForMaskedLM"}
 """The transformers class of each kind (ELECTRA's generator is a masked LM; its discriminator is not)."""
 
 
 PREFIXES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
-            "electra": "Electra", "albert": "Albert", "modernbert": "ModernBert", "esm": "Esm"}
+            "electra": "Electra", "albert": "Albert", "modernbert": "ModernBert", "esm": "Esm",
+            "deberta-v2": "DebertaV2",
+            "camembert": "Camembert", "mpnet": "MPNet"}
 """The transformers class prefix of each kind that has task heads."""
 
 TASK_SUFFIXES = {"sequence-classification": "ForSequenceClassification", "token-classification": "ForTokenClassification",

@@ -313,9 +313,9 @@ def test_a_bare_base_model_loads_and_equals_its_masked_lm(member, tmp_path):
 def test_configs_bertfn_cannot_read_are_refused_in_one_line():
     from bertfn.model.config import BertConfig
 
-    with pytest.raises(bertfn.ConfigError, match="position_embedding_type 'absolute' is not one bertfn reads for "
-                                                 "model_type 'esm'"):
-        BertConfig.from_dict({"model_type": "esm", "position_embedding_type": "absolute"})
+    with pytest.raises(bertfn.ConfigError, match="position_embedding_type 'relative_key' is not one bertfn reads "
+                                                 "for model_type 'esm'"):  # ESM-1b's "absolute" is read: test_esm_learned
+        BertConfig.from_dict({"model_type": "esm", "position_embedding_type": "relative_key"})
     with pytest.raises(bertfn.ConfigError, match="rope_scaling"):
         BertConfig.from_dict({"model_type": "modernbert", "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
     with pytest.raises(bertfn.ConfigError, match="token_dropout is true but mask_token_id is null"):

@@ -23,7 +23,7 @@ from bertfn.interventions import zero_heads
 
 pytestmark = pytest.mark.needs_transformers
 
-MLM_MEMBERS = ("roberta", "xlm-roberta", "distilbert", "electra", "albert")
+MLM_MEMBERS = ("roberta", "xlm-roberta", "distilbert", "electra", "albert", "camembert", "mpnet", "deberta-v2")
 
 
 @pytest.fixture(scope="module", params=MLM_MEMBERS)
@@ -152,8 +152,19 @@ def test_trace_and_edits_by_the_same_names(member):
         head_mask = torch.ones(model.config.num_hidden_layers, model.config.num_attention_heads)
         head_mask[:layers, 0] = 0
         enc = tok(text, return_tensors="pt")
-        theirs = hf(**{k: v for k, v in enc.items() if k != "token_type_ids" or kind != "distilbert"},
-                    head_mask=head_mask).logits[0].softmax(-1)
+        if kind == "deberta-v2":  # transformers' DeBERTa takes no head_mask: zero head 0's context by a hook instead
+            hd = model.config.head_dim
+            hooks = [layer.attention.self.register_forward_hook(
+                lambda mod, args, out: (torch.cat([torch.zeros_like(out[0][..., :hd]), out[0][..., hd:]], -1), out[1]))
+                for layer in hf.deberta.encoder.layer]
+            try:
+                theirs = hf(**enc).logits[0].softmax(-1)
+            finally:
+                for hook in hooks:
+                    hook.remove()
+        else:
+            theirs = hf(**{k: v for k, v in enc.items() if k != "token_type_ids" or kind != "distilbert"},
+                        head_mask=head_mask).logits[0].softmax(-1)
     ours = bertfn.fill_mask(text, model, top_k=1, edits=zero_heads({i: [0] for i in range(layers)}))
     where = int((enc["input_ids"][0] == tok.mask_token_id).nonzero()[0, 0])
     assert ours[0]["score"] == pytest.approx(float(theirs[where].max()), abs=1e-4)
@@ -260,7 +271,7 @@ def test_each_member_reads_as_many_tokens_as_its_positions_hold(member):
     from bertfn.model.family import longest_input
 
     kind, _, tok, model, folder = member
-    fits = 64 if kind in ("roberta", "xlm-roberta") else model.config.max_position_embeddings
+    fits = 64 if kind in ("roberta", "xlm-roberta", "camembert", "mpnet") else model.config.max_position_embeddings
     assert longest_input(model.config) == fits
     text = " ".join(["the cat sat on the mat ."] * 20) + f" {tok.mask_token} ."
     assert len(bertfn.fill_mask(text, model, truncation=True, top_k=2)) == 2  # the window fits: no position error

@@ -248,7 +248,7 @@ def test_a_tokenizer_its_files_do_not_describe_is_written_from_its_pipeline(kind
     built = Tokenizer(tok.backend, tok.max_length, tok.clean_up_spaces, "built in memory", roles)
     dst = bertfn.save(replace(model, tokenizer=built), tmp_path / "dst")
     assert {p.name for p in dst.iterdir()} >= {"tokenizer.json", "tokenizer_config.json"}
-    assert (dst / "vocab.txt").is_file() == (kind in ("bert", "distilbert", "electra", "esm"))  # whole-token vocabularies
+    assert (dst / "vocab.txt").is_file() == (kind in ("bert", "distilbert", "electra", "esm", "mpnet"))  # whole-token vocabularies
     texts = texts_of(kind)
     want = tok(texts).input_ids
     assert torch.equal(bertfn.load(dst).tokenizer(texts).input_ids, want)

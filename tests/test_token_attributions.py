@@ -69,17 +69,21 @@ def test_sequence_classifiers_equal_captum(kind, tmp_path, device):
     forward = lambda i, am: hf(input_ids=i, attention_mask=am).logits[:, 1]  # noqa: E731
     layer = hf.get_input_embeddings()
 
-    a = iv.token_attributions(text, m, "LABEL_1")
+    steps = 200 if kind == "deberta-v2" else 50  # DeBERTa's path bends more: 50 steps leave ~20% (200: 1e-4)
+    a = iv.token_attributions(text, m, "LABEL_1", steps=steps)
     assert a.tokens == m.tokenizer([text]).tokens[0] and a.attributions.shape == (len(a.tokens),)
-    assert_close(a, captum_ig(forward, layer, ids, base, (mask,)))
+    assert_close(a, captum_ig(forward, layer, ids, base, (mask,), steps))
     assert_complete(a)
     with torch.no_grad():
         assert abs(a.value - forward(ids, mask).item()) < 1e-5
-    assert torch.equal(iv.token_attributions(text, m, 1).attributions, a.attributions)  # a label by name or id
+    assert torch.equal(iv.token_attributions(text, m, 1, steps=steps).attributions, a.attributions)  # by name or id
 
     g = iv.token_attributions(text, m, 1, method="gradient_x_input")
     theirs = captum_attr.LayerGradientXActivation(forward, layer).attribute(ids, additional_forward_args=(mask,))
-    assert_close(g, theirs.sum(-1)[0].cpu())
+    if kind == "deberta-v2":  # v3's embeddings are LayerNorm(word vector): scale-invariant, so gradient . x = 0
+        assert g.attributions.abs().max() < 1e-5 and (g.attributions - theirs.sum(-1)[0].cpu()).abs().max() < 1e-6
+    else:
+        assert_close(g, theirs.sum(-1)[0].cpu())
     assert g.baseline_value is None and g.delta is None and abs(g.value - a.value) < 1e-6
 
 

@@ -86,7 +86,7 @@ def test_padded_batches_and_pairs_match_transformers(tokenizers):
     first, second = PAIRS[0], with_mask(PAIRS[1], tok)
     pairs = encode(tok, first, second)
     assert_same(pairs, reference(theirs, first, second))
-    if kind in ("roberta", "xlm-roberta"):  # one token type (type_vocab_size 1): zeros, as the model takes them
+    if kind in ("roberta", "xlm-roberta", "camembert"):  # one token type (type_vocab_size 1): zeros, as the model takes them
         assert not pairs.token_type_ids.any()
         assert pairs.tokens[0][pairs.word_ids[0].index(None, 1):][:2] == ["</s>", "</s>"]  # A </s></s> B
     else:
@@ -99,19 +99,21 @@ def test_decode_matches_transformers(tokenizers):
     for ids in rows + [[i] for i in range(tok.vocab_size)]:
         for skip in (False, True):
             assert tok.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip)
-    word = {"roberta": "Ġcat", "modernbert": "Ġcat", "xlm-roberta": "▁dog", "albert": "▁dog"}.get(kind, "cat")
+    word = {"roberta": "Ġcat", "modernbert": "Ġcat", "xlm-roberta": "▁dog", "albert": "▁dog", "camembert": "▁dog",
+            "deberta-v2": "▁dog"}.get(kind, "cat")
     space = " " if kind in BYTE_LEVEL else ""  # byte-level BPE keeps the word's leading space (fill-mask's token_str)
     assert tok.decode([tok.token_to_id(word)]) == space + word[-3:]
 
 
 def test_special_tokens_are_the_tokenizers_own(tokenizers):
     kind, tok, theirs = tokenizers
-    assert tok.mask_token == theirs.mask_token == ("<mask>" if kind in ("roberta", "xlm-roberta") else "[MASK]")
+    assert tok.mask_token == theirs.mask_token == ("<mask>" if kind in ("roberta", "xlm-roberta", "camembert", "mpnet") else "[MASK]")
     assert tok.mask_token_id == theirs.mask_token_id
     assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.unk_token_id) == \
         (theirs.cls_token_id, theirs.sep_token_id, theirs.pad_token_id, theirs.unk_token_id)
     assert tok.vocab_size == len(theirs)
-    assert tok.lowercase == {"xlm-roberta": None, "roberta": None, "modernbert": None}.get(kind, True)
+    assert tok.lowercase == {"xlm-roberta": None, "roberta": None, "modernbert": None, "camembert": None,
+                             "deberta-v2": None}.get(kind, True)
 
 
 def test_unknown_tokens_are_named_as_the_tokenizer_names_them(tokenizers):

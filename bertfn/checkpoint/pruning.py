@@ -114,6 +114,10 @@ def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, It
             raise InputError(f"layer {layer} shares its weights with other layers ({family_of(cfg).name}), so pruning "
                              "its heads would prune them in every layer; silence them in one layer with "
                              "edits=bertfn.interventions.zero_heads(...) instead")
+        if root.key(prefix + "relative_attention_bias.weight") in state:  # MPNet's: one table, a column per head
+            raise InputError(f"{family_of(cfg).name}'s layers share one relative position bias with a column per head, "
+                             "so pruning a layer's heads would leave it scores for heads it no longer has; silence "
+                             "heads with edits=bertfn.interventions.zero_heads(...) instead")
         if query not in state:
             raise InputError(f"{family_of(cfg).name} forms its queries, keys and values in one fused product, which "
                              "bertfn does not cut by head; silence heads with edits=bertfn.interventions.zero_heads(...) "

@@ -39,7 +39,8 @@ from .model import Model
 from .tokenizer import Tokenizer
 
 CLASS_PREFIXES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
-                  "electra": "Electra", "albert": "Albert", "modernbert": "ModernBert", "esm": "Esm"}
+                  "electra": "Electra", "albert": "Albert", "modernbert": "ModernBert", "esm": "Esm",
+                  "camembert": "Camembert", "mpnet": "MPNet", "deberta-v2": "DebertaV2"}
 """``model_type`` -> the prefix of the member's transformers classes (``Roberta`` + ``ForSequenceClassification``)."""
 
 TASK_SUFFIXES = {task: suffix for suffix, task in reversed(SUFFIXES.items())}
@@ -53,11 +54,14 @@ FILE_NAMES = {"albert": {"classifier_dropout": "classifier_dropout_prob"}}
 
 def esm_buffers(config: BertConfig) -> dict[str, torch.Tensor]:
     """ESM-2's rotary ``inv_freq`` of each layer (:func:`~bertfn.model.members.rotary.inverse_frequencies`): buffers that
-    ``EsmModel`` stores in its file (transformers reports them missing otherwise) and bertfn computes instead.
+    ``EsmModel`` stores in its file (transformers reports them missing otherwise) and bertfn computes instead; none
+    with learned positions (ESM-1b: no rotary module).
 
     Args:
         config: the model's config.
     """
+    if config.position_embedding_type != "rotary":
+        return {}
     inv = inverse_frequencies(config.head_dim, ROTARY_BASE)  # (hd/2,)
     return {f"esm.encoder.layer.{i}.attention.self.rotary_embeddings.inv_freq": inv
             for i in range(config.num_hidden_layers)}

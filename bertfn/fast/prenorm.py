@@ -38,7 +38,8 @@ def unpadded_rotary_attention(p: Params, x: Tensor, lengths: list[int], cos: Ten
         p: one layer's ``attention.`` scope.
         x: (1, T, H), the normalized input, T = sum(lengths).
         lengths: the texts' lengths.
-        cos: (1, 1, T, hd), the rotary tables of every token's position within its text.
+        cos: (1, 1, T, hd), the rotary tables of every token's position within its text, or None (learned
+            positions, ESM-1b: no turn).
         sin: the same.
         window: the layer's window (each text's keys within ``window // 2`` of the query), or None.
         rows: (r,) positions whose output is wanted (default: all T).
@@ -54,8 +55,9 @@ def unpadded_rotary_attention(p: Params, x: Tensor, lengths: list[int], cos: Ten
         query, key, value = linears(x, tuple(p[f"self.{n}.weight"] for n in names),
                                     tuple(p[f"self.{n}.bias"] for n in names))  # 3 x (1, T, nh*hd)
     nh = query.shape[-1] // cfg.head_dim
-    q = rotate(split_heads(query, nh), cos, sin)  # (1, nh, T, hd), each token turned by its own position
-    k = rotate(split_heads(key, nh), cos, sin)
+    q, k = split_heads(query, nh), split_heads(key, nh)  # (1, nh, T, hd) each
+    if cos is not None:
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # each token turned by its own position
     v = split_heads(value, nh)
     contexts = []  # each text's (1, n, nh, hd)
     for qi, ki, vi in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2)):
@@ -113,8 +115,10 @@ def unpadded_pre_ln_encoder(params: Params, input_ids: Tensor, position_ids: Ten
     last = cfg.num_hidden_layers - 1
     for i in range(cfg.num_hidden_layers):
         layer = p.scope(f"encoder.layer.{i}")
-        base = family.rotary_base(cfg, i)
-        if base not in tables:
+        base = family.rotary_base(cfg, i)  # None: learned positions (ESM-1b), no turn
+        if base is None:
+            tables[base] = (None, None)
+        elif base not in tables:
             tables[base] = rotary_tables(position_ids, cfg.head_dim, base, x.dtype)  # (1, 1, T, hd) each
         window = family.window(cfg, i) if family.window is not None else None
         at = rows if i == last else None

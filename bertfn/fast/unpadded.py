@@ -17,6 +17,9 @@ dropout, cache, cross-attention, head mask or trace.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 
 from ..model.attention import (
@@ -33,11 +36,13 @@ from ..model.heads import head_act
 from ..model.params import Params
 from .choice import linear, linears, run_rows
 from .prenorm import unpadded_pre_ln_encoder
+from .texts_alone import texts_alone
 
 Tensor = torch.Tensor
 
 
-def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | None = None) -> Tensor:
+def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | None = None,
+                       added: Callable[[int], Tensor] | None = None) -> Tensor:
     """:func:`~bertfn.model.attention.attention` (SDPA path) for texts laid end to end: each attends to itself only.
 
     Relative positions count from each text's start; a decoder's texts see only their earlier tokens.
@@ -49,6 +54,8 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | 
         lengths: the texts' lengths.
         rows: (r,) positions whose output is wanted (default: all T); every position is still attended
             to, but the output projection and LayerNorm run at these alone.
+        added: ``n -> (1, nh, n, n)``, scores added to a text's scaled scores (a member's ``attention_bias``: MPNet's
+            relative position bias), or None.
 
     Returns:
         (1, T, H), or (1, r, H) with ``rows``.
@@ -72,7 +79,7 @@ def unpadded_attention(p: Params, x: Tensor, lengths: list[int], rows: Tensor | 
         bias = None
         if cfg.relative_positions:
             bias = relative_position_scores(qi, ki, p["self.distance_embedding.weight"], cfg.position_embedding_type, 0)
-        mask = None
+        mask = added(n) if added is not None else None  # (1, nh, n, n), after the scaling as the mask is
         if cfg.is_decoder:
             mask = extended_mask(causal_keep_mask(torch.ones(1, n, device=x.device), n), x.dtype)  # (1, 1, n, n)
         contexts.append(sdpa_attention(qi, ki, vi, mask, bias).transpose(1, 2))  # (1, n, nh, hd)
@@ -128,7 +135,10 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
         (1, T, H), or (1, r, H) with ``rows``.
     """
     cfg = params.config
-    if family_of(cfg).layer is not None:  # a pre-LN member (ESM-2, ModernBERT): its own layer, the same layout
+    family = family_of(cfg)
+    if family.layer is not None and family.rotary_base is None and family.attention_bias is None:  # DeBERTa's layer
+        return texts_alone(params, input_ids, token_type_ids, lengths, rows)  # no kernels for it: the reference, per text
+    if family.layer is not None and family.attention_bias is None:  # a pre-LN member (ESM-2, ModernBERT): the same layout
         return unpadded_pre_ln_encoder(params, input_ids, position_ids, lengths, rows)
     p = params.scope("bert")
     x = (family_of(cfg).embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
@@ -139,7 +149,8 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
     last = cfg.num_hidden_layers - 1
     for i in range(cfg.num_hidden_layers):
         layer = p.scope(f"encoder.layer.{i}")
-        x = unpadded_attention(layer.scope("attention"), x, lengths, rows if i == last else None)  # (1, T + pad or r, H)
+        added = None if family.attention_bias is None else functools.partial(family.attention_bias, layer)  # MPNet's bias
+        x = unpadded_attention(layer.scope("attention"), x, lengths, rows if i == last else None, added)  # (1, T + pad or r, H)
         x = unpadded_feed_forward(layer, x)  # (1, T + pad or r, H)
     return x if rows is not None else x[:, :T]  # (1, r or T, H)
 

@@ -3,7 +3,9 @@
     functional.py   linear, layer_norm, the activations, dropout: the building blocks
     embeddings.py   word + position + token-type embeddings, then LayerNorm      (BertEmbeddings)
     attention.py    multi-head self- and cross-attention, the masks, the two paths (BertAttention)
-    encoder.py      the feed-forward block, one layer, the stack of layers         (BertLayer, BertEncoder)
+    masks.py        the attention, cross-attention and head masks, checked       (get_extended_attention_mask, ...)
+    stack.py        the layers run one after another: what a pass keeps, activation checkpointing, the cache
+    encoder.py      the feed-forward block, one layer, the whole pass in named steps (BertLayer, BertModel)
     heads.py        the pooler and the task heads on top: MLM, NSP, classification (BertPooler, BertLMPredictionHead, ...)
 
 and beside them, read by every step:

@@ -2,6 +2,11 @@
 
     h' = LayerNorm(a + W_2 act(W_1 a + b_1) + b_2),  a = attention block output   (BertIntermediate + BertOutput)
 
+:func:`encoder` runs its pass in named steps: the embeddings (BERT's or the member's), the masks checked and made
+additive (:mod:`bertfn.model.masks`), each layer with its share of the masks, cache and head mask
+(:func:`layer_runner`), the layers one after another keeping what is returned (:mod:`bertfn.model.stack`), a pre-LN
+member's final norm, and the outputs (:func:`outputs`).
+
 Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (see attention.py),
 ``crossattention.*`` in decoders with cross-attention, ``intermediate.dense.weight`` (I, H) and
 ``.bias``, ``output.dense.weight`` (H, I) and ``.bias``, ``output.LayerNorm.weight|bias`` (H,).
@@ -9,44 +14,25 @@ Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (see at
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
 from ..errors import InputError
-from .attention import KV, attention, causal_keep_mask, chosen_impl, extended_mask
+from .attention import KV, attention, chosen_impl
 from .config import BertConfig
 from .embeddings import embeddings
-from .family import family_of
+from .family import Family, family_of
 from .functional import ACTIVATIONS, dropout, layer_norm, linear
 from .heads import pooler
+from .masks import attention_masks, head_masks, warn_if_padding_without_mask
 from .params import Params, as_params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Edit, Trace, point_names, with_edits
+from .stack import Cache, Stack, run_layers
 
 Tensor = torch.Tensor
-
-
-def check_mask(name: str, mask: object, B: int, S: int, S_k: int, nh: int) -> None:
-    """Raise :class:`InputError` unless ``mask`` is a 0/1 tensor of one of the shapes attention accepts:
-    (B, S_k), (B, S, S_k) or (B, 1 or nh, S, S_k), where S_k counts the keys (cached + new, or encoder)."""
-    allowed = [(B, S_k), (B, S, S_k), (B, 1, S, S_k), (B, nh, S, S_k)]
-    if not isinstance(mask, Tensor) or tuple(mask.shape) not in allowed:
-        got = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-        raise InputError(f"{name} must be a tensor of shape {' or '.join(map(str, allowed))} "
-                         f"(1 = attend, 0 = ignore), got {got}; tokenizer(...).attention_mask has the 2D form")
-
-
-def warn_if_padding_without_mask(input_ids: Tensor | None, attention_mask: Tensor | None, pad: int | None) -> None:
-    """Warn when ``input_ids`` (B, S) start or end with the pad id but no attention_mask hides the padding:
-    it is then attended to and changes every output (``PreTrainedModel.warn_if_padding_and_no_attention_mask``)."""
-    if attention_mask is None and input_ids is not None and pad is not None and bool((input_ids[:, [0, -1]] == pad).any()):
-        warnings.warn(f"input_ids hold padding (id {pad}) but no attention_mask was given, so the padding is "
-                      "attended to and changes the results; pass the tokenizer's attention_mask", stacklevel=3)
 
 
 def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
@@ -165,56 +151,6 @@ def layer(
     return LayerOutput(h, a.probs, cross_probs, a.kv, cross_kv)
 
 
-@contextmanager
-def rewound(generator: torch.Generator, state: Tensor) -> Iterator[None]:
-    """Run a block with ``generator`` set back to ``state``, then return it to where it was."""
-    resume = generator.get_state()
-    generator.set_state(state)
-    try:
-        yield
-    finally:
-        generator.set_state(resume)
-
-
-def checkpointed(run: Callable[[Tensor], LayerOutput], x: Tensor,
-                 generator: torch.Generator | None) -> LayerOutput:
-    """``run(x)`` under activation checkpointing (``torch.utils.checkpoint``, as HF's ``gradient_checkpointing``).
-
-    Only ``x`` is kept for backward; the layer's activations are recomputed when the gradient reaches
-    it. torch restores its own global RNG for that recomputation but knows nothing of the dropout
-    ``generator`` bertfn draws from, so the recomputation rewinds it to where it stood before the
-    layer: it draws the same dropout masks, and the gradients equal those without checkpointing.
-
-    Args:
-        run: one layer, ``x -> LayerOutput``.
-        x: (B, S, H), the layer's input.
-        generator: the dropout generator, or None.
-    """
-    if generator is None:
-        return activation_checkpoint(run, x, use_reentrant=False)
-    start = generator.get_state()
-    return activation_checkpoint(run, x, use_reentrant=False,
-                                 context_fn=lambda: (nullcontext(), rewound(generator, start)))
-
-
-class Cache(NamedTuple):
-    """Keys and values kept between decoding steps: one (k, v) pair per layer, each (B, nh, S, hd).
-
-    Attributes:
-        self_attention: the self-attention keys and values, one pair per layer.
-        cross_attention: the cross-attention keys and values (of the encoder states), one pair per
-            layer; None without cross-attention.
-    """
-
-    self_attention: tuple[KV, ...]
-    cross_attention: tuple[KV, ...] | None = None
-
-    @property
-    def length(self) -> int:
-        """How many positions the self-attention cache holds (the next token's position)."""
-        return self.self_attention[0][0].shape[2]
-
-
 @dataclass(frozen=True)
 class EncoderOutput:
     """What :func:`encoder` returns (``BaseModelOutputWithPoolingAndCrossAttentions``, named fields).
@@ -268,7 +204,7 @@ def encoder(
     A family member's model runs the same pass with its exceptions (:mod:`bertfn.model.family`): its own
     embeddings step where it has one, its own layer and final LayerNorm where it has them (ESM-2, ModernBERT),
     its weights read under its own names. Decoders
-    (``config.is_decoder``) add the causal mask to a 2D mask. In a padded batch the probabilities of a
+    (``config.is_decoder``) add the causal mask to a 2D mask (:func:`~bertfn.model.masks.attention_masks`). In a padded batch the probabilities of a
     padding position's query row are what the softmax gives (they sum to 1 over the real keys, as in
     transformers) and mean nothing: read the real tokens' rows.
 
@@ -324,77 +260,92 @@ def encoder(
     own = {} if family.embeddings is None else {"attention_mask": attention_mask}  # a member's step sees the padding
     x = (family.embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds,
                                           past, generator, trace.scope("embeddings"), **own)  # (B, S, H)
-    B, S, _ = x.shape
     warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
-
-    S_k = past + S  # keys: the cached positions and the new ones
-    if attention_mask is None and cfg.is_decoder:
-        attention_mask = torch.ones(B, S_k, device=x.device)
-    if attention_mask is not None:
-        check_mask("attention_mask", attention_mask, B, S, S_k, cfg.num_attention_heads)
-        if cfg.is_decoder and attention_mask.dim() == 2:
-            attention_mask = causal_keep_mask(attention_mask, S)  # (B, S, past + S)
-        mask = extended_mask(attention_mask, x.dtype)
-    else:
-        mask = None  # nothing to hide: the same as an all-zero additive mask
-    enc_mask = None
-    if encoder_hidden_states is not None and encoder_attention_mask is not None:
-        check_mask("encoder_attention_mask", encoder_attention_mask, B, S, encoder_hidden_states.shape[1],
-                   cfg.num_attention_heads)
-        enc_mask = extended_mask(encoder_attention_mask, x.dtype)
-
-    L, nh = cfg.num_hidden_layers, cfg.num_attention_heads
-    if head_mask is not None:
-        if not isinstance(head_mask, Tensor) or head_mask.shape not in ((nh,), (L, nh)):
-            got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else type(head_mask).__name__
-            raise InputError(f"head_mask must be a tensor of shape ({nh},) or ({L}, {nh}) (1 keeps a head, "
-                             f"0 silences it), got {got}")
-        if cfg.pruned_heads:
-            raise InputError("head_mask needs every layer to have all its heads, but this model was pruned "
-                             f"({cfg.pruned_heads}); mask heads of the unpruned model, or prune more instead")
-        head_mask = head_mask.to(x.dtype).expand(L, nh)  # (L, nh)
+    mask, enc_mask = attention_masks(cfg, x, past, attention_mask, encoder_hidden_states, encoder_attention_mask)
+    head_mask = head_masks(cfg, head_mask, x.dtype)  # (L, nh) or None
     weights = [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]
     # returned, kept or edited probabilities: every layer runs eager, the path that forms them (NO_TRACE keeps nothing)
     need_probs = output_attentions or trace.keep or trace.edits_any(weights)
     ran = chosen_impl(impl, need_probs, head_mask, cfg.attention_probs_dropout_prob if generator is not None else 0.0)
 
-    hidden, attns, cross_attns, self_kvs, cross_kvs = [x], [], [], [], []
-    for i in range(L):
-        def run_layer(h: Tensor, i: int = i) -> LayerOutput:
-            if family.layer is not None:  # a member's own layer (ESM-2's, ModernBERT's pre-LN layers)
-                return family.layer(p.scope(f"encoder.layer.{i}"), h, mask, index=i, position_ids=position_ids,
-                                    head_mask=head_mask[i] if head_mask is not None else None, impl=impl,
-                                    need_probs=need_probs, generator=generator, trace=trace.scope(f"layer.{i}"))
-            return layer(
-                p.scope(f"encoder.layer.{i}"), h, mask,
-                encoder_hidden=encoder_hidden_states, encoder_mask=enc_mask,
-                past_self_kv=cache.self_attention[i] if cache is not None else None,
-                past_cross_kv=cache.cross_attention[i] if cache is not None and cache.cross_attention else None,
-                past_length=past, head_mask=head_mask[i] if head_mask is not None else None,
-                impl=impl, need_probs=need_probs, generator=generator, trace=trace.scope(f"layer.{i}"),
-            )
-        out = checkpointed(run_layer, x, generator) if checkpoint else run_layer(x)
-        x = out.hidden
-        # only what the output returns stays alive: at 512 tokens on bert-base's shape every layer's
-        # probabilities (eager path) would hold 150 MB until the last layer has run
-        if output_hidden_states:
-            hidden.append(x)
-        if output_attentions:
-            attns.append(out.probs)
-            cross_attns.append(out.cross_probs)
-        if use_cache:
-            self_kvs.append(out.self_kv)
-            cross_kvs.append(out.cross_kv)
-
+    run = layer_runner(p, family, mask, encoder_hidden_states, enc_mask, cache, past, position_ids, head_mask,
+                       impl=impl, need_probs=need_probs, generator=generator, trace=trace)
+    stack = run_layers(run, x, cfg.num_hidden_layers, checkpoint=checkpoint, generator=generator,
+                       keep_hidden=output_hidden_states, keep_probs=output_attentions, keep_cache=use_cache)
+    x = stack.last
     if family.final_norm is not None:  # pre-LN members (hidden_states keep the last layer's output before it)
         x = family.final_norm(p, x, trace)
-    has_cross = encoder_hidden_states is not None
+    return outputs(params, x, stack, trace, output_hidden_states=output_hidden_states,
+                   output_attentions=output_attentions, use_cache=use_cache,
+                   cross=encoder_hidden_states is not None, attn_impl=ran)
+
+
+def layer_runner(p: Params, family: Family, mask: Tensor | None, encoder_hidden: Tensor | None,
+                 encoder_mask: Tensor | None, cache: Cache | None, past: int, position_ids: Tensor | None,
+                 head_mask: Tensor | None, *, impl: str, need_probs: bool, generator: torch.Generator | None,
+                 trace: Trace) -> Callable[[int, Tensor], LayerOutput]:
+    """``run(i, h) -> LayerOutput``: layer i of the stack on its input h (B, S, H), with what every layer of one pass
+    shares: the masks, layer i's cache and head mask, and the member's own layer where it has one (ESM-2's,
+    ModernBERT's pre-LN layers: no cache, no cross-attention).
+
+    Args:
+        p: the base model's scope (``bert.``).
+        family: the member's record (:func:`~bertfn.model.family.family_of`).
+        mask: the additive self-attention mask, or None.
+        encoder_hidden: (B, S_e, H) the states a decoder's cross-attention reads, or None.
+        encoder_mask: the additive cross-attention mask, or None.
+        cache: the keys and values of earlier decoding steps, or None.
+        past: the cached positions (x's first token's position).
+        position_ids: (B, S) or (S,), or None (a member's layer counts its own).
+        head_mask: (L, nh), or None.
+        impl: "eager" or "sdpa".
+        need_probs: every layer forms its probabilities (the eager path).
+        generator: turns dropout on (training).
+        trace: records layer i under ``layer.{i}.``.
+
+    Returns:
+        The function that runs layer i.
+    """
+    def run(i: int, h: Tensor) -> LayerOutput:
+        common = {"head_mask": head_mask[i] if head_mask is not None else None, "impl": impl,
+                  "need_probs": need_probs, "generator": generator, "trace": trace.scope(f"layer.{i}")}
+        if family.layer is not None:  # a member's own layer (ESM-2's, ModernBERT's pre-LN layers)
+            return family.layer(p.scope(f"encoder.layer.{i}"), h, mask, index=i, position_ids=position_ids, **common)
+        return layer(
+            p.scope(f"encoder.layer.{i}"), h, mask, encoder_hidden=encoder_hidden, encoder_mask=encoder_mask,
+            past_self_kv=cache.self_attention[i] if cache is not None else None,
+            past_cross_kv=cache.cross_attention[i] if cache is not None and cache.cross_attention else None,
+            past_length=past, **common,
+        )
+
+    return run
+
+
+def outputs(params: Params, x: Tensor, stack: Stack, trace: Trace, *, output_hidden_states: bool,
+            output_attentions: bool, use_cache: bool, cross: bool, attn_impl: str) -> EncoderOutput:
+    """The pass's :class:`EncoderOutput`: the last hidden state, the pooler's output where the checkpoint has a
+    pooler, and what was asked for of the stack.
+
+    Args:
+        params: the root view.
+        x: (B, S, H), the last hidden state (after a pre-LN member's final norm).
+        stack: what :func:`run_layers` kept.
+        trace: records the pooler's points.
+        output_hidden_states: return every layer's hidden states.
+        output_attentions: return every layer's probabilities.
+        use_cache: return the keys and values.
+        cross: the pass had cross-attention (encoder states).
+        attn_impl: the attention path that ran.
+
+    Returns:
+        :class:`EncoderOutput`.
+    """
     return EncoderOutput(
         last_hidden_state=x,
-        pooler_output=pooler(params, x, trace) if "pooler.dense.weight" in p else None,
-        hidden_states=tuple(hidden) if output_hidden_states else None,
-        attentions=tuple(attns) if output_attentions else None,
-        cross_attentions=tuple(cross_attns) if output_attentions and has_cross else None,
-        cache=Cache(tuple(self_kvs), tuple(cross_kvs) if has_cross else None) if use_cache else None,
-        attn_impl=ran,
+        pooler_output=pooler(params, x, trace) if "pooler.dense.weight" in params.scope("bert") else None,
+        hidden_states=tuple(stack.hidden) if output_hidden_states else None,
+        attentions=tuple(stack.attentions) if output_attentions else None,
+        cross_attentions=tuple(stack.cross_attentions) if output_attentions and cross else None,
+        cache=Cache(tuple(stack.self_kvs), tuple(stack.cross_kvs) if cross else None) if use_cache else None,
+        attn_impl=attn_impl,
     )

@@ -91,6 +91,8 @@ class Family:
         embeddings: the embeddings step, with BERT's signature plus ``attention_mask=`` (the 0/1 padding mask or None).
         embedding_points: ``config -> its trace points``, in order.
         position_ids: ``(input_ids (B, S), pad, past) -> (B, S)`` positions.
+        longest: ``config -> the tokens one input may hold``, where the member's positions decide it other than by
+            ``position_ids`` (ESM-1b's learned table, ESM-2's rotary positions: :func:`longest_input`).
         head_act: the MLM head's activation when not ``config.hidden_act``: a name, or ``config -> name``.
         heads: the member's head parts: ``{part name: a key that stands for it}``.
         layer: the member's layer, ``(p, x, mask, *, index, position_ids, head_mask, impl, need_probs,
@@ -108,6 +110,9 @@ class Family:
         attention_head: a head of the member's that reads every layer's attention maps, ``(params, input_ids (B, S),
             attentions (L of (B, nh, S, S)), attention_mask (B, S), trace) -> tensor``, or None where the weights lack
             it (ESM-2's contact head); :func:`bertfn.trace` runs it after the encoder.
+        attention_bias: ``(layer's params, n) -> (1, nh, n, n)``: the scores a layer of BERT's kind (post-LN, no
+            rotary positions) adds to its scaled attention scores for a text of n tokens (MPNet's relative position
+            bias); its own ``layer`` adds them in the reference pass, and the fast path reads them here.
     """
 
     name: str  # as people write it: "RoBERTa"
@@ -119,6 +124,7 @@ class Family:
     embeddings: Callable[..., Tensor] | None = None  # the embeddings step, BERT's signature + attention_mask=
     embedding_points: Callable[[BertConfig], tuple[str, ...]] | None = None  # its trace points, in order
     position_ids: Callable[[Tensor, int | None, int], Tensor] | None = None  # (input_ids (B, S), pad, past) -> (B, S)
+    longest: Callable[[BertConfig], int] | None = None  # config -> the tokens one input may hold (ESM's)
     head_act: str | Callable[[BertConfig], str] | None = None  # the MLM head's activation, when not config.hidden_act
     heads: Mapping[str, str] | None = None  # the member's head parts: {part name: a key that stands for it}
     layer: Callable[..., object] | None = None  # the member's own layer (returns a LayerOutput)
@@ -131,6 +137,7 @@ class Family:
     tasks: tuple[str, ...] | None = None  # the tasks transformers has a head for (None: BERT's four)
     head_points: Callable[[BertConfig], tuple[str, ...]] | None = None  # its own heads' trace points (ESM-2's contacts)
     attention_head: Callable[..., object] | None = None  # a head on every layer's attention maps (ESM-2's contacts)
+    attention_bias: Callable[..., Tensor] | None = None  # (layer scope, n) -> scores added after scaling (MPNet's)
 
 
 BERT = Family("BERT", "bert", "bert.")
@@ -225,7 +232,10 @@ def longest_input(config: BertConfig) -> int:
     Args:
         config: the model's config.
     """
-    count = family_of(config).position_ids
+    family = family_of(config)
+    if family.longest is not None:  # the member says (ESM: learned positions from padding_idx + 1, or rotary)
+        return family.longest(config)
+    count = family.position_ids
     if count is None:
         return config.max_position_embeddings
     pad = config.pad_token_id if config.pad_token_id is not None else 0

@@ -139,7 +139,8 @@ def task_of_keys(state: Mapping[str, Tensor], config: BertConfig) -> str:
     if "classifier.dense.weight" in state or "pre_classifier.weight" in state:
         return "sequence-classification"
     if "classifier.weight" in state:
-        return "sequence-classification" if "bert.pooler.dense.weight" in root else "token-classification"
+        pooled = "bert.pooler.dense.weight" in root or "pooler.dense.weight" in state  # DeBERTa's ContextPooler: a root key
+        return "sequence-classification" if pooled else "token-classification"
     if "cls.predictions.decoder.weight" in root:
         return "pretraining" if "cls.seq_relationship.weight" in root else "masked-lm"
     return "encoder"

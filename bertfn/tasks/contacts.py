@@ -30,6 +30,7 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError, MissingPartError
 from ..model.encoder import encoder
+from ..model.family import longest_input
 from ..model.members.esm import contact_head
 from ..model.recorder import NO_TRACE, Edit, with_edits
 
@@ -168,7 +169,7 @@ def contacts(
     points = with_edits(NO_TRACE, edits, m.config)
     enc = tok(list(batch))  # (N, S): <cls> residues <eos>, padded
     lengths = enc.attention_mask.sum(dim=1).tolist()
-    P = m.config.max_position_embeddings
+    P = longest_input(m.config)  # ESM-2's positions; ESM-1b's learned ones hold 2 fewer (from padding_idx + 1)
     for i, n in enumerate(lengths):
         if n > P:
             raise InputError(f"text {i} has {n - 2} residues, but the model reads at most {P - 2} (with <cls> and "

@@ -1,4 +1,4 @@
-"""ESM-2 (Lin et al. 2023): BERT trained on protein sequences, one residue per token.
+"""ESM-2 (Lin et al. 2023) and ESM-1b (Rives et al. 2021): BERT trained on protein sequences, one residue per token.
 
 ESM-2 is BERT except:
 
@@ -8,18 +8,24 @@ ESM-2 is BERT except:
   queries and keys are turned by their positions (:mod:`bertfn.model.members.rotary`, base 10000) instead of
   position embeddings being added;
 * **embeddings** are the word vectors alone (no positions, no token types, no LayerNorm), with *token
-  dropout* (:func:`embeddings`): every ``<mask>``'s vector is zeroed and the rest scaled by
-  ``(1 - 0.12) / (1 - m)``, m the share of ``<mask>`` among the text's real tokens. ESM-2 was trained with
-  15% x 80% = 12% of tokens zeroed this way; the scaling keeps the sum of the vectors the layers see as in
-  training. It changes every number with a mask in the input: a text with one ``<mask>`` in 10 tokens is
-  scaled by 0.88 / 0.9, one with 2 by 0.88 / 0.8;
+  dropout*: every ``<mask>``'s vector is zeroed and the rest scaled by ``(1 - 0.12) / (1 - m)``, m the share of
+  ``<mask>`` among the text's real tokens (:mod:`bertfn.model.members.esm_embeddings`);
+* **the feed-forward's activation** is the exact-erf GELU whatever ``hidden_act`` says (``EsmIntermediate``; a
+  config that says otherwise is read as GELU, with an :class:`~bertfn.errors.IgnoredConfigWarning`);
 * **names**: ``esm.encoder.layer.{i}.attention.self.query|key|value``, ``attention.output.dense``,
   ``attention.LayerNorm`` (LN_1), ``LayerNorm`` (LN_2), ``intermediate.dense``, ``output.dense``;
-  ``esm.encoder.emb_layer_norm_after``; the MLM head ``lm_head.dense|layer_norm|decoder``, ``lm_head.bias``;
+  ``esm.encoder.emb_layer_norm_after``; ESM-1b's ``esm.embeddings.position_embeddings`` and
+  ``esm.embeddings.layer_norm``; the MLM head ``lm_head.dense|layer_norm|decoder``, ``lm_head.bias``;
   the contact head ``esm.contact_head.regression``; the rotary ``inv_freq`` buffers the file stores are dropped
   (bertfn computes them);
 * **its config** (:class:`EsmConfig`): ``token_dropout``, ``mask_token_id``, ``emb_layer_norm_before``;
-  positions "rotary" (ESM-1b's learned positions are refused).
+  positions "rotary" or "absolute".
+
+ESM-1b (and the nucleotide transformers v1, which transformers reads as ``model_type`` "esm") is ESM-2 except its
+positions: ``position_embedding_type`` "absolute", a learned table ``esm.embeddings.position_embeddings`` added to the
+word vectors at RoBERTa's positions (``padding_idx + 1`` onward) and no rotary turn in attention; and its
+``emb_layer_norm_before`` (true in ESM-1b: ``esm.embeddings.layer_norm`` normalizes the embeddings before the first
+layer). Its layers, final norm, heads and vocabulary are ESM-2's.
 
 Its MLM head is BERT's (dense, exact GELU, LayerNorm, the tied decoder and a bias). Beside it, and unlike any
 other member, a **contact head** (:func:`contact_head`) reads which residues touch from the attention maps of every
@@ -31,18 +37,19 @@ has no other head for it.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
 
-from ...errors import ConfigError
+from ...errors import ConfigError, IgnoredConfigWarning
 from ..config import BertConfig
-from ..embeddings import word_vectors
 from ..encoder import LayerOutput
 from ..family import Family, normalizer, register, renamed
 from ..functional import linear
-from ..params import Params, scoped
-from .prenorm import final_norm, layer_points, mlp, norm, pre_ln_layer, separate_projections
+from ..params import Params
+from .esm_embeddings import TRAINING_MASK_RATIO, embedding_points, embeddings, learned, longest_input  # noqa: F401
+from .prenorm import final_norm, layer_points, mlp, pre_ln_layer, separate_projections
 from ..recorder import NO_TRACE, Trace
 from .roberta import CLASSIFIER
 from .rotary import rotary_tables
@@ -56,9 +63,9 @@ EOS_ID = 2
 """``<eos>``, whose row and column the contact head leaves out: id 2 in every ESM vocabulary (hard-coded in
 transformers' ``EsmContactPredictionHead`` as in fair-esm)."""
 
-TRAINING_MASK_RATIO = 0.15 * 0.8
-"""The share of tokens ESM-2's training replaced by ``<mask>`` (15% chosen, 80% of those masked), hard-coded
-in transformers' ``EsmEmbeddings`` as in the original ESM code."""
+FEED_FORWARD_ACT = "gelu"
+"""The activation of ESM's feed-forward, whatever ``hidden_act`` says: ``EsmIntermediate`` calls ESM's own ``gelu``
+(the exact erf form) and never reads the config's."""
 
 
 @dataclass(frozen=True)
@@ -77,13 +84,18 @@ class EsmConfig(BertConfig):
         pad_token_id: 1 (``<pad>``).
         mask_token_id: 32 (``<mask>``), which token dropout zeroes.
         token_dropout: rescale the embeddings by the share of masks (ESM-2: true).
-        emb_layer_norm_before: a LayerNorm on the embeddings (``esm.embeddings.layer_norm``; false in ESM-2).
+        emb_layer_norm_before: a LayerNorm on the embeddings (``esm.embeddings.layer_norm``; false in ESM-2, true
+            in ESM-1b).
         is_folding_model: ESMFold's config (refused: bertfn reads the masked language model).
-        position_embedding_type: "rotary".
+        position_embedding_type: "rotary" (ESM-2) or "absolute" (ESM-1b's learned table).
         model_type: "esm".
 
     Raises:
         ConfigError: token dropout without a mask token, or an ESMFold config.
+
+    Warns:
+        IgnoredConfigWarning: ``hidden_act`` other than "gelu", which transformers' ESM does not read: the field is
+            read as "gelu" (:data:`FEED_FORWARD_ACT`), so every path computes transformers' numbers.
     """
 
     vocab_size: int = 33
@@ -102,7 +114,7 @@ class EsmConfig(BertConfig):
     position_embedding_type: str = "rotary"
     model_type: str = "esm"
 
-    POSITIONS = ("rotary",)  # ESM-1b's learned ("absolute") positions are not read
+    POSITIONS = ("rotary", "absolute")  # ESM-2's rotary, ESM-1b's learned table
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -112,53 +124,17 @@ class EsmConfig(BertConfig):
         if self.is_folding_model:
             raise ConfigError("config is_folding_model is true: this is ESMFold, a structure model; bertfn reads "
                               "ESM-2's masked language model (EsmForMaskedLM)")
-
-
-def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
-               position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,
-               generator: torch.Generator | None = None, trace: Trace = NO_TRACE, *,
-               attention_mask: Tensor | None = None) -> Tensor:
-    """The word vectors with token dropout's rescaling, padding zeroed (``EsmEmbeddings``).
-
-    ``e = word(x)``, zero where x is ``<mask>``, times ``(1 - 0.12) / (1 - m_b)`` with m_b the share of
-    ``<mask>`` among text b's real tokens (all of them without an attention mask), then times the
-    attention mask. No positions (rotary attention places the tokens) and no token types.
-
-    Args:
-        p: ``bert.embeddings.`` scope (``esm.embeddings.``).
-        input_ids: (B, S).
-        token_type_ids: accepted and ignored.
-        position_ids: accepted and ignored (rotary attention counts 0 .. S-1, as transformers' ESM does).
-        inputs_embeds: (B, S, H), instead of ``input_ids`` (then there is no token dropout, as in transformers).
-        past_length: accepted and ignored.
-        generator: accepted (ESM's embeddings have no dropout).
-        trace: records (and edits) ``word``, ``token_dropout`` and ``output``.
-        attention_mask: (B, S) 0/1, the real tokens.
-
-    Returns:
-        (B, S, H).
-    """
-    p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
-    cfg = p.config
-    x = trace("word", word_vectors(p, input_ids, inputs_embeds))  # (B, S, H)
-    if cfg.token_dropout and input_ids is not None:
-        masks = input_ids == cfg.mask_token_id  # (B, S)
-        x = x.masked_fill(masks[..., None], 0.0)
-        real = attention_mask.sum(-1) if attention_mask is not None else input_ids.shape[1]  # (B,) or S
-        observed = masks.sum(-1).float() / real  # (B,): the share of masks in each text
-        x = (x * (1 - TRAINING_MASK_RATIO) / (1 - observed)[:, None, None]).to(x.dtype)
-        x = trace("token_dropout", x)
-    if "LayerNorm.weight" in p:  # ESM-1-style emb_layer_norm_before (false in ESM-2)
-        x = norm(p, "LayerNorm", x)
-    if attention_mask is not None:
-        x = (x * attention_mask[..., None]).to(x.dtype)  # padding's vectors zeroed
-    return trace("output", x)
+        if self.hidden_act != FEED_FORWARD_ACT:
+            warnings.warn(f"config hidden_act is {self.hidden_act!r}, but transformers' ESM (EsmIntermediate) always "
+                          f"applies the exact GELU and never reads it; bertfn reads it as {FEED_FORWARD_ACT!r} too",
+                          IgnoredConfigWarning, stacklevel=3)
+            object.__setattr__(self, "hidden_act", FEED_FORWARD_ACT)  # frozen: the one field read as transformers reads it
 
 
 def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids: Tensor | None = None,
           head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
           generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
-    """One ESM-2 layer (``EsmLayer``): pre-LN, rotary attention (base 10000), GELU MLP.
+    """One ESM layer (``EsmLayer``): pre-LN, rotary attention (base 10000; none with learned positions), GELU MLP.
 
     Args:
         p: ``bert.encoder.layer.{i}.`` scope.
@@ -166,7 +142,7 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
         mask: additive padding mask.
         index: the layer's index (unused: every ESM-2 layer is alike).
         position_ids: (B, S) or (S,), default 0 .. S-1 (transformers' ESM always turns by 0 .. S-1; the fast path
-            passes each text's own, from 0).
+            passes each text's own, from 0); unused with learned positions (the embeddings added them).
         head_mask: (nh,), 1 keeps a head.
         impl: "eager" or "sdpa".
         need_probs: return the probabilities.
@@ -176,8 +152,10 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
     Returns:
         :class:`~bertfn.model.encoder.LayerOutput`.
     """
-    positions = position_ids if position_ids is not None else torch.arange(x.shape[1], device=x.device)
-    cos, sin = rotary_tables(positions, p.config.head_dim, ROTARY_BASE, x.dtype)
+    cos = sin = None  # learned positions (ESM-1b): nothing turns the queries and keys
+    if not learned(p.config):
+        positions = position_ids if position_ids is not None else torch.arange(x.shape[1], device=x.device)
+        cos, sin = rotary_tables(positions, p.config.head_dim, ROTARY_BASE, x.dtype)
     return pre_ln_layer(p, x, mask, cos, sin, project=separate_projections, feed_forward=mlp, head_mask=head_mask,
                         impl=impl, need_probs=need_probs, generator=generator, trace=trace)
 
@@ -280,8 +258,8 @@ def key(name: str, config: BertConfig) -> str:
 
 
 def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
-    """ESM-2's keys and shapes by BERT's names: BERT's table without positions, token types and post-LNs,
-    with the pre-LNs, the final norm and, where the file has it, the contact head.
+    """ESM's keys and shapes by BERT's names: BERT's table without token types and post-LNs (and without positions
+    where they are rotary), with the pre-LNs, the final norm and, where the file has it, the contact head.
 
     Args:
         config: the model's config.
@@ -289,7 +267,8 @@ def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> di
         present (Mapping[str, Tensor]): the weights at hand (their optional parts count).
     """
     H, L, nh = config.hidden_size, config.num_hidden_layers, config.num_attention_heads
-    dropped = ("position_embeddings.", "token_type_embeddings.", "embeddings.LayerNorm.", "output.LayerNorm.")
+    dropped = ("token_type_embeddings.", "embeddings.LayerNorm.", "output.LayerNorm.") + \
+        (() if learned(config) else ("position_embeddings.",))
     out = {k: s for k, s in table.items() if not any(d in k for d in dropped) and k != "cls.predictions.decoder.bias"}
     if config.emb_layer_norm_before:
         out.update({"bert.embeddings.LayerNorm.weight": (H,), "bert.embeddings.LayerNorm.bias": (H,)})
@@ -320,11 +299,11 @@ def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]
 ESM = register(Family(
     name="ESM-2", model_type="esm", prefix="esm.", key=key, shapes=shapes, normalize=normalize,
     embeddings=embeddings,
-    embedding_points=lambda config: ("word", "token_dropout", "output") if config.token_dropout else ("word", "output"),
+    embedding_points=embedding_points, longest=longest_input,
     head_act="gelu",
     layer=layer, layer_points=lambda config, i, optional: layer_points(config, i, attention_norm=True, gate=False,
-                                                                       optional=optional),
-    final_norm=final_norm, rotary_base=lambda config, i: ROTARY_BASE,
+                                                                       optional=optional, rotary=not learned(config)),
+    final_norm=final_norm, rotary_base=lambda config, i: None if learned(config) else ROTARY_BASE,
     task_heads={"sequence-classification": CLASSIFIER}, tasks=("sequence-classification", "token-classification"),
     head_points=lambda config: ("contacts.maps", "contacts.apc", "contacts.logits"), attention_head=contacts_of,
 ))

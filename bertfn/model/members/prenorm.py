@@ -78,6 +78,9 @@ def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin
                      generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> AttentionOutput:
     """Self-attention on rotated queries and keys, up to the output projection (no residual, no LayerNorm).
 
+    Without rotary tables (``cos`` None: ESM-1b, whose positions the embeddings added) the queries and keys are
+    BERT's, unturned.
+
     ``Concat_h softmax(R_m q_h . R_n k_h / sqrt(hd) + M) V_h  W_O``: BERT's attention (:func:`eager_attention`,
     or the fused kernel where the probabilities are not needed) after each query and key is turned by its
     position (:func:`~bertfn.model.members.rotary.rotate`). Mirrors ``EsmSelfAttention`` + ``EsmSelfOutput.dense``
@@ -88,14 +91,14 @@ def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin
         p: one attention block's scope.
         x: (B, S, H), the block's normalized input.
         mask: additive, broadcastable to (B, nh, S, S) (ModernBERT's local layers: the window's).
-        cos: (B or 1, 1, S, hd), :func:`~bertfn.model.members.rotary.rotary_tables`.
+        cos: (B or 1, 1, S, hd), :func:`~bertfn.model.members.rotary.rotary_tables`, or None (no turn).
         sin: the same.
         project: ``(p, x) -> (query, key, value)``.
         head_mask: (nh,), 1 keeps a head (runs the eager path).
         impl: "eager" or "sdpa".
         need_probs: return the probabilities (runs the eager path).
         generator: turns dropout on (training).
-        trace: records (and edits) ``query`` ... ``v``, ``q_rotated``, ``k_rotated``, the scores and
+        trace: records (and edits) ``query`` ... ``v``, ``q_rotated``, ``k_rotated`` (rotary), the scores and
             probabilities (eager path), ``context``, ``merged``, ``head_outputs`` (when asked) and ``dense``.
 
     Returns:
@@ -109,8 +112,9 @@ def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin
     nh = query.shape[-1] // hd
     q, k, v = (split_heads(t, nh) for t in (query, key, value))  # (B, nh, S, hd) each
     q, k, v = trace("q", q), trace("k", k), trace("v", v)
-    q = trace("q_rotated", rotate(q, cos, sin))  # each pair of q turned by its position's angle
-    k = trace("k_rotated", rotate(k, cos, sin))
+    if cos is not None:
+        q = trace("q_rotated", rotate(q, cos, sin))  # each pair of q turned by its position's angle
+        k = trace("k_rotated", rotate(k, cos, sin))
 
     p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
     need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
@@ -163,7 +167,7 @@ def pre_ln_layer(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin: Te
         p: one layer's scope.
         x: (B, S, H).
         mask: additive attention mask.
-        cos: the rotary tables of this layer's positions and base.
+        cos: the rotary tables of this layer's positions and base, or None (learned positions: no turn).
         sin: the same.
         project: how the queries, keys and values are formed (:data:`Project`).
         feed_forward: the feed-forward branch (:data:`FeedForward`).
@@ -200,7 +204,8 @@ def final_norm(p: Params, x: Tensor, trace: Trace = NO_TRACE) -> Tensor:
     return trace("final_norm", norm(p, "encoder.final_norm", x))
 
 
-def layer_points(config: BertConfig, layer: int, *, attention_norm: bool, gate: bool, optional: bool) -> list[str]:
+def layer_points(config: BertConfig, layer: int, *, attention_norm: bool, gate: bool, optional: bool,
+                 rotary: bool = True) -> list[str]:
     """The points of one pre-LN layer, in the order :func:`pre_ln_layer` passes them.
 
     Args:
@@ -209,12 +214,13 @@ def layer_points(config: BertConfig, layer: int, *, attention_norm: bool, gate: 
         attention_norm: whether the layer has LN_1.
         gate: whether the feed-forward is gated (ModernBERT's GeGLU records ``ffn.gate``).
         optional: list ``attention.head_outputs`` too.
+        rotary: whether queries and keys are turned (``q_rotated``, ``k_rotated``; not with ESM-1b's learned positions).
 
     Returns:
         Names relative to ``layer.{i}.``.
     """
-    attention = ["query", "key", "value", "q", "k", "v", "q_rotated", "k_rotated", "scores", "scaled_scores",
-                 "masked_scores", "probs", "context", "merged"] + (["head_outputs"] if optional else []) + ["dense", "output"]
+    attention = ["query", "key", "value", "q", "k", "v"] + (["q_rotated", "k_rotated"] if rotary else []) + \
+        ["scores", "scaled_scores", "masked_scores", "probs", "context", "merged"] + (["head_outputs"] if optional else []) + ["dense", "output"]
     ffn = ["norm"] + (["gate"] if gate else []) + ["intermediate", "dense", "output"]
     return (["attention.norm"] if attention_norm else []) + [f"attention.{n}" for n in attention] + \
         [f"ffn.{n}" for n in ffn] + ["output"]

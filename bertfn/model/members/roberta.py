@@ -1,4 +1,4 @@
-"""RoBERTa (Liu et al. 2019) and XLM-RoBERTa (Conneau et al. 2020).
+"""RoBERTa (Liu et al. 2019), XLM-RoBERTa (Conneau et al. 2020) and CamemBERT (Martin et al. 2020).
 
 RoBERTa is BERT except:
 
@@ -18,7 +18,10 @@ RoBERTa is BERT except:
 
 Its tokenizer (byte-level BPE, ``<s> A </s></s> B </s>``, ``<mask>``) is the tokenizer's business
 (bertfn/checkpoint/tokenizer.py). XLM-RoBERTa is RoBERTa with a SentencePiece vocabulary of 250,002
-pieces: the same functions and names, ``model_type`` "xlm-roberta" (``XLMRobertaForMaskedLM``).
+pieces: the same functions and names, ``model_type`` "xlm-roberta" (``XLMRobertaForMaskedLM``). CamemBERT is
+RoBERTa too, trained on French with a SentencePiece vocabulary of 32,005 pieces: ``model_type`` "camembert"
+(``CamembertForMaskedLM``, whose keys are ``roberta.*`` and ``lm_head.*``), ``<s>`` 5 and ``</s>`` 6 in its
+checkpoints' configs (its vocabulary begins with fairseq's ``<s>NOTUSED``, ``<pad>``, ``</s>NOTUSED``, ``<unk>``).
 Everything else (attention, the layers, post-LN, the head's shape) is BERT's own.
 """
 
@@ -67,6 +70,18 @@ class XLMRobertaConfig(RobertaConfig):
     """
 
     model_type: str = "xlm-roberta"
+
+
+@dataclass(frozen=True)
+class CamembertConfig(RobertaConfig):
+    """``transformers.CamembertConfig``: RoBERTa's, under its own model_type (its defaults are RoBERTa's; camembert-base's
+    config.json says ``<s>`` 5 and ``</s>`` 6).
+
+    Attributes:
+        model_type: "camembert".
+    """
+
+    model_type: str = "camembert"
 
 
 def count_positions(input_ids: Tensor, padding_idx: int | None, past: int = 0) -> Tensor:
@@ -205,3 +220,5 @@ ROBERTA = register(Family(
 ))
 
 XLM_ROBERTA = register(replace(ROBERTA, name="XLM-RoBERTa", model_type="xlm-roberta"))
+
+CAMEMBERT = register(replace(ROBERTA, name="CamemBERT", model_type="camembert"))

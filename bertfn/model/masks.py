@@ -1,0 +1,126 @@
+"""The encoder's masks, checked and made ready before the first layer (``BertModel.forward``'s preparation).
+
+Three masks say what the layers may read:
+
+* the **attention mask** (B, S_k) 0/1 of the real tokens, or a full (B, S, S_k) / (B, 1|nh, S, S_k) one, made the
+  additive (B, 1|nh, S, S_k) mask attention adds to its scores (:func:`~bertfn.model.attention.extended_mask`:
+  0 where a key is read, the dtype's minimum where not); a decoder's 2D mask gets the causal mask too
+  (``get_extended_attention_mask``), and a decoder without one reads every earlier key;
+* the **encoder attention mask**, the same for the encoder states a decoder's cross-attention reads
+  (``invert_attention_mask``);
+* the **head mask** (nh,) or (L, nh), 1 keeping a head and 0 silencing it, widened to (L, nh) (``get_head_mask``).
+
+Each is checked here, with a message that says which shape was expected (:class:`~bertfn.errors.InputError`);
+:func:`warn_if_padding_without_mask` warns where padding would be attended to for want of a mask.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from ..errors import InputError
+from .attention import causal_keep_mask, extended_mask
+from .config import BertConfig
+
+Tensor = torch.Tensor
+
+
+def check_mask(name: str, mask: object, B: int, S: int, S_k: int, nh: int) -> None:
+    """Raise :class:`InputError` unless ``mask`` is a 0/1 tensor of one of the shapes attention accepts:
+    (B, S_k), (B, S, S_k) or (B, 1 or nh, S, S_k), where S_k counts the keys (cached + new, or encoder).
+
+    Args:
+        name: the argument's name, for the message.
+        mask: what was passed.
+        B: texts in the batch.
+        S: query positions.
+        S_k: key positions.
+        nh: attention heads.
+    """
+    allowed = [(B, S_k), (B, S, S_k), (B, 1, S, S_k), (B, nh, S, S_k)]
+    if not isinstance(mask, Tensor) or tuple(mask.shape) not in allowed:
+        got = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise InputError(f"{name} must be a tensor of shape {' or '.join(map(str, allowed))} "
+                         f"(1 = attend, 0 = ignore), got {got}; tokenizer(...).attention_mask has the 2D form")
+
+
+def warn_if_padding_without_mask(input_ids: Tensor | None, attention_mask: Tensor | None, pad: int | None) -> None:
+    """Warn when ``input_ids`` (B, S) start or end with the pad id but no attention_mask hides the padding:
+    it is then attended to and changes every output (``PreTrainedModel.warn_if_padding_and_no_attention_mask``).
+
+    Args:
+        input_ids: (B, S), or None.
+        attention_mask: what was passed, or None.
+        pad: the pad id, or None.
+    """
+    if attention_mask is None and input_ids is not None and pad is not None and bool((input_ids[:, [0, -1]] == pad).any()):
+        warnings.warn(f"input_ids hold padding (id {pad}) but no attention_mask was given, so the padding is "
+                      "attended to and changes the results; pass the tokenizer's attention_mask", stacklevel=3)
+
+
+def attention_masks(config: BertConfig, x: Tensor, past: int, attention_mask: Tensor | None,
+                    encoder_hidden_states: Tensor | None,
+                    encoder_attention_mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """The additive self- and cross-attention masks of one pass (``get_extended_attention_mask``,
+    ``invert_attention_mask``).
+
+    Args:
+        config: the model's config (``is_decoder`` adds the causal mask to a 2D mask).
+        x: (B, S, H), the embeddings (their batch, length, dtype and device).
+        past: the cached positions before these (S_k = past + S keys).
+        attention_mask: 0/1 (B, S_k), (B, S, S_k) or (B, 1|nh, S, S_k), or None.
+        encoder_hidden_states: (B, S_e, H), or None.
+        encoder_attention_mask: 0/1 mask of the encoder states, as ``attention_mask``, or None.
+
+    Returns:
+        ``(mask, encoder_mask)``: additive, broadcastable to (B, nh, S, S_k) and (B, nh, S, S_e); None where
+        nothing is hidden.
+
+    Raises:
+        InputError: a mask of a shape attention cannot read.
+    """
+    B, S, _ = x.shape
+    S_k = past + S  # keys: the cached positions and the new ones
+    if attention_mask is None and config.is_decoder:
+        attention_mask = torch.ones(B, S_k, device=x.device)
+    mask = None  # nothing to hide: the same as an all-zero additive mask
+    if attention_mask is not None:
+        check_mask("attention_mask", attention_mask, B, S, S_k, config.num_attention_heads)
+        if config.is_decoder and attention_mask.dim() == 2:
+            attention_mask = causal_keep_mask(attention_mask, S)  # (B, S, past + S)
+        mask = extended_mask(attention_mask, x.dtype)
+    encoder_mask = None
+    if encoder_hidden_states is not None and encoder_attention_mask is not None:
+        check_mask("encoder_attention_mask", encoder_attention_mask, B, S, encoder_hidden_states.shape[1],
+                   config.num_attention_heads)
+        encoder_mask = extended_mask(encoder_attention_mask, x.dtype)
+    return mask, encoder_mask
+
+
+def head_masks(config: BertConfig, head_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """The head mask, checked and widened to every layer (``get_head_mask``).
+
+    Args:
+        config: the model's config.
+        head_mask: (nh,) for every layer or (L, nh), 1 keeps a head; or None.
+        dtype: the hidden states' dtype.
+
+    Returns:
+        (L, nh), or None.
+
+    Raises:
+        InputError: another shape, or a model whose heads were pruned.
+    """
+    if head_mask is None:
+        return None
+    L, nh = config.num_hidden_layers, config.num_attention_heads
+    if not isinstance(head_mask, Tensor) or head_mask.shape not in ((nh,), (L, nh)):
+        got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else type(head_mask).__name__
+        raise InputError(f"head_mask must be a tensor of shape ({nh},) or ({L}, {nh}) (1 keeps a head, "
+                         f"0 silences it), got {got}")
+    if config.pruned_heads:
+        raise InputError("head_mask needs every layer to have all its heads, but this model was pruned "
+                         f"({config.pruned_heads}); mask heads of the unpruned model, or prune more instead")
+    return head_mask.to(dtype).expand(L, nh)  # (L, nh)

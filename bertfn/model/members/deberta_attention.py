@@ -1,0 +1,359 @@
+"""DeBERTa's disentangled attention and its layer (He et al. 2021, "DeBERTa: Decoding-enhanced BERT with
+Disentangled Attention", section 3.1; DeBERTa-v2/v3's log buckets and shared keys).
+
+DeBERTa is BERT except, in its layers:
+
+* **relative positions in attention**, no absolute ones: each query i and key j meet at their distance
+  ``δ(i, j) = i - j`` (:func:`relative_positions`), put in ``position_buckets`` log buckets far from 0
+  (:func:`log_bucket_position`); the table ``rel_embeddings`` (2k, H), k the span (``position_buckets``, else
+  ``max_relative_positions``, else ``max_position_embeddings``), shared by every layer and LayerNormed where
+  ``norm_rel_ebd`` says "layer_norm" (:func:`relative_embeddings`), gives each distance a key and a query;
+* **three score terms** (:func:`disentangled_scores`): content to content ``q_i . k_j``, content to position
+  ("c2p") ``q_i . k_r[δ(i,j)]`` and position to content ("p2c") ``k_j . q_r[δ(j,i)]``, the positional keys and
+  queries ``k_r = W_k,r r``, ``q_r = W_q,r r`` by ``pos_key_proj``/``pos_query_proj``, or by the content
+  projections themselves where ``share_att_key``; ``pos_att_type`` names the two positional terms in use, and
+  each term is divided by ``sqrt(hd * (1 + len(pos_att_type)))``;
+* **its mask**: a padding query's row is masked too (the 2D mask's outer product with itself), and masked scores
+  are *set* to finfo.min (``masked_fill``) rather than shifted by it, so a padding row's probabilities are uniform;
+* **names**: ``attention.self.query_proj|key_proj|value_proj|pos_key_proj|pos_query_proj`` (the module's
+  ``KEYS`` in deberta.py);
+* **a convolution after the first layer** where ``conv_kernel_size`` is set (``ConvLayer``, :func:`conv_layer`).
+
+The attention output, the feed-forward block and their post-LN residuals are BERT's
+(:func:`~bertfn.model.encoder.feed_forward`). Trace points are BERT's where the step is the same (``query`` ...
+``v``, ``masked_scores``, ``probs``, ``context``, ``merged``, ``dense``, ``output``) and DeBERTa's own for its
+terms: ``scores`` is the content-to-content term as transformers forms it (already divided by the scale),
+``c2p_scores`` and ``p2c_scores`` the positional terms (each divided), ``scaled_scores`` their sum.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..attention import AttentionOutput, head_outputs, merge_heads, split_heads
+from ..config import BertConfig
+from ..encoder import LayerOutput, chunked_feed_forward
+from ..functional import ACTIVATIONS, dropout, layer_norm, linear
+from ..params import Params
+from ..recorder import NO_TRACE, Trace
+
+Tensor = torch.Tensor
+
+
+def log_bucket_position(relative_pos: Tensor, bucket_size: int, max_position: int) -> Tensor:
+    """Distances put in log buckets: those within ``bucket_size // 2`` kept, the farther ones on a log scale.
+
+    Mirrors ``make_log_bucket_position``: ``sign(δ) * (ceil(log(|δ| / mid) / log((max_position - 1) / mid) *
+    (mid - 1)) + mid)`` for ``|δ| > mid``, ``mid = bucket_size // 2``.
+
+    Args:
+        relative_pos: (S_q, S_k) integer distances.
+        bucket_size: the buckets (``position_buckets``).
+        max_position: the longest distance (``max_relative_positions``).
+
+    Returns:
+        (S_q, S_k) float buckets.
+    """
+    sign = torch.sign(relative_pos)
+    mid = bucket_size // 2
+    abs_pos = torch.where((relative_pos < mid) & (relative_pos > -mid), torch.tensor(mid - 1).type_as(relative_pos),
+                          torch.abs(relative_pos))
+    log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)) + mid
+    return torch.where(abs_pos <= mid, relative_pos.type_as(log_pos), log_pos * sign)
+
+
+def relative_positions(S: int, config: BertConfig, device: torch.device | None = None) -> Tensor:
+    """``δ(i, j) = i - j`` for every query i and key j, bucketed where ``position_buckets`` > 0.
+
+    Mirrors ``build_relative_position`` (queries and keys at 0 .. S-1).
+
+    Args:
+        S: the sequence length.
+        config: the model's config (``position_buckets``, :func:`max_relative_positions`).
+        device: where the tensor goes.
+
+    Returns:
+        (S, S) long.
+    """
+    ids = torch.arange(S, dtype=torch.long, device=device)
+    rel = ids[:, None] - ids[None, :]  # (S, S)
+    buckets, longest = config.position_buckets, max_relative_positions(config)
+    if buckets > 0 and longest > 0:
+        rel = log_bucket_position(rel, buckets, longest)
+    return rel.to(torch.long)
+
+
+def max_relative_positions(config: BertConfig) -> int:
+    """The longest distance: ``max_relative_positions``, or ``max_position_embeddings`` where it is below 1.
+
+    Args:
+        config: the model's config.
+    """
+    return config.max_relative_positions if config.max_relative_positions >= 1 else config.max_position_embeddings
+
+
+def span(config: BertConfig) -> int:
+    """k, half the rows of ``rel_embeddings``: ``position_buckets`` where > 0, else :func:`max_relative_positions`.
+
+    Args:
+        config: the model's config.
+    """
+    return config.position_buckets if config.position_buckets > 0 else max_relative_positions(config)
+
+
+def relative_embeddings(p: Params, generator: torch.Generator | None = None) -> Tensor:
+    """The distances' table ``rel_embeddings`` (2k, H), LayerNormed where ``norm_rel_ebd`` says "layer_norm".
+
+    Mirrors ``DebertaV2Encoder.get_rel_embedding`` and the attention's ``pos_dropout``.
+
+    Args:
+        p: the base model's scope (``bert.``; reads ``encoder.rel_embeddings.weight``, ``encoder.LayerNorm.*``).
+        generator: turns dropout on (training).
+
+    Returns:
+        (2k, H).
+    """
+    cfg = p.config
+    rel = p["encoder.rel_embeddings.weight"]
+    if "layer_norm" in norm_rel_ebd(cfg):
+        rel = layer_norm(rel, p["encoder.LayerNorm.weight"], p["encoder.LayerNorm.bias"], cfg.layer_norm_eps)
+    return dropout(rel, cfg.hidden_dropout_prob, generator)
+
+
+def norm_rel_ebd(config: BertConfig) -> list[str]:
+    """``norm_rel_ebd``'s parts ("layer_norm|..." split at ``|``), as ``DebertaV2Encoder`` reads it.
+
+    Args:
+        config: the model's config.
+    """
+    return [x.strip() for x in (config.norm_rel_ebd or "none").lower().split("|")]
+
+
+def scale_factor(config: BertConfig) -> int:
+    """1 + the positional terms in use (c2p, p2c): the scores are divided by ``sqrt(hd * scale_factor)``.
+
+    Args:
+        config: the model's config.
+    """
+    return 1 + sum(t in config.pos_att_type for t in ("c2p", "p2c"))
+
+
+def disentangled_scores(p: Params, q: Tensor, k: Tensor, rel: Tensor, rel_pos: Tensor, scale: Tensor,
+                        trace: Trace = NO_TRACE) -> Tensor | int:
+    """The positional terms c2p and p2c, summed (``DisentangledSelfAttention.disentangled_attention_bias``).
+
+    ``c2p[i, j] = q_i . k_r[c(δ(i, j))] / scale``, ``p2c[i, j] = k_j . q_r[c(-δ(i, j))] / scale`` with
+    ``c(d) = clamp(d + k, 0, 2k - 1)`` the row of distance d in the table.
+
+    Args:
+        p: one attention block's scope (reads ``self.pos_key_proj.*``, ``self.pos_query_proj.*``, or with
+            ``share_att_key`` ``self.key.*`` and ``self.query.*``).
+        q: (B, nh, S, hd).
+        k: (B, nh, S, hd).
+        rel: (2k, H) the distances' table (:func:`relative_embeddings`).
+        rel_pos: (S, S) the query-key distances (:func:`relative_positions`).
+        scale: ``sqrt(hd * scale_factor)``, a 0-dim float tensor.
+        trace: records (and edits) ``c2p_scores`` and ``p2c_scores`` (B, nh, S, S).
+
+    Returns:
+        (B, nh, S, S), or 0 where ``pos_att_type`` names neither term.
+    """
+    cfg = p.config
+    nh = q.shape[1]
+    k2 = span(cfg)
+    rel = rel[: 2 * k2]  # (2k, H)
+    shared = cfg.share_att_key
+    B, _, S, _ = q.shape
+    score: Tensor | int = 0
+    if "c2p" in cfg.pos_att_type:
+        name = "self.key" if shared else "self.pos_key_proj"
+        pos_key = split_heads(linear(rel, p[f"{name}.weight"], p[f"{name}.bias"])[None], nh)  # (1, nh, 2k, hd)
+        c2p = q @ pos_key.transpose(-1, -2)  # (B, nh, S, 2k)
+        index = torch.clamp(rel_pos + k2, 0, 2 * k2 - 1).expand(B, nh, S, S)  # (B, nh, S, S)
+        c2p = torch.gather(c2p, dim=-1, index=index)  # (B, nh, S, S): query i at key j's distance
+        score = score + trace("c2p_scores", c2p / scale.to(c2p.dtype))
+    if "p2c" in cfg.pos_att_type:
+        name = "self.query" if shared else "self.pos_query_proj"
+        pos_query = split_heads(linear(rel, p[f"{name}.weight"], p[f"{name}.bias"])[None], nh)  # (1, nh, 2k, hd)
+        p2c = k @ pos_query.transpose(-1, -2)  # (B, nh, S_k, 2k)
+        index = torch.clamp(-rel_pos + k2, 0, 2 * k2 - 1).expand(B, nh, S, S)  # (B, nh, S_k, S_q)
+        p2c = torch.gather(p2c, dim=-1, index=index).transpose(-1, -2)  # (B, nh, S_q, S_k)
+        score = score + trace("p2c_scores", p2c / scale.to(p2c.dtype))
+    return score
+
+
+def keep_mask(mask: Tensor | None) -> Tensor | None:
+    """The additive mask the encoder passes, as DeBERTa's boolean one: a 2D padding mask's outer product with itself
+    (a padding query attends to nothing), a fuller mask as given (``DebertaV2Encoder.get_attention_mask``).
+
+    Args:
+        mask: additive, (B, 1, 1, S) from a 2D mask or (B, 1 or nh, S, S), or None.
+
+    Returns:
+        (B, 1 or nh, S, S) bool, True where query i may read key j; None for no mask.
+    """
+    if mask is None:
+        return None
+    keep = mask == 0  # (B, 1, 1, S) or (B, 1|nh, S, S)
+    if keep.shape[-2] == 1:
+        keep = keep & keep.transpose(-1, -2)  # (B, 1, S, S): both the query and the key real
+    return keep
+
+
+def disentangled_attention(p: Params, x: Tensor, mask: Tensor | None, rel: Tensor | None, *,
+                           head_mask: Tensor | None = None, need_probs: bool = False,
+                           generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> AttentionOutput:
+    """DeBERTa's attention block: its three score terms, softmax, BERT's output dense, residual and LayerNorm.
+
+    Mirrors ``DebertaV2Attention`` (``DisentangledSelfAttention`` + ``DebertaV2SelfOutput``). The probabilities are
+    always formed (there is no fused kernel for the positional terms).
+
+    Args:
+        p: one layer's ``attention.`` scope.
+        x: (B, S, H).
+        mask: the encoder's additive mask (:func:`keep_mask` reads it), or None.
+        rel: (2k, H) the distances' table, or None without ``relative_attention``.
+        head_mask: (nh,), 1 keeps a head (multiplies the probabilities, as BERT's).
+        need_probs: return the probabilities.
+        generator: turns dropout on (training).
+        trace: records (and edits) ``query`` ... ``v``, ``scores``, ``c2p_scores``, ``p2c_scores``,
+            ``scaled_scores``, ``masked_scores``, ``probs``, ``context``, ``merged``, ``head_outputs`` (when asked),
+            ``dense`` and ``output``.
+
+    Returns:
+        ``(hidden (B, S, H), probs (B, nh, S, S) or None, (k, v))``.
+    """
+    cfg = p.config
+    hd = cfg.head_dim
+    query = trace("query", linear(x, p["self.query.weight"], p["self.query.bias"]))  # (B, S, nh*hd)
+    key = trace("key", linear(x, p["self.key.weight"], p["self.key.bias"]))
+    value = trace("value", linear(x, p["self.value.weight"], p["self.value.bias"]))
+    nh = query.shape[-1] // hd
+    q, k, v = (trace(n, split_heads(t, nh)) for n, t in (("q", query), ("k", key), ("v", value)))  # (B, nh, S, hd)
+    S = x.shape[1]
+
+    scale = torch.sqrt(torch.tensor(hd, dtype=torch.float) * scale_factor(cfg))  # sqrt(hd * (1 + terms))
+    scores = trace("scores", q @ (k.transpose(-1, -2) / scale.to(q.dtype)))  # (B, nh, S, S): content to content
+    if cfg.relative_attention:
+        rel_pos = relative_positions(S, cfg, x.device)  # (S, S)
+        scores = scores + disentangled_scores(p, q, k, rel, rel_pos, scale, trace)
+    scores = trace("scaled_scores", scores)
+    keep = keep_mask(mask)
+    if keep is not None:
+        scores = scores.masked_fill(~keep, torch.finfo(q.dtype).min)  # set, not shifted: a padding row is uniform
+    scores = trace("masked_scores", scores)
+    probs = torch.softmax(scores, dim=-1)  # (B, nh, S, S)
+    p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
+    probs = dropout(probs, p_drop, generator)
+    if head_mask is not None:
+        probs = probs * head_mask.view(-1, 1, 1)
+    probs = trace("probs", probs)
+    context = trace("context", probs @ v)  # (B, nh, S, hd)
+    merged = trace("merged", merge_heads(context))  # (B, S, nh*hd)
+    if trace.wants("head_outputs"):
+        heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S, H)
+        out = heads.sum(dim=1) + p["output.dense.bias"]
+    else:
+        out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
+    out = trace("dense", dropout(out, cfg.hidden_dropout_prob, generator))
+    out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
+    return AttentionOutput(trace("output", out), probs if need_probs else None, (k, v))
+
+
+def input_mask(mask: Tensor | None, x: Tensor) -> Tensor:
+    """The 0/1 padding mask (B, S) behind the encoder's additive one (``DebertaV2Encoder``'s ``input_mask``).
+
+    Args:
+        mask: additive, (B, 1, 1, S) or (B, 1|nh, S, S), or None.
+        x: (B, S, H), for the shape where there is no mask.
+
+    Returns:
+        (B, S) in x's dtype.
+    """
+    if mask is None:
+        return torch.ones(x.shape[:2], dtype=x.dtype, device=x.device)
+    keep = mask == 0
+    keep = keep[:, 0, 0] if keep.shape[-2] == 1 else keep[:, 0].sum(-2) > 0  # (B, S)
+    return keep.to(x.dtype)
+
+
+def conv_layer(p: Params, embedded: Tensor, h: Tensor, real: Tensor, generator: torch.Generator | None = None,
+               trace: Trace = NO_TRACE) -> Tensor:
+    """DeBERTa-v2's convolution after the first layer: ``LN(h + act(conv(e)))`` at the real tokens, 0 at padding.
+
+    Mirrors ``ConvLayer`` (a 1D convolution over the positions of the layer's *input* e, kernel
+    ``conv_kernel_size``, ``conv_groups`` groups, same padding; ``conv_act``, default tanh).
+
+    Args:
+        p: the base model's scope (reads ``encoder.conv.conv.*`` and ``encoder.conv.LayerNorm.*``).
+        embedded: (B, S, H) the first layer's input.
+        h: (B, S, H) the first layer's output.
+        real: (B, S) 1 for real tokens (:func:`input_mask`).
+        generator: turns dropout on (training).
+        trace: records (and edits) ``conv``, the convolution's activated output.
+
+    Returns:
+        (B, S, H).
+    """
+    cfg = p.config
+    w = p["encoder.conv.conv.weight"]  # (H, H / groups, kernel)
+    kernel = w.shape[-1]
+    out = torch.nn.functional.conv1d(embedded.permute(0, 2, 1), w, p["encoder.conv.conv.bias"],
+                                     padding=(kernel - 1) // 2, groups=cfg.conv_groups).permute(0, 2, 1)  # (B, S, H)
+    out = out.masked_fill(~real.bool()[..., None], 0)
+    out = trace("conv", ACTIVATIONS[cfg.conv_act](dropout(out, cfg.hidden_dropout_prob, generator)))
+    out = layer_norm(h + out, p["encoder.conv.LayerNorm.weight"], p["encoder.conv.LayerNorm.bias"], cfg.layer_norm_eps)
+    return out * real[..., None]
+
+
+def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids: Tensor | None = None,
+          head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
+          generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
+    """One DeBERTa layer (``DebertaV2Layer``): disentangled attention, then BERT's feed-forward; after the first,
+    the convolution where the model has one (``DebertaV2Encoder``).
+
+    Args:
+        p: ``bert.encoder.layer.{i}.`` scope.
+        x: (B, S, H).
+        mask: the encoder's additive mask.
+        index: the layer's index (the convolution follows layer 0).
+        position_ids: unused: the layer reads the distances 0 .. S-1 apart, as transformers' (``position_biased_input``
+            models read absolute positions in the embeddings).
+        head_mask: (nh,), 1 keeps a head.
+        impl: accepted; the eager path always runs.
+        need_probs: return the probabilities.
+        generator: turns dropout on (training).
+        trace: records (and edits) ``attention.*``, ``ffn.*``, ``conv`` (layer 0 of a model with the convolution) and
+            ``output``.
+
+    Returns:
+        :class:`~bertfn.model.encoder.LayerOutput`.
+    """
+    cfg = p.config
+    base = Params(p.state, cfg, p.prefix.split("encoder.layer.")[0])  # the base model's scope, "bert."
+    rel = relative_embeddings(base, generator) if cfg.relative_attention else None  # (2k, H)
+    a = disentangled_attention(p.scope("attention"), x, mask, rel, head_mask=head_mask, need_probs=need_probs,
+                               generator=generator, trace=trace.scope("attention"))
+    h = chunked_feed_forward(p, a.hidden, cfg.chunk_size_feed_forward, generator, trace.scope("ffn"))
+    if index == 0 and cfg.conv_kernel_size > 0:
+        h = conv_layer(base, x, h, input_mask(mask, x), generator, trace)
+    return LayerOutput(trace("output", h), a.probs, None, a.kv, None)
+
+
+def layer_points(config: BertConfig, layer: int, optional: bool) -> list[str]:
+    """The points of one DeBERTa layer, in the order :func:`layer` passes them.
+
+    Args:
+        config: the model's config (``pos_att_type``, ``relative_attention``, ``conv_kernel_size``).
+        layer: the layer's index.
+        optional: list ``attention.head_outputs`` too.
+
+    Returns:
+        Names relative to ``layer.{i}.``.
+    """
+    terms = [f"{t}_scores" for t in ("c2p", "p2c") if config.relative_attention and t in config.pos_att_type]
+    attention = ["query", "key", "value", "q", "k", "v", "scores", *terms, "scaled_scores", "masked_scores", "probs",
+                 "context", "merged"] + (["head_outputs"] if optional else []) + ["dense", "output"]
+    conv = ["conv"] if layer == 0 and config.conv_kernel_size > 0 else []
+    return [f"attention.{n}" for n in attention] + ["ffn.intermediate", "ffn.dense", "ffn.output"] + conv + ["output"]
+
