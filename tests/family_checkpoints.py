@@ -493,10 +493,11 @@ def kind_params(kinds, quick: tuple[str, ...] = QUICK_KINDS) -> list:
 def member_fixture(kinds: tuple[str, ...] = MEMBERS, scope: str = "module"):
     """A pytest fixture over ``kinds`` (one test per kind) giving ``(kind, folder, transformers model)``,
     the folder written once per ``scope`` by :func:`save_member`. In a test module:
-    ``member = member_fixture()``, then ``def test_x(member): kind, folder, model = member``."""
+    ``member = member_fixture()``, then ``def test_x(member): kind, folder, model = member``. The quick run takes
+    the kinds of :data:`QUICK_KINDS` (:func:`kind_params`), the slow one the rest."""
     import pytest
 
-    @pytest.fixture(scope=scope, params=kinds)
+    @pytest.fixture(scope=scope, params=kind_params(kinds))
     def member(request, tmp_path_factory):
         folder = tmp_path_factory.mktemp(request.param)
         return request.param, folder, save_member(request.param, folder)

@@ -17,7 +17,7 @@ import bertfn
 from bertfn.cli import main
 from bertfn.corpus.files import run_file
 from bertfn.tasks.choose import choice_items, choice_logits, choose
-from family_checkpoints import CORPUS, HEAD_TASKS, member_tokenizer, save_head, save_member
+from family_checkpoints import CORPUS, HEAD_TASKS, kind_params, member_tokenizer, save_head, save_member
 
 pytestmark = pytest.mark.needs_transformers
 
@@ -37,7 +37,7 @@ def saved(kind: str, folder, seed: int = 1):
     return save_head(kind, "multiple-choice", folder, seed=seed, initializer_range=0.2)
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=kind_params(KINDS))
 def member(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"{request.param}-mc")
     hf = saved(request.param, folder)

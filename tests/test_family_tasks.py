@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import torch
-from family_checkpoints import member_tokenizer, save_member
+from family_checkpoints import kind_params, member_tokenizer, save_member
 
 import bertfn
 from bertfn.interventions import zero_heads
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.needs_transformers
 MLM_MEMBERS = ("roberta", "xlm-roberta", "distilbert", "electra", "albert", "camembert", "mpnet", "deberta-v2")
 
 
-@pytest.fixture(scope="module", params=MLM_MEMBERS)
+@pytest.fixture(scope="module", params=kind_params(MLM_MEMBERS))
 def member(request, tmp_path_factory):
     """(kind, transformers model, its tokenizer, bertfn model, folder) for each masked LM of the family."""
     folder = tmp_path_factory.mktemp(request.param)

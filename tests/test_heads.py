@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import bertfn
 from bertfn.model.task_heads import TASKS, head_of, run_head, task_head
-from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, member_tokenizer, save_head
+from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, QUICK_KINDS, member_tokenizer, save_head
 
 pytestmark = pytest.mark.needs_transformers
 
@@ -31,7 +31,8 @@ def texts_of(kind: str) -> tuple[list[str], list[str]]:
     return [CORPUS[0], CORPUS[3], CORPUS[2], CORPUS[15]], [CORPUS[1], CORPUS[20], CORPUS[5], CORPUS[8]]
 
 
-@pytest.fixture(scope="module", params=CASES, ids=[f"{k}-{t}" for k, t in CASES])
+@pytest.fixture(scope="module", params=[pytest.param((k, t), marks=() if k in QUICK_KINDS else pytest.mark.slow) for k, t in CASES],
+                ids=[f"{k}-{t}" for k, t in CASES])
 def case(request, tmp_path_factory):
     kind, task = request.param
     folder = tmp_path_factory.mktemp(f"{kind}-{task}")
