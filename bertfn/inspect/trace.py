@@ -89,6 +89,7 @@ from ..errors import InputError
 from ..model.config import BertConfig
 from ..model.recorder import Edits, Trace, check_edits
 from .batch import padded_batch, record_pass, text_tensors
+from .decision_panel import Decision
 
 Tensor = torch.Tensor
 
@@ -165,7 +166,7 @@ class Recording:
             raise InputError(f"head must be an integer from 0 to {nh - 1} (layer {layer} has {nh} heads), got {head!r}")
         return probs[head]  # (S, S)
 
-    def to_html(self, *, top_k: int = 5, title: str | None = None, decision=None) -> str:
+    def to_html(self, *, top_k: int = 5, title: str | None = None, decision: Decision | None = None) -> str:
         """This pass as one self-contained HTML page: the explorer.
 
         Head, model and neuron views, MLM predictions, a per-layer strip. See :mod:`bertfn.inspect.explorer`
@@ -181,7 +182,8 @@ class Recording:
 
         return to_html(self, top_k=top_k, title=title, decision=decision)
 
-    def save_html(self, path: str | Path, *, top_k: int = 5, title: str | None = None, decision=None) -> Path:
+    def save_html(self, path: str | Path, *, top_k: int = 5, title: str | None = None,
+                  decision: Decision | None = None) -> Path:
         """Write :meth:`to_html` to ``path`` (e.g. ``"view.html"``).
 
         Args:

@@ -135,7 +135,7 @@ def _text_list(q, c, n: int) -> Pairs | None:
 
 
 def answer(
-    question,
+    question: str | list[str] | dict[str, str] | list[dict[str, str]],
     context: str | list[str] | None = None,
     model: Model | str | Path | None = None,
     *,
