@@ -125,6 +125,20 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(B, S, nh * hd)
 
 
+def separate_projections(p: Params, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries, keys and values by three products, as BERT's attention forms them (a member's
+    layer that forms them so: ESM-2's ``project``, DeBERTa's, MPNet's).
+
+    Args:
+        p: one attention block's scope (reads ``self.query|key|value.weight`` and their biases).
+        x: (B, S, H).
+
+    Returns:
+        query, key, value: each (B, S, nh*hd).
+    """
+    return tuple(linear(x, p[f"self.{n}.weight"], p.get(f"self.{n}.bias")) for n in ("query", "key", "value"))
+
+
 def relative_position_scores(q: Tensor, k: Tensor, distance_weight: Tensor, kind: str, past: int) -> Tensor:
     """Scores from relative-position embeddings (Shaw et al. 2018; Huang et al. 2020, "method 4").
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from ..attention import AttentionOutput, head_outputs, merge_heads, split_heads
+from ..attention import AttentionOutput, head_outputs, merge_heads, separate_projections, split_heads
 from ..config import BertConfig
 from ..encoder import LayerOutput, chunked_feed_forward
 from ..functional import ACTIVATIONS, dropout, layer_norm, linear
@@ -225,9 +225,8 @@ def disentangled_attention(p: Params, x: Tensor, mask: Tensor | None, rel: Tenso
     """
     cfg = p.config
     hd = cfg.head_dim
-    query = trace("query", linear(x, p["self.query.weight"], p["self.query.bias"]))  # (B, S, nh*hd)
-    key = trace("key", linear(x, p["self.key.weight"], p["self.key.bias"]))
-    value = trace("value", linear(x, p["self.value.weight"], p["self.value.bias"]))
+    names = ("query", "key", "value")
+    query, key, value = (trace(n, t) for n, t in zip(names, separate_projections(p, x)))  # (B, S, nh*hd) each
     nh = query.shape[-1] // hd
     q, k, v = (trace(n, split_heads(t, nh)) for n, t in (("q", query), ("k", key), ("v", value)))  # (B, nh, S, hd)
     S = x.shape[1]

@@ -43,13 +43,14 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import ConfigError, IgnoredConfigWarning
+from ..attention import separate_projections
 from ..config import BertConfig
 from ..encoder import LayerOutput
 from ..family import Family, normalizer, register, renamed
 from ..functional import linear
 from ..params import Params
 from .esm_embeddings import TRAINING_MASK_RATIO, embedding_points, embeddings, learned, longest_input  # noqa: F401
-from .prenorm import final_norm, layer_points, mlp, pre_ln_layer, separate_projections
+from .prenorm import final_norm, layer_points, mlp, pre_ln_layer
 from ..recorder import NO_TRACE, Trace
 from .roberta import CLASSIFIER
 from .rotary import rotary_tables

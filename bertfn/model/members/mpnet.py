@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..attention import chosen_impl, head_outputs, merge_heads, split_heads
+from ..attention import chosen_impl, head_outputs, merge_heads, separate_projections, split_heads
 from ..config import BertConfig
 from ..embeddings import check_ids, word_vectors
 from ..encoder import LayerOutput, chunked_feed_forward
@@ -192,9 +192,8 @@ def attention(p: Params, x: Tensor, mask: Tensor | None, bias: Tensor, *, head_m
     """
     cfg = p.config
     hd = cfg.head_dim
-    query = trace("query", linear(x, p["self.query.weight"], p["self.query.bias"]))  # (B, S, nh*hd)
-    key = trace("key", linear(x, p["self.key.weight"], p["self.key.bias"]))
-    value = trace("value", linear(x, p["self.value.weight"], p["self.value.bias"]))
+    names = ("query", "key", "value")
+    query, key, value = (trace(n, t) for n, t in zip(names, separate_projections(p, x)))  # (B, S, nh*hd) each
     nh = query.shape[-1] // hd
     q, k, v = (trace(n, split_heads(t, nh)) for n, t in (("q", query), ("k", key), ("v", value)))  # (B, nh, S, hd)
 

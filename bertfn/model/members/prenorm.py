@@ -60,19 +60,6 @@ def norm(p: Params, name: str, x: Tensor) -> Tensor:
     return layer_norm(x, p[f"{name}.weight"], p.get(f"{name}.bias"), p.config.layer_norm_eps)
 
 
-def separate_projections(p: Params, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Queries, keys and values by three products, as BERT's attention forms them (ESM-2's ``project``).
-
-    Args:
-        p: one attention block's scope (reads ``self.query|key|value.weight`` and their biases).
-        x: (B, S, H).
-
-    Returns:
-        query, key, value: each (B, S, nh*hd).
-    """
-    return tuple(linear(x, p[f"self.{n}.weight"], p.get(f"self.{n}.bias")) for n in ("query", "key", "value"))
-
-
 def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin: Tensor, *, project: Project,
                      head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
                      generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> AttentionOutput:
