@@ -197,9 +197,10 @@ def fill_mask(
     enc = tok(list(texts))
     unknown, lengths = enc.unknown, enc.attention_mask.sum(dim=1).tolist()
     P = longest_input(m.config)
-    for i, n in enumerate(lengths):
+    for i, n in enumerate(lengths):  # every text's masks first, as the command checks them before loading
         if not (enc.input_ids[i, :n] == tok.mask_token_id).any():
             raise missing_mask(tok, i, texts[i])
+    for i, n in enumerate(lengths):
         if n > P and not truncation:
             raise InputError(f"text {i} is {n} tokens long but the model reads at most {P}; shorten it, or pass "
                              f"truncation=True (CLI: --truncation) to keep a {P}-token window around its masks")
