@@ -12,6 +12,7 @@ import pytest
 
 import bertfn
 from bertfn.cli import COMMANDS, build_parser, main
+from bertfn.cli.options import one_line
 
 
 def test_table(mlm_checkpoint, capsys):
@@ -38,6 +39,15 @@ def test_bad_input_is_one_line_and_exit_code(mlm_checkpoint, capsys):
     assert main(["fill-mask", "the cat sat", "--model", str(folder)]) == bertfn.InputError.exit_code
     err = capsys.readouterr().err
     assert err.startswith("bertfn: error:") and err.count("\n") == 1 and "[MASK]" in err
+
+
+def test_one_line_folds_line_breaks_but_keeps_a_quoted_texts_spaces(mlm_checkpoint, capsys):
+    """The fuzz test found the error quoting '0 ' for the text '0  ': the line's folding collapsed every run of spaces."""
+    folder, _ = mlm_checkpoint
+    assert main(["fill-mask", "--model", str(folder), "--", "0  "]) == bertfn.InputError.exit_code
+    assert "text 0 has no [MASK] token: '0  ';" in capsys.readouterr().err
+    one_line("warning", "a message\n   written on\r\ntwo  lines\u2028")
+    assert capsys.readouterr().err == "bertfn: warning: a message written on two  lines\n"
 
 
 def test_missing_model_folder(capsys, tmp_path):

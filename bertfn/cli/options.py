@@ -8,6 +8,7 @@ apply to their task alone (``--no-detail`` for score, ``--format`` for embed's a
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 
@@ -24,9 +25,13 @@ def emit(text: str) -> None:
     print(text.encode(encoding, errors="backslashreplace").decode(encoding))
 
 
+LINE_BREAKS = re.compile(r"\s*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]\s*")  # what str.splitlines() splits on
+
+
 def one_line(kind: str, message: object) -> None:
-    """``bertfn: KIND: message`` on stderr, the message's whitespace folded into one line."""
-    print(f"bertfn: {kind}: {' '.join(str(message).split())}", file=sys.stderr)
+    """``bertfn: KIND: message`` on stderr, the message's line breaks (and the spaces around them) folded into one
+    space; other spaces stay, so that a text the message quotes reads as it came (``'0  '`` keeps its two spaces)."""
+    print(f"bertfn: {kind}: {LINE_BREAKS.sub(' ', str(message)).strip()}", file=sys.stderr)
 
 
 def subcommand(sub, name: str, summary: str, example: str, description: str | None = None) -> argparse.ArgumentParser:
