@@ -5,7 +5,8 @@ probabilities and the logits of ``DebertaV2ForMaskedLM`` and the task heads with
 batches, over the attention's options (log buckets or none, the span from ``max_relative_positions`` or the
 positions, c2p and p2c or one, shared or own positional projections, the LayerNorm of ``rel_embeddings``, absolute
 positions, token types, ``embedding_size`` < H, the convolution); fill-mask and classify equal transformers'
-pipelines on the family checkpoint's tokenizer (tests/family_checkpoints.py, kind "deberta-v2").
+pipelines on the family checkpoint's tokenizer (tests/family_checkpoints.py, kind "deberta-v2"); the fast path
+(bertfn/fast/disentangled.py) equals the reference text by text on every variant.
 """
 
 from __future__ import annotations
@@ -101,6 +102,32 @@ def test_masked_lm_equals_transformers_on_a_padded_batch(tmp_path, variant, side
     with torch.no_grad():
         logits = mlm_head(model, out.last_hidden_state)
     torch.testing.assert_close(logits, ref.logits, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_fast_path_equals_the_reference_per_text(tmp_path, variant):
+    """fast/disentangled.py: texts laid end to end (40 tokens, past the 8 buckets' reach, then 13, 8 and 5), every
+    text's hidden states the reference encoder's on that text alone, also at a few rows only; then again on weights
+    packed for oneDNN where it is the kernel chosen here (the positional projections then read packed weights)."""
+    from bertfn.fast.choice import pack_state
+    from bertfn.fast.encoders import unpadded_encoder
+
+    _, model = build(tmp_path, **VARIANTS[variant])
+    g = torch.Generator().manual_seed(2)
+    texts = [torch.randint(5, 97, (1, n), generator=g) for n in (40, 13, 8, 5)]
+    lengths = [t.shape[1] for t in texts]
+    ids = torch.cat(texts, dim=1)  # (1, T)
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]  # (1, T), from 0 in each text
+    rows = torch.tensor([0, 39, 40, 60, 65])
+    with torch.no_grad():
+        alone = torch.cat([bertfn.encoder(model, t).last_hidden_state[0] for t in texts])  # (T, H)
+        for _ in ("as stored", "packed"):
+            fast = unpadded_encoder(model.params, ids, torch.zeros_like(ids), positions, lengths)[0]  # (T, H)
+            some = unpadded_encoder(model.params, ids, torch.zeros_like(ids), positions, lengths, rows)[0]  # (5, H)
+            torch.testing.assert_close(fast, alone, atol=TOL, rtol=0)
+            torch.testing.assert_close(some, alone[rows], atol=TOL, rtol=0)
+            if not pack_state(model.state):
+                break  # oneDNN on packed weights is not the kernel chosen on this machine
 
 
 @pytest.mark.parametrize("side", ["right", "left"])

@@ -122,7 +122,7 @@ def test_positions_count_from_padding_idx_plus_one(esm1b):
 
 def test_the_sdpa_and_fast_paths_equal_the_reference(esm1b):
     from bertfn.fast.batching import end_to_end
-    from bertfn.fast.unpadded import unpadded_encoder
+    from bertfn.fast.encoders import unpadded_encoder
 
     _, model, _ = esm1b
     ids, mask = batch(TEXTS)

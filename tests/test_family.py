@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import bertfn
 from bertfn.fast.batching import end_to_end
-from bertfn.fast.unpadded import unpadded_encoder
+from bertfn.fast.encoders import unpadded_encoder
 from bertfn.model.members.electra import discriminator_head
 from bertfn.model.recorder import point_names
 

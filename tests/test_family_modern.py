@@ -188,7 +188,8 @@ def test_the_fast_path_equals_the_reference_text_by_text(member):
     from bertfn.fast.batching import end_to_end
     from bertfn.fast.choice import pack_state
     from bertfn.fast.kernels import KERNELS, ONEDNN
-    from bertfn.fast.unpadded import fast_mlm_head, unpadded_encoder
+    from bertfn.fast.encoders import unpadded_encoder
+    from bertfn.fast.unpadded import fast_mlm_head
 
     kind, _, model, _ = member
     enc = model.tokenizer(TEXTS[kind])

@@ -43,7 +43,8 @@ from bertfn.fast import choice, kernels
 from bertfn.fast.batching import end_to_end, text_groups
 from bertfn.fast.choice import linear, pack_state
 from bertfn.fast.kernels import KERNELS, ONEDNN, _copies, onednn_fits, packed, padded_rows, run
-from bertfn.fast.unpadded import fast_mlm_head, unpadded_encoder
+from bertfn.fast.encoders import unpadded_encoder
+from bertfn.fast.unpadded import fast_mlm_head
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SETTINGS = settings(max_examples=25, deadline=None)

@@ -3,7 +3,7 @@
 fill_mask, score (and the joint filling and whole-word targets built on it), embed and the heads of fine-tuned
 checkpoints all read their texts this way: :func:`text_groups` sorts them by length and cuts them into groups of at
 most :data:`GROUP_TOKENS` tokens, :func:`end_to_end` lays a group's tokens one after another without padding,
-:func:`encoded_groups` runs each group through :func:`~bertfn.fast.unpadded.unpadded_encoder`, and
+:func:`encoded_groups` runs each group through :func:`~bertfn.fast.encoders.unpadded_encoder`, and
 :func:`head_outputs` runs a task's head on what it gives.
 """
 
@@ -20,7 +20,7 @@ from ..model.encoder import encoder
 from ..model.family import family_of
 from ..model.recorder import NO_TRACE, Trace
 from ..model.task_heads import task_head
-from .unpadded import unpadded_encoder
+from .encoders import unpadded_encoder
 
 GROUP_TOKENS = 2048
 """Tokens per encoder pass: enough rows for the matrix products to run at

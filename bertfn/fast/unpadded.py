@@ -5,7 +5,8 @@ block-diagonal mask instead spends attention on pairs of tokens from different t
 texts' tokens form one sequence (1, T, H), T = the sum of their lengths, for everything that treats
 tokens one at a time (embeddings, the Q/K/V and output projections, the feed-forward, LayerNorm),
 so the products run on T real rows; attention alone runs on each text's slice, as if the text
-were by itself. ESM-2 and ModernBERT, whose layer is not BERT's, take the same layout in :mod:`bertfn.fast.prenorm`.
+were by itself. ESM-2 and ModernBERT, whose layer is not BERT's, take the same layout in :mod:`bertfn.fast.prenorm`,
+DeBERTa in :mod:`bertfn.fast.disentangled`; :func:`~bertfn.fast.encoders.unpadded_encoder` picks the one a model needs.
 
 Built from the reference functions (``embeddings``, ``split_heads``, ``sdpa_attention``, ``layer_norm``,
 ...) in the same order, except that heads are merged text by text straight into the (1, T, H)
@@ -35,8 +36,6 @@ from ..model.functional import layer_norm
 from ..model.heads import head_act
 from ..model.params import Params
 from .choice import linear, linears, run_rows
-from .prenorm import unpadded_pre_ln_encoder
-from .texts_alone import texts_alone
 
 Tensor = torch.Tensor
 
@@ -109,9 +108,10 @@ def unpadded_feed_forward(p: Params, x: Tensor) -> Tensor:
     return layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], p.config.layer_norm_eps)
 
 
-def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor,
+def unpadded_bert_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor,
                      lengths: list[int], rows: Tensor | None = None) -> Tensor:
-    """The last hidden states of :func:`~bertfn.model.encoder.encoder` for texts laid end to end.
+    """The last hidden states of :func:`~bertfn.model.encoder.encoder` with BERT's layer (MPNet's attention bias
+    included) for texts laid end to end.
 
     Each text must fit the model's positions, and so must T with relative positions (the embeddings check).
 
@@ -136,12 +136,8 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
     """
     cfg = params.config
     family = family_of(cfg)
-    if family.layer is not None and family.rotary_base is None and family.attention_bias is None:  # DeBERTa's layer
-        return texts_alone(params, input_ids, token_type_ids, lengths, rows)  # no kernels for it: the reference, per text
-    if family.layer is not None and family.attention_bias is None:  # a pre-LN member (ESM-2, ModernBERT): the same layout
-        return unpadded_pre_ln_encoder(params, input_ids, position_ids, lengths, rows)
     p = params.scope("bert")
-    x = (family_of(cfg).embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
+    x = (family.embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
     T = x.shape[1]
     pad = run_rows(x, p["encoder.layer.0.attention.self.query.weight"], p["encoder.layer.0.attention.self.query.bias"]) - T
     if pad:
