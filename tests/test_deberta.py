@@ -286,8 +286,13 @@ def test_classify_equals_the_pipeline(tmp_path):
 
 def spm_model(path, tokenizer_json) -> None:
     """Write the unigram of a family tokenizer.json as DeBERTa's ``spm.model`` (a SentencePiece ModelProto, built
-    with transformers' protobuf classes): [PAD] [CLS] [SEP] control pieces, [UNK] the unknown one, no character map."""
-    pb2 = pytest.importorskip("transformers.utils.sentencepiece_model_pb2_new")
+    with the protobuf classes transformers reads it with): [PAD] [CLS] [SEP] control pieces, [UNK] the unknown one, no
+    character map. Those of ``import_protobuf``: sentencepiece's own where it is installed, else transformers' copy;
+    both in one process clash (both register "sentencepiece_model.proto")."""
+    pytest.importorskip("google.protobuf")
+    from transformers.convert_slow_tokenizer import import_protobuf
+
+    pb2 = import_protobuf()
     model = pb2.ModelProto()
     kinds = {"[PAD]": 3, "[CLS]": 3, "[SEP]": 3, "[UNK]": 2}
     for piece, score in json.loads(tokenizer_json.read_text())["model"]["vocab"]:

@@ -7,15 +7,19 @@ tokenizer with ``DebertaV2Converter`` (``convert_slow_tokenizer.py``, through th
 the file is run. What it reads of the proto (sentencepiece_model.proto):
 
     ModelProto      1: pieces (repeated SentencePiece), 2: trainer_spec, 3: normalizer_spec
-    SentencePiece   1: piece (string), 2: score (float), 3: type (1 normal, 2 unknown, 3 control, 4 user defined)
+    SentencePiece   1: piece (string), 2: score (float), 3: type (1 normal, 2 unknown, 3 control, 4 user defined,
+                    6 byte: ``<0x41>``, a piece like any other here)
     TrainerSpec     3: model_type (1 unigram), 40: unk_id
     NormalizerSpec  2: precompiled_charsmap (bytes)
 
 The pipeline (``DebertaV2Converter``): a Unigram of the pieces and scores; normalizer [Lowercase where
 ``do_lower_case``], Strip, the precompiled character map, runs of spaces to one; pre-tokenizer [Punctuation where
 ``split_by_punct``], Metaspace ("▁", prepended always); ``[CLS] A [SEP]`` / ``[CLS] A [SEP] B:1 [SEP]:1``; control
-and user-defined pieces (and the unknown one, special as transformers makes it) as added tokens, and ``[MASK]``
-(DebertaV2Tokenizer adds it after the pieces) at the end.
+and user-defined pieces (and the unknown one, special and matched in normalized text as transformers makes it) as
+added tokens, and ``[MASK]`` (DebertaV2Tokenizer adds it after the pieces) at the end. No byte fallback, as the
+converter: a character no piece covers is the unknown piece even where the file's trainer_spec asks for bytes
+(the slow, sentencepiece tokenizer writes its bytes there; the fast one, which the pipelines use, is followed).
+tests/test_sentencepiece_oracle.py holds this to both on models trained by sentencepiece itself.
 """
 
 from __future__ import annotations
@@ -142,7 +146,10 @@ def deberta_from_spm(path: Path, options: dict) -> _HFTokenizer:
     metaspace = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     tok.pre_tokenizer = pre_tokenizers.Sequence([*split, metaspace])
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.add_tokens([AddedToken(p, normalized=False, special=kind in (2, 3))
+    # control and user-defined pieces are matched in the raw text; the unknown one in the normalized text, as
+    # DebertaV2Tokenizer makes it (AddedToken(unk_token, normalized=True)): "[unk]" is it when lowercasing, and a
+    # space before it stays a "▁" of its own ("A [UNK]": ▁A ▁ [UNK], not ▁A [UNK])
+    tok.add_tokens([AddedToken(p, normalized=kind == 2, special=kind in (2, 3))
                     for p, _, kind in pieces if kind in (2, 3, 4)])  # unknown, control, user-defined
     mask = options.get("mask_token", "[MASK]")
     mask = mask.get("content", "[MASK]") if isinstance(mask, dict) else mask
