@@ -1,5 +1,5 @@
 """Small random checkpoints of BERT's family (RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ALBERT, and
-ModernBERT and ESM-2), built offline.
+ModernBERT, ESM-2 and ESM-1b), built offline.
 
 :func:`save_member` writes a folder as the hub has one: ``config.json`` and ``model.safetensors`` from
 ``save_pretrained`` of a random-init transformers model, and a tokenizer of the member's own kind (a fast
@@ -23,10 +23,11 @@ and the hub's tokenizer.json files):
                            [UNK] [CLS] [SEP] [PAD] [MASK] after the merges, [CLS] A [SEP] B [SEP], [MASK] lstrip
     esm                    ESM-2's EsmTokenizer: the 33-token vocab.txt of facebook/esm2_* (:data:`ESM_VOCAB`),
                            one token per residue, <cls> A <eos> B <eos>; not trained
+    esm1b                  the same (ESM-1b's vocabulary is ESM-2's)
 
-:data:`MEMBERS` are the kinds of BERT's family proper; :data:`MODERN` the two whose encoders differ more
-(rotary positions, pre-LN; ModernBERT's GeGLU and local attention), kept apart so that the tests over every
-member need not take them.
+:data:`MEMBERS` are the kinds of BERT's family proper; :data:`MODERN` those whose encoders differ more
+(rotary positions, pre-LN; ModernBERT's GeGLU and local attention; ESM-1b: ESM-2's pre-LN with learned positions),
+kept apart so that the tests over every member need not take them.
 
 Training is deterministic: every process writes the same tokenizer.json (BpeTrainer with a fixed alphabet is;
 UnigramTrainer's scores and WordPieceTrainer's vocabulary are not, so :func:`_unigram` and :func:`_wordpiece`
@@ -53,8 +54,12 @@ MEMBERS = ("roberta", "xlm-roberta", "distilbert", "electra", "electra-discrimin
            "deberta-v2")
 """The kinds of BERT's family proper that :func:`save_member` builds."""
 
-MODERN = ("modernbert", "esm")
-"""The other kinds :func:`save_member` builds: ModernBERT and ESM-2."""
+MODERN = ("modernbert", "esm", "esm1b")
+"""The other kinds :func:`save_member` builds: ModernBERT, ESM-2 and ESM-1b (ESM with learned positions)."""
+
+ESM_KINDS = ("esm", "esm1b")
+"""ESM's kinds: ESM-2 (rotary positions) and ESM-1b (a learned position table from ``padding_idx + 1``, a LayerNorm
+on the embeddings); both are transformers' ``EsmForMaskedLM`` of ``model_type`` "esm", with ESM-2's tokenizer."""
 
 CORPUS = (
     "When in Rome, do as the Romans do.",
@@ -340,15 +345,16 @@ def member_tokenizer(kind: str):
             tokenizer_object=_modernbert_bpe(), unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
             pad_token="[PAD]", mask_token="[MASK]", clean_up_tokenization_spaces=True,
             model_input_names=["input_ids", "attention_mask"])
-    if kind == "esm":
+    if kind in ESM_KINDS:
         return _esm(transformers)
     raise ValueError(f"unknown kind {kind!r}; pass one of {', '.join(MEMBERS + MODERN)}")
 
 
 def member_config(kind: str, vocab_size: int, **overrides):
     """The transformers config of ``kind``: small odd sizes, dropout 0, 64 positions (RoBERTa's 64 + 2 for
-    its padding offset; 128 for ModernBERT and ESM, whose rotary positions have no table), the vocabulary of its
-    tokenizer and its special tokens' ids; ``overrides`` replace any field."""
+    its padding offset; 128 for ModernBERT and ESM-2, whose rotary positions have no table; ESM-1b's 130 hold
+    ESM-2's 128 tokens from ``padding_idx + 1``), the vocabulary of its tokenizer and its special tokens' ids;
+    ``overrides`` replace any field."""
     import transformers
 
     no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -401,11 +407,13 @@ def member_config(kind: str, vocab_size: int, **overrides):
                       embedding_dropout=0.0, mlp_dropout=0.0, classifier_dropout=0.0, reference_compile=False,
                       pad_token_id=tok.pad_token_id, bos_token_id=tok.cls_token_id, cls_token_id=tok.cls_token_id,
                       eos_token_id=tok.sep_token_id, sep_token_id=tok.sep_token_id)
-    elif kind == "esm":
+    elif kind in ESM_KINDS:  # ESM-1b: 130 learned positions from padding_idx + 1, ESM-2's 128 tokens
         cls, tok = transformers.EsmConfig, member_tokenizer(kind)
-        fields = dict(hidden_size=40, num_attention_heads=4, num_hidden_layers=2, intermediate_size=72,
-                      max_position_embeddings=128, position_embedding_type="rotary", token_dropout=True,
-                      emb_layer_norm_before=False, layer_norm_eps=1e-5, pad_token_id=tok.pad_token_id,
+        positions = dict(max_position_embeddings=128, position_embedding_type="rotary", emb_layer_norm_before=False) \
+            if kind == "esm" else dict(max_position_embeddings=130, position_embedding_type="absolute",
+                                       emb_layer_norm_before=True)
+        fields = dict(hidden_size=40, num_attention_heads=4, num_hidden_layers=2, intermediate_size=72, **positions,
+                      token_dropout=True, layer_norm_eps=1e-5, pad_token_id=tok.pad_token_id,
                       mask_token_id=tok.mask_token_id, **no_dropout)
     else:
         raise ValueError(f"unknown kind {kind!r}; pass one of {', '.join(MEMBERS + MODERN)}")
@@ -416,14 +424,14 @@ MODEL_CLASSES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForM
                  "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM",
                  "electra-discriminator": "ElectraForPreTraining", "albert": "AlbertForMaskedLM",
                  "modernbert": "ModernBertForMaskedLM", "esm": "EsmForMaskedLM", "deberta-v2": "DebertaV2ForMaskedLM", "bert": "BertForMaskedLM",
-                 "camembert": "CamembertForMaskedLM", "mpnet": "MPNetForMaskedLM"}
+                 "camembert": "CamembertForMaskedLM", "mpnet": "MPNetForMaskedLM", "esm1b": "EsmForMaskedLM"}
 """The transformers class of each kind (ELECTRA's generator is a masked LM; its discriminator is not)."""
 
 
 PREFIXES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
             "electra": "Electra", "albert": "Albert", "modernbert": "ModernBert", "esm": "Esm",
             "deberta-v2": "DebertaV2",
-            "camembert": "Camembert", "mpnet": "MPNet"}
+            "camembert": "Camembert", "mpnet": "MPNet", "esm1b": "Esm"}
 """The transformers class prefix of each kind that has task heads."""
 
 TASK_SUFFIXES = {"sequence-classification": "ForSequenceClassification", "token-classification": "ForTokenClassification",
@@ -431,7 +439,7 @@ TASK_SUFFIXES = {"sequence-classification": "ForSequenceClassification", "token-
 """Each task's transformers class suffix."""
 
 HEAD_TASKS = {kind: tuple(TASK_SUFFIXES) for kind in PREFIXES}
-HEAD_TASKS["esm"] = ("sequence-classification", "token-classification")
+HEAD_TASKS["esm"] = HEAD_TASKS["esm1b"] = ("sequence-classification", "token-classification")
 """The tasks transformers 4.57 has a head class for, by kind."""
 
 
@@ -481,13 +489,17 @@ QUICK_KINDS = ("bert", "roberta")
 """The kinds the README's quick test run takes where a test runs over every member (BERT's WordPiece and pooler,
 RoBERTa's byte-level BPE and positions from ``padding_idx + 1``); the others run with the tests marked slow."""
 
+SLOW_KINDS = ("esm1b",)
+"""Kinds only the slow run takes, even in a test whose ``quick`` names them (ESM-1b is ESM-2's layer with learned
+positions, which tests/test_esm_learned.py holds to transformers in the quick run)."""
+
 
 def kind_params(kinds, quick: tuple[str, ...] = QUICK_KINDS) -> list:
-    """``kinds`` as pytest params, those not in ``quick`` marked slow: a test over every member keeps two in the quick
-    run and takes the rest in the slow one (CI runs both)."""
+    """``kinds`` as pytest params, those not in ``quick`` (or in :data:`SLOW_KINDS`) marked slow: a test over every
+    member keeps two in the quick run and takes the rest in the slow one (CI runs both)."""
     import pytest
 
-    return [pytest.param(k, marks=() if k in quick else pytest.mark.slow) for k in kinds]
+    return [pytest.param(k, marks=() if k in quick and k not in SLOW_KINDS else pytest.mark.slow) for k in kinds]
 
 
 def member_fixture(kinds: tuple[str, ...] = MEMBERS, scope: str = "module"):

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY, random_model, write_folder
-from family_checkpoints import HEAD_TASKS, PROTEINS, kind_params, save_head
+from family_checkpoints import ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, save_head
 
 import bertfn
 from bertfn import interventions as iv
@@ -37,7 +37,7 @@ KINDS = tuple(k for k, tasks in HEAD_TASKS.items() if "sequence-classification" 
 
 
 def text_of(kind: str) -> str:
-    return PROTEINS[3] if kind == "esm" else "The king and the queen lived in a big castle."
+    return PROTEINS[3] if kind in ESM_KINDS else "The king and the queen lived in a big castle."
 
 
 def saved(kind: str, task: str, folder: Path, **overrides):

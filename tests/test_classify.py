@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import antiberty_paths, fp32_atol, on_device
-from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, member_tokenizer, save_head
+from family_checkpoints import CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, member_tokenizer, save_head
 
 import bertfn
 from bertfn.cli import main
@@ -34,14 +34,14 @@ PAIR = ("The capital of France is Paris.", "Paris is a beautiful city with many 
 
 
 def texts_of(kind: str) -> tuple[str, ...]:
-    return PROTEINS[:4] if kind == "esm" else TEXTS
+    return PROTEINS[:4] if kind in ESM_KINDS else TEXTS
 
 
 def pair_of(kind: str) -> tuple[str, str]:
-    return (PROTEINS[3], PROTEINS[5]) if kind == "esm" else PAIR
+    return (PROTEINS[3], PROTEINS[5]) if kind in ESM_KINDS else PAIR
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=kind_params(KINDS, quick=KINDS))  # ESM-1b in the slow run
 def member(request, tmp_path_factory, device):
     """(kind, bertfn model on the test device, transformers' pipeline) of a random 3-label classifier."""
     import transformers

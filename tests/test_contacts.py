@@ -1,8 +1,9 @@
 """bertfn.contacts, ESM-2's contact maps, held to ``EsmForMaskedLM.predict_contacts``; its top pairs, plots, CLI, corpus.
 
-The checkpoint is tests/family_checkpoints.py's ESM-2 (EsmForMaskedLM with its contact head), its weights drawn wider
-than transformers' init (std 0.2) so that the maps vary (at the usual 0.02 every probability is sigmoid(bias), within
-1e-3). Parity is at 1e-5 on a padded batch of real protein fragments of 21-76 residues and on each alone.
+The checkpoint is tests/family_checkpoints.py's ESM-2 (EsmForMaskedLM with its contact head; its ESM-1b, learned
+positions, in the slow run), its weights drawn wider than transformers' init (std 0.2) so that the maps vary (at the
+usual 0.02 every probability is sigmoid(bias), within 1e-3). Parity is at 1e-5 on a padded batch of real protein
+fragments of 21-76 residues and on each alone.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from bertfn.cli import main
 from bertfn.corpus.files import run_file
 from bertfn.inspect.contact_plots import contact_map, contacts_figure
 from bertfn.tasks.contacts import contacts, top_contacts
-from family_checkpoints import PROTEINS, member_tokenizer, save_head, save_member
+from family_checkpoints import ESM_KINDS, PROTEINS, kind_params, member_tokenizer, save_head, save_member
 
 pytestmark = pytest.mark.needs_transformers
 
 
-@pytest.fixture(scope="module")
-def esm(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("esm")
-    hf = save_member("esm", folder, initializer_range=0.2)
+@pytest.fixture(scope="module", params=kind_params(ESM_KINDS, quick=ESM_KINDS))
+def esm(request, tmp_path_factory):
+    """ESM-2, and ESM-1b (its learned positions; in the slow run): its folder, transformers model, bertfn model."""
+    folder = tmp_path_factory.mktemp(request.param)
+    hf = save_member(request.param, folder, initializer_range=0.2)
     return folder, hf, bertfn.load(folder)
 
 
@@ -127,8 +129,10 @@ def test_bf16_maps_are_close(esm):
     for a, b in zip(exact, half):
         assert b.dtype == torch.float32
         torch.testing.assert_close(b, a, atol=1e-2, rtol=0)
-    assert contacts(PROTEINS[5], model, top=1) == [(i, j, pytest.approx(p, abs=1e-2)) for i, j, p in
-                                                  contacts(PROTEINS[5], model, top=1, dtype="bfloat16")]
+    best, second = contacts(PROTEINS[3], model, top=2)  # its top pair leads by more than bf16 can move two maps' values
+    assert best[2] - second[2] > 2 * (exact[0] - half[0]).abs().max()  # (PROTEINS[5]'s leads by less than that)
+    assert contacts(PROTEINS[3], model, top=1) == [(i, j, pytest.approx(p, abs=1e-2)) for i, j, p in
+                                                  contacts(PROTEINS[3], model, top=1, dtype="bfloat16")]
 
 
 def test_edits_of_the_encoder_and_of_the_head_apply(esm):

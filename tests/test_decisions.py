@@ -25,7 +25,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import TINY, random_model, write_folder
-from family_checkpoints import HEAD_TASKS, PROTEINS, kind_params, save_head
+from family_checkpoints import ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, save_head
 
 import bertfn
 from bertfn import interventions as iv
@@ -43,7 +43,7 @@ MUTANTS = ((PROTEINS[2][:11], PROTEINS[2][:4] + "A" + PROTEINS[2][5:11]), (PROTE
 
 def pairs_of(kind: str) -> tuple[list[str], list[str]]:
     """(clean texts, corrupted texts) for ``kind``."""
-    pairs = MUTANTS if kind == "esm" else TEXTS
+    pairs = MUTANTS if kind in ESM_KINDS else TEXTS
     return [c for c, _ in pairs], [x for _, x in pairs]
 
 

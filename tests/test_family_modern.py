@@ -21,7 +21,7 @@ import warnings
 import pytest
 import torch
 from conftest import DEVICE, fp32_atol, on_device
-from family_checkpoints import MODERN, member_tokenizer, save_member
+from family_checkpoints import ESM_KINDS, MODERN, MODEL_CLASSES, kind_params, member_tokenizer, save_member
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +38,7 @@ TEXTS = {
                    "The capital of France is Paris, a big city with many [MASK] and the king and the queen."],
     "esm": ["MKTAYIAKQRQISFVKSHFSRQ", "EVQLVESGG<mask>LVQPGRSLRLSCAASGFTFDDYAMH", "QVQL<mask>QSGAE<mask>KKPGA"],
 }
+TEXTS["esm1b"] = TEXTS["esm"]
 
 
 _built: dict[str, tuple] = {}
@@ -52,15 +53,16 @@ def built(kind: str, tmp_path_factory) -> tuple:
     return _built[kind]
 
 
-@pytest.fixture(scope="module", params=MODERN)
+@pytest.fixture(scope="module", params=kind_params(MODERN, quick=MODERN))
 def member(request, tmp_path_factory):
-    """(kind, transformers model, bertfn model, folder) for each member."""
+    """(kind, transformers model, bertfn model, folder) for each member (ESM-1b in the slow run)."""
     return built(request.param, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
-def esm(tmp_path_factory):
-    return built("esm", tmp_path_factory)
+@pytest.fixture(scope="module", params=kind_params(ESM_KINDS, quick=ESM_KINDS))
+def esm(request, tmp_path_factory):
+    """ESM-2 and ESM-1b (in the slow run): their token dropout is the same."""
+    return built(request.param, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +98,8 @@ def esm_oracle(hf, mask: torch.Tensor):
 def reference(kind: str, hf, ids: torch.Tensor, mask: torch.Tensor):
     """transformers' outputs: (hidden states of the embeddings and each layer, before the final norm), the last
     hidden state, the attentions, the logits."""
-    base = hf.esm if kind == "esm" else hf.model
-    restore = esm_oracle(hf, mask) if kind == "esm" else None
+    base = hf.esm if kind in ESM_KINDS else hf.model
+    restore = esm_oracle(hf, mask) if kind in ESM_KINDS else None
     try:
         with torch.no_grad():
             out = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
@@ -107,7 +109,7 @@ def reference(kind: str, hf, ids: torch.Tensor, mask: torch.Tensor):
             hf.esm.embeddings.forward = restore
     L = hf.config.num_hidden_layers
     # ESM's last hidden_states entry is the final-normed state; ModernBERT's, like bertfn's, the last layer's output
-    layers = out.hidden_states[:L] if kind == "esm" else out.hidden_states
+    layers = out.hidden_states[:L] if kind in ESM_KINDS else out.hidden_states
     return layers, last, out.attentions, out.logits
 
 
@@ -131,7 +133,8 @@ def test_every_layer_and_the_logits_equal_transformers_on_a_padded_batch(member,
 
 def test_each_text_alone_equals_its_row_and_transformers(member):
     """Rotary positions make a score depend on the distance alone: left padding shifts every position and changes
-    nothing. Alone, each text equals transformers 4.57 unpatched (ESM's token dropout is right there)."""
+    nothing (ESM-1b's learned positions count the real tokens alone, from ``padding_idx + 1``). Alone, each text
+    equals transformers 4.57 unpatched (ESM's token dropout is right there)."""
     kind, hf, model, _ = member
     for side in ("right", "left"):
         ids, mask = batch(kind, side)
@@ -226,39 +229,46 @@ def test_the_state_is_the_checkpoint_under_its_own_names(member):
 
 def test_the_model_says_what_it_is(member):
     kind, _, model, _ = member
-    name = {"modernbert": "ModernBERT", "esm": "ESM-2"}[kind]
+    name = {"modernbert": "ModernBERT", "esm": "ESM-2", "esm1b": "ESM-2"}[kind]  # ESM-1b: model_type esm's record
     assert model.family.name == name and f": {name}, " in repr(model) and "MLM head" in repr(model)
 
 
 def test_a_trace_records_every_point_in_order(member):
     kind, _, model, _ = member
     names = point_names(model.config)
-    assert ("layer.0.attention.norm" in names) == (kind == "esm")  # ModernBERT's layer 0 reads the embeddings' norm
+    assert ("layer.0.attention.norm" in names) == (kind in ESM_KINDS)  # ModernBERT's layer 0 reads the embeddings' norm
     assert ("layer.1.ffn.gate" in names) == (kind == "modernbert")
-    assert ("embeddings.token_dropout" in names) == (kind == "esm")
+    assert ("embeddings.token_dropout" in names) == (kind in ESM_KINDS)
+    assert ("embeddings.position" in names) == (kind == "esm1b")  # ESM-1b's learned positions
+    assert ("layer.0.attention.q_rotated" in names) == (kind != "esm1b")
     rec = bertfn.Trace()
     ids, mask = batch(kind)
     with torch.no_grad():
         out = bertfn.encoder(model, ids, mask, trace=rec)
     assert list(rec.store) == [n for n in names if n in rec.store]
     assert set(names) - set(rec.store) == set(head_point_names(model.config))  # the encoder alone runs no head
-    assert ("contacts.apc" in names) == (kind == "esm")
+    assert ("contacts.apc" in names) == (kind in ESM_KINDS)
     assert out.attn_impl == "eager"  # a trace that keeps forms the probabilities
     torch.testing.assert_close(rec.store["final_norm"], out.last_hidden_state, atol=0, rtol=0)
 
 
 def test_the_rotated_queries_and_keys_give_the_scores(member):
     """q_rotated is q turned by its positions' angles; q_rotated . k_rotated is the scores point; layer 0's
-    base is 10000 in ESM-2 and the global 160000 in ModernBERT."""
+    base is 10000 in ESM-2 and the global 160000 in ModernBERT. ESM-1b's learned positions turn nothing: q . k."""
     kind, _, model, _ = member
     ids, mask = batch(kind)
     rec = bertfn.Trace()
     with torch.no_grad():
         bertfn.encoder(model, ids, mask, trace=rec)
     cfg = model.config
+    at = "layer.0.attention."
+    if kind == "esm1b":
+        assert not any(name.endswith("_rotated") for name in rec.store)
+        scores = rec.store[at + "q"] @ rec.store[at + "k"].transpose(-1, -2)
+        torch.testing.assert_close(rec.store[at + "scores"], scores, atol=1e-5, rtol=0)
+        return
     base = 10000.0 if kind == "esm" else cfg.global_rope_theta
     cos, sin = rotary_tables(torch.arange(ids.shape[1], device=DEVICE), cfg.head_dim, base, torch.float32)
-    at = "layer.0.attention."
     torch.testing.assert_close(rec.store[at + "q_rotated"], rotate(rec.store[at + "q"], cos, sin), atol=1e-6, rtol=0)
     torch.testing.assert_close(rec.store[at + "scores"], rec.store[at + "q_rotated"] @ rec.store[at + "k_rotated"].transpose(-1, -2),
                                atol=1e-5, rtol=0)
@@ -298,7 +308,7 @@ def test_a_bare_base_model_loads_and_equals_its_masked_lm(member, tmp_path):
     import transformers
 
     kind, hf, _, _ = member
-    base = hf.esm if kind == "esm" else hf.model
+    base = hf.esm if kind in ESM_KINDS else hf.model
     base.save_pretrained(tmp_path / "base")
     member_tokenizer(kind).save_pretrained(tmp_path / "base")
     model = bertfn.load(tmp_path / "base", device=DEVICE)
@@ -330,12 +340,12 @@ def test_configs_bertfn_cannot_read_are_refused_in_one_line():
 def test_pruning_esm_heads_equals_transformers_and_modernbert_says_why_not(esm, modernbert, tmp_path):
     import copy
 
-    _, hf, model, _ = esm
+    kind, hf, model, _ = esm
     hf = copy.deepcopy(hf)
     hf.prune_heads({0: [1, 3], 1: [0]})
     pruned = bertfn.prune_heads(model, {0: [1, 3], 1: [0]})
-    ids, mask = batch("esm")
-    row = ids[:1]  # unpadded: transformers 4.57 is right there
+    ids, mask = batch(kind)
+    row = ids[:1, mask[0].bool()]  # unpadded: transformers 4.57 is right there
     with torch.no_grad():
         ours = bertfn.mlm_head(pruned, bertfn.encoder(pruned, row).last_hidden_state)
         torch.testing.assert_close(ours, hf(input_ids=row).logits, atol=TOL, rtol=0)
@@ -343,7 +353,7 @@ def test_pruning_esm_heads_equals_transformers_and_modernbert_says_why_not(esm, 
         bertfn.prune_heads(modernbert[2], {1: [0]})
 
 
-@pytest.mark.parametrize("kind", MODERN)
+@pytest.mark.parametrize("kind", kind_params(MODERN, quick=MODERN))
 def test_a_new_model_from_the_config_counts_and_draws_as_transformers(kind):
     """init_model and parameter_count read the member's table: as many parameters as transformers' masked LM of
     the same config, under its key names, and the pass runs."""
@@ -354,7 +364,7 @@ def test_a_new_model_from_the_config_counts_and_draws_as_transformers(kind):
 
     V = len(member_tokenizer(kind))
     hf_config = member_config(kind, V)
-    hf = getattr(transformers, {"esm": "EsmForMaskedLM", "modernbert": "ModernBertForMaskedLM"}[kind])(hf_config)
+    hf = getattr(transformers, MODEL_CLASSES[kind])(hf_config)
     config = BertConfig.from_dict(hf_config.to_dict())
     counts = bertfn.parameter_count(config, parts=("mlm",))
     assert counts["total"] == sum(p.numel() for k, p in hf.named_parameters() if "contact_head" not in k)
@@ -365,17 +375,21 @@ def test_a_new_model_from_the_config_counts_and_draws_as_transformers(kind):
         assert bertfn.mlm_head(model, bertfn.encoder(model, ids).last_hidden_state).shape == (2, 12, V)
 
 
+@pytest.mark.parametrize("kinds", [pytest.param(("modernbert", "esm"), id="rotary"),
+                                   pytest.param(("esm1b",), id="esm1b", marks=pytest.mark.slow)])
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kind=st.sampled_from(MODERN), heads=st.integers(1, 4), half_head=st.integers(1, 5), layers=st.integers(1, 4),
+@given(data=st.data(), heads=st.integers(1, 4), half_head=st.integers(1, 5), layers=st.integers(1, 4),
        intermediate=st.integers(5, 40), window=st.integers(1, 12), every=st.integers(1, 3), biases=st.booleans(),
        local_base=st.sampled_from([10000.0, None]), seed=st.integers(0, 2**16), act=st.sampled_from(["gelu", "silu"]))
-def test_any_config_equals_transformers(tmp_path_factory, kind, heads, half_head, layers, intermediate, window, every,
-                                        biases, local_base, seed, act):
+def test_any_config_equals_transformers(tmp_path_factory, kinds, data, heads, half_head, layers, intermediate, window,
+                                        every, biases, local_base, seed, act):
     """Hypothesis over sizes (even head widths, as rotary needs), ModernBERT's window, its global period, its rotary
-    bases and its biases (all on or all off), ESM-2 with and without token dropout: the logits equal transformers'
-    on each text of a padded batch."""
+    bases and its biases (all on or all off), ESM-2 and ESM-1b with and without token dropout: the logits equal
+    transformers' on each text of a padded batch."""
     import transformers
-    from family_checkpoints import MODEL_CLASSES, member_config
+    from family_checkpoints import member_config
+
+    kind = data.draw(st.sampled_from(kinds), label="kind")
 
     H = heads * 2 * half_head
     sizes = dict(num_attention_heads=heads, hidden_size=H, num_hidden_layers=layers, intermediate_size=intermediate)

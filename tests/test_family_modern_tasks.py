@@ -21,7 +21,7 @@ import sys
 
 import pytest
 import torch
-from family_checkpoints import MODERN, PROTEINS, member_tokenizer, save_member
+from family_checkpoints import ESM_KINDS, MODERN, PROTEINS, kind_params, member_tokenizer, save_member
 
 import bertfn
 from bertfn import interventions as iv
@@ -39,6 +39,7 @@ TEXTS = {
             PROTEINS[0][:12] + "<mask>" + PROTEINS[0][13:30] + "<mask>" + PROTEINS[0][31:48],
             PROTEINS[5][:4] + "<mask>" + PROTEINS[5][5:14]],
 }
+TEXTS["esm1b"] = TEXTS["esm"]
 """Per kind: three texts of different lengths (a padded batch), one mask each but two in the second."""
 
 
@@ -57,7 +58,7 @@ def checkpoints(tmp_path_factory):
     return get
 
 
-@pytest.fixture(params=MODERN)
+@pytest.fixture(params=kind_params(MODERN, quick=MODERN))  # ESM-1b in the slow run
 def member(request, checkpoints):
     return checkpoints(request.param)
 
@@ -65,7 +66,7 @@ def member(request, checkpoints):
 def hf_forward(kind: str, hf, enc: dict, **kwargs):
     """transformers' model (masked LM or base) on ``enc`` (a padded batch); ESM's embeddings given the attention
     mask, so that token dropout counts each text's real tokens (what transformers 4.57 leaves out, module docstring)."""
-    if kind != "esm":
+    if kind not in ESM_KINDS:
         return hf(**enc, **kwargs)
     embeddings = getattr(hf, "esm", hf).embeddings
     forward = embeddings.forward
@@ -189,11 +190,12 @@ def test_pll_equals_one_computed_with_transformers(member):
         assert [r["pll"] for r in within] == pytest.approx([r["pll"] for r in bertfn.score(texts, model)], abs=1e-6)
 
 
-def test_mutation_effects_of_esm_equal_meier_et_al_by_transformers(checkpoints):
-    """score_mutations on ESM-2 (Meier et al. 2021): the masked marginal (each changed position masked in the
+@pytest.mark.parametrize("kind", kind_params(ESM_KINDS, quick=ESM_KINDS))
+def test_mutation_effects_of_esm_equal_meier_et_al_by_transformers(checkpoints, kind):
+    """score_mutations on ESM-2 and ESM-1b (Meier et al. 2021): the masked marginal (each changed position masked in the
     reference), the wild-type marginal (the reference unmasked, one pass) and the PLL change, each computed here
     with transformers; substitution_matrix's rows are transformers' masked log-softmax."""
-    _, hf, tok, model, _ = checkpoints("esm")
+    _, hf, tok, model, _ = checkpoints(kind)
     reference = PROTEINS[3]
     variants = [reference[:4] + "W" + reference[5:], reference[:2] + "K" + reference[3:20] + "A" + reference[21:]]
     ids = torch.tensor(tok(reference)["input_ids"])
@@ -224,7 +226,7 @@ def test_embed_pools_transformers_last_hidden_state(member):
     """mean, cls and max pooling of the padded batch equal the same pooling of transformers' last_hidden_state
     (after the final LayerNorm: ModernBERT's final_norm, ESM's emb_layer_norm_after)."""
     kind, hf, tok, model, _ = member
-    texts = [t.replace(tok.mask_token, "A" if kind == "esm" else " cat") for t in TEXTS[kind]]
+    texts = [t.replace(tok.mask_token, "A" if kind in ESM_KINDS else " cat") for t in TEXTS[kind]]
     enc = tok(texts, padding=True, return_tensors="pt")
     base = hf.model if kind == "modernbert" else hf.esm
     with torch.no_grad():
@@ -264,13 +266,19 @@ def test_the_new_points_by_hand(member):
     """q_rotated and k_rotated are q and k turned by bertfn.model.members.rotary at each layer's base; scores are
     q_rotated k_rotated^T; ModernBERT's gate and intermediate are the two halves of Wi's product, GELU(a) * g;
     ESM's token_dropout zeroes the masks' vectors and scales the rest by 0.88 / (1 - masks / tokens);
-    final_norm is the LayerNorm of the last layer's output."""
+    ESM-1b turns nothing (its scores are q k^T) and adds its table's rows from padding_idx + 1, then its embeddings'
+    LayerNorm; final_norm is the LayerNorm of the last layer's output."""
     kind, hf, tok, model, _ = member
     cfg, p = model.config, model.params
     text = TEXTS[kind][1]
     rec = bertfn.trace(text, model)
     S, nh, hd, H = len(rec.tokens), cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size
     for i in range(cfg.num_hidden_layers):
+        if kind == "esm1b":  # learned positions: nothing turned
+            assert f"layer.{i}.attention.q_rotated" not in rec and f"layer.{i}.attention.k_rotated" not in rec
+            scores = rec[f"layer.{i}.attention.q"] @ rec[f"layer.{i}.attention.k"].transpose(-1, -2)
+            torch.testing.assert_close(rec[f"layer.{i}.attention.scores"], scores, atol=1e-6, rtol=0)
+            continue
         if kind == "modernbert":
             base = cfg.global_rope_theta if i % cfg.global_attn_every_n_layers == 0 else cfg.local_rope_theta
         else:
@@ -297,6 +305,13 @@ def test_the_new_points_by_hand(member):
         expected = word.masked_fill(masks[None, :, None], 0.0) * 0.88 / (1 - int(masks.sum()) / S)
         assert rec["embeddings.token_dropout"].shape == (1, S, H)
         torch.testing.assert_close(rec["embeddings.token_dropout"], expected, atol=1e-6, rtol=0)
+        if kind == "esm1b":  # the table's rows padding_idx + 1 .. padding_idx + S, then the LayerNorm
+            emb, first = p.scope("bert.embeddings"), cfg.pad_token_id + 1
+            rows = emb["position_embeddings.weight"][first:first + S]  # (S, H)
+            torch.testing.assert_close(rec["embeddings.position"][0], rows, atol=0, rtol=0)
+            torch.testing.assert_close(rec["embeddings.output"], torch.nn.functional.layer_norm(
+                expected + rec["embeddings.position"], (H,), emb["LayerNorm.weight"], emb["LayerNorm.bias"],
+                cfg.layer_norm_eps), atol=1e-6, rtol=0)
     final = p.scope("bert.encoder.final_norm")
     last = rec[f"layer.{cfg.num_hidden_layers - 1}.output"]
     torch.testing.assert_close(rec["final_norm"], torch.nn.functional.layer_norm(
@@ -337,7 +352,7 @@ def test_ablations_equal_transformers_with_a_head_mask_or_a_hook(member):
         return bertfn.trace(text, model, edits=edits)["mlm.logits"]
 
     zero = iv.zero_heads({i: [0] for i in range(L)})
-    if kind == "esm":
+    if kind in ESM_KINDS:
         head_mask = torch.ones(L, nh)
         head_mask[:, 0] = 0
         zeroed = theirs([], head_mask=head_mask)
@@ -363,18 +378,19 @@ def test_ablations_equal_transformers_with_a_head_mask_or_a_hook(member):
 
 def pair(kind: str) -> tuple[str, str]:
     """A clean and a corrupted text of as many tokens, each with one mask."""
-    if kind == "esm":
-        clean = TEXTS["esm"][0]
+    if kind in ESM_KINDS:
+        clean = TEXTS[kind][0]
         return clean, "W" + clean[1:]
     return "When in Rome, do as the [MASK] do.", "When in the, do as the [MASK] do."  # 14 tokens each
 
 
 def test_sweeps_are_the_runs_patched_at_each_slice(member):
     """interventions.sweep over heads (of the contexts, metric: a logit difference at the mask), over positions (of
-    the layers' outputs, metric: the final LayerNorm's output) and over heads of the rotated queries (metric: the
-    scores they make): each value is the metric of the corrupted run with that one slice patched from the clean run
-    (interventions.patch through bertfn.trace), in the first layers (ModernBERT: a global and a local one) and the
-    last (where a sweep with a metric of the MLM head runs the copies patched there at the masks alone)."""
+    the layers' outputs, metric: the final LayerNorm's output) and over heads of the rotated queries (ESM-1b's
+    queries, which it does not turn; metric: the scores they make): each value is the metric of the corrupted run
+    with that one slice patched from the clean run (interventions.patch through bertfn.trace), in the first layers
+    (ModernBERT: a global and a local one) and the last (where a sweep with a metric of the MLM head runs the copies
+    patched there at the masks alone)."""
     kind, hf, tok, model, _ = member
     clean, corrupted = pair(kind)
     clean_rec = bertfn.trace(clean, model)
@@ -390,7 +406,8 @@ def test_sweeps_are_the_runs_patched_at_each_slice(member):
 
     heads = iv.sweep(clean, corrupted, model, logits, over="heads", progress=False)
     positions = iv.sweep(clean, corrupted, model, final, over="positions", progress=False)
-    turned = iv.sweep(clean, corrupted, model, scores, over="heads", name="layer.{i}.attention.q_rotated",
+    query = "q" if kind == "esm1b" else "q_rotated"  # the queries the scores are made of
+    turned = iv.sweep(clean, corrupted, model, scores, over="heads", name="layer.{i}.attention." + query,
                       progress=False)
     assert heads.values.shape == turned.values.shape == (L, nh)
     assert positions.values.shape == (L, len(clean_rec.tokens))
@@ -399,7 +416,7 @@ def test_sweeps_are_the_runs_patched_at_each_slice(member):
         assert heads.values[i, h].item() == pytest.approx(logits(edited).item(), abs=1e-6)
         edited = bertfn.trace(corrupted, model, edits=iv.patch(clean_rec, f"layer.{i}.output", positions=k))
         assert positions.values[i, k].item() == pytest.approx(final(edited).item(), abs=1e-6)
-    edited = bertfn.trace(corrupted, model, edits=iv.patch(clean_rec, f"layer.{L - 1}.attention.q_rotated", heads=2))
+    edited = bertfn.trace(corrupted, model, edits=iv.patch(clean_rec, f"layer.{L - 1}.attention.{query}", heads=2))
     assert turned.values[L - 1, 2].item() == pytest.approx(scores(edited).item(), abs=1e-5)
     assert abs(positions.values[L - 1, j].item() - positions.corrupted) > 1e-2  # the patches move the metrics
     assert abs(turned.values[L - 1, 2].item() - turned.corrupted) > 1e-3
@@ -427,7 +444,7 @@ def test_logit_attribution_parts_sum_to_the_logits(member):
 def test_gradients_equal_transformers_autograd_and_path_patching_is_its_three_runs(member):
     """d logit / d layer 0's output and / d the final LayerNorm's output equal transformers' autograd; path_patch
     equals its runs made by hand: the sender's clean writes with the heads above frozen (run 2), then the corrupted
-    run with the receiver (the last layer's output; one head's rotated queries) patched from run 2."""
+    run with the receiver (the last layer's output; one head's rotated queries, ESM-1b's queries) patched from run 2."""
     kind, hf, tok, model, _ = member
     text = TEXTS[kind][0]
     enc = tok(text, return_tensors="pt")
@@ -450,7 +467,7 @@ def test_gradients_equal_transformers_autograd_and_path_patching_is_its_three_ru
     L, nh = model.config.num_hidden_layers, model.config.num_attention_heads
     clean_rec, corrupted_rec = (bertfn.trace(t, model, head_outputs=True) for t in (clean, corrupted))
     k = int((clean_rec.input_ids != corrupted_rec.input_ids).nonzero()[0, 1]) + 1  # next to where they differ
-    query = f"layer.{L - 1}.attention.q_rotated"  # one head's turned queries (a rotary layer's point)
+    query = f"layer.{L - 1}.attention." + ("q" if kind == "esm1b" else "q_rotated")  # one head's (turned) queries
 
     def metric(run):  # what both receivers move: the final LayerNorm's output, head 2's scores
         return run["final_norm"][0, k, 0] + run[f"layer.{L - 1}.attention.scores"][0, 2, k].sum()
@@ -474,7 +491,7 @@ def test_the_cli_and_a_corpus_file(member, tmp_path, capsys):
     and ``bertfn fill-mask --input FILE``: each equal to the Python call."""
     kind, hf, tok, model, folder = member
     text = TEXTS[kind][0]
-    plain = text.replace(tok.mask_token, "A" if kind == "esm" else " Paris")
+    plain = text.replace(tok.mask_token, "A" if kind in ESM_KINDS else " Paris")
     command = ["fill-mask", text, "--top-k", "3"] if kind == "modernbert" else ["score", plain]
     run = subprocess.run([sys.executable, "-m", "bertfn", *command, "--model", str(folder), "--json"],
                          capture_output=True, text=True, timeout=120)

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 import bertfn
 from bertfn.model.task_heads import TASKS, head_of, run_head, task_head
-from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, QUICK_KINDS, member_tokenizer, save_head
+from family_checkpoints import (CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, QUICK_KINDS, kind_params, member_tokenizer,
+                                save_head)
+from test_family_modern import esm_oracle
 
 pytestmark = pytest.mark.needs_transformers
 
@@ -26,6 +28,8 @@ LABELS = {"sequence-classification": 3, "token-classification": 5, "question-ans
 
 def texts_of(kind: str) -> tuple[list[str], list[str]]:
     """Four texts of different lengths and four second segments, in the member's alphabet."""
+    if kind == "esm1b":  # its learned positions hold 128 tokens (ESM-2's rotary ones run past): pairs cut to fit
+        return list(PROTEINS[:4]), [b[:128 - len(a) - 3] for a, b in zip(PROTEINS[:4], PROTEINS[2:6])]
     if kind == "esm":
         return list(PROTEINS[:4]), list(PROTEINS[2:6])
     return [CORPUS[0], CORPUS[3], CORPUS[2], CORPUS[15]], [CORPUS[1], CORPUS[20], CORPUS[5], CORPUS[8]]
@@ -95,7 +99,14 @@ def test_head_equals_transformers(case, side):
                                             for k, v in enc.items()}) for i in range(len(enc["input_ids"]))]
         check(got, torch.cat(rows))
         return
-    check(got, hf_logits(hf, task, enc), enc["attention_mask"] if task != "multiple-choice" else None)
+    # ESM-1b's oracle: transformers with its embeddings given the mask (test_save.same_logits says why)
+    restore = esm_oracle(hf, enc["attention_mask"]) if kind == "esm1b" else None
+    try:
+        want = hf_logits(hf, task, enc)
+    finally:
+        if restore is not None:
+            hf.esm.embeddings.forward = restore
+    check(got, want, enc["attention_mask"] if task != "multiple-choice" else None)
 
 
 def test_model_head_says_what_the_checkpoint_carries(case):
@@ -212,11 +223,12 @@ def test_a_trace_records_the_head_and_edits_reach_it(case):
     assert torch.all(edited[last] == 7.0)
 
 
-def test_a_trace_of_esm_records_its_contacts(tmp_path):
+@pytest.mark.parametrize("kind", kind_params(ESM_KINDS, quick=ESM_KINDS))
+def test_a_trace_of_esm_records_its_contacts(tmp_path, kind):
     from bertfn.model.members.esm import contact_head
     from family_checkpoints import save_member
 
-    save_member("esm", tmp_path)
+    save_member(kind, tmp_path)
     model = bertfn.load(tmp_path)
     recs = bertfn.trace(list(PROTEINS[:3]), model)
     enc = model.tokenizer(list(PROTEINS[:3]))

@@ -21,7 +21,7 @@ from bertfn.corpus.files import run_file
 from bertfn.tasks.pairs import longest_pair
 from bertfn.tasks.rerank import model_activation, queries_and_passages, rerank
 from conftest import fp32_atol
-from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, save_head
+from family_checkpoints import CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, save_head
 
 pytestmark = pytest.mark.needs_transformers
 
@@ -70,7 +70,7 @@ def offline():
         yield
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=kind_params(KINDS, quick=KINDS))  # ESM-1b in the slow run
 def member(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"{request.param}-ce")
     cross_encoder(request.param, folder)
@@ -100,7 +100,7 @@ def test_a_hundred_passages_match_cross_encoder(bert_ce, device):
 def test_every_member_matches_cross_encoder(member, device):
     kind, folder = member
     model = bertfn.load(folder, device=device)
-    query, passages = (QUERY, FEW) if kind != "esm" else (PROTEINS[5], [p[:n] for p in PROTEINS for n in (20, 200)])
+    query, passages = (QUERY, FEW) if kind not in ESM_KINDS else (PROTEINS[5], [p[:n] for p in PROTEINS for n in (20, 200)])
     ce = oracle(folder, model)
     same_ranking(rerank(query, passages, model, return_documents=True), ce.rank(query, passages, return_documents=True))
     pairs = [[query, p] for p in passages[:3]]

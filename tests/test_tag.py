@@ -26,7 +26,7 @@ from bertfn.tasks.entities import group_entities, merge_windows, split_tag
 from bertfn.model.family import longest_input
 from bertfn.tasks.tag import STRATEGIES, tag, text_windows, window_spans
 from conftest import fp32_atol, on_device
-from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, kind_params, save_head
+from family_checkpoints import CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, save_head
 
 needs_transformers = pytest.mark.needs_transformers
 
@@ -48,7 +48,7 @@ LONG_PROTEIN = "".join(PROTEINS)
 
 
 def texts_of(kind: str) -> list[str]:
-    return list(PROTEINS[:4]) if kind == "esm" else TEXTS
+    return list(PROTEINS[:4]) if kind in ESM_KINDS else TEXTS
 
 
 @pytest.fixture(scope="module", params=kind_params(KINDS))
@@ -59,8 +59,9 @@ def tagger(request, tmp_path_factory, device):
 
     kind = request.param
     folder = tmp_path_factory.mktemp(f"{kind}-tagger")
-    # ESM-2's random head gives nearly every residue one label; seed 4 mixes B- and I- labels, so that groups form
-    hf = save_head(kind, "token-classification", folder, seed=4 if kind == "esm" else 0, num_labels=5, id2label=LABELS)
+    # ESM's random head gives nearly every residue one label; seed 4 mixes B- and I- labels, so that groups form
+    hf = save_head(kind, "token-classification", folder, seed=4 if kind in ESM_KINDS else 0, num_labels=5,
+                   id2label=LABELS)
     model = bertfn.load(folder, device=device)
     tok = transformers.AutoTokenizer.from_pretrained(folder, model_max_length=longest_input(model.config))
     with warnings.catch_warnings():
@@ -91,11 +92,11 @@ def check_same(got: list, want: list, kind: str) -> None:
         for key in w:
             if key == "score":
                 assert g[key] == pytest.approx(float(w[key]), abs=fp32_atol(1e-4))
-            elif w[key] is None and kind == "esm":
+            elif w[key] is None and kind in ESM_KINDS:
                 assert isinstance(g[key], int)
             else:
                 assert g[key] == w[key], (key, g, w)
-    if kind == "esm" and got and "index" in got[0]:
+    if kind in ESM_KINDS and got and "index" in got[0]:
         assert all((e["start"], e["end"]) == (e["index"] - 1, e["index"]) for e in got)
 
 
@@ -117,7 +118,7 @@ def test_every_strategy_equals_transformers(tagger):
     for strategy in STRATEGIES:
         for ignore in ((), ("O",)):
             got = tag(texts, model, aggregation_strategy=strategy, ignore_labels=ignore)
-            if kind == "esm" and strategy in ("first", "average", "max"):
+            if kind in ESM_KINDS and strategy in ("first", "average", "max"):
                 # transformers refuses them for a slow tokenizer; each residue is a word: the "simple" entities
                 want = tag(texts, model, aggregation_strategy="simple", ignore_labels=ignore)
             else:
@@ -133,8 +134,8 @@ def test_every_strategy_equals_transformers(tagger):
 @needs_transformers
 def test_a_long_text_in_windows_equals_transformers(tagger):
     kind, _, model, pipe = tagger
-    if kind == "esm":
-        pytest.skip("transformers reads ESM-2 with a slow tokenizer, which has no stride: test_long_protein")
+    if kind in ESM_KINDS:
+        pytest.skip("transformers reads ESM with a slow tokenizer, which has no stride: test_long_protein")
     limit = longest_input(model.config)
     assert len(model.tokenizer.backend.encode(LONG).ids) > 2 * limit
     with pytest.warns(UserWarning, match=f"tagged on their first {limit} only"):
@@ -162,7 +163,7 @@ def test_windows_are_the_tokenizers_overflowing_tokens(tagger):
     from tokenizers import Tokenizer
 
     kind, _, model, _ = tagger
-    text = LONG_PROTEIN if kind == "esm" else LONG
+    text = LONG_PROTEIN if kind in ESM_KINDS else LONG
     limit = longest_input(model.config)
     cutter = Tokenizer.from_str(model.tokenizer.backend.to_str())
     cutter.no_padding()
@@ -177,10 +178,11 @@ def test_windows_are_the_tokenizers_overflowing_tokens(tagger):
 
 
 @needs_transformers
-def test_long_protein(tmp_path):
-    """ESM-2: a protein longer than the model reads is cut to its first window with a warning, or read whole in
-    windows, each residue a word whose span is its position."""
-    save_head("esm", "token-classification", tmp_path, num_labels=5, id2label=LABELS)
+@pytest.mark.parametrize("kind", kind_params(ESM_KINDS, quick=ESM_KINDS))
+def test_long_protein(tmp_path, kind):
+    """ESM-2 and ESM-1b: a protein longer than the model reads is cut to its first window with a warning, or read
+    whole in windows, each residue a word whose span is its position."""
+    save_head(kind, "token-classification", tmp_path, num_labels=5, id2label=LABELS)
     model = bertfn.load(tmp_path)
     limit = longest_input(model.config)
     with pytest.warns(UserWarning, match="stride="):

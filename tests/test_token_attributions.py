@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import antiberty_paths, on_device
-from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, kind_params, save_head, save_member
+from family_checkpoints import CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, save_head, save_member
 
 import bertfn
 from bertfn import interventions as iv
@@ -64,7 +64,7 @@ def test_sequence_classifiers_equal_captum(kind, tmp_path, device):
     transformers model, f(x) its logit, complete within 1%."""
     hf = on_device(save_head(kind, "sequence-classification", tmp_path, **SCALE))
     m = bertfn.load(tmp_path, device=device)
-    text = PROTEINS[3] if kind == "esm" else CORPUS[2]
+    text = PROTEINS[3] if kind in ESM_KINDS else CORPUS[2]
     ids, mask, _, base = inputs(m, [text])
     forward = lambda i, am: hf(input_ids=i, attention_mask=am).logits[:, 1]  # noqa: E731
     layer = hf.get_input_embeddings()

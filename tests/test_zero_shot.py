@@ -20,7 +20,7 @@ from bertfn.corpus.files import run_file
 from bertfn.tasks.pairs import longest_pair
 from bertfn.tasks.zero_shot import candidate_list, zero_shot
 from conftest import fp32_atol
-from family_checkpoints import CORPUS, HEAD_TASKS, PROTEINS, save_head
+from family_checkpoints import CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, save_head
 
 pytestmark = pytest.mark.needs_transformers
 
@@ -43,7 +43,7 @@ def nli_checkpoint(kind: str, folder, labels: dict[int, str], seed: int = 0):
                      label2id={v: k for k, v in labels.items()}, initializer_range=0.2)
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=kind_params(KINDS, quick=KINDS))  # ESM-1b in the slow run
 def member(request, tmp_path_factory):
     kind = request.param
     folder = tmp_path_factory.mktemp(f"{kind}-nli")
@@ -78,7 +78,7 @@ def test_matches_the_pipeline_on_every_member(member, device):
     model = bertfn.load(folder, device=device)
     oracle = pipeline(folder, hf, model)
     texts, labels, template = TEXTS, LABELS, "This example is {}."
-    if kind == "esm":  # proteins, and labels that are residues (an English hypothesis would be all <unk>)
+    if kind in ESM_KINDS:  # proteins, and labels that are residues (an English hypothesis would be all <unk>)
         texts, labels, template = [PROTEINS[0], PROTEINS[5], PROTEINS[2] * 3], ["MKT", "GIVE", "LLV"], "{}"
     with pytest.warns(UserWarning, match="text 2: with the hypothesis .* cut to fit"):
         got = zero_shot(texts, model, candidate_labels=labels, hypothesis_template=template)
