@@ -1,4 +1,5 @@
-"""bertfn against the transformers pipeline on BERT's family: RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ALBERT.
+"""bertfn against the transformers pipeline on BERT's family: RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ALBERT,
+CamemBERT, MPNet, DeBERTa-v3.
 
     python bench/family.py                          # every member; builds each checkpoint in bench/.work/family once
     python bench/family.py --members roberta,albert # some of them
@@ -14,14 +15,19 @@ of each in turn (bench.py's ``alternate``), with the same targets as BERT's rows
     target ratio <= 0.625.
 
 The checkpoints (``--workdir``/family/<model>, built on first use): the transformers masked LM of each member with
-the real model's configuration (sizes, vocabulary size; ELECTRA's is electra-base-generator, a masked LM) and
-random weights from transformers' own initialiser, saved by ``save_pretrained``, and a fast tokenizer of the
-member's own kind built offline with the ``tokenizers`` library: byte-level BPE with ``<mask>`` (RoBERTa),
-SentencePiece-style unigram (XLM-R, ALBERT), WordPiece (DistilBERT, ELECTRA). Its vocabulary holds the benchmark
-sentences' words (each one token, as in the real vocabularies) and is padded with unused entries to the model's
-vocabulary size, the special tokens at the real model's ids, as workload.py lays out bert-base's. Speed depends on
-shapes, not values. Before timing, bertfn's top-5 tokens for the sentence must equal the pipeline's and their
-scores agree within 1e-4, or the script stops.
+the real model's configuration (sizes, vocabulary size; ELECTRA's is electra-base-generator, a masked LM; CamemBERT's
+camembert-base, MPNet's microsoft/mpnet-base, DeBERTa-v3's microsoft/deberta-v3-base as ``DebertaV2ForMaskedLM``:
+log-bucketed relative positions, c2p and p2c, no absolute positions) and random weights from transformers' own
+initialiser, saved by ``save_pretrained``, and a fast tokenizer of the member's own kind built offline with the
+``tokenizers`` library (family_tokenizers.py): byte-level BPE with ``<mask>`` (RoBERTa), SentencePiece-style unigram
+(XLM-R; CamemBERT with camembert-base's ids, <s>NOTUSED 0 <pad> 1 </s>NOTUSED 2 <unk> 3 <unk>NOTUSED 4 <s> 5 </s> 6
+and <mask> last; ALBERT; DeBERTa-v3 with [PAD] 0 [CLS] 1 [SEP] 2 [UNK] 3 and [MASK] at 128000, as deberta-v3-base's
+128001-entry tokenizer over its 128100-row embedding), WordPiece (DistilBERT, ELECTRA; MPNet with <s> 0 <pad> 1
+</s> 2 <unk> 3 before bert-base's vocabulary and <mask> at 30526). Its vocabulary holds the benchmark sentences' words
+(each one token, as in the real vocabularies) and is padded with unused entries to the model's vocabulary size, the
+special tokens at the real model's ids, as workload.py lays out bert-base's. Speed depends on shapes, not values.
+Before timing, bertfn's top-5 tokens for the sentence must equal the pipeline's and their scores agree within 1e-4,
+or the script stops. The section in RESULTS.md is replaced whole: a run of some members leaves out the others' rows.
 """
 
 from __future__ import annotations
@@ -41,8 +47,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench import BATCH_SIZES, Row, alternate, load_average, machine, table, write_section  # noqa: E402
-from workload import (ADJECTIVES, EXTRA, LINKS, NOUNS, PLACES, VERBS, batch_texts,  # noqa: E402
-                      vocabulary)
+from family_tokenizers import bpe_tokenizer, cased_words, save_tokenizer, words  # noqa: E402, F401 (heads.py's too)
+from workload import batch_texts, vocabulary  # noqa: E402
 
 HEADING = "# bertfn BERT's family (bench/family.py)"
 SENTENCE = "When in Rome, do as the {mask} do."
@@ -63,7 +69,7 @@ class Member:
     model_class: str  # the transformers masked LM
     config_class: str
     config: dict = field(default_factory=dict)  # the real model's config.json fields that decide its shapes
-    tokenizer: str = "wordpiece"  # "bpe", "unigram-xlmr", "unigram-albert", "wordpiece"
+    tokenizer: str = "wordpiece"  # its kind: family_tokenizers.py's "bpe", "unigram-xlmr", ..., "wordpiece-mpnet"
     tokenizer_class: str = "BertTokenizerFast"
 
 
@@ -89,6 +95,20 @@ MEMBERS = {
         intermediate_size=3072, num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_new",
         max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12, pad_token_id=0, bos_token_id=2,
         eos_token_id=3), "unigram-albert", "AlbertTokenizerFast"),
+    "camembert": Member("CamemBERT", "camembert-base", "CamembertForMaskedLM", "CamembertConfig", dict(
+        vocab_size=32005, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+        max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=5,
+        eos_token_id=6), "unigram-camembert", "CamembertTokenizerFast"),
+    "mpnet": Member("MPNet", "mpnet-base", "MPNetForMaskedLM", "MPNetConfig", dict(
+        vocab_size=30527, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+        max_position_embeddings=514, relative_attention_num_buckets=32, layer_norm_eps=1e-5, hidden_act="gelu",
+        pad_token_id=1, bos_token_id=0, eos_token_id=2), "wordpiece-mpnet", "MPNetTokenizerFast"),
+    "deberta-v3": Member("DeBERTa-v3", "deberta-v3-base", "DebertaV2ForMaskedLM", "DebertaV2Config", dict(
+        vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+        max_position_embeddings=512, relative_attention=True, position_buckets=256, max_relative_positions=-1,
+        pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False,
+        type_vocab_size=0, layer_norm_eps=1e-7, hidden_act="gelu", pad_token_id=0), "unigram-deberta",
+        "DebertaV2TokenizerFast"),
 }
 """The members by the name ``--members`` takes, each with its real model's configuration (the hub's config.json)."""
 
@@ -97,128 +117,7 @@ QUICK_MEMBERS = ("electra", "albert")
 one unigram tokenizer, both with an embedding size unlike the hidden size."""
 
 
-# --- the tokenizers -------------------------------------------------------------------------------------
-
-
-def words() -> list[str]:
-    """Every word the benchmark's sentences use (workload.py's and the one sentence's), lower case."""
-    return list(dict.fromkeys(EXTRA + NOUNS + VERBS + ADJECTIVES + LINKS + PLACES + [w + "s" for w in NOUNS]
-                              + "when in rome do as the romans".split()))
-
-
-def cased_words() -> list[str]:
-    """:func:`words` and each capitalised ("Rome", "When"): what a cased vocabulary needs."""
-    return list(dict.fromkeys(words() + [w.capitalize() for w in words()]))
-
-
-def _fillers(vocab: dict[str, int], size: int, name: Callable[[int], str]) -> None:
-    """Pad ``vocab`` (token -> id) with unused entries ``name(i)`` to ``size`` entries."""
-    i = 0
-    while len(vocab) < size:
-        token = name(i)
-        if token not in vocab:
-            vocab[token] = len(vocab)
-        i += 1
-
-
-def bpe_pieces(vocab_size: int, specials: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
-    """Byte-level BPE (no prefix space) trained here until every word of the sentences, with and without its
-    leading space ("Ġking", "king"), cased and not, is one token, as in roberta-base's and ModernBERT's
-    vocabularies: the vocabulary (``specials`` first, then the 256 bytes and the merges' tokens) and the merges."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    trained = Tokenizer(models.BPE())
-    trained.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    corpus = [" ".join(cased_words()), *cased_words(), SENTENCE.format(mask="Romans")]
-    trained.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
-    model = json.loads(trained.to_str())["model"]
-    return dict(model["vocab"]), [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-
-
-def bpe_tokenizer(vocab_size: int):
-    """roberta-base's kind: :func:`bpe_pieces`, ``<s>`` 0 ``<pad>`` 1 ``</s>`` 2 ``<unk>`` 3, ``<mask>`` last (lstrip),
-    ``<s> A </s>`` (RobertaProcessing)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
-    specials = ["<s>", "<pad>", "</s>", "<unk>"]
-    vocab, merges = bpe_pieces(vocab_size, specials)
-    _fillers(vocab, vocab_size - 1, lambda i: f"madeupword{i:05d}")  # roberta-base's own name for unused entries
-    tok = Tokenizer(models.BPE(vocab, merges))
-    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=t == "<mask>")
-                            for t in specials + ["<mask>"]])
-    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True,
-                                                      add_prefix_space=False)
-    return tok
-
-
-def unigram_tokenizer(kind: str, vocab_size: int):
-    """A SentencePiece-style unigram as xlm-roberta-base's (NFKC standing in for its precompiled map, case kept,
-    ``<s>`` 0 ``<pad>`` 1 ``</s>`` 2 ``<unk>`` 3, ``<mask>`` last, ``<s> A </s>``) or albert-base-v2's
-    (AlbertConverter's normalizer: quotes, NFKD, accents stripped, lowercased; ``<pad>`` 0 ``<unk>`` 1 ``[CLS]`` 2
-    ``[SEP]`` 3 ``[MASK]`` 4; ``[CLS] A [SEP]``), the mask token lstrip. Pieces: "▁word" for every word of the
-    sentences (so each is one token), the bare words and single characters (for punctuation after a word:
-    "Rome," is "▁Rome" ","), then unused pieces to ``vocab_size``."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-
-    if kind == "unigram-xlmr":
-        specials, mask, cls, sep = ["<s>", "<pad>", "</s>", "<unk>"], "<mask>", "<s>", "</s>"
-        normalizer, forms, pair = normalizers.NFKC(), cased_words(), "<s> $A </s> </s> $B </s>"
-    else:
-        specials, mask, cls, sep = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"], "[MASK]", "[CLS]", "[SEP]"
-        normalizer = normalizers.Sequence([
-            normalizers.Replace("``", '"'), normalizers.Replace("''", '"'), normalizers.NFKD(),
-            normalizers.StripAccents(), normalizers.Lowercase(), normalizers.Replace(Regex(" {2,}"), " ")])
-        forms, pair = words(), "[CLS] $A [SEP] $B:1 [SEP]:1"
-    chars = sorted({c for w in forms for c in w})
-    scored = {s: 0.0 for s in specials}
-    scored.update({"▁": -4.0})
-    scored.update({"▁" + w: -5.0 for w in forms})  # a word is one piece: cheaper than any split of it
-    scored.update({w: -6.0 for w in forms if w not in scored})
-    scored.update({c: -8.0 for c in chars if c not in scored})
-    pieces = list(scored.items())
-    last = [(mask, 0.0)] if mask not in scored else []  # XLM-R's <mask> is its last id, ALBERT's [MASK] is 4
-    taken = set(scored)
-    i = 0
-    while len(pieces) < vocab_size - len(last):
-        piece = f"▁unused{i}"
-        if piece not in taken:
-            pieces.append((piece, -20.0))
-        i += 1
-    tok = Tokenizer(models.Unigram(pieces + last, unk_id=specials.index("<unk>"), byte_fallback=False))
-    tok.normalizer = normalizer
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
-    tok.decoder = decoders.Metaspace()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=t == mask)
-                            for t in specials + ([mask] if last else [])])
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}", pair=pair,
-        special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))])
-    return tok
-
-
-def save_tokenizer(member: Member, folder: Path, vocab_size: int) -> None:
-    """The member's fast tokenizer, saved as transformers saves it (tokenizer.json, tokenizer_config.json, ...)."""
-    import transformers
-
-    cls = getattr(transformers, member.tokenizer_class)
-    if member.tokenizer == "wordpiece":  # bench.py's bert-base vocabulary, as distilbert- and electra-base's are
-        vocab = vocabulary()
-        assert len(vocab) == vocab_size, (len(vocab), vocab_size)
-        (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-        tok = cls(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
-    elif member.tokenizer == "bpe":
-        tok = cls(tokenizer_object=bpe_tokenizer(vocab_size))
-    elif member.tokenizer == "unigram-xlmr":
-        tok = cls(tokenizer_object=unigram_tokenizer(member.tokenizer, vocab_size))
-    else:
-        tok = cls(tokenizer_object=unigram_tokenizer(member.tokenizer, vocab_size), pad_token="<pad>",
-                  unk_token="<unk>")
-    if len(tok) != vocab_size:
-        raise RuntimeError(f"{member.model}: the tokenizer has {len(tok)} entries, the model {vocab_size}")
-    tok.save_pretrained(folder)
+# --- the checkpoints -------------------------------------------------------------------------------------
 
 
 def checkpoint(member: Member, workdir: Path, vocab_size: int | None = None, seed: int = 0,
@@ -350,14 +249,16 @@ def run_member(member: Member, folder: Path, quick: bool) -> tuple[list[Row], li
               f"{c.intermediate_size}, vocabulary {c.vocab_size}"
               + (f", embeddings {c.embedding_size}" if getattr(c, "embedding_size", None) not in (None, c.hidden_size)
                  else ""))
-    notes = [f"{name}: {shapes}; tokenizer {member.tokenizer} ({type(pipe.tokenizer).__name__}, mask {mask}); the 64 "
-             f"sentences are {sum(lengths)} tokens ({min(lengths)} to {max(lengths)} each; BERT's: 4352, 8 to 128); "
-             f"the sentence's top 5 equal the pipeline's, scores at most {gap:.1e} apart; on the batch the top-1 "
-             f"token agrees for {top1} of {len(texts)} sentences, scores at most {apart:.1e} apart; the batch's "
-             f"products are {useful:.0f} GFLOP for bertfn ({useful / statistics.median(best):.0f} GFLOP/s at its best) "
-             f"and {done:.0f} for the pipeline at its best batch size (padding, the head at every token; "
-             f"{done / statistics.median(their_best):.0f} GFLOP/s): the same speed would give a ratio of "
-             f"{useful / done:.2f}"]
+    entries = f", {len(pipe.tokenizer)} entries" if len(pipe.tokenizer) != c.vocab_size else ""  # DeBERTa-v3's 128001
+    left_out = " (the c2p and p2c position terms not counted)" if member.model_class.startswith("Deberta") else ""
+    notes = [f"{name}: {shapes}; tokenizer {member.tokenizer} ({type(pipe.tokenizer).__name__}{entries}, mask {mask} "
+             f"{model.tokenizer.mask_token_id}); the 64 sentences are {sum(lengths)} tokens ({min(lengths)} to "
+             f"{max(lengths)} each; BERT's: 4352, 8 to 128); the sentence's top 5 equal the pipeline's, scores at most "
+             f"{gap:.1e} apart; on the batch the top-1 token agrees for {top1} of {len(texts)} sentences, scores at "
+             f"most {apart:.1e} apart; the batch's products{left_out} are {useful:.0f} GFLOP for bertfn "
+             f"({useful / statistics.median(best):.0f} GFLOP/s at its best) and {done:.0f} for the pipeline at its "
+             f"best batch size (padding, the head at every token; {done / statistics.median(their_best):.0f} GFLOP/s): "
+             f"the same speed would give a ratio of {useful / done:.2f}"]
     return rows, notes  # the model and the pipeline go with this frame (main collects them before the next member)
 
 

@@ -1,21 +1,22 @@
-"""bertfn against transformers' eager and SDPA attention on ModernBERT and ESM-2, BERT's pre-LN relatives (issue 38).
+"""bertfn against transformers' eager and SDPA attention on ModernBERT, ESM-2 and ESM-1b, BERT's pre-LN relatives
+(issue 38).
 
-    python bench/family_modern.py                        # both; builds each checkpoint in bench/.work/family once
-    python bench/family_modern.py --members esm          # one of them
+    python bench/family_modern.py                        # all three; builds each checkpoint in bench/.work/family once
+    python bench/family_modern.py --members esm,esm1b    # some of them
     python bench/family_modern.py --quick                # small models, few texts and repetitions: checks the script
 
 Per member, in one process, on the same checkpoint: ``bertfn.fill_mask`` and ``transformers.pipeline("fill-mask")``
 over the member's masked LM loaded twice, with ``attn_implementation="eager"`` and ``"sdpa"``, one call of each in
 turn (bench.py's ``alternate``):
 
-  * one text to its top-5 answers: ModernBERT "When in Rome, do as the [MASK] do."; ESM-2 adalimumab's heavy chain
-    variable domain (121 residues) with one ``<mask>``;
+  * one text to its top-5 answers: ModernBERT "When in Rome, do as the [MASK] do."; ESM-2 and ESM-1b adalimumab's
+    heavy chain variable domain (121 residues) with one ``<mask>``;
   * a batch of texts, one mask each, each side at two batch sizes (the pipeline's input sorted by length, its best
     case) and at its best: ModernBERT 32 of workload.py's sentences, 8 to ``--modernbert-tokens`` tokens (160: past its
-    128-token local window; 32, not bench.py's 64, to keep the run near 10 minutes on 2 cores); ESM-2 64
+    128-token local window; 32, not bench.py's 64, to keep the run near 10 minutes on 2 cores); ESM-2 and ESM-1b 64
     antibody-like heavy chains of 100-130 residues (:func:`antibodies`).
 
-bertfn runs both on its fast path (bertfn/fast/prenorm.py: the texts end to end, each attending to itself, the
+bertfn runs them on its fast path (bertfn/fast/prenorm.py: the texts end to end, each attending to itself, the
 products on the kernels ``fast.choice`` picks, the last layer at the masks). :func:`fast_gain` measures what that
 gives against the padded reference path on the same member: ``fill_mask`` as is against ``fill_mask`` with a no-op
 edit (an edit sends the texts the padded way).
@@ -23,13 +24,19 @@ edit (an edit sends the texts the padded way).
 The checkpoints (``--workdir``/family/<model>, built on first use) are transformers' masked LMs with the real models'
 configurations and random weights: ModernBERT-base (``ModernBertConfig()``'s defaults: 22 layers, hidden 768, 12
 heads, intermediate 1152, vocabulary 50368, window 128) and ESM-2 esm2_t12_35M_UR50D (12 layers, hidden 480, 20
-heads, intermediate 1920; esm2_t33_650M would take too long on 2 cores), with a tokenizer of the member's kind:
-ModernBERT's byte-level BPE with [UNK] [CLS] [SEP] [PAD] [MASK] at 50280-50284 (the benchmark's words one token each,
-as family.py builds RoBERTa's), ESM's 33-token vocab.txt (``EsmTokenizer``). Before timing, the script stops unless
-bertfn's top 5 for the one text are each transformers side's tokens with scores within 1e-4, and bertfn's top 5 for
-every text of the batch (run as a batch) are the SDPA pipeline's for that text alone: transformers 4.57's ESM scales
-a padded row's embeddings by its mask count over the padded length instead of over its real tokens (it does not
-pass the attention mask to ``EsmEmbeddings``; fixed later upstream), so its batched answers differ a little.
+heads, intermediate 1920; esm2_t33_650M would take too long on 2 cores), with a tokenizer of the member's kind
+(family_tokenizers.py): ModernBERT's byte-level BPE with [UNK] [CLS] [SEP] [PAD] [MASK] at 50280-50284 (the
+benchmark's words one token each, as family.py builds RoBERTa's), ESM's 33-token vocab.txt (``EsmTokenizer``).
+ESM-1b is no real checkpoint's shape: the real esm1b_t33_650M_UR50S (33 layers, hidden 1280, 650M parameters) is too
+slow for a 2-core run, so its row ("ESM-1b at ESM-2 35M's sizes", folder esm1b-t12-35M) takes ESM-1b's layer
+(``position_embedding_type`` "absolute": 1026 learned positions from ``padding_idx + 1``; ``emb_layer_norm_before``;
+token dropout) at esm2_t12_35M_UR50D's sizes, with ESM-2's vocabulary (ESM-1b's is the same) and workload.
+
+Before timing, the script stops unless bertfn's top 5 for the one text are each transformers side's tokens with
+scores within 1e-4, and bertfn's top 5 for every text of the batch (run as a batch) are the SDPA pipeline's for that
+text alone: transformers 4.57's ESM scales a padded row's embeddings by its mask count over the padded length instead
+of over its real tokens (it does not pass the attention mask to ``EsmEmbeddings``; fixed later upstream), so its
+batched answers differ a little.
 """
 
 from __future__ import annotations
@@ -48,17 +55,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench import Row, alternate, fmt, load_average, machine, table, write_section  # noqa: E402
-from family import SENTENCE, Member, _fillers, bpe_pieces, check_same, checkpoint, padded  # noqa: E402
+from family import SENTENCE, Member, check_same, checkpoint, padded  # noqa: E402
+from family_tokenizers import save_modern_tokenizer  # noqa: E402
 from workload import batch_texts, vocabulary  # noqa: E402
 
-HEADING = "# bertfn ModernBERT and ESM-2 (bench/family_modern.py)"
+HEADING = "# bertfn ModernBERT, ESM-2 and ESM-1b (bench/family_modern.py)"
 SIDES = ("eager", "sdpa")
 """transformers' attention implementations, each a pipeline over its own copy of the model."""
-MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
-"""ModernBERT-base's special tokens, at ids 50280-50284 after GPT-NeoX's 50280 BPE entries: 88 ids before the end
-of its 50368-entry vocabulary (:func:`special_ids`)."""
-ESM_VOCAB = ["<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO.-", "<null_1>", "<mask>"]
-"""ESM-2's vocab.txt (facebook/esm2_*): <cls> 0, <pad> 1, <eos> 2, <unk> 3, residues, gaps, <null_1> 31, <mask> 32."""
 ADALIMUMAB_VH = ("EVQLVESGGGLVQPGRSLRLSCAASGFTFDDYAMHWVRQAPGKGLEWVSAITWNSGHIDYADSVEGRFTISRDNAKNSLYLQMNSLRAEDTAVYYCAK"
                  "VSYLSTASSLDYWGQGTLVTVSS")
 """Adalimumab's heavy chain variable domain: frameworks 1-3 (98 residues, to ...CAK), CDR-H3 VSYLSTASSLDY, then
@@ -88,57 +91,28 @@ class Modern:
     batch_sizes: tuple[int, ...]
 
 
+ESM2_35M = dict(vocab_size=33, hidden_size=480, num_hidden_layers=12, num_attention_heads=20, intermediate_size=1920,
+                max_position_embeddings=1026, token_dropout=True, layer_norm_eps=1e-5, mask_token_id=32, pad_token_id=1,
+                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+"""esm2_t12_35M_UR50D's config fields but its positions: ESM-2's and ESM-1b's rows take these sizes, each with its own
+positions (ESM-1b: its layer, not esm1b_t33_650M_UR50S's 33 layers of width 1280, too slow for 2 cores)."""
+ESM_QUICK = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128)
+"""--quick's ESM sizes."""
+ESM = ("esm", "esm1b")
+"""ESM's members: ESM-2 (rotary positions) and ESM-1b (learned positions from ``padding_idx + 1``, a LayerNorm on the
+embeddings), the same vocabulary, the same workload."""
+
 MODERN = {
     "modernbert": Modern("ModernBERT", "ModernBERT-base", "ModernBertForMaskedLM", "ModernBertConfig", dict(
         reference_compile=False), dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, intermediate_size=96,
                                   local_attention=16, **special_ids(1536)), 32, (8, 32)),
     "esm": Modern("ESM-2", "esm2_t12_35M_UR50D", "EsmForMaskedLM", "EsmConfig", dict(
-        vocab_size=33, hidden_size=480, num_hidden_layers=12, num_attention_heads=20, intermediate_size=1920,
-        max_position_embeddings=1026, position_embedding_type="rotary", token_dropout=True,
-        emb_layer_norm_before=False, layer_norm_eps=1e-5, mask_token_id=32, pad_token_id=1, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0), dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                                                intermediate_size=128), 64, (8, 64)),
+        ESM2_35M, position_embedding_type="rotary", emb_layer_norm_before=False), ESM_QUICK, 64, (8, 64)),
+    "esm1b": Modern("ESM-1b at ESM-2 35M's sizes", "esm1b-t12-35M", "EsmForMaskedLM", "EsmConfig", dict(
+        ESM2_35M, position_embedding_type="absolute", emb_layer_norm_before=True), ESM_QUICK, 64, (8, 64)),
 }
-"""The members by the name ``--members`` takes (ModernBERT's other fields are ``ModernBertConfig()``'s defaults)."""
-
-
-def modernbert_tokenizer(vocab_size: int):
-    """ModernBERT-base's kind: GPT-NeoX's byte-level BPE after NFC (family.py's :func:`bpe_pieces`, padded with
-    unused entries to 50280), [UNK] [CLS] [SEP] [PAD] [MASK] at 50280-50284 ([MASK] lstrip), more unused entries to
-    ``vocab_size`` (50368; --quick's smaller vocabulary keeps the specials 88 before its end), ``[CLS] A [SEP]``; no
-    token type ids (ModernBERT takes none)."""
-    import transformers
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-
-    first = vocab_size - 88  # ModernBERT-base's 50280
-    vocab, merges = bpe_pieces(first, [])
-    _fillers(vocab, first, lambda i: f"madeupword{i:05d}")
-    vocab.update({t: first + i for i, t in enumerate(MODERNBERT_SPECIALS)})
-    _fillers(vocab, vocab_size, lambda i: f"[unused{i}]")
-    tok = Tokenizer(models.BPE(vocab, merges))
-    tok.normalizer, tok.decoder = normalizers.NFC(), decoders.ByteLevel()
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=t == "[MASK]")
-                            for t in MODERNBERT_SPECIALS])
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", first + 1), ("[SEP]", first + 2)])
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
-        mask_token="[MASK]", model_input_names=["input_ids", "attention_mask"])
-
-
-def save_tokenizer(member: Member, folder: Path, vocab_size: int) -> None:
-    """The member's tokenizer, saved as transformers saves it: ModernBERT's (:func:`modernbert_tokenizer`), or
-    ESM's ``EsmTokenizer`` of :data:`ESM_VOCAB`."""
-    import transformers
-
-    if member.model_class == "ModernBertForMaskedLM":
-        tok = modernbert_tokenizer(vocab_size)
-    else:
-        (folder / "vocab.txt").write_text("\n".join(ESM_VOCAB) + "\n", encoding="utf-8")
-        tok = transformers.EsmTokenizer(str(folder / "vocab.txt"))
-    tok.save_pretrained(folder)
+"""The members by the name ``--members`` takes (ModernBERT's other fields are ``ModernBertConfig()``'s defaults;
+ESM-1b's model name is no hub model's: its layer at esm2_t12_35M_UR50D's sizes)."""
 
 
 def build(member: Modern, workdir: Path, quick: bool) -> Path:
@@ -147,7 +121,7 @@ def build(member: Modern, workdir: Path, quick: bool) -> Path:
     fields = dict(member.config, **(member.quick if quick else {}))
     spec = Member(member.name, member.model + ("-quick" if quick else ""), member.model_class, member.config_class,
                   fields)
-    return checkpoint(spec, workdir, save=save_tokenizer)
+    return checkpoint(spec, workdir, save=save_modern_tokenizer)
 
 
 def antibodies(n: int, seed: int = 0) -> list[str]:
@@ -180,7 +154,7 @@ def gflop(c, lengths: list[int], head_rows: int) -> float:
 def member_inputs(key: str, model, n_texts: int, modernbert_tokens: int) -> tuple[str, list[str]]:
     """The one text and the batch's texts of a member, in the model's own mask token."""
     mask = model.tokenizer.mask_token
-    if key == "esm":
+    if key in ESM:
         return ADALIMUMAB_VH[:100] + mask + ADALIMUMAB_VH[101:], antibodies(n_texts)
     index = {w: i for i, w in enumerate(vocabulary())}
     return SENTENCE.format(mask=mask), [t.replace("[MASK]", mask) for t in batch_texts(
@@ -247,13 +221,17 @@ def run_member(key: str, folder: Path, quick: bool, modernbert_tokens: int) -> t
               f"{c.intermediate_size}, vocabulary {c.vocab_size}"
               + (f", window {c.local_attention} in 2 layers of {c.global_attn_every_n_layers}" if key == "modernbert"
                  else ", token dropout"))
+    if key == "esm1b":
+        shapes += (f", {c.max_position_embeddings} learned positions from padding_idx + 1 and a LayerNorm on the "
+                   f"embeddings: ESM-1b's layer at {'--quick' if quick else 'esm2_t12_35M_UR50D'}'s sizes, not "
+                   f"esm1b_t33_650M_UR50S's (33 layers, hidden 1280: too slow on 2 cores)")
     notes = [f"{name}: {shapes}; the {len(texts)} texts are {sum(lengths)} tokens ({min(lengths)} to {max(lengths)} "
              f"each); bertfn's top 5 equal transformers' on the one text and on each text of the batch (bertfn "
              f"batched, the SDPA pipeline each text alone), the scores apart at most: eager {gaps['eager']:.1e}, sdpa "
              f"{gaps['sdpa']:.1e}, batch {batch_gap:.1e}; against the SDPA pipeline's own batches (batch size "
              f"{batch_sizes[-1]}) "
              f"the top-1 token agrees for {top1} of {len(texts)}, scores {apart:.1e} apart at most"
-             + (" (transformers 4.57's token dropout on padded rows)" if key == "esm" else "")
+             + (" (transformers 4.57's token dropout on padded rows)" if key in ESM else "")
              + f"; the batch's products at each side's best batch size: bertfn {ours_gflop:.0f} GFLOP (the texts end "
              f"to end, the head at the masks: {ours_gflop / statistics.median(best['bertfn']):.0f} GFLOP/s), "
              f"transformers {their_gflop:.0f} GFLOP (padded batches, the head at every token; "
@@ -337,7 +315,8 @@ def main(argv: list[str] | None = None) -> None:
         f"- started {started:%Y-%m-%d %H:%M %Z}; load average (1, 5, 15 min) before {load_before}, "
         f"after {load_average()}",
         f"- machine: {machine(threads)}",
-        "- models: random weights, " + ("--quick's small sizes" if args.quick else "the real models' configurations")
+        "- models: random weights, " + ("--quick's small sizes" if args.quick else "the real models' configurations"
+                                        + (" (ESM-1b's layer at ESM-2 35M's sizes)" if "esm1b" in keys else ""))
         + ", tokenizers of their kind (bench/family_modern.py); bertfn on its fast path (the texts end to end: "
         "bertfn/fast/prenorm.py)",
         f"- command: python bench/family_modern.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip(),

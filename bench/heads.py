@@ -49,7 +49,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench import Row, alternate, load_average, machine, table, write_section  # noqa: E402
+from bench import Row, alternate, load_average, machine, peak_gflops, stream_gbs, table, write_section  # noqa: E402
 from family import bpe_tokenizer, cased_words, words  # noqa: E402
 from workload import PLACES, ROME, SPECIALS, batch_texts  # noqa: E402
 
@@ -304,6 +304,73 @@ def shapes(config) -> str:
     return f"hidden {hidden}, {layers} layers, vocabulary {config.vocab_size}"
 
 
+def classifier_gflop(config, lengths: list[int]) -> float:
+    """FLOPs of a classification of texts of ``lengths`` tokens: every layer's products at each token (Q, K, V, O:
+    4 H^2; the FFN: 2 H I) and attention's Q K^T and P V (2 n^2 H per layer); the head (a few H^2 per text) and
+    LayerNorm, GELU, softmax left out. 2 FLOPs per multiply-add (bench.py's ``useful_gflop`` without the MLM head)."""
+    H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    return 2 * sum(L * (4 * n * H * H + 2 * n * H * I + 2 * n * n * H) for n in lengths) / 1e9
+
+
+def encoder_bytes(model) -> int:
+    """Bytes of weights one text must read at least once: every tensor but the word, position and token-type tables
+    (a few rows of each are read); each tied tensor once."""
+    skip = ("word_embeddings.", "position_embeddings.", "token_type_embeddings.")
+    unique = {id(t): t for k, t in model.state.items() if not any(s in k for s in skip)}
+    return sum(t.numel() * t.element_size() for t in unique.values())
+
+
+def sentence_bounds(name: str, n: int, folder: Path, model, pipe, ours: list[float], reps: int,
+                    notes: list[str]) -> list[Row]:
+    """What bounds the one-sentence row: the pipeline's model alone (the tokenized sentence through
+    ``pipe.model``, no pipeline around it: the same F.linear products); the machine's floor (the weights read once
+    at stream bandwidth, or the FLOPs at the best kernel's peak, the longer); bertfn's bf16 mode against the
+    pipeline (the target held in that mode, as bench.py holds fill-mask's)."""
+    import torch
+
+    import bertfn
+
+    enc = pipe.tokenizer(SENTENCE, return_tensors="pt")
+    forward = lambda: pipe.model(**enc)  # noqa: E731
+    bf16 = bertfn.load(folder, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        t = alternate({"bertfn": lambda: bertfn.classify(SENTENCE, model), "forward": forward,
+                       "bf16": lambda: bertfn.classify(SENTENCE, bf16), "pipeline": lambda: pipe(SENTENCE)}, reps)
+    gbs, peak = stream_gbs("cpu"), peak_gflops("cpu", torch.float32)
+    weights, flop = encoder_bytes(model), classifier_gflop(model.config, [n])
+    floor = max(weights / gbs / 1e9, flop / peak)
+    notes.append(f"{name}, 1 sentence: the floor reads {weights / 1e6:.0f} MB of weights at {gbs:.1f} GB/s "
+                 f"({weights / gbs / 1e6:.1f} ms) and does {flop:.2f} GFLOP at the fp32 peak of {peak:.0f} GFLOP/s "
+                 f"({flop / peak * 1e3:.1f} ms), whichever is longer; the pipeline's model alone runs the same products "
+                 f"(F.linear) without the pipeline around them, a bound no fp32 text-to-label call goes under without "
+                 f"faster products")
+    return [Row(f"{name}: 1 sentence, bertfn text to label vs the pipeline's model forward alone (tokens in)", "ms",
+                ours, "transformers model forward", t["forward"]),
+            Row(f"{name}: 1 sentence vs the machine's floor (weights at stream bandwidth, or FLOPs at peak)", "ms",
+                ours, "floor, fp32", [floor]),
+            Row(f"bf16 mode: {name}: 1 sentence, text to label", "ms", t["bf16"], "transformers pipeline",
+                t["pipeline"], "<= 0.5")]
+
+
+def batch_bounds(name: str, texts: list[str], lengths: list[int], folder: Path, model, best: list[float],
+                 their_best: list[float], batch_sizes: tuple[int, ...], reps: int, quick: bool) -> list[Row]:
+    """What bounds the batch row: bertfn's best against the FLOPs of the real tokens at the best kernel's peak (no
+    fp32 run of these texts goes under it), and bertfn's bf16 mode at its best batch size against the pipeline's
+    best (the target held in that mode)."""
+    import torch
+
+    import bertfn
+
+    bf16 = bertfn.load(folder, dtype=torch.bfloat16)
+    b = max(batch_sizes)  # bertfn's best in every run so far
+    t = alternate({"bf16": lambda: bertfn.classify(texts, bf16, batch_size=b)}, reps, warm_up=not quick)
+    floor = classifier_gflop(model.config, lengths) / peak_gflops("cpu", torch.float32)
+    return [Row(f"{name}: {len(texts)} mixed sentences, bertfn's best vs the FLOPs of their real tokens at the fp32 "
+                "peak", "s", best, "floor, fp32", [floor]),
+            Row(f"bf16 mode: {name}: {len(texts)} mixed sentences, batch size {b}, vs the pipeline's best", "s",
+                t["bf16"], "transformers pipeline", their_best, "<= 0.625")]
+
+
 def run(folders: dict[str, Path], quick: bool) -> tuple[list[Row], list[str]]:
     """Every row of the table and the notes (what each checkpoint is, the workloads' sizes, how close the answers)."""
     import transformers
@@ -334,6 +401,7 @@ def run(folders: dict[str, Path], quick: bool) -> tuple[list[Row], list[str]]:
                   reps["single"])
     rows.append(Row(f"{name}: 1 sentence ({n} tokens), text to label", "ms", t["bertfn"], "transformers pipeline",
                     t["pipeline"], "<= 0.5"))
+    rows += sentence_bounds(name, n, folder, model, pipe, t["bertfn"], reps["single"], notes)
     texts = sentences(vocabulary(30522, cased=False))
     lengths = model.tokenizer(texts).attention_mask.sum(dim=1).tolist()
     sorted_texts, back = by_length(texts, lengths)
@@ -352,6 +420,7 @@ def run(folders: dict[str, Path], quick: bool) -> tuple[list[Row], list[str]]:
     rows.append(Row(f"{name}: {len(texts)} mixed sentences, each side's best batch size "
                     f"({batch_sizes[ours.index(best)]} vs {batch_sizes[theirs.index(their_best)]})", "s", best,
                     "transformers pipeline", their_best, "<= 0.625"))
+    rows += batch_bounds(name, texts, lengths, folder, model, best, their_best, batch_sizes, reps["batch"], quick)
     notes.append(f"{head.name} ({head.model}: {head.model_class}, {shapes(model.config)}, {parameters(pipe.model)}, "
                  f"labels {', '.join(model.config.labels)}): the sentence's label and score agree with the pipeline's "
                  f"(at most {gap.most:.1e} apart); the 64 sentences are {sum(lengths)} tokens ({min(lengths)} to "

@@ -187,6 +187,42 @@ def test_family_quick_run_writes_its_section_and_keeps_the_others(tmp_path, monk
         assert re.match(rf"\| {pattern.format(spread=SPREAD, number=NUMBER)}", line), line
 
 
+@pytest.mark.needs_transformers
+def test_every_family_tokenizer_reads_the_sentences_as_bert_base_and_bertfn_reads_it_as_transformers(tmp_path,
+                                                                                                      monkeypatch):
+    """bench/family.py's tokenizers (bench/family_tokenizers.py), each member's without its model: the special tokens
+    at the real model's ids, the one sentence 12 tokens and the 64 sentences BERT's 4352 (every word one token, no
+    unknown one), and bertfn's tokenizer reads each folder as transformers' does, id for id."""
+    from bertfn.checkpoint.tokenizer import Tokenizer
+
+    monkeypatch.setattr(sys, "path", [str(BENCH.parent), *sys.path])
+    spec = importlib.util.spec_from_file_location("bench_family", FAMILY)
+    family = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_family", family)  # its dataclass looks its module up there
+    spec.loader.exec_module(family)
+    import transformers
+    from family_tokenizers import save_tokenizer
+
+    ids = {"roberta": (0, 2, 1, 50264), "xlm-roberta": (0, 2, 1, 250001), "distilbert": (101, 102, 0, 103),
+           "electra": (101, 102, 0, 103), "albert": (2, 3, 0, 4), "camembert": (5, 6, 1, 32004),
+           "mpnet": (0, 2, 1, 30526), "deberta-v3": (1, 2, 0, 128000)}  # cls, sep, pad, mask
+    assert set(ids) == set(family.MEMBERS)
+    for key, member in family.MEMBERS.items():
+        folder = tmp_path / key
+        folder.mkdir()
+        save_tokenizer(member, folder, member.config["vocab_size"])
+        theirs, ours = transformers.AutoTokenizer.from_pretrained(folder), Tokenizer.from_folder(folder)
+        assert type(theirs).__name__ == member.tokenizer_class
+        assert (theirs.cls_token_id, theirs.sep_token_id, theirs.pad_token_id, theirs.mask_token_id) == ids[key], key
+        assert ours.mask_token == theirs.mask_token and ours.mask_token_id == theirs.mask_token_id, key
+        texts = [family.SENTENCE.format(mask=theirs.mask_token), *family.member_texts(theirs.mask_token)]
+        expected = [theirs(t)["input_ids"] for t in texts]
+        enc = ours(texts)
+        assert [row[:n].tolist() for row, n in zip(enc.input_ids, enc.attention_mask.sum(1).tolist())] == expected, key
+        assert len(expected[0]) == 12 and sum(map(len, expected[1:])) == 4352, key
+        assert all(x.count(theirs.mask_token_id) == 1 and theirs.unk_token_id not in x for x in expected), key
+
+
 MODERN = BENCH.parent / "family_modern.py"
 MODERN_ROWS = [
     rf"1 text \((12|123) tokens\), text to top-5 answers \| ms \| {SPREAD} \| {SPREAD} \| {SPREAD} \| {NUMBER} \| {NUMBER} \|",
@@ -198,9 +234,9 @@ MODERN_ROWS = [
 
 @pytest.mark.needs_transformers
 def test_family_modern_quick_run_checks_the_answers_and_writes_its_rows(tmp_path, monkeypatch):
-    """bench/family_modern.py --quick: small ModernBERT and ESM-2 checkpoints, bertfn's top 5 equal to transformers'
-    eager and SDPA pipelines' (the one text, each text of the batch) before timing, three sides per row, and
-    each member's fast path against its padded path; bench.py's section stays."""
+    """bench/family_modern.py --quick: small ModernBERT, ESM-2 and ESM-1b checkpoints, bertfn's top 5 equal to
+    transformers' eager and SDPA pipelines' (the one text, each text of the batch) before timing, three sides per row,
+    and each member's fast path against its padded path; bench.py's section stays."""
     spec = importlib.util.spec_from_file_location("bench_family_modern", MODERN)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_family_modern", module)  # its dataclass looks its module up there
@@ -215,30 +251,42 @@ def test_family_modern_quick_run_checks_the_answers_and_writes_its_rows(tmp_path
         torch.set_num_threads(threads)
 
     text = out.read_text()
-    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn ModernBERT and ESM-2")
+    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn ModernBERT, ESM-2 and ESM-1b")
     notes = [line for line in text.splitlines() if "bertfn's top 5 equal transformers'" in line]
-    assert [n.split(":")[0] for n in notes] == ["- ModernBERT (ModernBERT-base)", "- ESM-2 (esm2_t12_35M_UR50D)"]
+    assert [n.split(":")[0] for n in notes] == ["- ModernBERT (ModernBERT-base)", "- ESM-2 (esm2_t12_35M_UR50D)",
+                                                "- ESM-1b at ESM-2 35M's sizes (esm1b-t12-35M)"]
     gaps = [re.search(r"apart at most: eager (\S+), sdpa (\S+), batch (\S+);", n).groups() for n in notes]
     assert all(float(gap) < 1e-4 for three in gaps for gap in three), gaps
-    section = text.split("# bertfn ModernBERT and ESM-2", 1)[1].splitlines()
+    section = text.split("# bertfn ModernBERT, ESM-2 and ESM-1b", 1)[1].splitlines()
     lines = [line for line in section if line.startswith("| ") and not line.startswith("| workload")]
-    names = ("ModernBERT \\(ModernBERT-base\\)", "ESM-2 \\(esm2_t12_35M_UR50D\\)")
+    names = ("ModernBERT \\(ModernBERT-base\\)", "ESM-2 \\(esm2_t12_35M_UR50D\\)",
+             "ESM-1b at ESM-2 35M's sizes \\(esm1b-t12-35M\\)")
     patterns = [rf"{name}: {row}" for name in names for row in MODERN_ROWS]
     for pattern, line in zip(patterns, lines):
         assert re.match(rf"\| {pattern}", line), line
     gains = lines[len(patterns):]  # the second table: each member's one text and batch, fast against padded
-    assert len(gains) == 4 and all("the fast path | " in line and "the padded path (a no-op edit)" in line
-                                   for line in gains), gains
+    assert len(gains) == 2 * len(names) and all(
+        "the fast path | " in line and "the padded path (a no-op edit)" in line for line in gains), gains
 
 
 HEADS = BENCH.parent / "heads.py"
 HEADS_ROWS = [
     r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 1 sentence \(12 tokens\), text to label "
     r"\| ms \| {spread} \| transformers pipeline \| {spread} \| {number} \| <= 0.5 \|",
+    r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 1 sentence, bertfn text to label vs the "
+    r"pipeline's model forward alone \(tokens in\) \| ms \| {spread} \| transformers model forward \| {spread} \| {number} \| - \|",
+    r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 1 sentence vs the machine's floor "
+    r"\(weights at stream bandwidth, or FLOPs at peak\) \| ms \| {spread} \| floor, fp32 \| {spread} \| {number} \| - \|",
+    r"bf16 mode: text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 1 sentence, text to label "
+    r"\| ms \| {spread} \| transformers pipeline \| {spread} \| {number} \| <= 0.5 \|",
     *(rf"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 64 mixed sentences, batch size {b} "
       rf"\| s \| {{spread}} \| transformers pipeline \| {{spread}} \| {{number}} \| - \|" for b in (8, 64)),  # --quick's
     r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 64 mixed sentences, each side's best "
     r"batch size \((8|64) vs (8|64)\) \| s \| {spread} \| transformers pipeline \| {spread} \| {number} \| <= 0.625 \|",
+    r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 64 mixed sentences, bertfn's best vs the "
+    r"FLOPs of their real tokens at the fp32 peak \| s \| {spread} \| floor, fp32 \| {spread} \| {number} \| - \|",
+    r"bf16 mode: text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 64 mixed sentences, batch "
+    r"size 64, vs the pipeline's best \| s \| {spread} \| transformers pipeline \| {spread} \| {number} \| <= 0.625 \|",
     *(rf"{task}: {what} \| s \| {{spread}} \| transformers pipeline, batch size {other} \| {{spread}} \| {{number}} \| - \|"
       for task, what, others in [
           (r"NER \(bert-base-NER\)", "64 mixed sentences, aggregation simple", (r"1 \(its default\)", "16, sorted by length")),
