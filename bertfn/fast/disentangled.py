@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..model.attention import split_heads
+from ..model.config import BertConfig
 from ..model.family import family_of
 from ..model.functional import layer_norm
 from ..model.members.deberta_attention import conv_layer, relative_embeddings, relative_positions, scale_factor, span
@@ -29,7 +30,7 @@ from .unpadded import unpadded_feed_forward
 Tensor = torch.Tensor
 
 
-def reached_rows(n: int, config) -> tuple[int, int]:
+def reached_rows(n: int, config: BertConfig) -> tuple[int, int]:
     """The rows ``[lo, hi)`` of the distances' table that a text of ``n`` tokens reads (every shorter text reads
     fewer: its distances are the top-left corner of the longer text's).
 
@@ -66,7 +67,7 @@ def positional_projections(p: Params, rel: Tensor, nh: int) -> dict[str, Tensor]
             for term, name in names.items() if term in cfg.pos_att_type}
 
 
-def text_context(q: Tensor, k: Tensor, v: Tensor, positional: dict[str, Tensor], lo: int, config) -> Tensor:
+def text_context(q: Tensor, k: Tensor, v: Tensor, positional: dict[str, Tensor], lo: int, config: BertConfig) -> Tensor:
     """One text's attention context: the content term plus c2p and p2c, softmax, times the values (no mask: the
     text is whole).
 
