@@ -162,10 +162,9 @@ def unpadded_deberta_encoder(params: Params, input_ids: Tensor, token_type_ids: 
         at = rows if i == last and not (conv and i == 0) else None
         h = unpadded_disentangled_attention(layer.scope("attention"), x, lengths, rel, lo, at)
         h = unpadded_feed_forward(layer, h)  # (1, T or r, H)
-        if conv and i == 0:
-            ones = x.new_ones(1, 1)
-            h = torch.cat([conv_layer(p, e, hi_, ones.expand(1, e.shape[1]))
-                           for e, hi_ in zip(x.split(lengths, dim=1), h.split(lengths, dim=1))], dim=1)  # (1, T, H)
+        if conv and i == 0:  # each text's slice: its layer input e, its layer output o, every token real
+            h = torch.cat([conv_layer(p, e, o, x.new_ones(1, e.shape[1]))
+                           for e, o in zip(x.split(lengths, dim=1), h.split(lengths, dim=1))], dim=1)  # (1, T, H)
             if i == last and rows is not None:
                 h = h[:, rows]
         x = h
