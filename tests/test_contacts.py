@@ -116,7 +116,7 @@ def test_a_model_without_the_contact_head_is_refused(tmp_path):
     weights = tmp_path / "esm" / "model.safetensors"
     kept = {k: v for k, v in load_file(weights).items() if "contact_head" not in k}
     save_file(kept, weights, metadata={"format": "pt"})
-    with pytest.raises(bertfn.MissingPartError, match=r"contacts needs ESM-2's contact head .* is an ESM-2 without it"):
+    with pytest.raises(bertfn.MissingPartError, match=r"contacts needs ESM's contact head .* is an ESM-2 without it"):
         contacts("MKT", bertfn.load(tmp_path / "esm"))
     save_head("roberta", "sequence-classification", tmp_path / "rob", num_labels=2)
     with pytest.raises(bertfn.MissingPartError, match=r"is a RoBERTa model \(RobertaForSequenceClassification"):

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bertfn
+from bertfn.model.family import member_name
 from bertfn.model.members.modernbert import is_local
 from bertfn.model.recorder import head_point_names, point_names
 from bertfn.model.members.rotary import rotary_tables, rotate
@@ -229,8 +230,9 @@ def test_the_state_is_the_checkpoint_under_its_own_names(member):
 
 def test_the_model_says_what_it_is(member):
     kind, _, model, _ = member
-    name = {"modernbert": "ModernBERT", "esm": "ESM-2", "esm1b": "ESM-2"}[kind]  # ESM-1b: model_type esm's record
-    assert model.family.name == name and f": {name}, " in repr(model) and "MLM head" in repr(model)
+    name = {"modernbert": "ModernBERT", "esm": "ESM-2", "esm1b": "ESM-1b"}[kind]  # ESM-1b: ESM's record, its variant
+    assert member_name(model.config) == name and f": {name}, " in repr(model) and "MLM head" in repr(model)
+    assert model.family.name == ("ModernBERT" if kind == "modernbert" else "ESM-2")
 
 
 def test_a_trace_records_every_point_in_order(member):

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import InputError, MissingPartError, syntax
 from ..model.config import BertConfig
-from ..model.family import family_of
+from ..model.family import family_of, member_name
 from ..model.params import Params
 from ..model.task_heads import Head, head_of
 from .dtypes import resolve_dtype
@@ -115,7 +115,7 @@ class Model:
         parts += [f"extra heads {', '.join(f'{k} ({n})' for k, n in self.extra_heads.items())}"] if self.extra_heads else []
         tok = "none" if not self.tokenizer else \
             f"{self.tokenizer.vocab_size} tokens{', lowercased' if self.tokenizer.lowercase else ''}"
-        return (f"Model({self.name!r}: {self.family.name}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads, hidden "
+        return (f"Model({self.name!r}: {member_name(c)}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads, hidden "
                 f"{c.hidden_size}, FFN {c.intermediate_size}, vocab {c.vocab_size}, {c.max_position_embeddings} "
                 f"positions ({c.position_embedding_type}); {len(self.state)} tensors, "
                 f"{sum(t.numel() for t in unique.values()):,} parameters, {self.dtype} on {self.device}; "

@@ -24,7 +24,7 @@ from ..errors import InputError
 from .attention import KV, attention, chosen_impl
 from .config import BertConfig
 from .embeddings import embeddings
-from .family import Family, family_of
+from .family import Family, family_of, member_name
 from .functional import ACTIVATIONS, dropout, layer_norm, linear
 from .heads import pooler
 from .masks import attention_masks, head_masks, warn_if_padding_without_mask
@@ -254,7 +254,7 @@ def encoder(
     past = cache.length if cache is not None else 0
     family = family_of(cfg)
     if family.layer is not None and (cache is not None or use_cache or encoder_hidden_states is not None):
-        raise InputError(f"{family.name} is an encoder: its layers keep no cache and have no cross-attention, so "
+        raise InputError(f"{member_name(cfg)} is an encoder: its layers keep no cache and have no cross-attention, so "
                          "cache=, use_cache=True and encoder_hidden_states= do not apply to it")
 
     own = {} if family.embeddings is None else {"attention_mask": attention_mask}  # a member's step sees the padding

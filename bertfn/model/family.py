@@ -110,6 +110,8 @@ class Family:
         attention_head: a head of the member's that reads every layer's attention maps, ``(params, input_ids (B, S),
             attentions (L of (B, nh, S, S)), attention_mask (B, S), trace) -> tensor``, or None where the weights lack
             it (ESM-2's contact head); :func:`bertfn.trace` runs it after the encoder.
+        variant: ``config -> name``: the model a config describes, where one record reads several under one
+            ``model_type`` (ESM: "ESM-2", or "ESM-1b" with learned positions); None: ``name``.
         attention_bias: ``(layer's params, n) -> (1, nh, n, n)``: the scores a layer of BERT's kind (post-LN, no
             rotary positions) adds to its scaled attention scores for a text of n tokens (MPNet's relative position
             bias); its own ``layer`` adds them in the reference pass, and the fast path reads them here.
@@ -138,6 +140,7 @@ class Family:
     head_points: Callable[[BertConfig], tuple[str, ...]] | None = None  # its own heads' trace points (ESM-2's contacts)
     attention_head: Callable[..., object] | None = None  # a head on every layer's attention maps (ESM-2's contacts)
     attention_bias: Callable[..., Tensor] | None = None  # (layer scope, n) -> scores added after scaling (MPNet's)
+    variant: Callable[[BertConfig], str] | None = None  # config -> the model's name, where not ``name`` (ESM-1b)
 
 
 BERT = Family("BERT", "bert", "bert.")
@@ -173,6 +176,17 @@ def family_of(config: BertConfig) -> Family:
     except KeyError:
         raise CheckpointError(f"config model_type {config.model_type!r} is not a model bertfn reads; it reads "
                               f"{', '.join(sorted(FAMILIES))}") from None
+
+
+def member_name(config: BertConfig) -> str:
+    """The name of the model ``config`` describes, as people write it: its family's, or the variant's where one
+    family record reads several models (ESM-1b beside ESM-2).
+
+    Args:
+        config: the model's config.
+    """
+    family = family_of(config)
+    return family.variant(config) if family.variant is not None else family.name
 
 
 def renamed(name: str, table: tuple[tuple[str, str], ...]) -> str:

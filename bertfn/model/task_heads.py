@@ -33,7 +33,7 @@ import torch
 
 from ..errors import CheckpointError, InputError
 from .config import BertConfig
-from .family import TaskHead, family_of
+from .family import TaskHead, family_of, member_name
 from .heads import multiple_choice, pooler, question_answering, sequence_classification, token_classification
 from .linearized import pooled_classifier_parts, span_reader_parts, token_classifier_parts
 from .params import Params
@@ -163,7 +163,7 @@ def head_of(config: BertConfig, state: Mapping[str, Tensor]) -> Head:
     family = family_of(config)
     if task in TASKS and task not in (family.tasks or TASKS):
         raise CheckpointError(f"config.json names {architecture}, but transformers has no {task} head for "
-                              f"{family.name} and neither has bertfn; its heads are {', '.join(family.tasks or TASKS)}")
+                              f"{member_name(config)} and neither has bertfn; its heads are {', '.join(family.tasks or TASKS)}")
     classifying = task in ("sequence-classification", "token-classification")
     return Head(task, architecture, config.labels if classifying else (),
                 problem_type(config) if task == "sequence-classification" else None)
@@ -183,7 +183,7 @@ def task_head(config: BertConfig, task: str) -> TaskHead:
         raise InputError(f"task must be one of {', '.join(map(repr, TASKS))}, got {task!r}")
     family = family_of(config)
     if task not in (family.tasks or TASKS):
-        raise InputError(f"{family.name} has no {task} head (transformers has none either); its heads are "
+        raise InputError(f"{member_name(config)} has no {task} head (transformers has none either); its heads are "
                          f"{', '.join(family.tasks or TASKS)}")
     return (family.task_heads or {}).get(task) or BERT_HEADS[task]
 

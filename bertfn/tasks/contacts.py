@@ -30,7 +30,7 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError, MissingPartError
 from ..model.encoder import encoder
-from ..model.family import longest_input
+from ..model.family import longest_input, member_name
 from ..model.members.esm import contact_head
 from ..model.recorder import NO_TRACE, Edit, with_edits
 
@@ -51,9 +51,9 @@ def require_contact_head(m: Model) -> None:
         MissingPartError: it has none: not ESM-2, or an ESM-2 saved without the head.
     """
     if "bert.contact_head.regression.weight" not in m.params:
-        kind = "an ESM-2 without it" if m.family.model_type == "esm" else f"a {m.family.name} model"
+        kind = f"an {member_name(m.config)} without it" if m.family.model_type == "esm" else f"a {m.family.name} model"
         raise MissingPartError(
-            f"contacts needs ESM-2's contact head (esm.contact_head.regression), and model {m.name!r} is {kind} "
+            f"contacts needs ESM's contact head (esm.contact_head.regression), and model {m.name!r} is {kind} "
             f"({m.head}); load an ESM-2 checkpoint that holds it, as facebook/esm2_t6_8M_UR50D and the other "
             "facebook/esm2_* do (EsmForMaskedLM, EsmModel)")
 

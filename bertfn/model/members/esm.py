@@ -307,4 +307,5 @@ ESM = register(Family(
     final_norm=final_norm, rotary_base=lambda config, i: None if learned(config) else ROTARY_BASE,
     task_heads={"sequence-classification": CLASSIFIER}, tasks=("sequence-classification", "token-classification"),
     head_points=lambda config: ("contacts.maps", "contacts.apc", "contacts.logits"), attention_head=contacts_of,
+    variant=lambda config: "ESM-1b" if learned(config) else "ESM-2",
 ))
