@@ -371,7 +371,7 @@ def test_a_new_model_from_the_config_counts_and_draws_as_transformers(kind):
     counts = bertfn.parameter_count(config, parts=("mlm",))
     assert counts["total"] == sum(p.numel() for k, p in hf.named_parameters() if "contact_head" not in k)
     model = bertfn.init_model(config, parts=("mlm",))
-    assert set(model.state) <= set(hf.state_dict()) and model.family.name in repr(model)
+    assert set(model.state) <= set(hf.state_dict()) and member_name(model.config) in repr(model)
     ids = torch.randint(4, 30, (2, 12))
     with torch.no_grad():
         assert bertfn.mlm_head(model, bertfn.encoder(model, ids).last_hidden_state).shape == (2, 12, V)
