@@ -50,6 +50,20 @@ def test_one_line_folds_line_breaks_but_keeps_a_quoted_texts_spaces(mlm_checkpoi
     assert capsys.readouterr().err == "bertfn: warning: a message written on two  lines\n"
 
 
+@pytest.mark.parametrize("command, option", [("fill-mask", "--targets"), ("classify", "--labels"),
+                                             ("zero-shot", "--labels"), ("choose", "--choices")])
+def test_a_list_option_that_took_the_text_is_named(command, option, capsys):
+    """Tried as a user: ``bertfn classify --head cls.species --labels A B "Q V Q"`` said "pass at least one text", the
+    text having become a third label; the error now says how. No model loads: the check comes first."""
+    assert main([command, "--model", "unused", option, "a", "b", "the [MASK] text"]) == bertfn.InputError.exit_code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"({option} takes every word after it, texts typed after included: put the texts first, or end the list with --" in err
+    if command != "zero-shot":  # whose --labels are always there
+        assert main([command, "--model", "unused"]) == bertfn.InputError.exit_code
+        assert "every word" not in capsys.readouterr().err  # no list option given: no hint
+
+
 def test_missing_model_folder(capsys, tmp_path):
     code = main(["fill-mask", "a [MASK]", "--model", str(tmp_path / "nope")])
     assert code == bertfn.ModelLoadError.exit_code

@@ -7,7 +7,7 @@ import json
 
 from ..errors import InputError
 from ..fast.choice import pack_state
-from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
+from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
 def add(sub) -> None:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("with --input each JSON line holds its prompt and its choices; drop --choices")
         return run_file_command(args, "choose", batch_size=args.batch_size)
     if not args.text:
-        raise InputError("pass a prompt and --choices, or --input FILE (JSON Lines with 'prompt' and 'choices'); "
+        raise no_texts(args, "pass a prompt and --choices, or --input FILE (JSON Lines with 'prompt' and 'choices'); "
                          "see 'bertfn choose --help'")
     if args.choices is None:
         raise InputError("pass the choices after the prompt: --choices A B C")

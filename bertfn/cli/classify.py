@@ -7,7 +7,7 @@ import json
 
 from ..errors import InputError
 from ..fast.choice import pack_state
-from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
+from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
 def add(sub) -> None:
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                              "JSON field (--field text=NAME text_pair=NAME)")
         return run_file_command(args, "classify", **options)
     if not args.text:
-        raise InputError("pass at least one text, or --input FILE; see 'bertfn classify --help'")
+        raise no_texts(args, "pass at least one text, or --input FILE; see 'bertfn classify --help'")
     texts = list(args.text)
     pairs = args.pair if args.pair is None or len(args.pair) > 1 else args.pair * len(texts)
     results = classify(texts, model_from_args(args, pack_state), text_pair=pairs, **options)

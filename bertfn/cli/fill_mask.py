@@ -8,7 +8,7 @@ import warnings
 
 from ..errors import InputError
 from ..fast.choice import pack_state
-from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
+from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
 def add(sub) -> None:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None:
         return run_file_command(args, "fill-mask", **options)
     if not args.text:
-        raise InputError("pass at least one text with the model's mask token ([MASK] or <mask>), or --input FILE; see 'bertfn fill-mask --help'")
+        raise no_texts(args, "pass at least one text with the model's mask token ([MASK] or <mask>), or --input FILE; see 'bertfn fill-mask --help'")
     texts, _ = text_list(list(args.text), "fill_mask")  # an empty text fails before the model loads
     # The mask token is the tokenizer's, which loads with the weights: the load's warnings (a checkpoint's
     # unused keys, ...) wait until the texts are checked, so that a text the model cannot fill gets its error alone.

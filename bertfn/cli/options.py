@@ -34,6 +34,21 @@ def one_line(kind: str, message: object) -> None:
     print(f"bertfn: {kind}: {LINE_BREAKS.sub(' ', str(message)).strip()}", file=sys.stderr)
 
 
+LIST_OPTIONS = ("pair", "labels", "targets", "choices")
+"""Options that take every word after them (``nargs="+"``): a text typed after one is read as one of its values."""
+
+
+def no_texts(args: argparse.Namespace, message: str) -> InputError:
+    """The error for a command given no text: ``message``, and where a list option (:data:`LIST_OPTIONS`) holds
+    values, how it may have taken the texts (``--labels A B "text"`` reads the text as a third label)."""
+    taken = [f"--{name}" for name in LIST_OPTIONS if getattr(args, name, None)]
+    if taken:
+        message += (f" ({' and '.join(taken)} take{'s' if len(taken) == 1 else ''} every word after "
+                    f"{'it' if len(taken) == 1 else 'them'}, texts typed after included: put the texts first, or end "
+                    f"the list with --, as in {taken[0]} A B -- TEXT)")
+    return InputError(message)
+
+
 def subcommand(sub, name: str, summary: str, example: str, description: str | None = None) -> argparse.ArgumentParser:
     """A subcommand's parser: ``summary`` in ``bertfn --help``'s list, and in its own ``--help`` a description
     (``summary`` or ``description``) and an example (``example``, shown after the options).

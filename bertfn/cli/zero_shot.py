@@ -8,7 +8,7 @@ import json
 from ..errors import InputError
 from ..tasks.zero_shot import DEFAULT_TEMPLATE
 from ..fast.choice import pack_state
-from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
+from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
 def add(sub) -> None:
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None:
         return run_file_command(args, "zero-shot", **options)
     if not args.text:
-        raise InputError("pass at least one text, or --input FILE; see 'bertfn zero-shot --help'")
+        raise no_texts(args, "pass at least one text, or --input FILE; see 'bertfn zero-shot --help'")
     results = zero_shot(list(args.text), model_from_args(args, pack_state), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
