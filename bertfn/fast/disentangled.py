@@ -10,7 +10,8 @@ One saving is the fast path's own: the positional keys and queries (``rel_embedd
 ``pos_query_proj``) are formed once per layer for the whole group, and only at the table's rows that the longest
 text's distances reach (:func:`reached_rows`): at most ``2n - 1`` of its ``2k`` rows (DeBERTa-v3: 512), where the
 reference forms all of them in every layer, for every batch. For a sentence of 12 tokens those two products are most
-of a layer's work. The rows formed are the same products, so each text's hidden states equal the reference encoder's
+of a layer's work. Which row each query and key reads is worked out once per call too (:func:`table_rows`). The rows
+formed are the same products, so each text's hidden states equal the reference encoder's
 on that text (tests/test_fast_path.py). Inference only: no dropout, head mask or trace.
 """
 
@@ -67,7 +68,27 @@ def positional_projections(p: Params, rel: Tensor, nh: int) -> dict[str, Tensor]
             for term, name in names.items() if term in cfg.pos_att_type}
 
 
-def text_context(q: Tensor, k: Tensor, v: Tensor, positional: dict[str, Tensor], lo: int, config: BertConfig) -> Tensor:
+def table_rows(n: int, config: BertConfig, lo: int, device: torch.device) -> dict[str, Tensor]:
+    """The row of the distances' table that each query and key reads, for texts of up to ``n`` tokens: formed once
+    per call, as a shorter text's distances are the top-left corner of the longest text's.
+
+    Args:
+        n: the longest text's tokens.
+        config: the model's config.
+        lo: the first row of the table that the positional projections were formed at (:func:`reached_rows`).
+        device: where the indices go.
+
+    Returns:
+        ``{"c2p": (n, n), "p2c": (n, n)}`` long, counted from ``lo``: c2p's row for query i and key j at [i, j],
+        p2c's for key i and query j at [i, j].
+    """
+    k2 = span(config)
+    rel_pos = relative_positions(n, config, device)  # (n, n): the bucketed i - j
+    return {"c2p": torch.clamp(rel_pos + k2, 0, 2 * k2 - 1) - lo, "p2c": torch.clamp(-rel_pos + k2, 0, 2 * k2 - 1) - lo}
+
+
+def text_context(q: Tensor, k: Tensor, v: Tensor, positional: dict[str, Tensor], table: dict[str, Tensor],
+                 config: BertConfig) -> Tensor:
     """One text's attention context: the content term plus c2p and p2c, softmax, times the values (no mask: the
     text is whole).
 
@@ -76,7 +97,7 @@ def text_context(q: Tensor, k: Tensor, v: Tensor, positional: dict[str, Tensor],
         k: (1, nh, n, hd).
         v: (1, nh, n, hd).
         positional: :func:`positional_projections` of this layer, over the table's rows from ``lo``.
-        lo: the first row of the table they were formed at.
+        table: :func:`table_rows` of the longest text, counted from that ``lo``.
         config: the model's config.
 
     Returns:
@@ -85,21 +106,18 @@ def text_context(q: Tensor, k: Tensor, v: Tensor, positional: dict[str, Tensor],
     n, hd = q.shape[2], q.shape[3]
     scale = torch.sqrt(torch.tensor(hd, dtype=torch.float) * scale_factor(config)).to(q.dtype)
     scores = q @ (k.transpose(-1, -2) / scale)  # (1, nh, n, n): content to content
-    if positional:
-        k2 = span(config)
-        rel_pos = relative_positions(n, config, q.device)  # (n, n)
-        shape = (1, q.shape[1], n, n)
-        if "c2p" in positional:
-            index = (torch.clamp(rel_pos + k2, 0, 2 * k2 - 1) - lo).expand(shape)  # (1, nh, n, n), rows from lo
-            scores = scores + torch.gather(q @ positional["c2p"].transpose(-1, -2), -1, index) / scale
-        if "p2c" in positional:
-            index = (torch.clamp(-rel_pos + k2, 0, 2 * k2 - 1) - lo).expand(shape)  # (1, nh, n_k, n_q)
-            scores = scores + torch.gather(k @ positional["p2c"].transpose(-1, -2), -1, index).transpose(-1, -2) / scale
+    shape = (1, q.shape[1], n, n)
+    if "c2p" in positional:
+        index = table["c2p"][:n, :n].expand(shape)  # (1, nh, n_q, n_k)
+        scores = scores + torch.gather(q @ positional["c2p"].transpose(-1, -2), -1, index) / scale
+    if "p2c" in positional:
+        index = table["p2c"][:n, :n].expand(shape)  # (1, nh, n_k, n_q)
+        scores = scores + torch.gather(k @ positional["p2c"].transpose(-1, -2), -1, index).transpose(-1, -2) / scale
     return torch.softmax(scores, dim=-1) @ v  # (1, nh, n, hd)
 
 
-def unpadded_disentangled_attention(p: Params, x: Tensor, lengths: list[int], rel: Tensor | None, lo: int,
-                                    rows: Tensor | None = None) -> Tensor:
+def unpadded_disentangled_attention(p: Params, x: Tensor, lengths: list[int], rel: Tensor | None,
+                                    table: dict[str, Tensor], rows: Tensor | None = None) -> Tensor:
     """:func:`~bertfn.model.members.deberta_attention.disentangled_attention` for texts laid end to end.
 
     Args:
@@ -108,7 +126,8 @@ def unpadded_disentangled_attention(p: Params, x: Tensor, lengths: list[int], re
         lengths: the texts' lengths.
         rel: (R, H), the distances' table at the rows the texts reach (:func:`reached_rows`), or None without
             ``relative_attention``.
-        lo: the table's row that ``rel`` starts at.
+        table: :func:`table_rows` of the longest text, counted from the row ``rel`` starts at (empty without
+            ``relative_attention``).
         rows: (r,) positions whose output is wanted (default: all T); every position is still attended to.
 
     Returns:
@@ -120,7 +139,7 @@ def unpadded_disentangled_attention(p: Params, x: Tensor, lengths: list[int], re
     nh = qkv[0].shape[-1] // cfg.head_dim
     q, k, v = (split_heads(t, nh) for t in qkv)  # each (1, nh, T, hd)
     positional = positional_projections(p, rel, nh) if rel is not None else {}
-    contexts = [text_context(qi, ki, vi, positional, lo, cfg).transpose(1, 2)  # (1, n, nh, hd) each
+    contexts = [text_context(qi, ki, vi, positional, table, cfg).transpose(1, 2)  # (1, n, nh, hd) each
                 for qi, ki, vi in zip(q.split(lengths, dim=2), k.split(lengths, dim=2), v.split(lengths, dim=2))]
     merged = torch.cat(contexts, dim=1).flatten(2)  # (1, T, nh*hd)
     if rows is not None:
@@ -151,16 +170,17 @@ def unpadded_deberta_encoder(params: Params, input_ids: Tensor, token_type_ids: 
     cfg = params.config
     p = params.scope("bert")
     x = family_of(cfg).embeddings(p.scope("embeddings"), input_ids, token_type_ids, position_ids)  # (1, T, H)
-    rel, lo = None, 0
+    rel, table = None, {}
     if cfg.relative_attention:
         lo, hi = reached_rows(max(lengths), cfg)
         rel = relative_embeddings(p)[lo:hi]  # (R, H): LayerNormed row by row, so the rows alone are the same
+        table = table_rows(max(lengths), cfg, lo, x.device)  # every layer reads the same rows
     conv = cfg.conv_kernel_size > 0
     last = cfg.num_hidden_layers - 1
     for i in range(cfg.num_hidden_layers):
         layer = p.scope(f"encoder.layer.{i}")
         at = rows if i == last and not (conv and i == 0) else None
-        h = unpadded_disentangled_attention(layer.scope("attention"), x, lengths, rel, lo, at)
+        h = unpadded_disentangled_attention(layer.scope("attention"), x, lengths, rel, table, at)
         h = unpadded_feed_forward(layer, h)  # (1, T or r, H)
         if conv and i == 0:  # each text's slice: its layer input e, its layer output o, every token real
             h = torch.cat([conv_layer(p, e, o, x.new_ones(1, e.shape[1]))
