@@ -351,6 +351,25 @@ def test_cache_off_writes_no_file_and_a_forced_kernel_measures_nothing(cache, mo
         choice.kernel(torch.float32, 12)
 
 
+@cpu_kernels
+def test_python_dash_m_bertfn_fast_prints_the_choice_and_its_times(cache, capsys):
+    """``python -m bertfn.fast`` (choice.py's docstring promised ``python -m bertfn.fast.choice``, which had no main):
+    each dtype and band measured once (here by the fixture's stand-in), then read from the cache file."""
+    from bertfn.fast.__main__ import main
+
+    path, calls = cache
+    main([])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"machine: {choice.machine_key()}" and out[1] == f"cache: {path}"
+    bands = [f"{str(d).removeprefix('torch.')} {b}" for d in (torch.bfloat16, torch.float32) for b, _, _ in choice.BANDS]
+    assert [line.split()[:3] for line in out[2:]] == [[*entry.split(), AVAILABLE[-1]] for entry in bands]
+    assert all(f"{AVAILABLE[0]} {1e3 * len(AVAILABLE):.1f} ms" in line for line in out[2:]) and len(calls) == len(bands)
+    choice.forget()
+    calls.clear()
+    main([])  # a later process reads the file
+    assert capsys.readouterr().out.splitlines()[2:] == out[2:] and not calls
+
+
 @pytest.mark.parametrize("where", ["meta", DEVICE] if ACCELERATOR else ["meta"])
 def test_off_the_cpu_every_product_is_f_linear_and_nothing_is_measured_or_packed(cache, where):
     """On a GPU, and on torch's meta device (shapes only), which stands in for one on a machine without: linear and

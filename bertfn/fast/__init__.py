@@ -1,7 +1,8 @@
 """The fast path: the numbers of bertfn/model/ for many texts at once, with no padding and chosen kernels.
 
     kernels.py      the matrix products: F.linear, oneDNN on the weight as stored, oneDNN on a packed copy
-    choice.py       which of them runs, measured on this machine per dtype and row band (cached per CPU)
+    choice.py       which of them runs, measured on this machine per dtype and row band (cached per CPU);
+                    python -m bertfn.fast prints it (__main__.py)
     unpadded.py     BERT's encoder over texts laid end to end (each text attends to itself only), the MLM head
     prenorm.py      the same layout for the pre-LN members' layers (ESM-2, ESM-1b, ModernBERT)
     disentangled.py the same layout for DeBERTa's layer

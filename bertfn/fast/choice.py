@@ -14,7 +14,7 @@ Environment:
   ``BERTFN_KERNEL_CACHE=off``   no cache file: measure once per process. ``=PATH``: the cache file
                                 (default ``$XDG_CACHE_HOME/bertfn/kernels.json``, ``~/.cache/...``).
 A cache file that cannot be read or parsed is ignored (and rewritten); one that cannot be written is
-left alone. ``python -m bertfn.fast.choice`` prints this machine's choice and times.
+left alone. ``python -m bertfn.fast`` prints this machine's choice and times.
 """
 
 from __future__ import annotations
