@@ -13,7 +13,7 @@ import pytest
 import ray
 
 import bertfn
-from bertfn.corpus import FillMask, run_file
+from bertfn.corpus import Classify, FillMask, run_file
 from test_corpus import BAD, corpus_lines, same_answers
 
 pytestmark = pytest.mark.slow  # a local Ray and datasets
@@ -75,6 +75,44 @@ def test_ray_map_batches_on_a_roberta(local_ray, tmp_path):
             assert row["result"] is None and "has no <mask> token" in row["error"]
 
 
+def test_ray_map_batches_classifies_with_antibertys_trained_species_head(local_ray, antiberty):
+    """A head's task on Ray: Classify over real weights, AntiBERTy's species head on the ten chains of
+    tests/data/antibodies.tsv (four times) and two bad rows, each row as bertfn.classify gives it; then rows of two
+    columns, text and text_pair (a heavy chain with a light one), as classify(text_pair=...)."""
+    from conftest import antiberty_paths
+    from test_classify import SPECIES, antibodies
+
+    chains = [" ".join(seq) for _, _, seq in antibodies()]
+    texts = chains * 4 + ["", "q v q l"]  # an empty row; a lowercase one ([UNK] throughout: a warning, no error)
+    folder, vocab = antiberty_paths()
+    options = {"model": str(folder), "tokenizer": str(vocab), "lowercase": False, "head": "cls.species", "labels": SPECIES}
+    ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)])
+    out = ds.map_batches(Classify, fn_constructor_kwargs=options, batch_size=16,
+                         compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1)
+    rows = sorted(out.take_all(), key=lambda r: r["id"])
+    expected = bertfn.classify(texts[:-2] + texts[-1:], antiberty, head="cls.species", labels=SPECIES)
+    assert [r["id"] for r in rows] == list(range(len(texts)))
+    assert rows[-2]["result"] is None and "empty" in rows[-2]["error"]
+    for row, want in zip(rows[:-2] + rows[-1:], expected):
+        assert row["error"] is None
+        got = json.loads(row["result"])
+        assert got["label"] == want["label"] and got["score"] == pytest.approx(want["score"], abs=1e-5)
+    assert [json.loads(rows[i]["result"])["label"] for i, (name, _, _) in enumerate(antibodies())
+            if name == "rituximab"] == ["Mouse", "Mouse"]  # chimeric: its variable domains are mouse ones
+
+    heavy, light = chains[0::2], chains[1::2]  # the file lists each antibody's VH, then its VL
+    pairs = ray.data.from_items([{"text": h, "text_pair": lt} for h, lt in zip(heavy, light)])
+    rows = pairs.map_batches(Classify, fn_constructor_kwargs=options, batch_size=8,
+                             compute=ray.data.ActorPoolStrategy(size=1), num_cpus=1).take_all()
+    want = {h: r for h, r in zip(heavy, bertfn.classify(heavy, antiberty, text_pair=light, head="cls.species",
+                                                        labels=SPECIES))}
+    assert len(rows) == len(heavy)
+    for row in rows:
+        got = json.loads(row["result"])
+        assert got["label"] == want[row["text"]]["label"]
+        assert got["score"] == pytest.approx(want[row["text"]]["score"], abs=1e-5)
+
+
 def test_datasets_map_batched(tiny_folder):
     """The README's datasets recipe: Dataset.map(batched=True) with the callable class."""
     model = bertfn.load(tiny_folder)
@@ -89,3 +127,29 @@ def test_datasets_map_batched(tiny_folder):
         else:
             assert row["error"] is None
             same_answers(json.loads(row["result"]), next(expected))
+
+
+@pytest.mark.needs_transformers
+def test_a_task_of_two_inputs_reads_each_from_its_column(tmp_path):
+    """Answer's question and context come from the columns of their names (the class read only the first input, from
+    a column "text", before: every row failed); column= renames one, and names no input that the task lacks."""
+    from bertfn.corpus import Answer
+    from family_checkpoints import save_head
+
+    save_head("bert", "question-answering", tmp_path / "reader")
+    model = bertfn.load(tmp_path / "reader")
+    questions = ["Who sat on the mat?", "Where was the dog?", "What did the cat do?"]
+    contexts = ["The cat sat on the mat.", "The dog was in the park by the river.", "The cat sat and then it ran."]
+    expected = bertfn.answer(questions, contexts, model)
+    ds = datasets.Dataset.from_dict({"question": questions, "context": contexts})
+    out = ds.map(Answer(model), batched=True, batch_size=2)
+    assert out["error"] == [None] * 3
+    for got, want in zip(out["result"], expected):
+        got = json.loads(got)
+        assert got == {**want, "score": pytest.approx(want["score"], rel=1e-6)}  # JSON holds a float32's digits
+    renamed = datasets.Dataset.from_dict({"question": questions, "passage": contexts})
+    out = renamed.map(Answer(model, column={"context": "passage"}), batched=True, batch_size=3)
+    assert [json.loads(r)["answer"] for r in out["result"]] == [e["answer"] for e in expected]
+    with pytest.raises(bertfn.InputError, match="column= names 'passage', which the answer task does not read; its "
+                                                "inputs are 'question', 'context'"):
+        Answer(model, column={"passage": "context"})

@@ -77,25 +77,31 @@ class Mapper:
     gives a list of answers for a text with one [MASK] and a list of such lists for several), and
     Ray Data and datasets store columns in Arrow: a string column writes to Parquet or JSON as is.
 
-    A task of several inputs (a reader's question and context) reads each from the column of its name, or of
-    the name ``column`` gives it (``column={"context": "passage"}``).
+    A task of several inputs (a reader's question and context, a classifier's text and text_pair) reads each from
+    the column of its name, or of the name ``column`` gives it (``column={"context": "passage"}``); an optional
+    input (text_pair) may have no column, or None in some rows.
 
     Args:
         model: as in :func:`open_model`.
-        column: the column that holds the texts; for a task of several inputs, ``{input: column}`` for those whose
-            column is not named as they are.
+        column: the column that holds the texts (default: the column named as the task's first input, "text" but
+            for answer, rerank and choose); ``{input: column}`` for the inputs whose column is not named as they
+            are.
         **options (Any): the task's (fill-mask: ``top_k``, ``targets``, ``truncation``, ...), and tokenizer,
             lowercase, device, dtype as in :func:`open_model`.
     """
 
     task: str = ""  # set by register()
 
-    def __init__(self, model: Model | str | Path | None = None, *, column: str | dict[str, str] = "text",
+    def __init__(self, model: Model | str | Path | None = None, *, column: str | dict[str, str] | None = None,
                  **options) -> None:
+        inputs = TASKS[self.task].inputs
+        named = {} if column is None else {inputs[0]: column} if isinstance(column, str) else dict(column)
+        if set(named) - set(inputs):
+            raise InputError(f"column= names {', '.join(map(repr, sorted(set(named) - set(inputs))))}, which the "
+                             f"{self.task} task does not read; its inputs are {', '.join(map(repr, inputs))}")
+        self.columns = {n: named.get(n, n) for n in inputs}  # input -> the column that holds it
+        self.optional = TASKS[self.task].optional
         self.runner = Runner(self.task, model, **options)
-        inputs = self.runner.task.inputs
-        self.columns = {inputs[0]: column} if isinstance(column, str) else {n: column.get(n, n) for n in inputs}
-        self.optional = self.runner.task.optional
 
     def __call__(self, batch):
         values = {}
