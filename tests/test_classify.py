@@ -350,3 +350,7 @@ def test_a_file_of_lines_or_of_pairs_runs_and_resumes(bert, tmp_path, capsys):
     assert [g["id"] for g in got] == [1, 2]
     same(got[0]["result"], bertfn.classify({"text": PAIR[0], "text_pair": PAIR[1]}, model), 1e-6)
     same(got[1]["result"], bertfn.classify([TEXTS[0]], model)[0], 1e-6)
+    capsys.readouterr()
+    assert main(["classify", "--input", str(pairs), "--model", str(folder)]) == 2  # no --field: the pair's form named
+    assert capsys.readouterr().err.endswith("looks like JSON Lines; name the field that holds the text with --field "
+                                            "NAME, or with text_pair too, --field text=NAME text_pair=NAME\n")

@@ -231,8 +231,14 @@ def run_file(
         raise InputError(f"input file {source} does not exist; pass --input with a text or JSON Lines file, or - for stdin")
     inputs = Inputs.of(task_named(task).inputs, task_named(task).optional, field)
     if inputs.fields is None and str(source).endswith((".jsonl", ".ndjson")):
+        named = task_named(task)
+        also = ""
+        if named.optional:  # classify's text_pair: the form that names every field
+            python = "field={" + ", ".join(f"{n!r}: NAME" for n in named.inputs) + "}"
+            cli = "--field " + " ".join(f"{n}=NAME" for n in named.inputs)
+            also = f", or with {', '.join(named.optional)} too, {syntax(python=python, cli=cli)}"
         raise InputError(f"{source} looks like JSON Lines; name the field that holds the text with "
-                         f"{syntax(python='field=NAME', cli='--field NAME')}")
+                         f"{syntax(python='field=NAME', cli='--field NAME')}{also}")
     if (resume or retry_errors) and to_stdout:
         raise InputError(f"{syntax(python='resume=True', cli='--resume')} needs an output file to continue, "
                          "not standard output")
