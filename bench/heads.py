@@ -17,11 +17,16 @@ In one process, bertfn and what a user would otherwise pick, one call of each in
     2000 tokens, read in windows of 384 tokens that share 128 (``max_seq_len=384, doc_stride=128``);
   * zero-shot: ``bertfn.zero_shot`` against ``pipeline("zero-shot-classification")``, 8 texts x 5 labels;
   * reranking: ``bertfn.rerank`` against ``sentence_transformers.CrossEncoder.rank``, one query x 100 passages of 8
-    to 256 tokens.
+    to 256 tokens;
+  * contact maps: ``bertfn.contacts`` against ``EsmForMaskedLM.predict_contacts`` (eager attention, which returns the
+    maps), 32 antibody-like heavy chains of 100-130 residues (family_modern.py's), on padded batches sorted by length.
 
-bertfn runs at its defaults (the NER, QA, zero-shot and rerank rows); the pipelines at their default batch size (1)
-and at a larger one with their input sorted by length; CrossEncoder at its default (32, sorting by length itself).
-These four have no target.
+bertfn runs at its defaults (the NER, QA, zero-shot, rerank and contacts rows); the pipelines at their default batch
+size (1) and at a larger one with their input sorted by length; CrossEncoder at its default (32, sorting by length
+itself); ``predict_contacts`` a chain at a time and in batches of 8. These five have no target. The contacts
+checkpoint is family_modern.py's ESM-2 (esm2_t12_35M_UR50D's configuration) with its weights drawn wider
+(``initializer_range`` 0.2, folder ``esm2_t12_35M_UR50D-wide``), so that the maps vary (at 0.02 every probability is
+the head's bias, within 1e-3) and their agreement means something.
 
 The checkpoints (``--workdir``/heads/<model>, built on first use) are transformers' ``{Prefix}For{Task}`` with the
 real fine-tuned model's configuration and random weights from transformers' initialiser, saved by
@@ -54,6 +59,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench import Row, alternate, load_average, machine, peak_gflops, stream_gbs, table, write_section  # noqa: E402
 from family import bpe_tokenizer, cased_words, words  # noqa: E402
+from family_modern import ESM2_35M, ESM_QUICK, Modern, antibodies, build  # noqa: E402
 from workload import PLACES, ROME, SPECIALS, batch_texts  # noqa: E402
 
 HEADING = "# bertfn heads of fine-tuned checkpoints (bench/heads.py)"
@@ -94,6 +100,10 @@ DISTILBERT = dict(dim=768, n_layers=6, n_heads=12, hidden_dim=3072, max_position
                   sinusoidal_pos_embds=False, tie_weights_=True, pad_token_id=0)
 BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                  max_position_embeddings=512, type_vocab_size=2, pad_token_id=0)
+CONTACTS = Modern("ESM-2", "esm2_t12_35M_UR50D-wide", "EsmForMaskedLM", "EsmConfig",
+                  dict(ESM2_35M, position_embedding_type="rotary", emb_layer_norm_before=False, initializer_range=0.2),
+                  ESM_QUICK, 32, (1, 8))
+"""The contacts workload's checkpoint: ESM-2 35M's configuration, wider weights (the maps vary), 32 chains."""
 NER_LABELS = ["O", "B-MISC", "I-MISC", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
 NLI_LABELS = ["contradiction", "neutral", "entailment"]
 
@@ -540,7 +550,56 @@ def run(folders: dict[str, Path], quick: bool) -> tuple[list[Row], list[str]]:
                  f"CrossEncoder's activation {type(ce.activation_fn).__name__}): the query {QUERY!r} with "
                  f"{len(passages)} passages, pairs of {min(lengths)} to {max(lengths)} tokens ({sum(lengths)} in "
                  f"all); the ranking equal, scores at most {gap.most:.1e} apart")
-    return rows, notes
+    del model, ce
+    gc.collect()
+    rows_, note = contact_rows(folders["contacts"], reps["other"], quick)
+    return rows + rows_, notes + [note]
+
+
+def contact_rows(folder: Path, reps: int, quick: bool) -> tuple[list[Row], str]:
+    """``bertfn.contacts`` on the chains against ``predict_contacts`` a chain at a time and in sorted padded batches."""
+    import torch
+    import transformers
+
+    import bertfn
+
+    model = bertfn.load(folder)
+    hf = transformers.EsmForMaskedLM.from_pretrained(folder, attn_implementation="eager").eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    chains = [c.replace("<mask>", "A") for c in antibodies(8 if quick else CONTACTS.texts)]
+    lengths = [len(c) for c in chains]
+    sorted_chains, back = by_length(chains, lengths)
+
+    def theirs(batch_size: int) -> list:
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(sorted_chains), batch_size):
+                enc = tok(sorted_chains[start:start + batch_size], padding=True, return_tensors="pt")
+                probs = hf.predict_contacts(enc["input_ids"], enc["attention_mask"])  # (b, S - 2, S - 2)
+                out += [p[:n, :n] for p, n in zip(probs, (len(c) for c in sorted_chains[start:start + batch_size]))]
+        return back(out)
+
+    calls = {f"transformers EsmForMaskedLM.predict_contacts, batch size {b}{', sorted by length' if b > 1 else ''}":
+             (lambda b=b: theirs(b)) for b in CONTACTS.batch_sizes}
+    most = 0.0
+    ours = bertfn.contacts(chains, model)
+    for f in calls.values():
+        for a, b in zip(ours, f()):
+            most = max(most, (a - b).abs().max().item())
+    if most > TOLERANCE:
+        raise SystemExit(f"{CONTACTS.model}: bertfn's contact maps and predict_contacts' differ by {most:.1e}")
+    if max(m.std().item() for m in ours) < 1e-3:
+        raise SystemExit(f"{CONTACTS.model}: the maps are flat, their agreement says nothing")
+    t = alternate({"bertfn": lambda: bertfn.contacts(chains, model), **calls}, reps, warm_up=not quick)
+    what = f"contacts ({CONTACTS.model}): {len(chains)} heavy chains of {min(lengths)}-{max(lengths)} residues"
+    rows = [Row(what, "s", t["bertfn"], k, t[k]) for k in calls]
+    c = model.config
+    note = (f"ESM-2 35M, wide ({CONTACTS.model}: EsmForMaskedLM with its contact head, hidden {c.hidden_size}, "
+            f"{c.num_hidden_layers} layers, {c.num_attention_heads} heads, weights drawn at std 0.2 so that the maps "
+            f"vary): {len(chains)} antibody-like heavy chains of {min(lengths)} to {max(lengths)} residues; every map "
+            f"equal to predict_contacts' within {most:.1e}; bertfn on its fast path (the chains end to end, each "
+            f"layer's attention probabilities formed per chain, the products on the kernels chosen here)")
+    return rows, note
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -559,6 +618,7 @@ def main(argv: list[str] | None = None) -> None:
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     folders = {k: checkpoint(h, args.workdir, tiny=args.quick) for k, h in HEADS.items()}
+    folders["contacts"] = build(CONTACTS, args.workdir, args.quick)  # bench/.work/family/<model>, as family_modern.py's
     started, load_before = datetime.datetime.now().astimezone(), load_average()
     start = time.perf_counter()
     with warnings.catch_warnings():

@@ -56,6 +56,20 @@ def test_maps_equal_predict_contacts_in_a_batch_and_alone(esm):
     torch.testing.assert_close(one, got[3], atol=1e-6, rtol=1e-6)
 
 
+def test_the_fast_path_equals_the_reference_encoders_maps(esm):
+    """Without edits the maps come from the fast path (the proteins end to end, chosen kernels; a model loaded by
+    name holds packed weights); an edit that changes nothing runs the padded reference encoder instead: the same
+    maps, in groups of every size."""
+    folder, _, model = esm
+    proteins = list(PROTEINS)
+    reference = contacts(proteins, model, batch_size=3, edits={"contacts.maps": lambda t, point: t})
+    for batch_size in (1, 4, len(proteins)):
+        for fast, ref in zip(contacts(proteins, model, batch_size=batch_size), reference):
+            torch.testing.assert_close(fast, ref, atol=1e-6, rtol=1e-5)
+    for fast, ref in zip(contacts(proteins, str(folder)), reference):  # loaded by name: packed where oneDNN is chosen
+        torch.testing.assert_close(fast, ref, atol=1e-6, rtol=1e-5)
+
+
 def test_a_masked_residue_counts_over_the_real_tokens(esm):
     """Token dropout scales by the share of <mask>: bertfn counts it over the protein's own tokens, so its map in a
     padded batch is its map alone, which is transformers'. transformers 4.57 counts over the padded length, so its map

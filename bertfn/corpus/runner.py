@@ -39,7 +39,7 @@ from ..errors import InputError, MissingPartError
 from ..fast.choice import pack_state
 from ..model.family import longest_input
 
-FAST_TASKS = ("fill-mask", "score", "classify", "zero-shot", "rerank", "tag", "answer", "choose")
+FAST_TASKS = ("fill-mask", "score", "classify", "zero-shot", "rerank", "tag", "answer", "choose", "contacts")
 """The tasks that run on the fast path alone where no edit is given: a model loaded for them holds its layers'
 weights packed once, as that path reads them (:func:`~bertfn.fast.choice.pack_state`)."""
 

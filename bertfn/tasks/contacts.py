@@ -5,10 +5,12 @@
 ESM-2 was trained only to fill in masked residues, yet some of its attention heads look at the residues that touch in
 the folded protein; a logistic regression over every layer's and head's maps (Rao et al. 2021, "Transformer protein
 language models are unsupervised structure learners") turns them into contact probabilities. :func:`contacts` is
-``EsmForMaskedLM.predict_contacts(tokens, attention_mask)``: the reference encoder with its attention probabilities
-(:func:`~bertfn.model.encoder.encoder` with ``output_attentions``; the fast path forms none), every layer's maps
-stacked (B, L, nh, S, S), and :func:`~bertfn.model.members.esm.contact_head` (which leaves out ``<cls>``, ``<eos>`` and
-padding, symmetrizes, corrects by APC, and weighs the L * nh maps).
+``EsmForMaskedLM.predict_contacts(tokens, attention_mask)``: every layer's attention probabilities, stacked (B, L, nh,
+S, S), and :func:`~bertfn.model.members.esm.contact_head` (which leaves out ``<cls>``, ``<eos>`` and padding,
+symmetrizes, corrects by APC, and weighs the L * nh maps). The probabilities come from the fast path
+(:func:`unpadded_maps`: the proteins end to end, no padding, the products on the kernels chosen for this machine, each
+protein's attention on its own slice), or with edits from the reference encoder (:func:`padded_maps`:
+:func:`~bertfn.model.encoder.encoder` with ``output_attentions`` on padded batches).
 
 A corpus of long proteins would write a million numbers a line for the whole maps of 1000-residue chains, so
 ``top=`` gives instead the most likely contacts as ``(i, j, probability)`` triples, the pairs that far apart in the
@@ -29,6 +31,9 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError, MissingPartError
+from ..fast.batching import GROUP_TOKENS, end_to_end, text_groups
+from ..fast.choice import pack_state
+from ..fast.prenorm import unpadded_pre_ln_attentions
 from ..model.encoder import encoder
 from ..model.family import longest_input, member_name
 from ..model.members.esm import contact_head
@@ -120,9 +125,9 @@ def contacts(
 ) -> Tensor | list:
     """Contact maps of proteins from ESM-2's contact head (``EsmForMaskedLM.predict_contacts``).
 
-    Sequences run ``batch_size`` at a time as padded batches, sorted by length, through the reference encoder with
-    its attention probabilities; the contact head reads them (see the module docstring). Each protein's map is its
-    own: the same as run alone (the head leaves padding out).
+    Sequences run ``batch_size`` at a time, sorted by length, laid end to end on the fast path (with ``edits``: as
+    padded batches through the reference encoder); the contact head reads every layer's attention probabilities (see
+    the module docstring). Each protein's map is its own: the same as run alone.
 
     Args:
         sequences: a protein (one letter a residue, as ESM's tokenizer reads it: ``"MKTAYIAKQR"``), or a list of them.
@@ -163,7 +168,7 @@ def contacts(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
 
-    m = get_model(model, device, dtype)
+    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
     tok = require_tokenizer(m, "contacts")
     require_contact_head(m)
     points = with_edits(NO_TRACE, edits, m.config)
@@ -175,19 +180,65 @@ def contacts(
             raise InputError(f"text {i} has {n - 2} residues, but the model reads at most {P - 2} (with <cls> and "
                              f"<eos>, {P} tokens); cut it into overlapping pieces of at most {P - 2} residues")
 
-    maps: list = [None] * len(batch)
-    order = sorted(range(len(batch)), key=lambda i: lengths[i])  # similar lengths together: little padding
     with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            S = max(lengths[i] for i in rows)
-            ids, mask = enc.input_ids[rows, :S].to(m.device), enc.attention_mask[rows, :S].to(m.device)  # (b, S)
-            out = encoder(m.params, ids, mask, output_attentions=True, trace=points)
-            attentions = torch.stack(out.attentions, dim=1)  # (b, L, nh, S, S)
-            probs = contact_head(m.params, ids, attentions, mask, points).float().cpu()  # (b, S - 2, S - 2)
-            for b, i in enumerate(rows):
-                r = lengths[i] - 2  # the residues: <cls> and <eos> left out
-                maps[i] = probs[b, :r, :r].clone()  # (r, r)
+        maps = padded_maps(m, enc, lengths, batch_size, points) if points else unpadded_maps(m, enc, lengths, batch_size)
     if top is not None:
         maps = [top_contacts(p, top_count(top, len(p)), min_separation) for p in maps]
     return maps[0] if single else maps
+
+
+def unpadded_maps(m: Model, enc, lengths: list[int], batch_size: int) -> list[Tensor]:
+    """Each protein's contact map on the fast path: the proteins of a group laid end to end with no padding
+    (:func:`~bertfn.fast.batching.end_to_end`), every layer's attention probabilities of each formed on its own slice
+    (:func:`~bertfn.fast.prenorm.unpadded_pre_ln_attentions`, on the kernels chosen for this machine), the contact
+    head run on each protein's maps. Call it under ``torch.inference_mode()``.
+
+    Args:
+        m: an ESM model with its contact head.
+        enc: the proteins as a padded batch (N, S).
+        lengths: each protein's tokens, ``<cls>`` and ``<eos>`` included.
+        batch_size: proteins per group at most (a group's maps are held together).
+
+    Returns:
+        Per protein of r residues, its (r, r) float32 map on the CPU.
+    """
+    maps: list = [None] * len(lengths)
+    for rows in text_groups(lengths, batch_size, GROUP_TOKENS):
+        ids, _, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths, m.config))  # (1, T) each
+        ns = [lengths[i] for i in rows]
+        attentions = unpadded_pre_ln_attentions(m.params, ids, positions, ns)  # each (L, nh, n, n)
+        for i, ids_i, att in zip(rows, ids.split(ns, dim=1), attentions):
+            keep = torch.ones_like(ids_i)  # (1, n): every token real
+            maps[i] = contact_head(m.params, ids_i, att[None], keep).float().cpu()[0]  # (r, r), r = n - 2
+    return maps
+
+
+def padded_maps(m: Model, enc, lengths: list[int], batch_size: int, points) -> list[Tensor]:
+    """Each protein's contact map by the reference encoder, with ``points``' edits: padded batches of up to
+    ``batch_size`` proteins, sorted by length, their maps as :func:`~bertfn.model.encoder.encoder` returns them with
+    ``output_attentions``, so that the edits see the tensors :func:`bertfn.trace` names. Call it under
+    ``torch.inference_mode()``.
+
+    Args:
+        m: an ESM model with its contact head.
+        enc: the proteins as a padded batch (N, S).
+        lengths: each protein's tokens, ``<cls>`` and ``<eos>`` included.
+        batch_size: proteins per encoder pass at most.
+        points: the Trace with the edits.
+
+    Returns:
+        Per protein of r residues, its (r, r) float32 map on the CPU.
+    """
+    maps: list = [None] * len(lengths)
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # similar lengths together: little padding
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        S = max(lengths[i] for i in rows)
+        ids, mask = enc.input_ids[rows, :S].to(m.device), enc.attention_mask[rows, :S].to(m.device)  # (b, S)
+        out = encoder(m.params, ids, mask, output_attentions=True, trace=points)
+        attentions = torch.stack(out.attentions, dim=1)  # (b, L, nh, S, S)
+        probs = contact_head(m.params, ids, attentions, mask, points).float().cpu()  # (b, S - 2, S - 2)
+        for b, i in enumerate(rows):
+            r = lengths[i] - 2  # the residues: <cls> and <eos> left out
+            maps[i] = probs[b, :r, :r].clone()  # (r, r)
+    return maps
