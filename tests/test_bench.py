@@ -275,6 +275,9 @@ HEADS_ROWS = [
     r"\| ms \| {spread} \| transformers pipeline \| {spread} \| {number} \| <= 0.5 \|",
     r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 1 sentence, bertfn text to label vs the "
     r"pipeline's model forward alone \(tokens in\) \| ms \| {spread} \| transformers model forward \| {spread} \| {number} \| - \|",
+    r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 1 sentence, bertfn text to label without "
+    r"its encoder's matrix products \(each a zero result of its shape\) vs the whole call \| ms \| {spread} \| bertfn "
+    r"text to label \| {spread} \| {number} \| - \|",
     r"text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 1 sentence vs the machine's floor "
     r"\(weights at stream bandwidth, or FLOPs at peak\) \| ms \| {spread} \| floor, fp32 \| {spread} \| {number} \| - \|",
     r"bf16 mode: text classification \(distilbert-base-uncased-finetuned-sst-2-english\): 1 sentence, text to label "
@@ -296,14 +299,17 @@ HEADS_ROWS = [
       for other in others),
     r"rerank \(ms-marco-MiniLM-L-6-v2\): 1 query x 100 passages \| s \| {spread} \| sentence-transformers \S+ "
     r"CrossEncoder.rank, batch size 32 \(its default\) \| {spread} \| {number} \| - \|",
+    *(rf"contacts \(esm2_t12_35M_UR50D-wide\): 8 heavy chains of 100-130 residues \| s \| {{spread}} \| transformers "
+      rf"EsmForMaskedLM.predict_contacts, batch size {other} \| {{spread}} \| {{number}} \| - \|"
+      for other in ("1", "8, sorted by length")),
 ]  # --quick's: classification at batch sizes 8 and 64 (all: 1, 8, 16, 64)
 
 
 @pytest.mark.needs_transformers
 def test_heads_quick_run_checks_the_answers_and_writes_its_rows(tmp_path, monkeypatch):
-    """bench/heads.py --quick: it builds its five checkpoints (tiny shapes) in the work folder, checks that bertfn's
-    classify, tag, answer, zero_shot and rerank give transformers' pipelines' and CrossEncoder's answers, writes its
-    rows after bench.py's section and leaves that section as it was."""
+    """bench/heads.py --quick: it builds its six checkpoints (tiny shapes) in the work folder, checks that bertfn's
+    classify, tag, answer, zero_shot, rerank and contacts give transformers' pipelines', CrossEncoder's and
+    predict_contacts' answers, writes its rows after bench.py's section and leaves that section as it was."""
     pytest.importorskip("sentence_transformers", reason="bench/heads.py measures rerank against CrossEncoder")
     spec = importlib.util.spec_from_file_location("bench_heads", HEADS)
     module = importlib.util.module_from_spec(spec)
@@ -325,6 +331,10 @@ def test_heads_quick_run_checks_the_answers_and_writes_its_rows(tmp_path, monkey
         assert (tmp_path / "work" / "heads" / f"{head.model}-tiny" / "model.safetensors").is_file()
     gaps = re.findall(r"at most (\S+) apart", text)  # the sentence, the batch, NER, QA, zero-shot, rerank
     assert len(gaps) == 6 and all(float(gap) <= 1e-4 for gap in gaps), gaps
+    ours, theirs = map(float, re.search(r"every map within (\S+) of predict_contacts in float64 \(transformers' own "
+                                        r"float32 maps: within (\S+)\)", text).groups())
+    assert ours <= max(1.5 * theirs, 1e-4)  # the contact maps, held to float64 (bench/heads.py's contact_rows)
+    assert (tmp_path / "work" / "family" / "esm2_t12_35M_UR50D-wide-quick" / "model.safetensors").is_file()
     lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
     assert len(lines) == len(HEADS_ROWS)
     for pattern, line in zip(HEADS_ROWS, lines):
