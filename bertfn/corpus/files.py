@@ -229,9 +229,9 @@ def run_file(
     to_stdout = str(target) == "-"
     if str(source) != "-" and not Path(source).is_file():
         raise InputError(f"input file {source} does not exist; pass --input with a text or JSON Lines file, or - for stdin")
-    inputs = Inputs.of(task_named(task).inputs, task_named(task).optional, field)
+    named = task_named(task)
+    inputs = Inputs.of(named.inputs, named.optional, field)
     if inputs.fields is None and str(source).endswith((".jsonl", ".ndjson")):
-        named = task_named(task)
         also = ""
         if named.optional:  # classify's text_pair: the form that names every field
             python = "field={" + ", ".join(f"{n!r}: NAME" for n in named.inputs) + "}"

@@ -26,8 +26,9 @@ def main(argv: list[str] | None = None) -> None:
     path = cache_path()
     print(f"machine: {machine_key()}")
     print(f"cache: {path if path is not None else 'off (BERTFN_KERNEL_CACHE=off): measured now'}")
-    if forced():
-        print(f"forced by BERTFN_KERNEL: every product runs {forced()}")
+    name = forced()
+    if name:
+        print(f"forced by BERTFN_KERNEL: every product runs {name}")
     for entry, found in chosen().items():
         times = ", ".join(f"{k} {found['ms'][k]:.1f} ms" for k in KERNELS if k in found["ms"])
         print(f"{entry:<15} {found['kernel']:<14} {f'({times})' if times else ''}".rstrip())
