@@ -59,7 +59,7 @@ from .model.recorder import Trace
 from .tasks.classify import classify
 from .tasks.choose import choose
 from .tasks.contacts import contacts
-from .tasks.embed import embed
+from .tasks.embed import embed, similarity
 from .tasks.fill_mask import fill_mask
 from .tasks.mutations import Substitutions, score_mutations, substitution_matrix
 from .tasks.replaced import replaced_tokens
@@ -76,6 +76,6 @@ __all__ = [
     "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Recordings", "Tokenizer", "Trace", "attention", "choose", "classify", "contacts", "eager_attention", "embeddings",
     "embed", "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
     "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "replaced_tokens", "score", "score_mutations", "sdpa_attention",
-    "sequence_classification", "Substitutions", "substitution_matrix", "token_classification", "trace", "plots", "interventions",
+    "sequence_classification", "similarity", "Substitutions", "substitution_matrix", "token_classification", "trace", "plots", "interventions",
     "UnknownTokensWarning", "UnusedWeightsWarning", "tag", "rerank", "zero_shot", "answer", "save", "with_head",
 ]

@@ -16,7 +16,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import DEVICE, minilm_folder
+from conftest import DEVICE, fp32_atol, minilm_folder
 
 import bertfn
 from bertfn.cli import main
@@ -42,7 +42,9 @@ def test_each_pooling_from_the_encoders_states(pooling, tiny):
     assert got.shape == (len(TEXTS), tiny.config.hidden_size) and got.dtype == torch.float32
     for i, text in enumerate(TEXTS):
         h = alone(tiny, text)  # (S, H)
-        want = {"mean": h.mean(dim=0), "cls": h[0], "max": h.amax(dim=0)}[pooling]
+        t = torch.arange(1, len(h) + 1, dtype=h.dtype, device=h.device)[:, None]  # (S, 1) positions from 1
+        want = {"mean": h.mean(dim=0), "cls": h[0], "max": h.amax(dim=0), "lasttoken": h[-1],
+                "mean_sqrt_len_tokens": h.sum(dim=0) / len(h) ** 0.5, "weightedmean": (h * t).sum(dim=0) / t.sum()}[pooling]
         torch.testing.assert_close(got[i], want, atol=1e-5, rtol=1e-5)  # padding changes nothing
     torch.testing.assert_close(bertfn.embed(TEXTS[0], tiny, pooling=pooling), got[0], atol=1e-5, rtol=1e-5)
 
@@ -96,7 +98,8 @@ def test_sentence_settings_are_only_the_models_own(tiny, tiny_folder, tmp_path, 
         bertfn.embed(TEXTS[0], dataclasses.replace(tiny, name="bert-base-uncased"))
     folder = shutil.copytree(tiny_folder, tmp_path / "broken")
     (folder / "sentence_bert_config.json").write_text("{not json")
-    with pytest.warns(UserWarning, match="sentence_bert_config.json is not a readable JSON object; embed ignores it"):
+    with pytest.raises(bertfn.CheckpointError, match=r"sentence_bert_config.json is not readable JSON \(.*\); "
+                                                     r"re-download or remove it"):  # it says how the vectors are made
         bertfn.embed(TEXTS[0], bertfn.load(folder))
 
 
@@ -126,8 +129,16 @@ def test_a_hub_models_sentence_settings_come_with_it(tiny_folder, tmp_path, monk
     (dict(texts=["a", " "]), r"text 1 is empty"),
     (dict(texts=[]), r"embed takes a string or a non-empty list of strings"),
     (dict(texts=["a", 3]), r"text 1 must be a string, got int"),
-    (dict(pooling="sum"), r"pooling must be one of 'mean', 'cls', 'max', got 'sum'"),
-    (dict(normalize="yes"), r"normalize must be True or False"),
+    (dict(pooling="sum"), r"pooling must be one of 'cls', 'max', 'mean', 'mean_sqrt_len_tokens', 'weightedmean', "
+                          r"'lasttoken' \(or a list of them, concatenated\), got 'sum'"),
+    (dict(pooling=[]), r"pooling must be one of .* got \[\]"),
+    (dict(normalize="yes"), r"normalize must be True or False \(or None: as the model's folder says\), got 'yes'"),
+    (dict(truncate_dim=0), r"truncate_dim must be a positive integer \(or None: the folder's\), got 0"),
+    (dict(truncate_dim=49), r"truncate_dim must be at most the vectors' 48 values, got 49"),
+    (dict(prompt_name="query"), r"prompt_name 'query' is not a prompt of the model: it has no prompts; "
+                                r"pass prompt=TEXT to put your own before each text"),
+    (dict(prompt="a", prompt_name="b"), r"pass prompt= or prompt_name=, not both"),
+    (dict(prompt=3), r"prompt must be a string, got int"),
     (dict(batch_size=0), r"batch_size must be a positive integer"),
     (dict(max_length=1), r"max_length must be an integer from 2 to 64 \(the tokens the model reads\), got 1"),
     (dict(max_length=65), r"max_length must be an integer from 2 to 64"),
@@ -187,11 +198,10 @@ VARIED = [
 def test_equals_sentence_transformers_on_real_minilm():
     st = pytest.importorskip("sentence_transformers")
     folder = str(minilm_folder())
-    theirs = st.SentenceTransformer(folder, device=DEVICE).encode(VARIED, normalize_embeddings=True, convert_to_tensor=True)
+    theirs = st.SentenceTransformer(folder, device=DEVICE).encode(VARIED, convert_to_tensor=True)
     model = bertfn.load(folder, device=DEVICE)
     assert len(model.tokenizer([VARIED[-1]]).tokens[0]) > 256  # long enough to be cut at max_seq_length
     with pytest.warns(UserWarning, match=r"1 text\(s\) longer than 256 tokens .* were cut to their first 256"):
-        mine = bertfn.embed(VARIED, model, pooling="mean", normalize=True, batch_size=4)
+        mine = bertfn.embed(VARIED, model, batch_size=4)  # the folder's modules: mean, then Normalize
     assert mine.shape == theirs.shape == (len(VARIED), 384)
-    cosine = torch.nn.functional.cosine_similarity(mine.cpu(), theirs.cpu())
-    assert cosine.min() > 0.99999, cosine
+    torch.testing.assert_close(mine.cpu(), theirs.cpu(), atol=fp32_atol(1e-5), rtol=0)

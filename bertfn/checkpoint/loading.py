@@ -31,12 +31,16 @@ from ..model.params import normalized
 from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
+from .tokenizer_files import read_json
 from .weights import read_weights
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
                    "sentence_bert_config.json",  # sentence-transformers' max_seq_length, read by bertfn.embed
-                   "config_sentence_transformers.json")  # a cross-encoder's activation, read by bertfn.rerank
+                   "config_sentence_transformers.json")  # prompts, a cross-encoder's activation (embed, rerank)
+MODULE_FILES = ("config.json", "sentence_bert_config.json")
+"""The files of a sentence-transformers module's folder that bertfn.embed reads (a Pooling's or a Dense's config;
+a Dense's weights too), fetched with a hub model that lists the module in its modules.json."""
 
 
 # --- finding files --------------------------------------------------------------------------------
@@ -121,6 +125,13 @@ def download(repo_id: str, revision: str | None = None) -> Path:
             raise ModelLoadError(f"{repo_id!r} has no {' or '.join(WEIGHT_FILES)} available here; {how}")
         for name in TOKENIZER_FILES:
             fetch(name)
+        modules = fetch("modules.json")  # a sentence-transformers folder: its modules' files, as bertfn.embed reads them
+        for entry in (read_json(modules) if modules is not None else []):
+            path = entry.get("path") if isinstance(entry, dict) else None
+            if path and isinstance(path, str) and not (Path(path).is_absolute() or ".." in Path(path).parts):
+                for name in MODULE_FILES:
+                    fetch(f"{path}/{name}")
+                next((w for w in WEIGHT_FILES if fetch(f"{path}/{w}") is not None), None)  # a Dense module's weights
     except (RepositoryNotFoundError, RevisionNotFoundError, HFValidationError) as e:
         raise ModelLoadError(f"{repo_id!r} is neither a local folder nor a model on the hub "
                              f"({type(e).__name__}); check the spelling, or {how}") from e

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from pathlib import Path
 
 import torch
 
@@ -48,6 +49,19 @@ class NoTokenizer:
         if name.startswith("__"):  # copy, pickle and hasattr probes: no such attribute, as usual
             raise AttributeError(name)
         raise self._missing()
+
+
+def source_folders(m: Model) -> list[Path]:
+    """The folders the model's files came from, where its other files lie (a sentence-transformers folder's modules,
+    tokenizer_config.json, ...): ``m.name`` as a folder or the folder of a weights file, then the folder of its
+    tokenizer's file (for a hub id, the snapshot folder in the Hugging Face cache). A hub id names no folder here.
+
+    Args:
+        m: the model.
+    """
+    places = [Path(m.name)] + ([Path(m.tokenizer.source)] if m.tokenizer else [])
+    folders = [p if p.is_dir() else p.parent for p in places if p.is_dir() or p.is_file()]
+    return list(dict.fromkeys(folders))
 
 
 @dataclass(frozen=True, repr=False)

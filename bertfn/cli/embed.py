@@ -5,18 +5,25 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..checkpoint.sentence_folder import POOLINGS
 from ..errors import InputError
-from ..tasks.embed import POOLINGS
 from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
 
 
 def add(sub) -> None:
-    em = subcommand(sub, "embed", "one vector per text: the encoder's hidden states pooled (sentence embeddings)",
-                    'bertfn embed "A sentence." "Another one." --normalize --model ./all-MiniLM-L6-v2')
+    em = subcommand(sub, "embed", "one vector per text (sentence embeddings), made as the model's sentence-transformers "
+                    "folder says", 'bertfn embed "how do I bake bread?" --prompt-name query --model ./bge-small-en-v1.5')
     em.add_argument("text", nargs="*", help="one or more texts (or --input FILE)")
-    em.add_argument("--pooling", choices=POOLINGS, default="mean",
-                    help="mean of the tokens' vectors (default), the [CLS] vector, or the largest value per dimension")
-    em.add_argument("--normalize", action="store_true", help="scale each vector to length 1 (dot product = cosine)")
+    em.add_argument("--pooling", choices=POOLINGS, default=None, metavar="MODE",
+                    help=f"instead of the folder's Pooling module (default; mean without one): {', '.join(POOLINGS)}")
+    em.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                    help="scale each vector to length 1 at the end (dot product = cosine), or leave out the folder's "
+                         "Normalize module (default: as the folder says)")
+    em.add_argument("--prompt-name", metavar="NAME", help="put the folder's prompt NAME before each text (query, passage, "
+                    "...; default: its default_prompt_name, if any)")
+    em.add_argument("--prompt", metavar="TEXT", help="put TEXT before each text (instead of --prompt-name)")
+    em.add_argument("--truncate-dim", type=int, default=None, metavar="D",
+                    help="cut each vector to its first D values (Matryoshka models; default: the folder's, else none)")
     em.add_argument("--max-length", type=int, default=None,
                     help="tokens per text at most; longer texts are cut (default: the model's max_seq_length or positions)")
     em.add_argument("--json", action="store_true",
@@ -29,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
     """Print the embeddings of ``args.text``: one line of H numbers per text, or JSON as bertfn.embed(...).tolist()."""
     from ..tasks.embed import embed
 
-    options = dict(pooling=args.pooling, normalize=args.normalize, max_length=args.max_length)
+    options = dict(pooling=args.pooling, normalize=args.normalize,
+                   prompt_name=args.prompt_name, prompt=args.prompt, truncate_dim=args.truncate_dim,
+                   max_length=args.max_length)
     if args.input is not None:
         return run_file_command(args, "embed", **options)
     if not args.text:

@@ -6,7 +6,8 @@ With a masked LM (a pretrained checkpoint):
     joint.py        all the masks of a text filled together (a beam search rescored by PLL)
     scoring.py      score(): pseudo-log-likelihoods of texts; whole-word targets
     mutations.py    score_mutations(), substitution_matrix(): the effects of substitutions in a sequence
-    embed.py        embed(): sentence embeddings, pooled as sentence-transformers pools them
+    embed.py        embed(), similarity(): sentence embeddings, made as a sentence-transformers folder says
+    pooling.py      its Pooling, Dense and Normalize modules as functions
     replaced.py     replaced_tokens(): ELECTRA's discriminator, token by token
 
 With the head of a fine-tuned checkpoint (bertfn/model/task_heads.py), each shaped like transformers' pipeline:

@@ -1,129 +1,175 @@
-"""Sentence embeddings: one vector per text, pooled from the encoder's last hidden states.
+"""Sentence embeddings: one vector per text, made as the model's sentence-transformers folder says.
 
-    e = pool(h_1 .. h_S over the text's real tokens)        then, with normalize, e / ||e||_2
+    e = after_pooling(pool(h_1 .. h_S over the text's pooled tokens))[:truncate_dim]
 
-:func:`embed` tokenizes, runs the encoder and pools (:func:`pool`) as
-sentence-transformers' ``Pooling`` module does (mean over the real tokens, the [CLS] vector, or the
-largest value per dimension, padding ignored); ``normalize`` is its ``Normalize`` module. With the
-pooling a model was trained with, the vectors are that model's sentence embeddings: for
-all-MiniLM-L6-v2 (mean, normalised) they equal ``SentenceTransformer(folder).encode(texts,
-normalize_embeddings=True)``. The encoder runs on the fast path, as fill_mask's does: texts sorted by
-length and laid end to end without padding (:func:`~bertfn.fast.batching.encoded_groups`), with the
-numbers of :func:`~bertfn.model.encoder.encoder` (tests/test_fast_path.py).
+:func:`embed` is ``SentenceTransformer(folder).encode(texts)``: it reads the folder's modules
+(:func:`~bertfn.checkpoint.sentence_folder.sentence_folder`: the Pooling module's modes, Dense layers, Normalize, the
+prompts, ``truncate_dim``), puts the prompt before each text, tokenizes, runs the encoder and pools
+(:mod:`bertfn.tasks.pooling`). all-MiniLM-L6-v2's folder (mean, Normalize) gives unit vectors, BGE's (CLS, Normalize)
+the [CLS] vector normalized, a folder with a Dense module vectors of its width. A folder without ``modules.json``
+is pooled by the mean, with nothing after it, as sentence-transformers reads a plain transformers folder.
+``pooling=`` and ``normalize=`` override the folder (with a warning, once: the vectors are then not those the model
+was trained to give). The encoder runs on the fast path, as fill_mask's does: texts sorted by length and laid end to
+end without padding (:func:`~bertfn.fast.batching.encoded_groups`), with the numbers of
+:func:`~bertfn.model.encoder.encoder` (tests/test_fast_path.py).
+
+Prompts, as ``encode(prompt_name=, prompt=)`` takes them: ``prompt_name="query"`` puts the folder's query prompt
+(``"query: "`` for E5, ``"Represent this sentence for searching relevant passages: "`` for BGE) before each text;
+``prompt=`` any text; neither, the folder's ``default_prompt_name`` (if it has one). A Pooling module with
+``include_prompt`` false leaves the prompt's tokens out of the pooling. ``truncate_dim=`` (or the folder's) cuts
+each vector to its first values after every module (Matryoshka models): a normalized folder's cut vectors are not
+normalized again, unless ``normalize=True`` is asked, as ``encode(normalize_embeddings=True)`` does.
+:func:`similarity` compares vectors with the folder's ``similarity_fn_name`` (cosine by default).
 
 Long texts: a text longer than the model reads is cut, as sentence-transformers cuts it, to its
 first ``max_length`` tokens ([CLS], the start of the text, [SEP]), with a warning. ``max_length``
-defaults to the ``max_seq_length`` of the folder's ``sentence_bert_config.json`` (256 for
-all-MiniLM-L6-v2), else the tokens the model reads (:func:`~bertfn.model.family.longest_input`: its positions, 2
-fewer in RoBERTa's kind).
+defaults to the folder's ``max_seq_length`` (sentence_bert_config.json, else the tokenizer's ``model_max_length``;
+256 for all-MiniLM-L6-v2), else the tokens the model reads (:func:`~bertfn.model.family.longest_input`: its
+positions, 2 fewer in RoBERTa's kind).
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
-from ..errors import InputError, syntax
+from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder, sentence_folder
+from ..checkpoint.tokenizer import Tokenizer
+from ..errors import BertfnWarning, InputError, syntax
 from ..fast.batching import encoded_groups
-from ..model.recorder import NO_TRACE, Edit, with_edits
 from ..model.family import longest_input
+from ..model.recorder import NO_TRACE, Edit, with_edits
+from .pooling import after_pooling, exclude_prompt, pool
 
 Tensor = torch.Tensor
 
-POOLINGS = ("mean", "cls", "max")
-"""How the token vectors become one: their mean, the [CLS] token's, or the largest value per dimension."""
+_SAID: set[tuple] = set()
+"""The overrides of a folder's settings already warned about: (folder, setting, value)."""
 
 
-def pool(h: Tensor, mask: Tensor, pooling: str) -> Tensor:
-    """One vector per row from the hidden states of its real tokens (sentence-transformers' ``Pooling``).
-
-    Args:
-        h: (B, S, H) last hidden states.
-        mask: (B, S) 1 for real tokens, 0 for padding.
-        pooling: "mean": sum of the real tokens' vectors / their number; "cls": the first token's vector;
-            "max": the largest value of each dimension over the real tokens.
-
-    Returns:
-        (B, H).
-    """
-    if pooling == "cls":
-        return h[:, 0]  # (B, H)
-    keep = mask[:, :, None].to(h.dtype)  # (B, S, 1)
-    if pooling == "mean":
-        return (h * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1e-9)  # (B, H)
-    return h.masked_fill(keep == 0, torch.finfo(h.dtype).min).amax(dim=1)  # (B, H)
-
-
-def sentence_settings(m: Model) -> dict:
-    """``sentence_bert_config.json`` of the folder the model came from ({} when there is none).
-
-    Looked for beside the weights (``m.name`` as a folder or file) and beside its tokenizer's file,
-    which for a hub id is the snapshot folder in the Hugging Face cache.
-
-    Args:
-        m: the model.
-
-    Warns:
-        UserWarning: the file is not a readable JSON object (it is ignored).
-    """
-    places = [Path(m.name)] + ([Path(m.tokenizer.source)] if m.tokenizer else [])
-    for place in places:  # a hub id names no path here: only its tokenizer's file does
-        folder = place if place.is_dir() else place.parent if place.is_file() else None
-        path = folder / "sentence_bert_config.json" if folder is not None else None
-        if path is not None and path.is_file():
-            try:
-                settings = json.loads(path.read_text(encoding="utf-8"))
-                if isinstance(settings, dict):
-                    return settings
-            except (OSError, ValueError):
-                pass
-            warnings.warn(f"{path} is not a readable JSON object; embed ignores it", stacklevel=3)
-            return {}
-    return {}
-
-
-def max_tokens(m: Model, max_length: int | None = None, settings: dict | None = None) -> int:
+def max_tokens(m: Model, max_length: int | None = None, folder: SentenceFolder | None = None) -> int:
     """The tokens per text :func:`embed` reads at most, [CLS] and [SEP] included.
 
     all-MiniLM-L6-v2: 256 (its sentence-transformers setting), though its position table holds 512.
 
     Args:
         m: the model (its positions P).
-        max_length: when given, the answer (an integer from 2 to P); else the ``max_seq_length``
-            of the model's ``sentence_bert_config.json``, else P.
-        settings: that file, when read already.
+        max_length: when given, the answer (an integer from 2 to P); else the folder's ``max_seq_length``
+            (at most P), else P.
+        folder: the model's sentence-transformers folder, when read already.
 
     Raises:
         InputError: a ``max_length`` that is not an integer from 2 to P.
     """
     P = longest_input(m.config)
     if max_length is None:
-        settings = sentence_settings(m) if settings is None else settings
-        return min(settings.get("max_seq_length") or P, P)
+        folder = sentence_folder(m) if folder is None else folder
+        return min(folder.max_seq_length or P, P)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or not 2 <= max_length <= P:
         raise InputError(f"max_length must be an integer from 2 to {P} (the tokens the model reads), got {max_length!r}")
     return max_length
+
+
+def _say_once(folder: SentenceFolder, setting: str, message: str) -> None:
+    """Warn that the caller's ``setting`` overrides the folder's, once per folder, setting and message."""
+    key = (folder.path, setting, message)
+    if key not in _SAID:
+        _SAID.add(key)
+        warnings.warn(message, BertfnWarning, stacklevel=4)
+
+
+def sentence_modules(folder: SentenceFolder, pooling: str | tuple[str, ...] | list[str] | None,
+                     normalize: bool | None) -> SentenceFolder:
+    """The folder's modules with the caller's ``pooling`` and ``normalize`` in place of its own.
+
+    Args:
+        folder: what the folder says.
+        pooling: None (the folder's modes), a mode of :data:`POOLINGS`, or several (concatenated).
+        normalize: None (the folder's Normalize), True (unit vectors at the very end, after any cut), False (no
+            Normalize).
+
+    Raises:
+        InputError: an unknown pooling mode, a normalize that is not None, True or False.
+
+    Warns:
+        BertfnWarning: once per folder, where the caller's choice differs from what its ``modules.json`` lists.
+    """
+    modes = (pooling,) if isinstance(pooling, str) else tuple(pooling) if isinstance(pooling, (tuple, list)) else pooling
+    if modes is not None and (not modes or any(mode not in POOLINGS for mode in modes)):
+        raise InputError(f"pooling must be one of {', '.join(map(repr, POOLINGS))} (or a list of them, concatenated), "
+                         f"got {pooling!r}")
+    if normalize is not None and not isinstance(normalize, bool):
+        raise InputError(f"normalize must be True or False (or None: as the model's folder says), got {normalize!r}")
+    if modes is not None and modes != folder.pooling:
+        if folder.listed:
+            _say_once(folder, "pooling", f"{syntax(python='pooling=', cli='--pooling ')}{'+'.join(modes)} overrides "
+                      f"the pooling {'+'.join(folder.pooling)} of {folder.path}'s Pooling module: these are not the "
+                      "vectors the model was trained to give")
+        folder = replace(folder, pooling=modes)
+    if normalize is False and folder.normalize:
+        _say_once(folder, "normalize", f"{syntax(python='normalize=False', cli='--no-normalize')} leaves out the "
+                  f"Normalize module of {folder.path}: these are not the vectors the model was trained to give")
+        folder = replace(folder, after=tuple(m for m in folder.after if m != NORMALIZE))
+    return folder
+
+
+def chosen_prompt(folder: SentenceFolder, prompt: str | None, prompt_name: str | None) -> str:
+    """The text put before each text (``SentenceTransformer._resolve_prompt``): ``prompt``, else the folder's prompt
+    named ``prompt_name``, else its ``default_prompt_name``'s, else none ("").
+
+    Raises:
+        InputError: both given, a ``prompt_name`` the folder does not have, or one that is not a string.
+    """
+    if prompt is not None and prompt_name is not None:
+        raise InputError(f"pass {syntax(python='prompt=', cli='--prompt')} or "
+                         f"{syntax(python='prompt_name=', cli='--prompt-name')}, not both")
+    for name, value in (("prompt", prompt), ("prompt_name", prompt_name)):
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{name} must be a string, got {type(value).__name__}: {value!r:.80}")
+    if prompt is not None:
+        return prompt
+    if prompt_name is not None:
+        if prompt_name not in folder.prompts:
+            has = f"its prompts are {', '.join(map(repr, folder.prompts))}" if folder.prompts else "it has no prompts"
+            where = f"the model's folder ({folder.path})" if folder.path is not None else "the model"
+            raise InputError(f"{syntax(python='prompt_name', cli='--prompt-name')} {prompt_name!r} is not a prompt of "
+                             f"{where}: {has}; pass "
+                             f"{syntax(python='prompt=', cli='--prompt ')}TEXT to put your own before each text")
+        return folder.prompts[prompt_name]
+    return folder.prompts.get(folder.default_prompt_name, "") if folder.default_prompt_name else ""
+
+
+def prompt_tokens(tok: Tokenizer, prompt: str) -> int:
+    """The tokens a prompt takes at the start of a text, [CLS] included (``Transformer._get_prompt_length``): the
+    prompt tokenized alone, less its closing special token."""
+    ids = tok([prompt]).input_ids[0].tolist()
+    specials = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id, tok.unk_token_id}
+    return len(ids) - (ids[-1] in specials)
 
 
 def embed(
     texts: str | list[str],
     model: Model | str | Path | None = None,
     *,
-    pooling: str = "mean",
-    normalize: bool = False,
+    pooling: str | tuple[str, ...] | None = None,
+    normalize: bool | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    truncate_dim: int | None = None,
     batch_size: int = 32,
     max_length: int | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
     edits: Mapping[str, Edit] | None = None,
 ) -> Tensor:
-    """Sentence embeddings of ``texts``.
+    """Sentence embeddings of ``texts``, as ``SentenceTransformer(folder).encode(texts)`` makes them.
 
     Texts run at most ``batch_size`` at a time, sorted by length and laid end to end without padding.
 
@@ -131,11 +177,18 @@ def embed(
         texts: one string, or a list of N texts.
         model: a loaded :class:`Model`, a local folder or a hub id (default: bert-base-uncased; a model
             trained for embeddings such as all-MiniLM-L6-v2 gives far better ones).
-        pooling: "mean", "cls" or "max" (:data:`POOLINGS`, :func:`pool`).
-        normalize: scale each vector to length 1, so that a dot product is the cosine similarity.
+        pooling: None: the folder's Pooling module (mean without one); else "cls", "max", "mean",
+            "mean_sqrt_len_tokens", "weightedmean" or "lasttoken" (:data:`POOLINGS`, :func:`~bertfn.tasks.pooling.pool`),
+            or several of them, concatenated.
+        normalize: None: as the folder says (its Normalize module); True: each vector scaled to length 1 at the end
+            (``encode(normalize_embeddings=True)``), so that a dot product is the cosine similarity; False: without
+            the folder's Normalize.
+        prompt_name: the folder's prompt of that name goes before each text (``"query"``, ``"passage"``, ...).
+        prompt: this text goes before each text (instead of a ``prompt_name``).
+        truncate_dim: each vector cut to its first ``truncate_dim`` values (default: the folder's, else none).
         batch_size: texts per encoder pass, at most.
-        max_length: tokens per text at most, [CLS] and [SEP] included (see the module docstring for the
-            default); longer texts are cut to their start, with a warning.
+        max_length: tokens per text at most, [CLS] and [SEP] included, the prompt's too (see the module docstring
+            for the default); longer texts are cut to their start, with a warning.
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in.
         edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
@@ -143,33 +196,36 @@ def embed(
             the reference functions, each group of texts as a padded batch, instead of the fast path.
 
     Returns:
-        (N, H) float32 for a list of N texts, (H,) for one string; in the order of ``texts``, on the
-            model's device.
+        (N, D) float32 for a list of N texts, (D,) for one string (D: the hidden size, the pooling modes times it,
+            a Dense module's width, or ``truncate_dim``); in the order of ``texts``, on the model's device.
 
     Raises:
-        InputError: an unknown pooling, a bad normalize, batch_size or max_length.
+        InputError: an unknown pooling, a bad normalize, prompt, prompt_name, truncate_dim, batch_size or max_length.
         MissingPartError: a model without a tokenizer.
+        ConfigError: a folder whose modules bertfn does not run (named in the message).
 
     Warns:
         UserWarning: texts longer than ``max_length`` tokens, cut.
+        BertfnWarning: ``pooling`` or ``normalize`` overriding the folder's (once per folder).
     """
     texts, model = texts_and_model(texts, model, "embed")
     batch, single = text_list(texts, "embed")
-    if pooling not in POOLINGS:
-        raise InputError(f"pooling must be one of {', '.join(map(repr, POOLINGS))}, got {pooling!r}")
-    if not isinstance(normalize, bool):
-        raise InputError(f"normalize must be True or False, got {normalize!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1):
+        raise InputError(f"truncate_dim must be a positive integer (or None: the folder's), got {truncate_dim!r}")
 
     m = get_model(model, device, dtype)
     tok = require_tokenizer(m, "embed")
     points = with_edits(NO_TRACE, edits, m.config)
     P = longest_input(m.config)
-    settings = sentence_settings(m)
-    max_length = max_tokens(m, max_length, settings)
-    if settings.get("do_lower_case"):  # sentence-transformers lowercases before its tokenizer, when asked to
-        batch = [t.lower() for t in batch]
+    folder = sentence_modules(sentence_folder(m), pooling, normalize)
+    before = chosen_prompt(folder, prompt, prompt_name)
+    max_length = max_tokens(m, max_length, folder)
+    batch = [before + t for t in batch]
+    if folder.do_lower_case:  # sentence-transformers lowercases before its tokenizer, when asked to
+        batch, before = [t.lower() for t in batch], before.lower()
+    skip = prompt_tokens(tok, before) if before and not folder.include_prompt else 0
 
     enc = tok(list(batch))
     lengths = enc.attention_mask.sum(dim=1).tolist()
@@ -183,11 +239,70 @@ def embed(
     for i in cut:
         ids[i, max_length - 1] = tok.sep_token_id  # ... and ends in [SEP], as sentence-transformers cuts it
     enc = enc._replace(input_ids=ids)
-    out = torch.empty(len(batch), m.config.hidden_size, device=m.device)  # (N, H) float32
+    out: list[Tensor | None] = [None] * len(batch)
     with torch.inference_mode():
         for rows, _, h in encoded_groups(m, enc, lengths, batch_size, points=points):  # h: (T, H), the group's texts end to end
-            for i, h_i in zip(rows, h.split([lengths[i] for i in rows])):  # text i's (n, H)
-                out[i] = pool(h_i[None].float(), torch.ones(1, len(h_i), device=m.device), pooling)[0]
-    if normalize:
-        out = torch.nn.functional.normalize(out, p=2.0, dim=1)  # (N, H), each of length 1
-    return out[0] if single else out
+            pieces = h.float().split([lengths[i] for i in rows])  # each text's (n, H)
+            padded = torch.nn.utils.rnn.pad_sequence(list(pieces), batch_first=True)  # (b, S, H)
+            mask = (torch.arange(padded.shape[1], device=h.device)[None, :]
+                    < torch.tensor([len(p) for p in pieces], device=h.device)[:, None]).long()  # (b, S)
+            vectors = after_pooling(pool(padded, exclude_prompt(mask, skip) if skip else mask, folder.pooling),
+                                    folder.after)  # (b, D)
+            for j, i in enumerate(rows):
+                out[i] = vectors[j]
+    vectors = torch.stack(out)  # (N, D)
+    cut_to = truncate_dim if truncate_dim is not None else folder.truncate_dim
+    if cut_to is not None:
+        if truncate_dim is not None and truncate_dim > vectors.shape[1]:
+            raise InputError(f"truncate_dim must be at most the vectors' {vectors.shape[1]} values, got {truncate_dim}")
+        vectors = vectors[:, :cut_to]  # (N, truncate_dim), as sentence-transformers cuts them: after every module
+    if normalize is True:
+        vectors = F.normalize(vectors, p=2.0, dim=1)  # (N, D), each of length 1
+    return vectors[0] if single else vectors
+
+
+def similarity(a: Tensor | str | list[str], b: Tensor | str | list[str], model: Model | str | Path | None = None, *,
+               similarity_fn_name: str | None = None, device: str | torch.device | None = None,
+               dtype: torch.dtype | str | None = None, **options) -> Tensor:
+    """How alike each of ``a`` is to each of ``b`` (``SentenceTransformer.similarity``), by the model's
+    ``similarity_fn_name``:
+
+        cosine     a_i . b_j / (||a_i|| ||b_j||)     (the default)
+        dot        a_i . b_j
+        euclidean  -||a_i - b_j||_2
+        manhattan  -||a_i - b_j||_1
+
+    Args:
+        a: (N, D) or (D,) vectors, or texts (embedded by :func:`embed` with ``options``).
+        b: (M, D) or (D,) vectors, or texts.
+        model: the model whose folder names the function (and which embeds texts); None with vectors: cosine.
+        similarity_fn_name: one of :data:`~bertfn.checkpoint.sentence_folder.SIMILARITIES`, instead of the folder's.
+        device: where the model runs, for texts.
+        dtype: its precision, for texts.
+        **options: :func:`embed`'s keywords for texts (``prompt_name=``, ``truncate_dim=``, ...).
+
+    Returns:
+        (N, M) float32: row i for ``a``'s i-th vector (a single vector or text counts as one row).
+
+    Raises:
+        InputError: an unknown function name, texts without a model, vectors of different widths.
+    """
+    if similarity_fn_name is not None and similarity_fn_name not in SIMILARITIES:
+        raise InputError(f"similarity_fn_name must be one of {', '.join(map(repr, SIMILARITIES))}, got {similarity_fn_name!r}")
+    texts = [x for x in (a, b) if not isinstance(x, Tensor)]
+    m = get_model(model, device, dtype) if texts or (model is not None and similarity_fn_name is None) else None
+    name = similarity_fn_name or (sentence_folder(m).similarity_fn_name if m is not None else None) or "cosine"
+
+    def rows(x) -> Tensor:
+        v = x if isinstance(x, Tensor) else embed(x, m, **options)
+        return (v[None] if v.dim() == 1 else v).float()  # (n, D)
+
+    x, y = rows(a), rows(b)
+    if x.dim() != 2 or y.dim() != 2 or x.shape[1] != y.shape[1]:
+        raise InputError(f"similarity compares vectors of one width: (N, D) and (M, D), got {tuple(x.shape)} and "
+                         f"{tuple(y.shape)}")
+    if name == "cosine":
+        return F.normalize(x, dim=1) @ F.normalize(y, dim=1).T  # (N, M)
+    if name == "dot":
+        return x @ y.T  # (N, M)
+    return -torch.cdist(x, y, p=2.0 if name == "euclidean" else 1.0)  # (N, M)

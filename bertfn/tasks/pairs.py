@@ -21,12 +21,11 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer as _HFTokenizer
 
-from ..checkpoint.model import Model
+from ..checkpoint.model import Model, source_folders
 from ..checkpoint.tokenizer import Encoding, Tokenizer, warn_texts
 from ..checkpoint.tokenizer_files import read_json
 from ..errors import InputError, UnknownTokensWarning
@@ -55,10 +54,8 @@ def beside_model(m: Model, name: str) -> dict:
         m: the model.
         name: the file's name, e.g. ``"tokenizer_config.json"``.
     """
-    places = [Path(m.name)] + ([Path(m.tokenizer.source)] if m.tokenizer else [])
-    for place in places:
-        folder = place if place.is_dir() else place.parent if place.is_file() else None
-        if folder is not None and (folder / name).is_file():
+    for folder in source_folders(m):
+        if (folder / name).is_file():
             return read_json(folder / name)
     return {}
 
