@@ -223,7 +223,7 @@ def test_a_dense_activation_bertfn_does_not_apply_is_refused(bge, tmp_path):
 
 
 def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp_path):
-    """Older folders keep the transformer in 0_Transformer/ (loaded by its path), and all-MiniLM-L6-v2 lists a
+    """Older folders keep the transformer in 0_Transformer/ (loaded by the folder's path or its own), and all-MiniLM-L6-v2 lists a
     2_Normalize that is not there: both read as sentence-transformers reads them."""
     folder, modules = changed(bge, tmp_path)
     (folder / "0_Transformer").mkdir()
@@ -233,7 +233,8 @@ def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp
     modules[0]["path"] = "0_Transformer"
     (folder / "modules.json").write_text(json.dumps(modules))
     shutil.rmtree(folder / "2_Normalize")
-    read = sentence_folder(bertfn.load(folder / "0_Transformer"))
+    read = sentence_folder(bertfn.load(folder))  # the folder's encoder is its 0_Transformer
+    assert read == sentence_folder(bertfn.load(folder / "0_Transformer"))
     assert read.path == folder.resolve() and read.pooling == ("cls",) and read.after == (NORMALIZE,)
     assert read.max_seq_length == MAX_SEQ_LENGTH
     vectors = bertfn.embed(TEXTS[:3], bertfn.load(folder / "0_Transformer"))

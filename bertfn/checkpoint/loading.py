@@ -146,6 +146,19 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or name.endswith((".safetensors", ".bin", ".json"))
 
 
+def transformer_folder(folder: Path) -> Path:
+    """Where a folder's encoder lies: the folder itself, or the sub-folder that its sentence-transformers
+    ``modules.json`` gives the Transformer module (``0_Transformer``, as sentence-transformers before 2.x saved it)
+    when the folder holds no weights of its own."""
+    if any((folder / w).is_file() for w in WEIGHT_FILES) or not (folder / "modules.json").is_file():
+        return folder
+    first = read_json(folder / "modules.json")
+    first = first[0] if isinstance(first, list) and first and isinstance(first[0], dict) else {}
+    path = first.get("path")
+    inner = folder / path if isinstance(path, str) and path and ".." not in Path(path).parts else None
+    return inner if inner is not None and str(first.get("type", "")).endswith("Transformer") and inner.is_dir() else folder
+
+
 def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path, Path]:
     """The checkpoint's folder and weights file: a local folder or file first, else a hub id (:func:`download`).
     Raises :class:`ModelLoadError` when nothing is found or a folder cannot be read (permissions).
@@ -157,6 +170,7 @@ def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path,
     path = Path(name_or_path).expanduser()
     try:
         if path.is_dir():
+            path = transformer_folder(path)
             weights = next((path / w for w in WEIGHT_FILES if (path / w).is_file()), None)
             if weights is None:
                 raise CheckpointError(f"{path} has no {' or '.join(WEIGHT_FILES)}; put the model's weights there")
