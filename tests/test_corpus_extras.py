@@ -13,7 +13,7 @@ import pytest
 import ray
 
 import bertfn
-from bertfn.corpus import Classify, FillMask, run_file
+from bertfn.corpus import Classify, Embed, FillMask, run_file
 from test_corpus import BAD, corpus_lines, same_answers
 
 pytestmark = pytest.mark.slow  # a local Ray and datasets
@@ -73,6 +73,30 @@ def test_ray_map_batches_on_a_roberta(local_ray, tmp_path):
             same_answers(json.loads(row["result"]), bertfn.fill_mask(text, model, top_k=2))
         else:
             assert row["result"] is None and "has no <mask> token" in row["error"]
+
+
+@pytest.mark.needs_transformers
+def test_ray_map_batches_embeds_as_the_sentence_transformers_folder_says(local_ray, tmp_path):
+    """Embed on Ray reads the folder's modules as bertfn.embed does: a BGE-shaped folder (CLS, Normalize, a query
+    prompt, saved by sentence-transformers) gives each row the vector embed gives, prompt_name and truncate_dim too."""
+    from sentence_transformers import SentenceTransformer
+    from family_checkpoints import save_member
+    from test_sentence_folders import st_modules
+
+    save_member("bert", tmp_path / "hf", seed=3)
+    SentenceTransformer(modules=st_modules(tmp_path / "hf", "cls", True, ["normalize"]), device="cpu",
+                        prompts={"query": "Represent this sentence: "}).save(str(tmp_path / "st"))
+    texts = ["The cat sat on the mat.", "Paris is a beautiful city.", "Hi."] * 8
+    ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)])
+    options = {"model": str(tmp_path / "st"), "prompt_name": "query", "truncate_dim": 12}
+    out = ds.map_batches(Embed, fn_constructor_kwargs=options, batch_size=8, compute=ray.data.ActorPoolStrategy(size=1),
+                         num_cpus=1)
+    rows = sorted(out.take_all(), key=lambda r: r["id"])
+    want = bertfn.embed(texts, tmp_path / "st", prompt_name="query", truncate_dim=12)
+    assert [r["error"] for r in rows] == [None] * len(texts)
+    got = [json.loads(r["result"]) for r in rows]
+    assert all(len(v) == 12 for v in got)
+    assert max(abs(a - b) for v, w in zip(got, want.tolist()) for a, b in zip(v, w)) < 1e-6  # JSON keeps float32's digits
 
 
 def test_ray_map_batches_classifies_with_antibertys_trained_species_head(local_ray, antiberty):
