@@ -167,3 +167,137 @@ def test_npy_when_the_first_lines_are_errors(tiny_folder, tmp_path):
     src.write_text("\n\n", encoding="utf-8")
     run_file(src, tmp_path / "b.jsonl", tiny_folder, task="embed", formats=("npy",), progress=False)
     assert np.load(tmp_path / "b.npy").shape == (2, 0)
+
+
+def test_output_named_npy_or_parquet_writes_that_format(tiny_folder, tmp_path, capsys):
+    """--output v.npy writes the (N, H) float32 array there and the JSON Lines, the run's log, beside it as v.jsonl
+    (its record v.jsonl.run.json): the array equals --output w.jsonl --format npy's; --format npy on top writes it
+    once, --format parquet adds v.parquet; the log is never overwritten and a resume continues it."""
+    pd = pytest.importorskip("pandas", reason="parquet is read back with pandas (the test extra has it)")
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    embed = ["embed", "--input", str(src), "--model", str(tiny_folder)]
+    assert main([*embed, "--output", str(tmp_path / "w.jsonl"), "--format", "npy"]) == 2  # line 3 is empty
+    expected = np.load(tmp_path / "w.npy")
+    capsys.readouterr()
+    for name, formats in (("v", []), ("n", ["--format", "npy"]), ("t", ["--format", "parquet"])):
+        assert main([*embed, "--output", str(tmp_path / f"{name}.npy"), *formats]) == 2
+        beside = f", {tmp_path / 't.parquet'}" if name == "t" else ""
+        assert capsys.readouterr().err.endswith(f"-> {tmp_path / name}.npy{beside} (run log {tmp_path / name}.jsonl)\n")
+        array = np.load(tmp_path / f"{name}.npy")
+        assert array.dtype == np.float32 and array.shape == (4, 48) and np.isnan(array[2]).all()
+        np.testing.assert_allclose(array, expected, atol=1e-6, rtol=0)  # NaN rows alike
+        log = (tmp_path / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+        assert [json.loads(line)["line"] for line in log] == [1, 2, 3, 4]
+        assert (tmp_path / f"{name}.jsonl.run.json").is_file()
+    table = pd.read_parquet(tmp_path / "t.parquet")
+    assert table["line"].tolist() == [1, 2, 3, 4] and np.array_equal(np.float32(table["result"][0]), array[0])
+    assert sorted(p.name for p in tmp_path.glob("t.*")) == ["t.jsonl", "t.jsonl.run.json", "t.npy", "t.parquet"]
+
+    before = (tmp_path / "v.npy").read_bytes()
+    assert main([*embed, "--output", str(tmp_path / "v.npy")]) == 2  # the log is there: never overwritten
+    assert (f"bertfn: error: {tmp_path / 'v.jsonl'} (the run log of {tmp_path / 'v.npy'}) already exists; pass "
+            f"--resume to continue the run that wrote it, or delete it and {tmp_path / 'v.npy'} to start again") \
+        in capsys.readouterr().err
+    assert main([*embed, "--output", str(tmp_path / "v.npy"), "--resume"]) == 2  # the kept error line
+    assert "0 texts (resumed after line 4)" in capsys.readouterr().err
+    assert (tmp_path / "v.npy").read_bytes() == before
+
+    foreign = tmp_path / "f.npy"  # an array no run wrote: neither overwritten nor "resumed"
+    np.save(foreign, np.ones((2, 3), np.float32))
+    for resume in ([], ["--resume"]):
+        assert main([*embed, "--output", str(foreign), *resume]) == 2
+        assert (f"{foreign} already exists, and its run log {tmp_path / 'f.jsonl'} does not (or is empty): it is not "
+                f"the output of a run to continue; delete {foreign} to start again") in capsys.readouterr().err
+    assert np.load(foreign).shape == (2, 3) and not (tmp_path / "f.jsonl").exists()
+
+
+def test_output_named_npy_is_refused_where_results_are_not_vectors(tiny_folder, tmp_path, capsys):
+    """fill-mask's --output a.npy is refused before the model loads (a missing model would say so otherwise),
+    naming what to write instead; --output a.parquet writes Parquet, its log beside it. An output whose log would be
+    the input is refused. From Python the same, spelled as Python spells it."""
+    pd = pytest.importorskip("pandas", reason="parquet is read back with pandas (the test extra has it)")
+    from bertfn import InputError
+    from bertfn.corpus import run_file
+
+    src = tmp_path / "in.txt"
+    src.write_text("the [MASK] sat .\ni [MASK] you\n", encoding="utf-8")
+    fill = ["fill-mask", "--input", str(src), "--top-k", "2"]
+    assert main([*fill, "--output", str(tmp_path / "a.npy"), "--model", str(tmp_path / "no-such-model")]) == 2
+    a = tmp_path / "a"
+    assert capsys.readouterr().err == (
+        f"bertfn: error: --output {a}.npy asks for an .npy array of one vector per line, which only embed gives; for "
+        f"these results name a Parquet output (--output {a}.parquet) or JSON Lines (--output {a}.jsonl, with --format "
+        "parquet for Parquet beside it)\n")
+    assert list(tmp_path.iterdir()) == [src]
+    assert main([*fill, "--output", str(tmp_path / "a.parquet"), "--model", str(tiny_folder)]) == 0
+    table = pd.read_parquet(tmp_path / "a.parquet")
+    log = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert table["line"].tolist() == [1, 2] and [json.loads(r) for r in table["result"]] == [r["result"] for r in log]
+
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"text": "the cat"}\n', encoding="utf-8")
+    assert main(["embed", "--input", str(jsonl), "--field", "text", "--output", str(tmp_path / "in.npy"),
+                 "--model", str(tiny_folder)]) == 2
+    assert f"the output {jsonl} (the run log of {tmp_path / 'in.npy'}) is the input file" in capsys.readouterr().err
+    with pytest.raises(InputError, match=r"target .*b\.npy asks for an \.npy array .* with formats=\('parquet',\)"):
+        run_file(src, tmp_path / "b.npy", tiny_folder, progress=False)
+    summary = run_file(src, tmp_path / "e.parquet", tiny_folder, task="embed", formats=("npy",), progress=False)
+    assert summary.output == f"{tmp_path / 'e.parquet'}, {tmp_path / 'e.npy'} (run log {tmp_path / 'e.jsonl'})"
+    assert np.load(tmp_path / "e.npy").shape == (2, 48) and len(pd.read_parquet(tmp_path / "e.parquet")) == 2
+
+
+def test_interrupted_run_of_an_npy_output_resumes(tiny_folder, tmp_path, capsys, monkeypatch):
+    """A run of --output v.npy --format parquet stopped part-way (Ctrl-C in its sixth piece), its log then cut in
+    mid-line and its array given half a row, as a kill in mid-write leaves them: --resume makes v.npy and v.parquet
+    equal an uninterrupted run's."""
+    pd = pytest.importorskip("pandas", reason="parquet is read back with pandas (the test extra has it)")
+    import bertfn.corpus.files as files
+
+    lines = [f"{TEXTS[i % len(TEXTS)]} {i}" if i % len(TEXTS) != 2 else "" for i in range(12)]  # "": errors
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["embed", "--input", str(src), "--model", str(tiny_folder), "--format", "parquet", "--flush-every", "0"]
+    run_piece, calls = files.run_piece, []
+
+    def stopping(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return run_piece(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(files, "run_piece", stopping)  # --flush-every 0: a piece (and a flush) per text
+        assert main([*argv, "--output", str(tmp_path / "v.npy")]) == 130
+    assert len(np.load(tmp_path / "v.npy")) == (tmp_path / "v.jsonl").read_bytes().count(b"\n") == 5
+    with open(tmp_path / "v.jsonl", "ab") as f:
+        f.write(b'{"line": 6, "te')
+    with open(tmp_path / "v.npy", "ab") as f:
+        f.write(b"\x00" * 100)
+    capsys.readouterr()
+    assert main([*argv, "--output", str(tmp_path / "v.npy"), "--resume"]) == 2
+    assert "7 texts (resumed after line 5), 2 with errors" in capsys.readouterr().err
+    assert main([*argv, "--output", str(tmp_path / "whole.npy")]) == 2
+    mine, theirs = np.load(tmp_path / "v.npy"), np.load(tmp_path / "whole.npy")
+    assert mine.shape == theirs.shape == (12, 48) and np.array_equal(np.isnan(mine), np.isnan(theirs))
+    np.testing.assert_allclose(mine, theirs, atol=1e-5, rtol=0)
+    a, b = pd.read_parquet(tmp_path / "v.parquet"), pd.read_parquet(tmp_path / "whole.parquet")
+    assert a["line"].tolist() == b["line"].tolist() == list(range(1, 13)) and a["text"].tolist() == lines
+    assert (tmp_path / "v.jsonl").read_text(encoding="utf-8").count("\n") == 12
+
+
+def test_file_options_with_texts_on_the_command_line_are_refused(tiny_folder, tmp_path, capsys):
+    """--output (and the other file options) with texts on the command line would be ignored, the results printed:
+    refused before the model loads, saying what to do; without them the texts print as before."""
+    out = tmp_path / "v.npy"
+    assert main(["embed", "the cat", "--output", str(out), "--model", str(tmp_path / "no-such-model")]) == 2
+    assert capsys.readouterr().err == (
+        "bertfn: error: --output goes with --input FILE, and texts came on the command line instead, whose results "
+        "are printed on stdout: drop it (redirect stdout to keep the results: > FILE), or put the texts in a file, "
+        "one a line, and pass --input FILE\n")
+    assert not out.exists()
+    assert main(["fill-mask", "the [MASK] sat", "--model", str(tiny_folder), "--format", "parquet", "--resume"]) == 2
+    assert capsys.readouterr().err.startswith("bertfn: error: --resume, --format go with --input FILE")
+    defaults = ["--output", "-", "--format", "jsonl"]  # as good as not given
+    assert main(["embed", "the cat", "--model", str(tiny_folder), *defaults]) == 0
+    assert len(capsys.readouterr().out.split()) == 48

@@ -82,9 +82,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def model_from_args(args: argparse.Namespace, prepare: Callable[[dict], bool] | None = None):
-    """The :class:`~bertfn.checkpoint.loading.Model` the model options name, loaded anew with ``load``'s ``prepare``."""
+    """The :class:`~bertfn.checkpoint.loading.Model` the model options name, loaded anew with ``load``'s ``prepare``.
+
+    Raises:
+        InputError: file options without ``--input`` (:func:`refuse_file_options`), before the model loads.
+    """
     from ..corpus.runner import open_model
 
+    refuse_file_options(args)
     return open_model(args.model, tokenizer=args.tokenizer, lowercase=args.lowercase, device=args.device,
                       dtype=args.dtype, prepare=prepare, fresh=True)
 
@@ -93,33 +98,71 @@ def add_file_options(parser: argparse.ArgumentParser, *, detail: bool = False, v
     """``--input --output --field --resume --retry-errors --flush-every --no-echo --format --progress/--no-progress``
     (read back by :func:`run_file_command`), and ``--no-detail`` where the task has detail to leave out.
 
+    The options besides ``--input`` are listed in ``args.file_options`` (``{dest: (flag, default)}``), for
+    :func:`refuse_file_options`.
+
     Args:
         parser: the subcommand's parser.
         detail: add ``--no-detail`` (the task's results have per-token detail to leave out: score).
-        vectors: the task's results are vectors, which ``--format npy`` writes as an array (embed).
+        vectors: the task's results are vectors, which ``--format npy`` and ``--output FILE.npy`` write as an
+            array (embed).
     """
     group = parser.add_argument_group("files (instead of texts on the command line)")
     group.add_argument("--input", metavar="FILE",
                        help="read the texts from FILE: one a line, or JSON Lines with --field; - for stdin")
-    group.add_argument("--output", metavar="FILE", default="-",
-                       help="write one JSON line per input line to FILE (default -: stdout)")
-    group.add_argument("--field", metavar="NAME", nargs="+", help="--input is JSON Lines whose field NAME holds the "
-                       "text (a task of several inputs reads the fields named as its inputs: INPUT=NAME renames one)")
-    group.add_argument("--resume", action="store_true",
-                       help="continue an interrupted run after the last complete line of --output, once the run "
-                            "record beside it (FILE.run.json) and every written line agree with this run")
-    group.add_argument("--retry-errors", action="store_true", help="with --resume: first run again, in place, the lines of --output that hold errors")
-    group.add_argument("--flush-every", type=float, default=FLUSH_SECONDS, metavar="SECONDS", help="write results "
-                       f"out at least this often (default {FLUSH_SECONDS:g}): a kill loses at most that much work")
-    group.add_argument("--no-echo", dest="echo", action="store_false",
-                       help="leave the text out of each output line (the input's other fields, e.g. an id, stay)")
-    if detail:
-        group.add_argument("--no-detail", dest="detail", action="store_false", help="leave the per-token detail out")
-    choices = FORMATS if vectors else tuple(f for f in FORMATS if f != "npy")
     npy = "FILE.npy (the vectors, float32) or " if vectors else ""
-    group.add_argument("--format", nargs="+", choices=choices, default=["jsonl"],
-                       help=f"also write the output as it goes as {npy}FILE.parquet, beside the JSON Lines")
-    group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar on stderr (default: when stderr is a terminal)")
+    actions = [
+        group.add_argument("--output", metavar="FILE", default="-",
+                           help=f"write one JSON line per input line to FILE (default -: stdout); "
+                                f"{npy}FILE.parquet writes that format instead, and the JSON Lines (the run's log) "
+                                "beside it as FILE.jsonl"),
+        group.add_argument("--field", metavar="NAME", nargs="+", help="--input is JSON Lines whose field NAME holds "
+                           "the text (a task of several inputs reads the fields named as its inputs: INPUT=NAME "
+                           "renames one)"),
+        group.add_argument("--resume", action="store_true",
+                           help="continue an interrupted run after the last complete line of --output (of its log "
+                                "FILE.jsonl, for FILE.npy or FILE.parquet), once the run record beside that "
+                                "(+ .run.json) and every written line agree with this run"),
+        group.add_argument("--retry-errors", action="store_true",
+                           help="with --resume: first run again, in place, the lines of --output that hold errors"),
+        group.add_argument("--flush-every", type=float, default=FLUSH_SECONDS, metavar="SECONDS", help="write results "
+                           f"out at least this often (default {FLUSH_SECONDS:g}): a kill loses at most that much work"),
+        group.add_argument("--no-echo", dest="echo", action="store_false",
+                           help="leave the text out of each output line (the input's other fields, e.g. an id, stay)"),
+    ]
+    if detail:
+        actions.append(group.add_argument("--no-detail", dest="detail", action="store_false",
+                                          help="leave the per-token detail out"))
+    choices = FORMATS if vectors else tuple(f for f in FORMATS if f != "npy")
+    actions += [
+        group.add_argument("--format", nargs="+", choices=choices, default=["jsonl"],
+                           help=f"also write the output as it goes as {npy}FILE.parquet, beside the JSON Lines"),
+        group.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                           help="progress bar on stderr (default: when stderr is a terminal)"),
+    ]
+    parser.set_defaults(file_options={a.dest: ("/".join(a.option_strings), a.default) for a in actions})
+
+
+def refuse_file_options(args: argparse.Namespace) -> None:
+    """Refuse the file options (:func:`add_file_options`) given with texts on the command line instead of ``--input``.
+
+    They would be ignored: ``--output FILE`` would leave no file, the results going to stdout.
+
+    Args:
+        args: the parsed command line (a subcommand without file options passes).
+
+    Raises:
+        InputError: ``--input`` is not given and some file option is.
+    """
+    if getattr(args, "input", None) is not None:
+        return
+    options = getattr(args, "file_options", {})
+    given = [flag for dest, (flag, default) in options.items() if getattr(args, dest) != default]
+    if given:
+        raise InputError(f"{', '.join(given)} {'go' if len(given) > 1 else 'goes'} with --input FILE, and texts came "
+                         "on the command line instead, whose results are printed on stdout: drop "
+                         f"{'them' if len(given) > 1 else 'it'} (redirect stdout to keep the results: > FILE), or "
+                         "put the texts in a file, one a line, and pass --input FILE")
 
 
 def run_file_command(args: argparse.Namespace, task: str, **options) -> int:

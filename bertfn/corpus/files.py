@@ -25,7 +25,7 @@ import torch
 
 from ..checkpoint.model import Model
 from ..errors import InputError, UnknownTokensWarning, syntax
-from .formats import Output, check_formats, compact_path, open_compact
+from .formats import Output, check_formats, compact_path, open_compact, output_files
 from .inputs import Inputs, label, read_lines
 from .record import InputPrint, check_record, make_record, read_record, scan_output, write_record
 from .runner import CHUNK, Runner, chunks, jsonable, relabel, task_named
@@ -46,7 +46,8 @@ class Summary:
         errors: of those, how many were refused.
         tokens: tokens read.
         seconds: the run's time.
-        output: the files written (or "stdout").
+        output: the files written (or "stdout"); the run log named as such when the output asked for was
+            ``.npy`` or ``.parquet``.
         resumed_after: lines already in the output when the run started (resume).
         retried: of those, the error lines run again (retry_errors).
         kept_errors: error lines left from before, not run again.
@@ -192,7 +193,9 @@ def run_file(
     Args:
         source: a text file (one text a line) or, with ``field``, JSON Lines whose ``field`` holds the
             text; ``"-"`` reads standard input.
-        target: a file, or ``"-"`` for standard output.
+        target: a file, or ``"-"`` for standard output. A name ending in ``.npy`` (embed) or ``.parquet``
+            writes that format there, and the JSON Lines beside it as the run's log (``out.npy`` ->
+            ``out.jsonl``, which ``resume`` checks and continues; :func:`~bertfn.corpus.formats.output_files`).
         model: as in :func:`~bertfn.corpus.runner.open_model`.
         task: the task's name: ``"fill-mask"``, ``"score"``, ``"embed"`` or ``"score-mutations"``.
         field: the JSON field that holds each line's text (None: the input is plain text); for a task of several
@@ -222,8 +225,9 @@ def run_file(
         What the run did; the caller decides what errors mean (the CLI exits 2 if any).
 
     Raises:
-        InputError: a missing input, options that do not fit together, a first line without ``field``, a
-            taken ``target`` without ``resume``, or an output that does not match the run record.
+        InputError: a missing input, options that do not fit together (``out.npy`` for a task other than embed),
+            a first line without ``field``, a taken ``target`` without ``resume`` (or the input itself), or an
+            output that does not match the run record.
     """
     started = time.perf_counter()
     to_stdout = str(target) == "-"
@@ -249,6 +253,8 @@ def run_file(
         raise InputError("retrying error lines reads the input twice, so it cannot be standard input; pass the file")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InputError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    asked = None if to_stdout else Path(target)
+    target, formats = (None, tuple(formats)) if to_stdout else output_files(asked, formats, task == "embed")
     check_formats(formats, task == "embed", to_stdout)
     if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
         raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
@@ -256,11 +262,7 @@ def run_file(
     first = next(lines, None)
     inputs.probe(first and first[1], source)
     lines = itertools.chain([first] if first else [], lines)
-    target = None if to_stdout else Path(target)
-    resuming = target is not None and target.exists() and target.stat().st_size > 0
-    if resuming and not resume:
-        raise InputError(f"{target} already exists; pass {syntax(python='resume=True', cli='--resume')} to "
-                         "continue the run that wrote it, or delete it to start again")
+    resuming = not to_stdout and _continues(source, asked, target, resume)
     old = read_record(target) if resuming else None  # before the model loads: a missing record is known at once
     runner = Runner(task, model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype, **options)
     recorded = {k: v for k, v in options.items() if k != "batch_size"}  # batching never changes a result
@@ -299,10 +301,44 @@ def run_file(
         finally:
             if bar is not None:
                 bar.close()
-    written = ["stdout"] if to_stdout else [str(target)] + [str(compact_path(target, f)) for f in dict.fromkeys(formats)
-                                                            if f != "jsonl"]
-    return Summary(tally.texts, tally.errors, tally.tokens, time.perf_counter() - started, ", ".join(written), done,
+    if to_stdout:
+        written = "stdout"
+    else:
+        beside = [str(compact_path(target, f)) for f in dict.fromkeys(formats) if f != "jsonl"]
+        written = ", ".join(beside) + f" (run log {target})" if asked != target else ", ".join([str(target), *beside])
+    return Summary(tally.texts, tally.errors, tally.tokens, time.perf_counter() - started, written, done,
                    retried, len(kept), tally.warned)
+
+
+def _continues(source: str | Path, asked: Path, log: Path, resume: bool) -> bool:
+    """Whether the run asked to write ``asked``, its JSON Lines log in ``log``, continues one (checked before the
+    model loads): an existing output is never overwritten, and only a run whose log holds lines is continued.
+
+    Args:
+        source: the input (``"-"``: standard input).
+        asked: the output asked for (``out.npy`` or ``out.parquet``, or the log itself).
+        log: its JSON Lines log (:func:`~bertfn.corpus.formats.output_files`).
+        resume: continue the run that wrote ``log``.
+
+    Returns:
+        True when ``log`` holds lines (and ``resume`` was asked).
+
+    Raises:
+        InputError: ``log`` is the input; ``log`` holds lines and ``resume`` is False; ``asked`` is not the log and
+            is there, but the log is not (no run to continue).
+    """
+    of = f" (the run log of {asked})" if asked != log else ""
+    if str(source) != "-" and log.exists() and log.samefile(source):
+        raise InputError(f"the output {log}{of} is the input file {source}; name another output")
+    written = log.exists() and log.stat().st_size > 0
+    if asked != log and asked.exists() and asked.stat().st_size > 0 and not written:
+        raise InputError(f"{asked} already exists, and its run log {log} does not (or is empty): it is not the output "
+                         f"of a run to continue; delete {asked} to start again, or name another output")
+    if written and not resume:
+        also = f" and {asked}" if asked != log else ""
+        raise InputError(f"{log}{of} already exists; pass {syntax(python='resume=True', cli='--resume')} to "
+                         f"continue the run that wrote it, or delete it{also} to start again")
+    return written
 
 
 def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], tally: Tally, inputs: Inputs,

@@ -1,7 +1,9 @@
 """What a file run writes as it goes: its JSON Lines (:class:`Output`) and, beside them, ``.npy`` and ``.parquet``.
 
 :func:`~bertfn.corpus.files.run_file` always writes ``out.jsonl``, the run's log (it is what ``--resume``
-checks and continues). With ``formats=("npy",)`` / ``--format npy`` it also writes, line by line:
+checks and continues). With ``formats=("npy",)`` / ``--format npy`` it also writes, line by line
+(an output named ``out.npy`` or ``out.parquet`` asks for that format, the log going to ``out.jsonl``:
+:func:`output_files`):
 
 * ``out.npy`` (:class:`NpyOutput`): an (N, H) float32 array, row n-1 for input line n, NaN where a
   line holds an error. Its rows are appended as the run goes and its header (the shape) is rewritten at
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import numpy
 
-from ..errors import DependencyError, InputError
+from ..errors import DependencyError, InputError, syntax
 from .record import OWN_KEYS, InputPrint, write_record
 
 FORMATS = ("jsonl", "npy", "parquet")
@@ -48,6 +50,36 @@ def compact_path(target: Path, fmt: str) -> Path:
         fmt: ``"npy"`` or ``"parquet"``.
     """
     return target.with_suffix("." + fmt)
+
+
+def output_files(target: Path, formats: Iterable[str], vectors: bool) -> tuple[Path, tuple[str, ...]]:
+    """Where the run asked to write ``target`` writes its JSON Lines log, and in which formats beside it.
+
+    ``out.npy`` or ``out.parquet`` names that format: it is written there, and the log beside it as ``out.jsonl``
+    (with its record ``out.jsonl.run.json``), so that resume and retry_errors go as for ``out.jsonl``. Any other
+    name is the log itself.
+
+    Args:
+        target: the output asked for.
+        formats: the formats asked for besides.
+        vectors: the task's results are vectors (embed); ``out.npy`` needs them.
+
+    Returns:
+        The log's path, and the formats: ``target``'s own first, then ``formats``, each once.
+
+    Raises:
+        InputError: ``out.npy`` for a task whose results are not vectors.
+    """
+    fmt = target.suffix[1:]
+    if fmt not in FORMATS or fmt == "jsonl":
+        return target, tuple(formats)
+    if fmt == "npy" and not vectors:
+        output, parquet = syntax(python="target", cli="--output"), syntax(python="formats=('parquet',)",
+                                                                        cli="--format parquet")
+        raise InputError(f"{output} {target} asks for an .npy array of one vector per line, which only embed gives; "
+                         f"for these results name a Parquet output ({output} {target.with_suffix('.parquet')}) or "
+                         f"JSON Lines ({output} {target.with_suffix('.jsonl')}, with {parquet} for Parquet beside it)")
+    return target.with_suffix(".jsonl"), tuple(dict.fromkeys((fmt, *formats)))
 
 
 class NpyOutput:
