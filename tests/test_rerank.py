@@ -211,7 +211,14 @@ def test_cli_table_json_and_file(bert_ce, tmp_path, capsys):
     out.write_bytes(b"".join(whole.splitlines(keepends=True)[:2]))
     assert main(["rerank", "--input", str(src), "--output", str(out), "--top-k", "2", "--model", str(folder),
                  "--resume", "--no-progress"]) == 2
-    assert "resumed after line 2" in capsys.readouterr().err and out.read_bytes() == whole
+    assert "resumed after line 2" in capsys.readouterr().err
+    resumed = out.read_bytes().splitlines(keepends=True)
+    assert resumed[:2] == whole.splitlines(keepends=True)[:2] and len(resumed) == len(whole.splitlines())
+    for line, before in zip(resumed[2:], whole.splitlines()[2:]):  # run in groups of other sizes: the last bits differ
+        got, want = json.loads(line), json.loads(before)
+        assert {k: v for k, v in got.items() if k != "result"} == {k: v for k, v in want.items() if k != "result"}
+        if "result" in want:
+            same_ranking(got["result"], want["result"])
 
 
 def test_corpus_task_runs_a_file(bert_ce, tmp_path):
