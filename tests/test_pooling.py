@@ -16,7 +16,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import DEVICE, fp32_atol, minilm_folder
+from conftest import DEVICE, cached_on_hub, fp32_atol, minilm_folder
 
 import bertfn
 from bertfn.cli import main
@@ -105,19 +105,9 @@ def test_sentence_settings_are_only_the_models_own(tiny, tiny_folder, tmp_path, 
 
 def test_a_hub_models_sentence_settings_come_with_it(tiny_folder, tmp_path, monkeypatch):
     """For a hub id, load fetches sentence_bert_config.json with the tokenizer, and embed reads it from the cache."""
-    import huggingface_hub
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hf-cache"
-    snapshot = cache / "models--some-org--tiny-st" / "snapshots" / ("0" * 40)
-    shutil.copytree(tiny_folder, snapshot)
-    (snapshot / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 7}))
-    (snapshot.parent.parent / "refs").mkdir()
-    (snapshot.parent.parent / "refs" / "main").write_text("0" * 40)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    asked = []
-    download = huggingface_hub.hf_hub_download
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, name, **kw: asked.append(name) or download(repo, name, **kw))
+    folder = shutil.copytree(tiny_folder, tmp_path / "tiny-st")
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 7}))
+    asked = cached_on_hub(folder, "some-org/tiny-st", tmp_path, monkeypatch)
     model = bertfn.load("some-org/tiny-st")
     assert "sentence_bert_config.json" in asked
     with pytest.warns(UserWarning, match="longer than 7 tokens"):

@@ -18,7 +18,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import fp32_atol, minilm_folder
+from conftest import cached_on_hub, fp32_atol, minilm_folder
 from family_checkpoints import save_member
 
 import bertfn
@@ -251,18 +251,7 @@ def test_real_minilm_folder_is_read_as_it_says():
 def test_a_hub_models_sentence_modules_come_with_it(bge, tmp_path, monkeypatch):
     """For a hub id, load fetches modules.json, config_sentence_transformers.json and each module's files with the
     tokenizer, so that embed reads them from the cache as from a folder."""
-    import huggingface_hub
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hf-cache"
-    snapshot = cache / "models--some-org--tiny-bge" / "snapshots" / ("0" * 40)
-    shutil.copytree(bge, snapshot)
-    (snapshot.parent.parent / "refs").mkdir()
-    (snapshot.parent.parent / "refs" / "main").write_text("0" * 40)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    asked = []
-    download = huggingface_hub.hf_hub_download
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, name, **kw: asked.append(name) or download(repo, name, **kw))
+    asked = cached_on_hub(bge, "some-org/tiny-bge", tmp_path, monkeypatch)
     model = bertfn.load("some-org/tiny-bge")
     assert {"modules.json", "config_sentence_transformers.json", "1_Pooling/config.json"} <= set(asked)
     torch.testing.assert_close(bertfn.embed(TEXTS[:2], model), bertfn.embed(TEXTS[:2], bertfn.load(bge)), atol=1e-6, rtol=0)
