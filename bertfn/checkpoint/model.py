@@ -116,6 +116,15 @@ class Model:
         "cls.species": 6}``; ``bertfn.classify(texts, model, head="cls.species", labels=[...])`` runs one."""
         return extra_heads(self.config, self.state)
 
+    @cached_property
+    def sentence_folder(self):
+        """What the sentence-transformers folder the model came from says about its sentence vectors (its modules,
+        prompts, truncate_dim: :class:`~bertfn.checkpoint.sentence_folder.SentenceFolder`), read once, as
+        ``SentenceTransformer(folder)`` reads it when it is made."""
+        from .sentence_folder import sentence_folder  # it reads the folders this module finds (source_folders)
+
+        return sentence_folder(self)
+
     def __repr__(self) -> str:
         """A summary (the full state would print every weight): sizes, parts, precision, device, tokenizer."""
         c = self.config

@@ -22,7 +22,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -118,8 +117,8 @@ def sentence_folder(m: Model) -> SentenceFolder:
 
     The folder is the first of the model's folders (:func:`~bertfn.checkpoint.model.source_folders`) that holds
     ``modules.json``, ``sentence_bert_config.json`` or ``config_sentence_transformers.json``; where the weights came
-    from a Transformer module's own sub-folder (``0_Transformer``), the folder above it. Read once per folder and
-    version of its files.
+    from a Transformer module's own sub-folder (``0_Transformer``), the folder above it. ``model.sentence_folder``
+    holds what this gives, read once per model.
 
     Args:
         m: the model.
@@ -134,15 +133,8 @@ def sentence_folder(m: Model) -> SentenceFolder:
         if parent.is_file() and any(isinstance(e, dict) and e.get("path") == folder.name for e in _listed(parent)):
             folder = folder.parent  # the weights of a Transformer module saved in its own sub-folder
         if any((folder / n).is_file() for n in names):
-            return _read(folder.resolve(), _versions(folder))
+            return _read(folder.resolve())
     return SentenceFolder()
-
-
-def _versions(folder: Path) -> tuple:
-    """What :func:`_read`'s cache is keyed on besides the folder: (name, mtime, size) of its files and of its
-    sub-folders' files (the modules')."""
-    files = [p for d in (folder, *(s for s in folder.iterdir() if s.is_dir())) for p in d.iterdir() if p.is_file()]
-    return tuple(sorted((str(p.relative_to(folder)), s.st_mtime_ns, s.st_size) for p in files for s in [p.stat()]))
 
 
 def _listed(path: Path) -> list:
@@ -154,9 +146,8 @@ def _listed(path: Path) -> list:
     return entries
 
 
-@lru_cache(maxsize=16)
-def _read(folder: Path, versions: tuple) -> SentenceFolder:
-    """The :class:`SentenceFolder` of ``folder`` (``versions``: the cache key of its files' versions)."""
+def _read(folder: Path) -> SentenceFolder:
+    """The :class:`SentenceFolder` of ``folder``."""
     settings = read_json(folder / "config_sentence_transformers.json")
     prompts = settings.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):

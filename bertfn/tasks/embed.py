@@ -3,7 +3,7 @@
     e = after_pooling(pool(h_1 .. h_S over the text's pooled tokens))[:truncate_dim]
 
 :func:`embed` is ``SentenceTransformer(folder).encode(texts)``: it reads the folder's modules
-(:func:`~bertfn.checkpoint.sentence_folder.sentence_folder`: the Pooling module's modes, Dense layers, Normalize, the
+(``model.sentence_folder``: the Pooling module's modes, Dense layers, Normalize, the
 prompts, ``truncate_dim``), puts the prompt before each text, tokenizes, runs the encoder and pools
 (:mod:`bertfn.tasks.pooling`). all-MiniLM-L6-v2's folder (mean, Normalize) gives unit vectors, BGE's (CLS, Normalize)
 the [CLS] vector normalized, a folder with a Dense module vectors of its width. A folder without ``modules.json``
@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
-from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder, sentence_folder
+from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder
 from ..checkpoint.tokenizer import Tokenizer
 from ..errors import BertfnWarning, InputError, syntax
 from ..fast.batching import encoded_groups
@@ -70,7 +70,7 @@ def max_tokens(m: Model, max_length: int | None = None, folder: SentenceFolder |
     """
     P = longest_input(m.config)
     if max_length is None:
-        folder = sentence_folder(m) if folder is None else folder
+        folder = m.sentence_folder if folder is None else folder
         return min(folder.max_seq_length or P, P)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or not 2 <= max_length <= P:
         raise InputError(f"max_length must be an integer from 2 to {P} (the tokens the model reads), got {max_length!r}")
@@ -219,7 +219,7 @@ def embed(
     tok = require_tokenizer(m, "embed")
     points = with_edits(NO_TRACE, edits, m.config)
     P = longest_input(m.config)
-    folder = sentence_modules(sentence_folder(m), pooling, normalize)
+    folder = sentence_modules(m.sentence_folder, pooling, normalize)
     before = chosen_prompt(folder, prompt, prompt_name)
     max_length = max_tokens(m, max_length, folder)
     batch = [before + t for t in batch]
@@ -291,7 +291,7 @@ def similarity(a: Tensor | str | list[str], b: Tensor | str | list[str], model: 
         raise InputError(f"similarity_fn_name must be one of {', '.join(map(repr, SIMILARITIES))}, got {similarity_fn_name!r}")
     texts = [x for x in (a, b) if not isinstance(x, Tensor)]
     m = get_model(model, device, dtype) if texts or (model is not None and similarity_fn_name is None) else None
-    name = similarity_fn_name or (sentence_folder(m).similarity_fn_name if m is not None else None) or "cosine"
+    name = similarity_fn_name or (m.sentence_folder.similarity_fn_name if m is not None else None) or "cosine"
 
     def rows(x) -> Tensor:
         v = x if isinstance(x, Tensor) else embed(x, m, **options)
