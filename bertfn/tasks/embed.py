@@ -263,7 +263,7 @@ def embed(
 
 def similarity(a: Tensor | str | list[str], b: Tensor | str | list[str], model: Model | str | Path | None = None, *,
                similarity_fn_name: str | None = None, device: str | torch.device | None = None,
-               dtype: torch.dtype | str | None = None, **options) -> Tensor:
+               dtype: torch.dtype | str | None = None, **options: object) -> Tensor:
     """How alike each of ``a`` is to each of ``b`` (``SentenceTransformer.similarity``), by the model's
     ``similarity_fn_name``:
 
