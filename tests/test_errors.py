@@ -341,8 +341,36 @@ def edit_weights(folder: Path, edit) -> None:
 
 def test_missing_config_json(ckpt):
     (ckpt / "config.json").unlink()
-    with pytest.raises(bertfn.ConfigError, match=f"no config.json at {re.escape(str(ckpt / 'config.json'))}; a BERT checkpoint"):
+    with pytest.raises(bertfn.ConfigError, match=f"no config.json in {re.escape(str(ckpt))}; a BERT checkpoint"):
         bertfn.load(ckpt)
+
+
+def test_missing_config_json_beside_a_weights_file_names_the_folder(ckpt, monkeypatch):
+    """Issue 57: a weights file named from its own folder gave "no config.json at config.json"."""
+    (ckpt / "config.json").unlink()
+    monkeypatch.chdir(ckpt)
+    with pytest.raises(bertfn.ConfigError, match=f"no config.json in {re.escape(os.getcwd())}; a BERT checkpoint folder "
+                                                 "needs a config.json next to its weights"):
+        bertfn.load("model.safetensors")
+
+
+@pytest.mark.parametrize("name, kind, tokenizer", [
+    ("vocab.txt", "a tokenizer's file", "vocab.txt"),
+    ("tokenizer.json", "a tokenizer's file", "tokenizer.json"),
+    ("tokenizer_config.json", "a tokenizer's file", ""),
+    ("special_tokens_map.json", "a tokenizer's file", ""),
+    ("config.json", "a config file", ""),
+    ("modules.json", "a config file", ""),
+])
+def test_a_tokenizer_or_config_file_as_the_model_says_where_it_goes(ckpt, name, kind, tokenizer):
+    """Issue 57: a checkpoint folder's other files, passed as the model, were read as a corrupt PyTorch checkpoint."""
+    (ckpt / name).touch()  # modules.json, the one the checkpoint lacks; the others are there already
+    with pytest.raises(bertfn.ModelLoadError) as e:
+        bertfn.load(ckpt / name)
+    assert str(e.value) == (
+        f"{ckpt / name} is {kind}, not a model's weights: the model argument takes the checkpoint's folder, e.g. "
+        f"bertfn.load({str(ckpt)!r}), or a weights file (model.safetensors or pytorch_model.bin); a vocabulary that "
+        f"is not beside the weights goes to tokenizer={str(ckpt / tokenizer) if tokenizer else str(ckpt)!r}")
 
 
 def test_config_json_that_is_not_json(ckpt):
@@ -617,7 +645,16 @@ def test_cli_exit_codes_per_error_class(capsys, ckpt, tmp_path):
     (ckpt / "config.json").unlink()
     code, _, err = run_cli(capsys, "fill-mask", text, "--model", str(ckpt))
     assert code == 3
-    assert_one_line(err, "no config.json at")
+    assert_one_line(err, f"no config.json in {ckpt};")
+
+
+def test_a_vocabulary_as_the_cli_model_says_model_takes_the_folder_and_tokenizer_the_file(capsys, ckpt):
+    code, out, err = run_cli(capsys, "fill-mask", "a [MASK]", "--model", str(ckpt / "vocab.txt"))
+    assert code == bertfn.ModelLoadError.exit_code and out == "" and "Unpickling" not in err
+    assert_one_line(err, f"{ckpt / 'vocab.txt'} is a tokenizer's file, not a model's weights: --model takes the "
+                         f"checkpoint's folder, e.g. --model {ckpt}, or a weights file (model.safetensors or "
+                         f"pytorch_model.bin); a vocabulary that is not beside the weights goes to --tokenizer "
+                         f"{ckpt / 'vocab.txt'}")
 
 
 def test_cli_bad_device(capsys, ckpt):
@@ -647,11 +684,11 @@ def test_cli_checks_the_texts_before_the_load_and_its_warnings(capsys, ckpt, tmp
     the mask token fails alone, with none of the load's warnings (a key no BERT part reads) before its error."""
     code, out, err = run_cli(capsys, "fill-mask", "the [MASK] sat .", " ", "--model", str(tmp_path / "none"))
     assert code == 2 and out == ""
-    assert_one_line(err, "text 1 is empty; write a sentence with the mask token")
+    assert_one_line(err, "text 2 is empty; write a sentence with the mask token")  # counted from 1, as typed
     edit_weights(ckpt, lambda state: state.update({"cls.species.weight": torch.zeros(2, 8)}))
     code, out, err = run_cli(capsys, "fill-mask", "the [MASK] sat .", "the <mask> sat .", "--model", str(ckpt))
     assert code == 2 and out == ""
-    assert_one_line(err, "text 1 has no [MASK] token", "<mask> is RoBERTa's and ESM-2's spelling")
+    assert_one_line(err, "text 2 has no [MASK] token", "<mask> is RoBERTa's and ESM-2's spelling")
     code, out, err = run_cli(capsys, "fill-mask", "the [MASK] sat .", "--model", str(ckpt))
     assert code == 0 and "rank" in out
     assert err.startswith("bertfn: warning: ") and "cls.species.*" in err and err.count("\n") == 1, err

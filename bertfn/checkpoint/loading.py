@@ -17,6 +17,7 @@ names, shapes and values stay the checkpoint's.
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import warnings
 from collections.abc import Callable
@@ -41,6 +42,10 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spec
 MODULE_FILES = ("config.json", "sentence_bert_config.json")
 """The files of a sentence-transformers module's folder that bertfn.embed reads (a Pooling's or a Dense's config;
 a Dense's weights too), fetched with a hub model that lists the module in its modules.json."""
+VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "spm.model")
+"""The tokenizer files that hold a vocabulary: what ``tokenizer=`` (``--tokenizer``) reads, or a folder holding one."""
+TOKENIZER_SIDE_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json")
+"""A tokenizer's other files (its settings; RoBERTa's BPE vocabulary, which bertfn reads from tokenizer.json)."""
 
 
 # --- finding files --------------------------------------------------------------------------------
@@ -159,9 +164,32 @@ def transformer_folder(folder: Path) -> Path:
     return inner if inner is not None and str(first.get("type", "")).endswith("Transformer") and inner.is_dir() else folder
 
 
+def not_weights(file: Path) -> ModelLoadError | None:
+    """The error for a checkpoint folder's tokenizer or config file passed where the model goes (its folder or
+    weights file do), saying where that file goes instead; None for any other file.
+
+    Args:
+        file: the file passed as the model.
+    """
+    if file.name in VOCABULARY_FILES or file.name in TOKENIZER_SIDE_FILES or file.suffix == ".txt":
+        kind = "a tokenizer's file"
+    elif file.suffix == ".json":
+        kind = "a config file"
+    else:
+        return None
+    folder = str(file.parent)
+    vocabulary = str(file if file.name in VOCABULARY_FILES else file.parent)  # what tokenizer= reads: file or folder
+    return ModelLoadError(
+        f"{file} is {kind}, not a model's weights: {syntax(python='the model argument', cli='--model')} takes the "
+        f"checkpoint's folder, e.g. {syntax(python=f'bertfn.load({folder!r})', cli=f'--model {shlex.quote(folder)}')}, "
+        f"or a weights file ({' or '.join(WEIGHT_FILES)}); a vocabulary that is not beside the weights goes to "
+        f"{syntax(python=f'tokenizer={vocabulary!r}', cli=f'--tokenizer {shlex.quote(vocabulary)}')}")
+
+
 def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path, Path]:
     """The checkpoint's folder and weights file: a local folder or file first, else a hub id (:func:`download`).
-    Raises :class:`ModelLoadError` when nothing is found or a folder cannot be read (permissions).
+    Raises :class:`ModelLoadError` when nothing is found, a folder cannot be read (permissions), or the file is
+    a checkpoint's tokenizer or config file (:func:`not_weights`).
 
     Args:
         name_or_path: a folder, a weights file or a hub id.
@@ -176,6 +204,9 @@ def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path,
                 raise CheckpointError(f"{path} has no {' or '.join(WEIGHT_FILES)}; put the model's weights there")
             return path, weights
         if path.is_file():
+            wrong = not_weights(path)
+            if wrong is not None:
+                raise wrong
             return path.parent, path
     except PermissionError:  # the folder, or one above it, that this user may not search or list
         raise unreadable(path, ModelLoadError) from None

@@ -6,15 +6,16 @@ import argparse
 import json
 import warnings
 
-from ..errors import InputError
 from ..fast.choice import pack_state
 from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
 def add(sub) -> None:
     fm = subcommand(sub, "fill-mask", "predict the words behind the mask token ([MASK], or <mask> in RoBERTa's kind)",
-                    'bertfn fill-mask "When in Rome, do as the [MASK] do." --top-k 3')
-    fm.add_argument("text", nargs="*", help="one or more texts, each with at least one [MASK] (or --input FILE)")
+                    'bertfn fill-mask "When in Rome, do as the [MASK] do." --top-k 3\n'
+                    '  bertfn fill-mask "The capital of France is <mask>." --model FacebookAI/roberta-base')
+    fm.add_argument("text", nargs="*", help="one or more texts (or --input FILE), each with at least one [MASK], or "
+                                            "the model's own mask token: <mask> for RoBERTa's kind")
     fm.add_argument("--top-k", type=int, default=5, help="answers per mask (default 5)")
     fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
     fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")

@@ -247,8 +247,8 @@ class BertConfig:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(
-                f"no config.json at {path}; a BERT checkpoint folder needs one next to its weights "
-                "(transformers' save_pretrained writes it)"
+                f"no {path.name} in {path.absolute().parent}; a BERT checkpoint folder needs a "
+                "config.json next to its weights (transformers' save_pretrained writes it)"
             ) from None
         except PermissionError:
             raise unreadable(path, ConfigError) from None
