@@ -1,4 +1,5 @@
-"""Corpora in files: text or JSON Lines in, JSON Lines out (``bertfn fill-mask --input``), with progress and resume.
+"""Corpora in files: text, JSON Lines or a table (.csv, .tsv) in, JSON Lines out (``bertfn fill-mask --input``), with
+progress and resume.
 
 :func:`run_file` reads its input a chunk of lines at a time, hands the texts to the task's
 :class:`~bertfn.corpus.runner.Runner` in pieces sized to take about ``flush_every`` seconds, and
@@ -187,12 +188,15 @@ def run_file(
     same with ``"error": "..."`` in place of ``result`` when line n is not valid JSON, has no such field,
     or its text is refused (no [MASK], too long, ...). A line whose text is mostly [UNK] also holds
     ``"warning": "..."``. Lines are written in input order; memory holds one chunk of ``chunk_size``.
-    Before any model loads, the first line is checked to hold ``field`` (:meth:`~bertfn.corpus.inputs.Inputs.probe`). Floats are
+    Before any model loads, the first line is checked to hold ``field``, and a table is read whole to check it
+    (:meth:`~bertfn.corpus.inputs.Inputs.probe`). Floats are
     written at float32 precision (:func:`~bertfn.corpus.runner.jsonable`).
 
     Args:
         source: a text file (one text a line) or, with ``field``, JSON Lines whose ``field`` holds the
-            text; ``"-"`` reads standard input.
+            text; a file named ``.csv`` or ``.tsv``, a table whose header names its columns (``field`` names the
+            text's column, default ``"text"``; a row is a line: output line n is its n-th row,
+            :mod:`~bertfn.corpus.inputs`); ``"-"`` reads standard input (lines, never a table).
         target: a file, or ``"-"`` for standard output. A name ending in ``.npy`` (embed) or ``.parquet``
             writes that format there, and the JSON Lines beside it as the run's log (``out.npy`` ->
             ``out.jsonl``, which ``resume`` checks and continues; :func:`~bertfn.corpus.formats.output_files`).
@@ -226,15 +230,16 @@ def run_file(
 
     Raises:
         InputError: a missing input, options that do not fit together (``out.npy`` for a task other than embed),
-            a first line without ``field``, a taken ``target`` without ``resume`` (or the input itself), or an
-            output that does not match the run record.
+            a first line without ``field``, a table it cannot read (naming the line), a taken ``target`` without
+            ``resume`` (or the input itself), or an output that does not match the run record.
     """
     started = time.perf_counter()
     to_stdout = str(target) == "-"
     if str(source) != "-" and not Path(source).is_file():
-        raise InputError(f"input file {source} does not exist; pass --input with a text or JSON Lines file, or - for stdin")
+        raise InputError(f"input file {source} does not exist; pass --input with a text, JSON Lines, .csv or .tsv "
+                         "file, or - for stdin")
     named = task_named(task)
-    inputs = Inputs.of(named.inputs, named.optional, field)
+    inputs = Inputs.of(named.inputs, named.optional, field, source)
     if inputs.fields is None and str(source).endswith((".jsonl", ".ndjson")):
         also = ""
         if named.optional:  # classify's text_pair: the form that names every field
@@ -258,7 +263,7 @@ def run_file(
     check_formats(formats, task == "embed", to_stdout)
     if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
         raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
-    lines = enumerate(read_lines(source), 1)
+    lines = enumerate(inputs.read(source), 1)
     first = next(lines, None)
     inputs.probe(first and first[1], source)
     lines = itertools.chain([first] if first else [], lines)
@@ -282,7 +287,7 @@ def run_file(
                 retried, printed = _retry(runner, source, target, done, set(kept), tally, inputs, echo, drop,
                                           chunk_size, flush_every)
                 kept = []
-                lines = itertools.islice(enumerate(read_lines(source), 1), done, None)
+                lines = itertools.islice(enumerate(inputs.read(source), 1), done, None)
             if record is not None:
                 write_record(target, record, done, printed)
             compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, read_lines(target),
@@ -350,7 +355,7 @@ def _retry(runner: Runner, source, target: Path, done: int, errors: set[int], ta
     printed = InputPrint()
     with open(target, "rb") as old:
         written = (line.rstrip(b"\n") for line in old)
-        lines = itertools.islice(enumerate(read_lines(source), 1), done)
+        lines = itertools.islice(enumerate(inputs.read(source), 1), done)
         entries = ((n, raw, None if n in errors else kept) for (n, raw), kept in zip(lines, written))
         with open(fresh, "wb") as out:
             run_entries(runner, entries, Output(out, target, None, 0, printed, flush_every), tally, inputs, echo, drop,

@@ -5,18 +5,31 @@ Most tasks read one text a line: the line itself, or with ``field`` the field of
 passages) reads them from the fields of a JSON object, each named as the input is unless ``field`` maps the
 input to another field (``{"context": "passage"}``, ``--field context=passage``), and hands the task one dict
 per line, ``{"question": ..., "context": ...}``, as transformers' pipelines take them.
+
+A file named ``.csv`` or ``.tsv`` is a table (:data:`TABLES`): its header names the columns, and each row reaches the
+run as the JSON object of its cells (``{"id": "2", "text": "..."}``), read then as a JSON Lines line is (the inputs
+from the columns named as they are unless ``field`` says otherwise; the other columns carried), so that resume and its
+fingerprints see one line per row. A table bertfn cannot read as one (a row of another number of cells than the
+header, bytes that are not UTF-8, a quote never closed, no column for an input) is refused as a whole, naming the
+file's line, before anything runs.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, syntax
 from .record import OWN_KEYS
+
+TABLES = {".csv": ",", ".tsv": "\t"}
+"""The inputs read as tables (:mod:`csv`'s default dialect, ``strict``), by the ending of the file's name: its
+delimiter."""
 
 
 def read_lines(source: str | Path) -> Iterator[bytes]:
@@ -28,6 +41,25 @@ def read_lines(source: str | Path) -> Iterator[bytes]:
     finally:
         if f is not sys.stdin.buffer:
             f.close()
+
+
+def _decoded(lines: Iterable[bytes], source: str | Path) -> Iterator[str]:
+    """The lines of a table file as text, from UTF-8 (a byte-order mark at its start dropped), their ends kept as
+    :mod:`csv` reads them.
+
+    Args:
+        lines: the file's lines, as bytes.
+        source: the file, for the message.
+
+    Raises:
+        InputError: a line that is not UTF-8, naming it.
+    """
+    for n, raw in enumerate(lines, 1):
+        try:
+            yield raw.decode("utf-8-sig" if n == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"line {n} of {source} is not valid UTF-8 (byte {e.start}); nothing was run: convert the "
+                             "file to UTF-8") from None
 
 
 def label(n: int, carried: dict) -> str:
@@ -62,35 +94,42 @@ class Inputs:
     Attributes:
         names: the task's inputs: ``("text",)``, or several (``("question", "context")``).
         optional: those of ``names`` a line may leave out (a classifier's ``text_pair``).
-        fields: input -> the JSON field that holds it; None: plain text lines, one text each.
+        fields: input -> the JSON field (a table's column) that holds it; None: plain text lines, one text each.
+        table: the delimiter of a table (:data:`TABLES`), whose rows are read as JSON objects; None: lines.
     """
 
     names: tuple[str, ...]
     optional: tuple[str, ...] = ()
     fields: dict[str, str] | None = None
+    table: str | None = None
 
     @classmethod
-    def of(cls, names: tuple[str, ...], optional: tuple[str, ...], field: str | Mapping[str, str] | None) -> Inputs:
-        """The reader of a task whose inputs are ``names`` given ``field`` (see the module docstring).
+    def of(cls, names: tuple[str, ...], optional: tuple[str, ...], field: str | Mapping[str, str] | None,
+           source: str | Path) -> Inputs:
+        """The reader of a task whose inputs are ``names`` given ``field``, from ``source`` (see the module docstring).
 
         Args:
             names: the task's inputs.
             optional: those a line may leave out.
             field: None (plain text lines when every input but the first is optional, as a classifier's
-                ``text_pair``; else the fields named as the inputs), the text's field, or ``{input: field}``.
+                ``text_pair``; else, and always for a table, the fields named as the inputs), the text's field, or
+                ``{input: field}``.
+            source: the input: a name ending as one of :data:`TABLES` is a table; ``"-"`` (standard input) never is.
 
         Raises:
             InputError: a field that names no input of the task.
         """
-        if field is None:
+        table = None if str(source) == "-" else TABLES.get(Path(source).suffix.lower())
+        if field is None and table is None:
             return cls(names, optional, None if set(names[1:]) <= set(optional) else {n: n for n in names})
         if isinstance(field, str):
-            return cls(names, optional, {names[0]: field, **{n: n for n in names[1:]}})
+            return cls(names, optional, {names[0]: field, **{n: n for n in names[1:]}}, table)
+        field = field or {}
         unknown = [k for k in field if k not in names]
         if unknown:
             raise InputError(f"{syntax(python='field=', cli='--field ')}names {', '.join(map(repr, unknown))}, which is no "
                              f"input of this task; its inputs are {', '.join(map(repr, names))}")
-        return cls(names, optional, {n: field.get(n, n) for n in names})
+        return cls(names, optional, {n: field.get(n, n) for n in names}, table)
 
     @property
     def record(self) -> str | dict[str, str] | None:
@@ -103,6 +142,89 @@ class Inputs:
     def echoed(self) -> tuple[str, ...]:
         """The keys of an output line that echo the input, which ``echo=False`` leaves out."""
         return ("text",) if self.fields is None else tuple(self.fields.values())
+
+    def read(self, source: str | Path) -> Iterator[bytes]:
+        """The input's lines as :meth:`parse` takes them, lazily: a file's (:func:`read_lines`), or a table's rows, each
+        as the JSON object of its cells (:meth:`rows`).
+
+        Args:
+            source: the input file (``-``: standard input).
+
+        Raises:
+            InputError: (a table) what :meth:`rows` refuses, when the reading comes to it.
+        """
+        return read_lines(source) if self.table is None else self.rows(source)
+
+    def rows(self, source: str | Path) -> Iterator[bytes]:
+        """The rows of the table ``source`` after its header, each as the UTF-8 bytes of the JSON object
+        ``{column: cell}``, lazily; a blank line is no row (as :class:`csv.DictReader` reads it).
+
+        Args:
+            source: a table file (:data:`TABLES`).
+
+        Raises:
+            InputError: naming the file and its line, when the reading comes to it: no header, a header without a
+                column for an input (one left out only if optional and not renamed by ``field``), a column named
+                twice or as one of the output's own keys, a row of another number of cells than the header, bytes
+                that are not UTF-8, quoting :mod:`csv` refuses.
+        """
+        kind = Path(source).suffix.lower()
+        with open(source, "rb") as f:
+            reader = csv.reader(_decoded(f, source), delimiter=self.table, strict=True)
+            start = 1  # the line where the row read now starts
+            try:
+                header = next(reader, None)
+                self._check_header(header, source, kind)
+                row, start = 0, reader.line_num + 1
+                for cells in reader:
+                    if cells:
+                        row += 1
+                        if len(cells) != len(header):
+                            held = 'a comma ("a, b")' if self.table == "," else 'a tab ("a<tab>b")'
+                            raise InputError(
+                                f"line {start} of {source} (row {row}) has {len(cells)} cell"
+                                f"{'s' if len(cells) > 1 else ''}, and its header names "
+                                f"{len(header)} columns ({', '.join(map(repr, header))}); nothing was run: give every "
+                                f"row one cell per column, and quote a cell that holds {held}")
+                        yield json.dumps(dict(zip(header, cells)), ensure_ascii=False).encode()
+                    start = reader.line_num + 1
+            except csv.Error as e:
+                raise InputError(f"line {start} of {source} is not {kind} as Python's csv module reads it "
+                                 f"({e}); nothing was run: fix the quoting there (a quoted cell ends with a quote)"
+                                 ) from None
+
+    def _check_header(self, header: list[str] | None, source: str | Path, kind: str) -> None:
+        """Check a table's header: it names each column once, none as one of the output's own keys, and a column
+        for each input (an optional input's may be missing unless ``field`` renamed it).
+
+        Args:
+            header: the cells of the table's first line, or None for an empty file.
+            source: the table file, for the messages.
+            kind: its ending (``".csv"``), for the messages.
+
+        Raises:
+            InputError: the first thing wrong.
+        """
+        first = f"line 1 of {source} (its header)"
+        if header is None:
+            raise InputError(f"{source} is empty; a {kind} input starts with a header line naming its columns "
+                             f"({self.table.join(['id', *self.fields.values()])!r}), then one row a line")
+        twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+        if twice is not None:
+            raise InputError(f"{first} names the column {twice!r} twice; name each column once")
+        clash = [k for k in OWN_KEYS if k in header]
+        if clash:
+            raise InputError(f"{first} names a column {clash[0]!r}, which the output uses for its own; rename that "
+                             "column in the input")
+        missing = [(n, k) for n, k in self.fields.items() if k not in header and (n not in self.optional or k != n)]
+        if missing:
+            name, key = missing[0]
+            how = "name the column " + (
+                f"that holds the text with {syntax(python='field=NAME', cli='--field NAME')}" if name == self.names[0]
+                else f"of each input with {syntax(python='field={INPUT: NAME}', cli='--field INPUT=NAME')}")
+            raise InputError(f"{source} has no column {key!r} for the input {name!r}: its header (line 1) names "
+                             f"{', '.join(map(repr, header))}; nothing was run: {how}, or, if the file has no header, "
+                             "write one as its first line")
 
     def parse(self, n: int, raw: bytes) -> tuple[object, dict, str | None]:
         """Input line ``n`` -> (the task's input, the fields the output carries, or the error that makes it a bad line).
@@ -136,8 +258,8 @@ class Inputs:
                               "rename that field in the input")
         item = {}
         for name, key in self.fields.items():
-            if key not in record:
-                if name in self.optional:
+            if key not in record or self.table is not None and name in self.optional and record[key] == "":
+                if name in self.optional:  # left out, or a table's empty cell: none (a text without its pair)
                     continue
                 return None, record, f"line {n} has no field {key!r} (it has {', '.join(map(repr, record)) or 'none'})"
             value = record[key]
@@ -150,16 +272,20 @@ class Inputs:
         return item, record, None
 
     def probe(self, first: bytes | None, source: str | Path) -> None:
-        """Check the input's first line before any model loads: with fields, a JSON object holding them (a typo in
-        ``--field`` stops the run here, not after a file of error lines).
+        """Check the input before any model loads: with fields, its first line must be a JSON object holding them (a
+        typo in ``--field`` stops the run here, not after a file of error lines); a table is read whole once (a bad
+        row stops the run here, not half way).
 
         Args:
             first: the first line's bytes, or None for an empty input.
-            source: the input, for the message.
+            source: the input, for the message; a table is read again from it.
 
         Raises:
-            InputError: the first line lacks a field.
+            InputError: the first line lacks a field; what :meth:`rows` refuses in a table.
         """
+        if self.table is not None:
+            deque(self.rows(source), maxlen=0)
+            return
         if self.fields is None or first is None:
             return
         _, record, bad = self.parse(1, first)

@@ -9,7 +9,9 @@ The first time :func:`~bertfn.corpus.files.run_file` writes ``out.jsonl`` it als
 
 ``input`` is rewritten at every flush: how many lines the output held then, and a fingerprint of
 the input lines among them that hold a result (:class:`InputPrint`; lines that hold an error are left
-out, so that ``--retry-errors`` may re-read them after they were fixed). :func:`check_record` refuses
+out, so that ``--retry-errors`` may re-read them after they were fixed). The input lines are those
+:meth:`~bertfn.corpus.inputs.Inputs.read` gives: a table's (``.csv``, ``.tsv``) are its rows, each the JSON
+object of its cells, so a cell over several lines of the file is one line here, and any cell changed is seen. :func:`check_record` refuses
 a resume whose task, options, field or model differ from the record, naming the difference;
 :func:`scan_output` checks every line already written against its input line.
 """
