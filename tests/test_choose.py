@@ -179,7 +179,7 @@ def test_cli_table_and_json(roberta, capsys):
     assert main(["choose", prompt, "--model", str(folder)]) == 2
     assert "--choices A B C" in capsys.readouterr().err
     assert main(["choose", prompt, "--choices", "a", "", "--model", str(folder / "nowhere")]) == 2  # before loading
-    assert "choice 1 is empty" in capsys.readouterr().err
+    assert "text 1's choice 2 is empty" in capsys.readouterr().err  # counted from 1, as typed
 
 
 def test_corpus_file_runs_and_resumes(roberta, tmp_path, capsys):

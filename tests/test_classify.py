@@ -131,6 +131,58 @@ def test_the_longest_text_the_positions_hold_runs_and_a_longer_one_is_refused(tm
         bertfn.classify(["cat", longest + " cat"], model)
 
 
+@pytest.fixture(scope="module")
+def max_length_40(tmp_path_factory):
+    """(folder, bertfn model) of a random BERT classifier (64 positions) whose tokenizer_config.json says
+    model_max_length 40, as a real checkpoint's says its 512: what transformers' truncation=True cuts to."""
+    folder = tmp_path_factory.mktemp("bert-max-length-40")
+    pytest.importorskip("transformers")
+    save_head("bert", "sequence-classification", folder, id2label=LABELS, label2id={v: k for k, v in LABELS.items()},
+              initializer_range=0.2)  # scores far apart: a cut one token off gives others
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 40}), encoding="utf-8")
+    return folder, bertfn.load(folder)
+
+
+@needs_transformers
+def test_truncation_cuts_as_the_pipelines_tokenizer_cuts(max_length_40):
+    """Issue 57: truncation=True cuts a text to model_max_length, a pair "longest_first", as the pipeline's does; a
+    text of 41-64 tokens runs whole without it, as in the pipeline; a longer one is refused, naming the option."""
+    import transformers
+
+    folder, model = max_length_40
+    pipe = transformers.pipeline("text-classification", model=str(folder))
+    short, medium, long = CORPUS[1], " ".join(CORPUS[:5]), " ".join(CORPUS[:8])  # 9, 59 and 104 tokens
+    for x in (long, medium, {"text": long, "text_pair": short}, {"text": short, "text_pair": long},
+              {"text": long, "text_pair": medium}):
+        same(bertfn.classify(x, model, truncation=True, top_k=None), pipe(x, truncation=True, top_k=None), 1e-5)
+    same(bertfn.classify([short, long, medium], model, truncation=True), pipe([short, long, medium], truncation=True),
+         1e-5)
+    same(bertfn.classify(medium, model, top_k=None), pipe(medium, top_k=None), 1e-5)  # no truncation: read whole
+    with pytest.raises(bertfn.InputError, match=r"^text 1 is 104 tokens long but the model reads at most 64; shorten "
+                                                r"it, or pass truncation=True to cut it as transformers' pipeline does$"):
+        bertfn.classify([short, long], model)
+    with pytest.raises(bertfn.InputError, match=r"^truncation must be True or False, got 'yes'$"):
+        bertfn.classify(short, model, truncation="yes")
+
+
+@needs_transformers
+def test_cli_truncation_and_its_error_count_from_one(max_length_40, tmp_path, capsys):
+    folder, model = max_length_40
+    texts = [CORPUS[1], " ".join(CORPUS[:8])]  # the second: 104 tokens
+    assert main(["classify", *texts, "--model", str(folder)]) == 2
+    assert capsys.readouterr().err == ("bertfn: error: text 2 is 104 tokens long but the model reads at most 64; "
+                                       "shorten it, or pass --truncation to cut it as transformers' pipeline does\n")
+    assert main(["classify", *texts, "--model", str(folder), "--truncation", "--json"]) == 0
+    same(json.loads(capsys.readouterr().out), bertfn.classify(texts, model, truncation=True), 1e-6)
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert main(["classify", "--input", str(src), "--output", str(out), "--model", str(folder), "--truncation",
+                 "--no-progress"]) == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    same([r["result"] for r in rows], bertfn.classify(texts, model, truncation=True), 1e-6)
+
+
 @needs_transformers
 def test_bf16_gives_the_same_labels(bert):
     _, model = bert

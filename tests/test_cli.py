@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import bertfn
-from bertfn.cli import COMMANDS, build_parser, main
+from bertfn.cli import COMMANDS, build_parser, counted_from_one, main
 from bertfn.cli.options import one_line
 
 
@@ -45,7 +45,7 @@ def test_one_line_folds_line_breaks_but_keeps_a_quoted_texts_spaces(mlm_checkpoi
     """The fuzz test found the error quoting '0 ' for the text '0  ': the line's folding collapsed every run of spaces."""
     folder, _ = mlm_checkpoint
     assert main(["fill-mask", "--model", str(folder), "--", "0  "]) == bertfn.InputError.exit_code
-    assert "text 0 has no [MASK] token: '0  ';" in capsys.readouterr().err
+    assert "text 1 has no [MASK] token: '0  ';" in capsys.readouterr().err
     one_line("warning", "a message\n   written on\r\ntwo  lines\u2028")
     assert capsys.readouterr().err == "bertfn: warning: a message written on two  lines\n"
 
@@ -139,3 +139,43 @@ def test_each_subcommands_help_has_a_description_an_example_and_only_its_own_opt
     parser = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
     undescribed = [a.option_strings or a.dest for a in parser._actions if not a.help]
     assert not undescribed, f"bertfn {command}: options with no description: {undescribed}"
+
+
+def test_fill_masks_help_names_the_models_own_mask_token_and_shows_it(capsys):
+    """Issue 57: a RoBERTa user reads that <mask> is the mask token there, and sees a line that uses it."""
+    text = " ".join(help_of("fill-mask", capsys).split())  # argparse wraps the argument's help
+    assert "at least one [MASK], or the model's own mask token: <mask> for RoBERTa's kind" in text
+    example = help_of("fill-mask", capsys).split("\nexample:\n")[1]
+    assert 'bertfn fill-mask "When in Rome, do as the [MASK] do."' in example
+    assert 'bertfn fill-mask "The capital of France is <mask>." --model FacebookAI/roberta-base' in example
+
+
+@pytest.mark.parametrize("api, cli", [
+    ("text 0 is empty; write a sentence to embed", "text 1 is empty; write a sentence to embed"),
+    ("text 0 (and texts 7, 9, +12 more like it): 3 of its 3 tokens are [UNK]",
+     "text 1 (and texts 8, 10, +12 more like it): 3 of its 3 tokens are [UNK]"),
+    ("text 0's choice 1 is empty", "text 1's choice 2 is empty"),
+    ("text 2: with passage 3 it is 90 tokens", "text 3: with passage 4 it is 90 tokens"),
+    ("label 1 is empty; each candidate label is a word", "label 2 is empty; each candidate label is a word"),
+    ("text 0 has no [MASK] token: 'see text 3, it\\'s choice 2'; put [MASK] where",  # a quoted text stays as it came
+     "text 1 has no [MASK] token: 'see text 3, it\\'s choice 2'; put [MASK] where"),
+    ('text 1 has no [MASK] token: "it\'s text 3"', 'text 2 has no [MASK] token: "it\'s text 3"'),
+    ("2 text(s) longer than 6 tokens (text 1: 23) were cut", "2 text(s) longer than 6 tokens (text 2: 23) were cut"),
+    ("text 0 holds '\\udce9' at character 3", "text 1 holds '\\udce9' at character 3"),  # a position is no count
+])
+def test_messages_count_the_texts_typed_from_one(api, cli):
+    """Issue 57: the command line's second text is "text 2", as a file's second line is "line 2"."""
+    assert counted_from_one(api) == cli
+
+
+def test_the_cli_counts_texts_from_one_and_a_file_run_by_its_lines(mlm_checkpoint, tmp_path, capsys):
+    folder, _ = mlm_checkpoint
+    assert main(["score", "the cat sat", " ", "--model", str(folder)]) == bertfn.InputError.exit_code
+    assert capsys.readouterr().err == "bertfn: error: text 2 is empty; write a sentence to score\n"
+    with pytest.raises(bertfn.InputError, match=r"^text 1 is empty; write a sentence to score$"):  # Python: from 0
+        bertfn.score(["the cat sat", " "], str(folder))
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("the [MASK] sat\nno mask\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder), "--no-progress"]) == 2
+    assert json.loads(out.read_text(encoding="utf-8").splitlines()[1])["error"].startswith("line 2 has no [MASK]")
+

@@ -146,5 +146,5 @@ def test_cli_subprocess_undecodable_argv_is_one_line(mlm_checkpoint):
     done = subprocess.run([sys.executable.encode(), b"-m", b"bertfn", b"fill-mask", b"caf\xe9 [MASK]",
                            b"--model", bytes(folder)], capture_output=True, timeout=120)
     assert done.returncode == 2 and done.stdout == b""
-    assert done.stderr == b"bertfn: error: text 0 holds '\\udce9' at character 3, which is not valid Unicode; " \
+    assert done.stderr == b"bertfn: error: text 1 holds '\\udce9' at character 3, which is not valid Unicode; " \
                           b"decode the bytes with their real encoding (or errors='replace')\n"

@@ -160,7 +160,7 @@ def test_cli_default_prints_one_line_of_numbers_per_text(tiny_folder, capsys):
 
 def test_cli_errors_are_one_line(tiny_folder, capsys):
     assert main(["embed", "", "--model", str(tiny_folder)]) == 2
-    assert capsys.readouterr().err == "bertfn: error: text 0 is empty; write a sentence to embed\n"
+    assert capsys.readouterr().err == "bertfn: error: text 1 is empty; write a sentence to embed\n"
     assert main(["embed", "a", "--model", str(tiny_folder), "--pooling", "sum"]) == 2
     assert "invalid choice: 'sum'" in capsys.readouterr().err
 

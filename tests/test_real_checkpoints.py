@@ -163,7 +163,7 @@ def test_cli_names_cased_when_residues_are_lowercased(case, paths, capsys):
     weights, vocab = paths
     code, out, err = cli(capsys, "fill-mask", MASKED, "--model", str(weights), "--tokenizer", str(vocab), *case)
     assert code == 0 and "rank" in out
-    assert len(err) == 1 and err[0].startswith("bertfn: warning: text 0: 34 of its 34 tokens are [UNK]")
+    assert len(err) == 1 and err[0].startswith("bertfn: warning: text 1: 34 of its 34 tokens are [UNK]")
     assert err[0].endswith("this vocabulary is cased: load it with --cased")
 
 

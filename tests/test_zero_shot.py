@@ -10,6 +10,7 @@ the errors, bf16, edits, the CLI and the corpus task.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -203,6 +204,20 @@ def test_cli_table_json_and_file(bert_nli, tmp_path, capsys):
     assert [{k: v for k, v in r.items() if k != "result"} for r in again] == \
         [{k: v for k, v in r.items() if k != "result"} for r in rows]
     same([r["result"] for r in again if "result" in r], [r["result"] for r in rows if "result" in r])
+
+
+def test_cli_names_the_command_and_counts_the_texts_from_one(bert_nli, capsys):
+    """Issue 57: the CLI says zero-shot (the Python API zero_shot), and its second text is text 2 (Python's text 1)."""
+    folder, _ = bert_nli
+    with pytest.raises(bertfn.InputError, match=r"^text 1 is empty; write a sentence to zero_shot$"):
+        zero_shot(["a cat", " "], folder, candidate_labels=LABELS)
+    assert main(["zero-shot", "a cat", " ", "--labels", *LABELS, "--model", str(folder)]) == 2
+    assert capsys.readouterr().err == "bertfn: error: text 2 is empty; write a sentence to zero-shot\n"
+    assert main(["zero-shot", "a cat", "--labels", "sports", " ", "--model", str(folder)]) == 2
+    assert capsys.readouterr().err.startswith("bertfn: error: label 2 is empty;")
+    assert main(["zero-shot", "Hi.", LONG, "--labels", *LABELS, "--model", str(folder), "--json"]) == 0
+    assert re.fullmatch(r"bertfn: warning: text 2: with the hypothesis .* cut to fit \(truncation 'only_first', .*\n",
+                        capsys.readouterr().err)
 
 
 def test_corpus_task_runs_a_file(bert_nli, tmp_path):

@@ -211,7 +211,7 @@ def text_list(inputs, what: str) -> tuple[list[str], bool]:
         check_text(t, f"text {i}")
         if not t.strip():
             goal = " with the mask token ([MASK], or <mask> as RoBERTa and ESM-2 spell it) where the word to predict " \
-                "goes" if what == "fill_mask" else f" to {what}"
+                "goes" if what == "fill_mask" else f" to {syntax(python=what, cli=what.replace('_', '-'))}"
             raise InputError(f"text {i} is empty; write a sentence{goal}")
     return texts, single
 

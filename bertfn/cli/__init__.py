@@ -10,7 +10,8 @@
     bertfn embed "A sentence." "Another one." [--pooling mean|cls|max] [--normalize] [--json]
     bertfn score|embed --input sentences.txt --output results.jsonl [...the same file options]
     bertfn view "When in Rome, do as the [MASK] do." --out view.html [--pair TEXT] [--top-k N]
-    bertfn classify "A great film." [--pair TEXT ...] [--top-k N | --all-labels] [--head cls.species --labels ...]
+    bertfn classify "A great film." [--pair TEXT ...] [--top-k N | --all-labels] [--truncation]
+                    [--head cls.species --labels ...]
     bertfn zero-shot "The match ended 2-1." --labels sports politics [--multi-label] --model ./nli-model
     bertfn rerank "a query" "passage one" "passage two" ... [--top-k N] --model ./cross-encoder
     bertfn tag "Ada Lovelace lived in London." [--aggregation simple|first|average|max|none] [--stride N]
@@ -29,12 +30,15 @@ Errors print one line on stderr and exit with the error's code (see :mod:`bertfn
 arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, missing
 optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130, SIGTERM 143,
 a closed pipe 141 (``bertfn embed ... | head``: quietly, as other tools stop). Warnings are one line too.
+The messages count the texts typed on the command line from 1, as a file's lines are counted ("text 1" is the first;
+the Python API's "text 0", as lists count): :func:`counted_from_one`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -71,6 +75,30 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{message}; see '{self.prog} --help'")
 
 
+COUNTED = re.compile(r"(?<!\w)('(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")"  # a quoted text: left as it came
+                     r"|\b(texts?|choice|label|passage) (\d+(?:, \d+)*)\b")
+"""What :func:`counted_from_one` renumbers: "text 3", "texts 7, 9", "choice 2", "label 0", "passage 1"; and the
+quoted texts it skips (``'...'`` or ``"..."`` as ``repr`` writes them, opening after no letter or digit)."""
+
+
+def counted_from_one(message: object) -> str:
+    """A message of the Python API, which counts texts (and a prompt's choices, zero-shot's labels, a query's passages)
+    from 0 as lists do, counting them from 1 as the command line gives them: ``text 0 is empty`` -> ``text 1 is
+    empty``, ``text 0's choice 1`` -> ``text 1's choice 2``, ``texts 7, 9`` -> ``texts 8, 10``; a text the message
+    quotes (``'see text 3'``) stays as it came.
+
+    Args:
+        message: the error or warning (its ``str``).
+    """
+    def renumbered(m: re.Match) -> str:
+        """A quoted text as it came; a count plus one."""
+        if m.group(1):
+            return m.group(1)
+        return f"{m.group(2)} {', '.join(str(int(i) + 1) for i in m.group(3).split(', '))}"
+
+    return COUNTED.sub(renumbered, str(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
@@ -86,18 +114,26 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit code.
 
     Every failure ends here as one line on stderr and an exit code (see the module docstring),
-    never a traceback. Messages spell options the CLI way (``--cased``, not ``lowercase=False``).
+    never a traceback. Messages spell options the CLI way (``--cased``, not ``lowercase=False``), and where the texts
+    came on the command line (no ``--input``) count them from 1 (:func:`counted_from_one`).
     """
     surface = SURFACE.set("cli")
+    typed = False  # texts on the command line: set once it is read
+
+    def said(message: object) -> object:
+        """The message as the command line counts its texts."""
+        return counted_from_one(message) if typed else message
+
     try:
         with warnings.catch_warnings():
-            warnings.showwarning = lambda message, *_, **__: one_line("warning", message)
+            warnings.showwarning = lambda message, *_, **__: one_line("warning", said(message))
             args = build_parser().parse_args(argv)
+            typed = getattr(args, "input", None) is None
             if getattr(args, "quiet", False):
                 warnings.simplefilter("ignore")
             return COMMANDS[args.command][1](args)
     except BertfnError as e:
-        one_line("error", e)
+        one_line("error", said(e))
         return e.exit_code
     except BrokenPipeError:  # the reader of stdout went away: stop quietly, with the shell's code for it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush

@@ -24,6 +24,9 @@ def add(sub) -> None:
     ranks.add_argument("--all-labels", action="store_true", help="every label per text, best first")
     cl.add_argument("--function", choices=("softmax", "sigmoid", "none"), default=None,
                     help="what turns the logits into scores (default: as the config's problem_type says)")
+    cl.add_argument("--truncation", action="store_true",
+                    help="cut a text (or pair) longer than the model reads to fit, as transformers' pipeline does "
+                         "with truncation=True (a pair: the longer of its two texts first)")
     cl.add_argument("--head", default=None, metavar="PREFIX",
                     help="run the linear head stored under this key prefix on the pooler's output (e.g. cls.species)")
     cl.add_argument("--labels", nargs="+", default=None, metavar="LABEL", help="the names of the head's outputs, in order")
@@ -56,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from ..tasks.classify import classify
 
     top_k = None if args.all_labels else 1 if args.top_k is None else args.top_k
-    options = dict(top_k=top_k, function_to_apply=args.function, batch_size=args.batch_size, head=args.head,
-                   labels=args.labels)
+    options = dict(top_k=top_k, function_to_apply=args.function, truncation=args.truncation,
+                   batch_size=args.batch_size, head=args.head, labels=args.labels)
     if args.input is not None:
         if args.pair is not None:
             raise InputError("--pair goes with texts on the command line; with --input, give each line's pair in a "

@@ -11,6 +11,11 @@ under any key prefix, on the pooler's output (:func:`pooled_linear_outputs`; Ant
 :attr:`Model.extra_heads <bertfn.checkpoint.model.Model.extra_heads>` lists them), with ``labels=`` naming its
 outputs.
 
+A text (or pair) longer than the model reads is refused, as the pipeline's model would fail on it; with
+``truncation=True`` it is cut as the pipeline's ``truncation=True`` cuts it: to the tokenizer's ``model_max_length``
+(the model's positions where the folder says none; :func:`~bertfn.tasks.pairs.longest_pair`), a pair by taking tokens
+off the longer of its two texts ("longest_first", :func:`~bertfn.tasks.pairs.cut_pairs`).
+
 The result's shape is the pipeline's:
 
 | call                      | one text                  | one ``{"text", "text_pair"}`` | a list of N              |
@@ -40,6 +45,7 @@ from ..model.functional import linear
 from ..model.family import longest_input
 from ..model.heads import pooler
 from ..model.recorder import NO_TRACE, Edit, Trace, with_edits
+from .pairs import cut_pairs, longest_pair
 
 Tensor = torch.Tensor
 
@@ -186,6 +192,7 @@ def classify(
     text_pair: str | Sequence[str] | None = None,
     top_k: int | None = 1,
     function_to_apply: str | None = None,
+    truncation: bool = False,
     batch_size: int = 32,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
@@ -207,6 +214,8 @@ def classify(
             best first.
         function_to_apply: "softmax", "sigmoid" or "none" (:data:`FUNCTIONS`); None: as the pipeline picks it
             (:func:`default_function`: none for a regression, sigmoid for multi-label or one output, else softmax).
+        truncation: cut a text (or pair) longer than the model reads, as the pipeline's ``truncation=True`` does (the
+            module docstring); False: refuse it.
         batch_size: texts per encoder pass, at most.
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in (the scores are float32 whatever it is).
@@ -223,7 +232,7 @@ def classify(
             list, one dict per text; with another ``top_k`` a list of dicts per text (see the module docstring).
 
     Raises:
-        InputError: an empty text, a bad option, a text longer than the model reads.
+        InputError: an empty text, a bad option, a text longer than the model reads (without ``truncation``).
         MissingPartError: a model without a tokenizer, without a sequence classifier, or without ``head``.
     """
     inputs, model = texts_and_model(inputs, model, "classify")
@@ -233,6 +242,8 @@ def classify(
     function_to_apply = function_to_apply.lower() if isinstance(function_to_apply, str) else function_to_apply
     if function_to_apply is not None and function_to_apply not in FUNCTIONS:
         raise InputError(f"function_to_apply must be one of {', '.join(map(repr, FUNCTIONS))}, got {function_to_apply!r}")
+    if not isinstance(truncation, bool):
+        raise InputError(f"truncation must be True or False, got {truncation!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
     if head is not None and not isinstance(head, str):
@@ -268,18 +279,24 @@ def classify(
 
     results: list = [None] * len(texts)
     unknown: dict[int, str] = {}
-    limit = longest_input(m.config)
+    limit = longest_pair(m) if truncation else longest_input(m.config)  # truncation: model_max_length, as transformers
     for paired in (False, True):  # texts alone, then pairs: one padded batch each
         rows = [i for i, p in enumerate(pairs) if (p is not None) == paired]
         if not rows:
             continue
-        enc = tok([texts[i] for i in rows], [pairs[i] for i in rows] if paired else None)
+        firsts, seconds = [texts[i] for i in rows], [pairs[i] for i in rows] if paired else None
+        enc = tok(firsts, seconds)
         unknown.update({rows[j]: said for j, said in (enc.unknown or {}).items()})
         lengths = enc.attention_mask.sum(dim=1).tolist()
-        for j, n in enumerate(lengths):
-            if n > limit:
-                raise InputError(f"text {rows[j]} is {n} tokens long{' with its pair' if paired else ''} but the model "
-                                 f"reads at most {limit}; shorten it")
+        long = [j for j, n in enumerate(lengths) if n > limit]
+        if long and not truncation:
+            raise InputError(f"text {rows[long[0]]} is {lengths[long[0]]} tokens long{' with its pair' if paired else ''} "
+                             f"but the model reads at most {limit}; shorten it, or pass "
+                             f"{syntax(python='truncation=True', cli='--truncation')} to cut it as transformers' "
+                             "pipeline does")
+        if long:
+            enc = cut_pairs(tok, firsts, seconds, limit, "longest_first")
+            lengths = enc.attention_mask.sum(dim=1).tolist()
         with torch.inference_mode():
             if head is None:
                 logits = head_outputs(m, enc, lengths, "sequence-classification", batch_size, points)

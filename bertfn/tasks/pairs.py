@@ -13,7 +13,8 @@ transformers' fast tokenizers (:func:`cut_pairs`), by one of :data:`TRUNCATIONS`
     only_first     tokens come off the end of the first text; the second stays whole
                    (transformers' zero-shot pipeline: the hypothesis is never cut)
     longest_first  tokens come off the longer of the two; when both are longer than half, each keeps half
-                   (sentence-transformers' CrossEncoder)
+                   (sentence-transformers' CrossEncoder; transformers' tokenizer with truncation=True, as
+                   :func:`bertfn.classify` cuts with it; a text alone loses its end)
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def longest_pair(m: Model) -> int:
     return min(P, told) if isinstance(told, int) and not isinstance(told, bool) and told > 0 else P
 
 
-def cut_pairs(tok: Tokenizer, firsts: list[str], seconds: list[str], limit: int, truncation: str) -> Encoding:
-    """``tok(firsts, seconds)`` with the pairs longer than ``limit`` tokens cut by ``truncation``.
+def cut_pairs(tok: Tokenizer, firsts: list[str], seconds: list[str] | None, limit: int, truncation: str) -> Encoding:
+    """``tok(firsts, seconds)`` with the pairs (or texts) longer than ``limit`` tokens cut by ``truncation``.
 
     The cut is ``tokenizers``' own (``enable_truncation(limit, strategy=truncation)``, what a transformers fast
     tokenizer does with ``truncation=...``), on a copy of the tokenizer's backend: the model's tokenizer, which other
@@ -85,7 +86,7 @@ def cut_pairs(tok: Tokenizer, firsts: list[str], seconds: list[str], limit: int,
     Args:
         tok: the model's tokenizer.
         firsts: (N,) first texts.
-        seconds: (N,) second texts.
+        seconds: (N,) second texts, or None: the first texts alone (cut at their end).
         limit: tokens per pair at most, special tokens included.
         truncation: one of :data:`TRUNCATIONS`.
 

@@ -167,15 +167,17 @@ def zero_shot(
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
 
     m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
-    require_tokenizer(m, "zero_shot")
-    require_head(m, "sequence-classification", "zero_shot")
+    called = syntax(python="zero_shot", cli="zero-shot")  # the messages name the call as the caller wrote it
+    require_tokenizer(m, called)
+    require_head(m, "sequence-classification", called)
     entailment, contradiction = nli_outputs(m.config)
     alone = multi_label or len(labels) == 1
     if entailment is None or alone and contradiction is None:
-        missing = "an entailment output" if entailment is None else "a contradiction output, which multi_label (or " \
-            "a single candidate label) weighs each label's entailment against,"
+        missing = "an entailment output" if entailment is None else "a contradiction output, which " \
+            f"{syntax(python='multi_label', cli='--multi-label')} (or a single candidate label) weighs each label's " \
+            "entailment against,"
         raise MissingPartError(
-            f"zero_shot needs an NLI classifier with {missing} named in its config.json (a label starting with "
+            f"{called} needs an NLI classifier with {missing} named in its config.json (a label starting with "
             f"'{'entail' if entailment is None else 'contradict'}'), and {fits(m)}; if it was trained on NLI, name its "
             "outputs in config.json's id2label and label2id (e.g. 0: contradiction, 1: neutral, 2: entailment)")
     points = with_edits(NO_TRACE, edits, m.config)
