@@ -25,6 +25,10 @@ from bertfn.cli import main
 
 P = 64  # max_position_embeddings of the test checkpoints
 
+# Arbitrary Unicode against the test checkpoint's small vocabulary is mostly [UNK], on purpose: bertfn's note on it
+# (from fill_mask and from the oracle's own tokenizer calls) is expected here, every example.
+pytestmark = pytest.mark.filterwarnings(r"ignore:.*tokens are \[UNK\]:bertfn.UnknownTokensWarning")
+
 PIECES = st.one_of(
     st.text(st.characters(exclude_categories=()), max_size=12),  # any code point, surrogates included
     st.text(st.characters(categories=["Cc", "Cf", "Zs", "Zl", "Zp"]), max_size=4),  # controls, odd spaces
