@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import bertfn
-from bertfn.cli import main
+from bertfn.cli import counted_from_one, main
 
 P = 64  # max_position_embeddings of the test checkpoints
 
@@ -125,7 +125,7 @@ def test_cli_answers_like_fill_mask_or_prints_one_line(model, mlm_checkpoint, te
         expected = bertfn.fill_mask(texts, model, top_k=top_k, truncation=truncation)
     except bertfn.BertfnError as e:
         assert code == e.exit_code == 2 and out.getvalue() == ""
-        assert rest == f"bertfn: error: {e}\n"
+        assert rest == f"bertfn: error: {counted_from_one(e)}\n"  # the command line counts its texts from 1
         return
     assert code == 0 and rest == ""
     assert json.loads(out.getvalue()) == (expected[0] if len(texts) == 1 else expected)
