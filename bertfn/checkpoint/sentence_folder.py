@@ -167,7 +167,7 @@ def _read(folder: Path) -> SentenceFolder:
     common = dict(path=folder, prompts=dict(prompts), default_prompt_name=default, similarity_fn_name=similarity,
                   truncate_dim=truncate_dim)
     if not (folder / "modules.json").is_file():
-        return SentenceFolder(**common, **_transformer(folder, folder))
+        return SentenceFolder(**common, **_transformer(folder))
 
     pooling, after, transformer = {}, [], None
     for i, entry in enumerate(_listed(folder / "modules.json")):
@@ -182,7 +182,7 @@ def _read(folder: Path) -> SentenceFolder:
             raise ConfigError(f"{folder / 'modules.json'} lists its modules as {order}; bertfn runs a Transformer, then "
                               "a Pooling, then Dense and Normalize modules")
         if kind == "Transformer":
-            transformer = _transformer(folder / path, folder)
+            transformer = _transformer(folder / path)
         elif kind == "Pooling":
             pooling = _pooling(folder / path / "config.json")
         elif kind == "Dense":
@@ -195,7 +195,7 @@ def _read(folder: Path) -> SentenceFolder:
     return SentenceFolder(**common, listed=True, after=tuple(after), **transformer, **pooling)
 
 
-def _transformer(folder: Path, root: Path) -> dict:
+def _transformer(folder: Path) -> dict:
     """The Transformer module's settings: ``max_seq_length`` (sentence_bert_config.json's, else the tokenizer's
     ``model_max_length``, which sentence-transformers' 5.x ``save`` writes instead) and ``do_lower_case``."""
     settings = read_json(folder / "sentence_bert_config.json")
