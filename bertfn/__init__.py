@@ -40,7 +40,8 @@ from .errors import (
 )
 from .inspect import plots  # matplotlib itself is imported only when a plot is drawn
 from .inspect.trace import Recording, Recordings, trace  # bertfn.trace is this function; the recorder class is bertfn.Trace
-from .model.attention import attention, eager_attention, extended_mask, sdpa_attention
+from .model.attention import attention, eager_attention, sdpa_attention
+from .model.layout import Segments, extended_mask
 from .model.config import BertConfig
 from .model.embeddings import embeddings
 from .model.encoder import Cache, EncoderOutput, encoder, feed_forward, layer
@@ -73,7 +74,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BertConfig", "BertfnError", "BertfnWarning", "Cache", "CheckpointError", "ConfigError", "DependencyError", "EncoderOutput",
-    "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Recordings", "Tokenizer", "Trace", "attention", "choose", "classify", "contacts", "eager_attention", "embeddings",
+    "InputError", "MissingPartError", "Model", "ModelLoadError", "Params", "Recording", "Recordings", "Segments", "Tokenizer", "Trace", "attention", "choose", "classify", "contacts", "eager_attention", "embeddings",
     "embed", "encoder", "extended_mask", "feed_forward", "fill_mask", "gelu", "init_model", "layer", "layer_norm", "linear", "load",
     "mlm_head", "multiple_choice", "nsp_head", "parameter_count", "pooler", "prune_heads", "question_answering", "replaced_tokens", "score", "score_mutations", "sdpa_attention",
     "sequence_classification", "similarity", "Substitutions", "substitution_matrix", "token_classification", "trace", "plots", "interventions",

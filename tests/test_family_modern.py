@@ -193,7 +193,6 @@ def test_the_fast_path_equals_the_reference_text_by_text(member):
     from bertfn.fast.choice import pack_state
     from bertfn.fast.kernels import KERNELS, ONEDNN
     from bertfn.fast.encoders import unpadded_encoder
-    from bertfn.fast.unpadded import fast_mlm_head
 
     kind, _, model, _ = member
     enc = model.tokenizer(TEXTS[kind])
@@ -211,7 +210,7 @@ def test_the_fast_path_equals_the_reference_text_by_text(member):
                 torch.testing.assert_close(unpadded_encoder(p, *inputs, lengths)[0], ref, atol=TOL, rtol=0)
                 fast = unpadded_encoder(p, *inputs, lengths, rows)[0]
                 torch.testing.assert_close(fast, ref[rows], atol=TOL, rtol=0)
-                torch.testing.assert_close(fast_mlm_head(p, fast), bertfn.mlm_head(model, ref[rows]), atol=TOL, rtol=0)
+                torch.testing.assert_close(bertfn.mlm_head(p, fast), bertfn.mlm_head(model, ref[rows]), atol=TOL, rtol=0)
 
 
 def test_the_state_is_the_checkpoint_under_its_own_names(member):

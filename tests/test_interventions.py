@@ -147,7 +147,7 @@ def test_a_sweep_value_is_the_run_patched_at_that_slice(tiny, max_rows, monkeypa
             for k in range(result.values.shape[1]):  # every slice of every layer
                 edited = bertfn.trace(corrupted, tiny, edits=iv.patch(clean_rec, name.format(i=i), **{key: k}))
                 assert abs(result.values[i, k].item() - metric(edited).item()) < 1e-5
-        assert abs(result.clean - metric(clean_rec).item()) < 1e-6
+        assert abs(result.clean - metric(clean_rec).item()) < 1e-5  # the copies' kernels sum in another order
         estimate = iv.attribution(clean, corrupted, tiny, metric, over=over)
         assert estimate.values.shape == result.values.shape
         assert -1 <= iv.correlation(estimate, result) <= 1

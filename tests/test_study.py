@@ -149,7 +149,16 @@ def test_attribution_over_pairs_is_each_pairs_attribution(tiny, metric):
     assert guess.values.shape == exact.values.shape and -1 <= iv.correlation(guess, exact) <= 1
 
 
-def test_gradients_are_autograds(tiny, metric, monkeypatch):
+@pytest.fixture
+def one_kernel():
+    """Every product on F.linear: elsewhere those that track no gradient run on oneDNN, and which do differs between
+    passes with other leaves, which then differ by the kernels' rounding (1e-5 in a gradient, more than 1e-6)."""
+    from test_fast_path import forced
+    with forced("F.linear"):
+        yield
+
+
+def test_gradients_are_autograds(tiny, metric, monkeypatch, one_kernel):
     text = "when in paris do as the [MASK] do"
     g = iv.gradients(text, tiny, metric, ["layer.*.ffn.output", "layer.0.output", "layer.1.output", "layer.0.attention.probs"])
     assert list(g.grads) == ["layer.0.attention.probs", "layer.0.ffn.output", "layer.0.output", "layer.1.ffn.output",

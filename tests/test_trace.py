@@ -16,7 +16,8 @@ import torch
 from conftest import DEVICE, build_hf, fp32_atol, minilm_folder, on_device, save_checkpoint
 
 import bertfn
-from bertfn.model.attention import extended_mask, merge_heads, relative_position_scores, split_heads
+from bertfn.model.attention import merge_heads, relative_position_scores, split_heads
+from bertfn.model.layout import extended_mask
 from bertfn.model.functional import ACTIVATIONS, layer_norm, linear
 
 TEXT = "When in Rome, do as the [MASK] do."

@@ -32,6 +32,7 @@ import torch
 
 from ..checkpoint.state import LINEAR_WEIGHT, in_out, release_memory
 from ..errors import InputError
+from ..model.functional import Products, use_products
 from .kernels import DTYPES, KERNELS, ONEDNN, joined, onednn_fits, onednn_linear, padded_rows, run
 
 Tensor = torch.Tensor
@@ -342,3 +343,6 @@ def write_cache(path: Path, cache: dict) -> None:
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
+
+
+use_products(Products(linear=linear, linears=linears, rows=run_rows))  # bertfn/model/'s products run on these kernels

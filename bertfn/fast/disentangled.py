@@ -26,7 +26,7 @@ from ..model.functional import layer_norm
 from ..model.members.deberta_attention import conv_layer, relative_embeddings, relative_positions, scale_factor, span
 from ..model.params import Params
 from .choice import linear, linears
-from .unpadded import unpadded_feed_forward
+from ..model.encoder import feed_forward
 
 Tensor = torch.Tensor
 
@@ -181,7 +181,7 @@ def unpadded_deberta_encoder(params: Params, input_ids: Tensor, token_type_ids: 
         layer = p.scope(f"encoder.layer.{i}")
         at = rows if i == last and not (conv and i == 0) else None
         h = unpadded_disentangled_attention(layer.scope("attention"), x, lengths, rel, table, at)
-        h = unpadded_feed_forward(layer, h)  # (1, T or r, H)
+        h = feed_forward(layer, h)  # (1, T or r, H)
         if conv and i == 0:  # each text's slice: its layer input e, its layer output o, every token real
             h = torch.cat([conv_layer(p, e, o, x.new_ones(1, e.shape[1]))
                            for e, o in zip(x.split(lengths, dim=1), h.split(lengths, dim=1))], dim=1)  # (1, T, H)

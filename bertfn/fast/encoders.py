@@ -14,9 +14,10 @@ import torch
 
 from ..model.family import family_of
 from ..model.params import Params
+from ..model.encoder import encoder
+from ..model.layout import Segments
 from .disentangled import unpadded_deberta_encoder
 from .prenorm import unpadded_pre_ln_encoder
-from .unpadded import unpadded_bert_encoder
 
 Tensor = torch.Tensor
 
@@ -39,8 +40,9 @@ def unpadded_encoder(params: Params, input_ids: Tensor, token_type_ids: Tensor, 
         (1, T, H), or (1, r, H) with ``rows``.
     """
     family = family_of(params.config)
-    if family.layer is None or family.attention_bias is not None:  # BERT's layer
-        return unpadded_bert_encoder(params, input_ids, token_type_ids, position_ids, lengths, rows)
+    if family.layer is None or family.attention_bias is not None:  # BERT's layer (MPNet's)
+        segments = Segments(tuple(lengths), read=rows)
+        return encoder(params, input_ids, segments, token_type_ids, position_ids).last_hidden_state
     if family.rotary_base is not None:  # a pre-LN member
         return unpadded_pre_ln_encoder(params, input_ids, position_ids, lengths, rows)
     return unpadded_deberta_encoder(params, input_ids, token_type_ids, position_ids, lengths, rows)

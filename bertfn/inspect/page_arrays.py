@@ -56,9 +56,9 @@ import torch
 
 from ..errors import InputError
 from ..fast.kernels import ONEDNN, packed
-from ..fast.unpadded import fast_mlm_head
 from ..model.config import BertConfig
 from ..model.family import family_of
+from ..model.heads import mlm_head
 from ..model.members.modernbert import window_mask
 from ..model.params import Params
 from ..model.recorder import layer_input, point_names
@@ -80,7 +80,7 @@ the product to the top-k: 512 positions took 86 ms, against 111 ms at 128 positi
 
 HEAD = tuple(f"cls.predictions.{n}" for n in ("transform.dense.weight", "transform.dense.bias", "transform.LayerNorm.weight",
                                                 "transform.LayerNorm.bias", "decoder.weight", "bias"))
-"""The weights :func:`~bertfn.fast.unpadded.fast_mlm_head` reads, by BERT's names (those the checkpoint holds:
+"""The weights :func:`~bertfn.model.heads.mlm_head` reads, by BERT's names (those the checkpoint holds:
 ModernBERT's head has no biases but the decoder's)."""
 
 
@@ -271,7 +271,7 @@ class PageArrays(dict):
         function, ``Family.final_norm``), as the model does to its last layer's output before the head: the
         residual stream of ESM-2 or ModernBERT is never normalized in between, and the head's dense layer
         expects a normalized input. Then in bf16, on a bf16 copy of the head's weights (of the decoder only
-        its copy packed for oneDNN), through the fast path's kernels (:func:`~bertfn.fast.unpadded.fast_mlm_head`):
+        its copy packed for oneDNN), through the fast path's kernels (:func:`~bertfn.model.heads.mlm_head`):
         (L + 1) x S products with the (V, H) decoder are most of the page's cost, and bf16 takes a third of
         fp32's time on a CPU with AVX-512-bf16.
 
@@ -282,7 +282,7 @@ class PageArrays(dict):
             root = self._root
             head = {root.key(n): root[n].to(torch.bfloat16) for n in HEAD if n in root}  # under the checkpoint's own names
             decoder = root.key("cls.predictions.decoder.weight")
-            if ONEDNN and head[decoder].device.type == "cpu":  # where fast_mlm_head multiplies on oneDNN: keep that copy alone
+            if ONEDNN and head[decoder].device.type == "cpu":  # where mlm_head multiplies on oneDNN: keep that copy alone
                 head[decoder] = packed(head[decoder])
             self.head = Params(head, self.config)
         probs, ids = [], []
@@ -292,7 +292,7 @@ class PageArrays(dict):
             h = h.to(torch.bfloat16)
             rows = _chunk_rows(self.config.vocab_size)
             for s in range(0, h.shape[0], rows):
-                p, i = top_k(fast_mlm_head(self.head, h[s:s + rows]), self.top_k)
+                p, i = top_k(mlm_head(self.head, h[s:s + rows]), self.top_k)
                 probs.append(p)
                 ids.append(i)
         return torch.cat(ids).to(torch.int32).cpu().numpy(), torch.cat(probs).cpu().numpy()

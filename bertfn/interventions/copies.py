@@ -29,10 +29,9 @@ from collections.abc import Callable, Collection
 
 import torch
 
-from ..fast.unpadded import unpadded_attention, unpadded_feed_forward
 from ..inspect.batch import checkpoint_head
 from ..inspect.trace import Recording
-from ..model.attention import causal_keep_mask, extended_mask
+from ..model.layout import Segments, causal_keep_mask, extended_mask
 from ..model.encoder import layer
 from ..model.family import family_of
 from ..model.heads import mlm_head, pooler
@@ -266,8 +265,8 @@ def _as_run(tensors: dict[str, Tensor], corrupted: Recording) -> Recording:
 def _last_layer_at(params, h: Tensor, where: Tensor) -> Tensor:
     """The last layer on the copies ``h``, at the positions ``where`` alone (the masks, or the first token).
 
-    The fast path's (:func:`~bertfn.fast.unpadded.unpadded_attention`): the copies laid end to end,
-    keys and values at every position, the queries, output projection and feed-forward at ``where``.
+    BERT's layer on the segments layout (:class:`~bertfn.model.layout.Segments`): the copies laid end to end,
+    queries, keys and values at every position, the output projection and feed-forward at ``where``.
 
     Args:
         params (Params): the model's root params.
@@ -280,5 +279,4 @@ def _last_layer_at(params, h: Tensor, where: Tensor) -> Tensor:
     p = params.layer(params.config.num_hidden_layers - 1)
     c, S, H = h.shape
     rows = (torch.arange(c, device=h.device)[:, None] * S + where[None, :]).flatten()  # (c * N,): end to end
-    x = unpadded_attention(p.scope("attention"), h.reshape(1, c * S, H), [S] * c, rows)  # (1, c * N, H)
-    return unpadded_feed_forward(p, x).view(c, len(where), H)
+    return layer(p, h.reshape(1, c * S, H), Segments((S,) * c, read=rows)).hidden.view(c, len(where), H)

@@ -8,10 +8,12 @@ Keys read (under ``bert.encoder.layer.{i}.attention.`` or ``...crossattention.``
 ``.bias``, ``output.LayerNorm.weight|bias`` (H,), and for relative positions
 ``self.distance_embedding.weight`` (2P-1, hd).
 
-Masks here are *additive*: 0 where a key may be attended, ``finfo(dtype).min`` where it may not,
-shaped (B, 1, S_q or 1, S_k) so they broadcast over heads. :func:`extended_mask` builds one from the
-0/1 padding mask a tokenizer gives. A query whose every key is masked gets finite outputs on both
-paths in fp32, fp16 and bf16 (in fp32 it attends uniformly to all keys, as in transformers).
+The tokens come in one of two layouts (:mod:`bertfn.model.layout`). Padded (B, S): masks are *additive*, 0 where a
+key may be attended, ``finfo(dtype).min`` where it may not, shaped (B, 1, S_q or 1, S_k) so they broadcast over heads
+(:func:`~bertfn.model.layout.extended_mask` builds one from the 0/1 padding mask a tokenizer gives); a query whose every
+key is masked gets finite outputs on both paths in fp32, fp16 and bf16 (in fp32 it attends uniformly to all keys, as
+in transformers). Segments (1, T): texts laid end to end, every step the same except that each text attends to its own
+slice (:func:`text_attention`).
 
 Two paths compute the same numbers. :func:`eager_attention` is the reference, written step by step.
 ``impl="sdpa"`` hands the same Q, K, V and additive mask to ``torch.nn.functional.scaled_dot_product_attention``
@@ -32,7 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InputError
-from .functional import dropout, layer_norm, linear
+from .functional import dropout, layer_norm, linear, linears
+from .layout import Mask, Segments, causal_keep_mask, extended_mask
 from .params import Params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Trace
 
@@ -41,56 +44,6 @@ KV = tuple[Tensor, Tensor]
 """One layer's cached keys and values, each (B, nh, S_k, hd)."""
 
 ATTENTION_IMPLS = ("eager", "sdpa")
-
-
-# --- masks -------------------------------------------------------------------------------------
-
-
-def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """0/1 keep-mask -> additive mask ``(1 - m) * finfo(dtype).min`` that broadcasts over heads.
-
-    Mirrors ``ModuleUtilsMixin.get_extended_attention_mask`` / ``invert_attention_mask``.
-
-    Args:
-        mask: (B, S_k) padding mask, (B, S_q, S_k) per-query mask, or (B, 1 or nh, S_q, S_k); 1 keeps a key.
-        dtype: the dtype of the result (that of the scores it is added to).
-
-    Returns:
-        (B, 1, 1, S_k), (B, 1, S_q, S_k) or the 4D mask unchanged in shape, in ``dtype``.
-
-    Raises:
-        InputError: a mask of another number of dimensions.
-    """
-    if mask.dim() == 2:
-        mask = mask[:, None, None, :]  # (B, 1, 1, S_k)
-    elif mask.dim() == 3:
-        mask = mask[:, None, :, :]  # (B, 1, S_q, S_k)
-    elif mask.dim() != 4:
-        raise InputError(
-            f"attention_mask must be (batch, seq), (batch, q, k) or (batch, heads, q, k); got {tuple(mask.shape)}"
-        )
-    return (1.0 - mask.to(dtype)) * torch.finfo(dtype).min
-
-
-def causal_keep_mask(mask: Tensor, seq: int) -> Tensor:
-    """Padding mask + "no peeking ahead": the decoder's 0/1 keep-mask.
-
-    Mirrors ``ModuleUtilsMixin.create_extended_attention_mask_for_decoder``. Query i (at absolute
-    position past+i) may see every cached key and the new keys 0..i.
-
-    Args:
-        mask: (B, past + S) 0/1.
-        seq: S, the new positions.
-
-    Returns:
-        (B, S, past + S) 0/1.
-    """
-    B, S_k = mask.shape
-    past = S_k - seq
-    q_pos = torch.arange(past, S_k, device=mask.device)[:, None]  # (S, 1) absolute query positions
-    k_pos = torch.arange(S_k, device=mask.device)[None, :]  # (1, S_k)
-    causal = (k_pos <= q_pos).to(mask.dtype)  # (S, S_k)
-    return causal[None, :, :] * mask[:, None, :]  # (B, S, S_k)
 
 
 # --- heads ---------------------------------------------------------------------------------------
@@ -136,7 +89,8 @@ def separate_projections(p: Params, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     Returns:
         query, key, value: each (B, S, nh*hd).
     """
-    return tuple(linear(x, p[f"self.{n}.weight"], p.get(f"self.{n}.bias")) for n in ("query", "key", "value"))
+    names = ("query", "key", "value")
+    return tuple(linears(x, tuple(p[f"self.{n}.weight"] for n in names), tuple(p.get(f"self.{n}.bias") for n in names)))
 
 
 def relative_position_scores(q: Tensor, k: Tensor, distance_weight: Tensor, kind: str, past: int) -> Tensor:
@@ -297,7 +251,7 @@ class AttentionOutput(NamedTuple):
 def attention(
     p: Params,
     x: Tensor,
-    mask: Tensor | None = None,
+    mask: Mask = None,
     *,
     encoder_hidden: Tensor | None = None,
     past_kv: KV | None = None,
@@ -319,8 +273,11 @@ def attention(
     Args:
         p: the ``attention.`` (or ``crossattention.``) scope of one layer, e.g.
             ``model.params.layer(0).scope("attention")``.
-        x: (B, S_q, H).
-        mask: additive mask from :func:`extended_mask`, broadcastable to (B, nh, S_q, S_k).
+        x: (B, S_q, H), or (1, T + pad, H) on the segments layout.
+        mask: the layout (:mod:`bertfn.model.layout`): the padded one's additive mask from
+            :func:`~bertfn.model.layout.extended_mask`, broadcastable to (B, nh, S_q, S_k), or None; or
+            :class:`~bertfn.model.layout.Segments`, texts laid end to end, each attending to itself alone (self-attention
+            without cache, probabilities, head mask, dropout or trace; a decoder's texts see their earlier tokens).
         encoder_hidden: (B, S_e, H), the encoder states cross-attention reads; None for self-attention.
         past_kv: the cached keys and values, each (B, nh, S_k, hd).
         past_length: the absolute position of x's first token (for relative positions).
@@ -352,15 +309,24 @@ def attention(
     nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned
     cross = encoder_hidden is not None
 
-    query = linear(x, p["self.query.weight"], p["self.query.bias"])  # (B, S_q, nh*hd)
+    if isinstance(mask, Segments) and (cross or past_kv is not None or head_mask is not None or need_probs
+                                       or generator is not None or trace):
+        raise InputError("attention on texts laid end to end (Segments) runs inference's self-attention alone: no "
+                         "cache, cross-attention, head mask, probabilities, dropout or trace; pass a padded batch "
+                         "(B, S) with its mask for those")
+
+    if cross:
+        query = linear(x, p["self.query.weight"], p["self.query.bias"])  # (B, S_q, nh*hd)
+        names = ("key", "value")
+        key, value = (None, None) if past_kv is not None else linears(  # (B, S_e, nh*hd) each, on the first step
+            encoder_hidden, tuple(p[f"self.{n}.weight"] for n in names), tuple(p[f"self.{n}.bias"] for n in names))
+    else:
+        query, key, value = separate_projections(p, x)  # (B, S_q, nh*hd) each, one product where the kernel can
     query = trace("query", query)
     q = split_heads(query, nh)  # (B, nh, S_q, hd)
-    if cross and past_kv is not None:
+    if key is None:
         k, v = past_kv  # (B, nh, S_e, hd) each, computed on the first decoding step
     else:
-        source = encoder_hidden if cross else x
-        key = linear(source, p["self.key.weight"], p["self.key.bias"])  # (B, S_k, nh*hd)
-        value = linear(source, p["self.value.weight"], p["self.value.bias"])  # (B, S_k, nh*hd)
         key, value = trace("key", key), trace("value", value)
         k = split_heads(key, nh)  # (B, nh, S_k, hd)
         v = split_heads(value, nh)
@@ -369,21 +335,25 @@ def attention(
             v = torch.cat([past_kv[1], v], dim=2)
     q, k, v = trace("q", q), trace("k", k), trace("v", v)
 
-    bias = None
-    if not cross and cfg.relative_positions:
-        bias = relative_position_scores(q, k, p["self.distance_embedding.weight"],
-                                        cfg.position_embedding_type, past_length)
-        bias = trace("relative_scores", bias)
-
-    p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
-    need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)  # an edit of the weights needs them formed
-    if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
-        context, probs = eager_attention(q, k, v, mask, bias, head_mask, p_drop, generator, trace)
+    if isinstance(mask, Segments):  # each text attends to itself: the same attention on its slice
+        merged, probs = mask.attend(q, k, v, lambda qi, ki, vi: text_attention(p, qi, ki, vi)), None  # (1, T, nh*hd)
+        merged, x = mask.rows(merged, x)  # (1, T or r, ...): the positions read
     else:
-        context, probs = sdpa_attention(q, k, v, mask, bias), None
-    context = trace("context", context)
+        bias = None
+        if not cross and cfg.relative_positions:
+            bias = relative_position_scores(q, k, p["self.distance_embedding.weight"],
+                                            cfg.position_embedding_type, past_length)
+            bias = trace("relative_scores", bias)
 
-    merged = merge_heads(context)  # (B, S_q, nh*hd)
+        p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
+        need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)  # an edit of the weights needs them formed
+        if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
+            context, probs = eager_attention(q, k, v, mask, bias, head_mask, p_drop, generator, trace)
+        else:
+            context, probs = sdpa_attention(q, k, v, mask, bias), None
+        context = trace("context", context)
+        merged = merge_heads(context)  # (B, S_q, nh*hd)
+
     merged = trace("merged", merged)
     if trace.wants("head_outputs"):  # each head's write, the sum of which is the output projection
         heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S_q, H)
@@ -395,3 +365,27 @@ def attention(
     out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
     out = trace("output", out)
     return AttentionOutput(out, probs, (k, v))
+
+
+def text_attention(p: Params, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """One text's attention on the segments layout (:meth:`~bertfn.model.layout.Segments.attend`): the text as a
+    padded batch of one with nothing to pad, its relative positions counted from its start, a decoder's queries
+    seeing only its earlier tokens.
+
+    Args:
+        p: one layer's ``attention.`` scope (reads ``self.distance_embedding.weight`` for relative positions).
+        q: (1, nh, n, hd), the text's queries.
+        k: (1, nh, n, hd).
+        v: (1, nh, n, hd).
+
+    Returns:
+        context (1, nh, n, hd).
+    """
+    cfg = p.config
+    n = q.shape[2]
+    bias = mask = None
+    if cfg.relative_positions:
+        bias = relative_position_scores(q, k, p["self.distance_embedding.weight"], cfg.position_embedding_type, 0)
+    if cfg.is_decoder:
+        mask = extended_mask(causal_keep_mask(torch.ones(1, n, device=q.device), n), q.dtype)  # (1, 1, n, n)
+    return sdpa_attention(q, k, v, mask, bias)

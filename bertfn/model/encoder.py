@@ -25,9 +25,10 @@ from .attention import KV, attention, chosen_impl
 from .config import BertConfig
 from .embeddings import embeddings
 from .family import Family, family_of, member_name
-from .functional import ACTIVATIONS, dropout, layer_norm, linear
+from .functional import dropout, layer_norm, linear
 from .heads import pooler
-from .masks import attention_masks, head_masks, warn_if_padding_without_mask
+from .layout import Mask, Segments
+from .masks import attention_masks, head_masks, laid_out, warn_if_padding_without_mask
 from .params import Params, as_params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Edit, Trace, point_names, with_edits
 from .stack import Cache, Stack, run_layers
@@ -52,8 +53,7 @@ def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None,
     """
     p = scoped(p, "feed_forward()", "model.params.layer(0)")
     cfg = p.config
-    act = ACTIVATIONS[cfg.hidden_act]
-    h = act(linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"]))  # (B, S, I)
+    h = linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"], cfg.hidden_act)  # act(x W_1^T + b_1): (B, S, I)
     h = trace("intermediate", h)
     h = linear(h, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
     h = dropout(h, cfg.hidden_dropout_prob, generator)
@@ -98,7 +98,7 @@ class LayerOutput(NamedTuple):
 def layer(
     p: Params,
     x: Tensor,
-    mask: Tensor | None = None,
+    mask: Mask = None,
     *,
     encoder_hidden: Tensor | None = None,
     encoder_mask: Tensor | None = None,
@@ -115,8 +115,9 @@ def layer(
 
     Args:
         p: ``bert.encoder.layer.{i}.`` scope (``model.params.layer(i)``).
-        x: (B, S, H).
-        mask: additive self-attention mask (:func:`~bertfn.model.attention.extended_mask`).
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
+        mask: the layout: the additive self-attention mask (:func:`~bertfn.model.layout.extended_mask`) or None, or
+            :class:`~bertfn.model.layout.Segments` (:func:`~bertfn.model.attention.attention`).
         encoder_hidden: (B, S_e, H), used when the layer has ``crossattention.*`` weights.
         encoder_mask: additive cross-attention mask.
         past_self_kv: the self-attention cache of this layer.
@@ -213,7 +214,11 @@ def encoder(
             ``config``.
         input_ids: (B, S).
         attention_mask: 0/1 (B, S_k) padding mask (S_k = cached + S), or a full (B, S, S_k) /
-            (B, 1|nh, S, S_k) 0/1 mask.
+            (B, 1|nh, S, S_k) 0/1 mask; or :class:`~bertfn.model.layout.Segments`: ``input_ids`` (1, T) hold texts laid
+            end to end, each attending to itself alone (:mod:`bertfn.model.layout`; positions restart at each text;
+            inference without cache, cross-attention, probabilities, head mask, dropout or trace). Then
+            ``last_hidden_state`` is (1, T, H), or (1, r, H) at the rows ``Segments.read`` names, and
+            ``pooler_output`` (b, H) reads each text's first token.
         token_type_ids: (B, S), default all zeros.
         position_ids: (B, S) or (S,), default counting from the cache's length.
         inputs_embeds: (B, S, H), instead of ``input_ids``.
@@ -257,11 +262,19 @@ def encoder(
         raise InputError(f"{member_name(cfg)} is an encoder: its layers keep no cache and have no cross-attention, so "
                          "cache=, use_cache=True and encoder_hidden_states= do not apply to it")
 
-    own = {} if family.embeddings is None else {"attention_mask": attention_mask}  # a member's step sees the padding
+    segments = attention_mask if isinstance(attention_mask, Segments) else None
+    if segments is not None and position_ids is None and input_ids is not None:
+        position_ids = segment_positions(input_ids, segments, cfg)  # (1, T), restarting at each text
+    own = {} if family.embeddings is None else {"attention_mask": None if segments else attention_mask}  # the padding
     x = (family.embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds,
                                           past, generator, trace.scope("embeddings"), **own)  # (B, S, H)
-    warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
-    mask, enc_mask = attention_masks(cfg, x, past, attention_mask, encoder_hidden_states, encoder_attention_mask)
+    if segments is not None:  # texts end to end: the layout is the mask, with the kernels' padding rows added
+        x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"),
+                           cache=cache, encoder_hidden_states=encoder_hidden_states, trace=trace)  # (1, T + pad, H)
+        enc_mask = None
+    else:
+        warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
+        mask, enc_mask = attention_masks(cfg, x, past, attention_mask, encoder_hidden_states, encoder_attention_mask)
     head_mask = head_masks(cfg, head_mask, x.dtype)  # (L, nh) or None
     weights = [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]
     # returned, kept or edited probabilities: every layer runs eager, the path that forms them (NO_TRACE keeps nothing)
@@ -277,10 +290,29 @@ def encoder(
         x = family.final_norm(p, x, trace)
     return outputs(params, x, stack, trace, output_hidden_states=output_hidden_states,
                    output_attentions=output_attentions, use_cache=use_cache,
-                   cross=encoder_hidden_states is not None, attn_impl=ran)
+                   cross=encoder_hidden_states is not None, attn_impl=ran, segments=segments)
 
 
-def layer_runner(p: Params, family: Family, mask: Tensor | None, encoder_hidden: Tensor | None,
+def segment_positions(input_ids: Tensor, segments: Segments, config: BertConfig) -> Tensor:
+    """The position ids of texts laid end to end: each text's count from its start, as a padded batch gives it
+    (0, 1, ... in BERT; as the member counts them where it does, e.g. RoBERTa's from ``padding_idx + 1``).
+
+    Args:
+        input_ids: (1, T), the texts one after another.
+        segments: their lengths.
+        config: the model's config.
+
+    Returns:
+        (1, T).
+    """
+    count = family_of(config).position_ids
+    texts = input_ids[0].split(list(segments.lengths))  # each (n,)
+    if count is None:
+        return torch.cat([torch.arange(len(t), device=input_ids.device) for t in texts])[None]  # (1, T)
+    return torch.cat([count(t[None], config.pad_token_id, 0)[0] for t in texts])[None]  # (1, T)
+
+
+def layer_runner(p: Params, family: Family, mask: Mask, encoder_hidden: Tensor | None,
                  encoder_mask: Tensor | None, cache: Cache | None, past: int, position_ids: Tensor | None,
                  head_mask: Tensor | None, *, impl: str, need_probs: bool, generator: torch.Generator | None,
                  trace: Trace) -> Callable[[int, Tensor], LayerOutput]:
@@ -291,7 +323,7 @@ def layer_runner(p: Params, family: Family, mask: Tensor | None, encoder_hidden:
     Args:
         p: the base model's scope (``bert.``).
         family: the member's record (:func:`~bertfn.model.family.family_of`).
-        mask: the additive self-attention mask, or None.
+        mask: the additive self-attention mask, or None; or the segments layout (its ``read`` rows at the last layer).
         encoder_hidden: (B, S_e, H) the states a decoder's cross-attention reads, or None.
         encoder_mask: the additive cross-attention mask, or None.
         cache: the keys and values of earlier decoding steps, or None.
@@ -306,13 +338,16 @@ def layer_runner(p: Params, family: Family, mask: Tensor | None, encoder_hidden:
     Returns:
         The function that runs layer i.
     """
+    last = p.config.num_hidden_layers - 1
+
     def run(i: int, h: Tensor) -> LayerOutput:
+        layout = mask.reading(i == last) if isinstance(mask, Segments) else mask  # read rows at the last layer
         common = {"head_mask": head_mask[i] if head_mask is not None else None, "impl": impl,
                   "need_probs": need_probs, "generator": generator, "trace": trace.scope(f"layer.{i}")}
         if family.layer is not None:  # a member's own layer (ESM-2's, ModernBERT's pre-LN layers)
-            return family.layer(p.scope(f"encoder.layer.{i}"), h, mask, index=i, position_ids=position_ids, **common)
+            return family.layer(p.scope(f"encoder.layer.{i}"), h, layout, index=i, position_ids=position_ids, **common)
         return layer(
-            p.scope(f"encoder.layer.{i}"), h, mask, encoder_hidden=encoder_hidden, encoder_mask=encoder_mask,
+            p.scope(f"encoder.layer.{i}"), h, layout, encoder_hidden=encoder_hidden, encoder_mask=encoder_mask,
             past_self_kv=cache.self_attention[i] if cache is not None else None,
             past_cross_kv=cache.cross_attention[i] if cache is not None and cache.cross_attention else None,
             past_length=past, **common,
@@ -322,7 +357,8 @@ def layer_runner(p: Params, family: Family, mask: Tensor | None, encoder_hidden:
 
 
 def outputs(params: Params, x: Tensor, stack: Stack, trace: Trace, *, output_hidden_states: bool,
-            output_attentions: bool, use_cache: bool, cross: bool, attn_impl: str) -> EncoderOutput:
+            output_attentions: bool, use_cache: bool, cross: bool, attn_impl: str,
+            segments: Segments | None = None) -> EncoderOutput:
     """The pass's :class:`EncoderOutput`: the last hidden state, the pooler's output where the checkpoint has a
     pooler, and what was asked for of the stack.
 
@@ -336,14 +372,25 @@ def outputs(params: Params, x: Tensor, stack: Stack, trace: Trace, *, output_hid
         use_cache: return the keys and values.
         cross: the pass had cross-attention (encoder states).
         attn_impl: the attention path that ran.
+        segments: the segments layout the pass ran on, or None: then the padding rows are dropped, a text's pooled
+            output is read at its first token, and where it read some rows alone there is no pooled output.
 
     Returns:
         :class:`EncoderOutput`.
     """
+    hidden = stack.hidden
+    pooled = "pooler.dense.weight" in params.scope("bert")
+    if segments is not None:
+        T = segments.tokens
+        hidden = [h[:, :T] for h in hidden]  # (1, T, H) each, without the padding rows
+        if segments.read is None:
+            x = x[:, :T]  # (1, T, H)
+            first = x[0, segments.starts(x.device)][:, None]  # (b, 1, H): each text's first token, as a batch
+        pooled = pooled and segments.read is None
     return EncoderOutput(
         last_hidden_state=x,
-        pooler_output=pooler(params, x, trace) if "pooler.dense.weight" in params.scope("bert") else None,
-        hidden_states=tuple(stack.hidden) if output_hidden_states else None,
+        pooler_output=pooler(params, first if segments is not None else x, trace) if pooled else None,
+        hidden_states=tuple(hidden) if output_hidden_states else None,
         attentions=tuple(stack.attentions) if output_attentions else None,
         cross_attentions=tuple(stack.cross_attentions) if output_attentions and cross else None,
         cache=Cache(tuple(stack.self_kvs), tuple(stack.cross_kvs) if cross else None) if use_cache else None,

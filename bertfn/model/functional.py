@@ -7,6 +7,8 @@ exactly the same numerics, so parity with transformers holds to float rounding.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -14,22 +16,99 @@ import torch.nn.functional as F
 Tensor = torch.Tensor
 
 
-def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
-    """``y = x W^T + b`` (``torch.nn.Linear``).
+class Products(NamedTuple):
+    """The kernels a forward pass multiplies with, whoever chose them (:func:`use_products`).
+
+    Attributes:
+        linear: ``(x, w, b, act) -> act(x W^T + b)``, act a name of :data:`ACTIVATIONS` or None.
+        linears: ``(x, ws, bs) -> [x W_i^T + b_i ...]``, one input times several weights (attention's query, key
+            and value), which a kernel may run as one product.
+        rows: ``(x, w, b) -> rows``: how many rows the kernel runs a product of ``x`` by ``w`` at (it may pad them,
+            :func:`product_rows`).
+    """
+
+    linear: Callable[[Tensor, Tensor, Tensor | None, str | None], Tensor]
+    linears: Callable[[Tensor, tuple[Tensor, ...], tuple[Tensor | None, ...]], list[Tensor]]
+    rows: Callable[[Tensor, Tensor, Tensor | None], int]
+
+
+def _torch_linear(x: Tensor, w: Tensor, b: Tensor | None, act: str | None) -> Tensor:
+    y = F.linear(x, w, b)
+    return y if act is None else ACTIVATIONS[act](y)
+
+
+TORCH_PRODUCTS = Products(
+    linear=_torch_linear,
+    linears=lambda x, ws, bs: [F.linear(x, w, b) for w, b in zip(ws, bs)],
+    rows=lambda x, w, b: x.numel() // x.shape[-1],
+)
+"""``F.linear``, the definition every kernel is tested against."""
+
+_products = TORCH_PRODUCTS
+
+
+def use_products(products: Products) -> None:
+    """Multiply with ``products`` from now on, in every function of bertfn/model/.
+
+    :mod:`bertfn.fast.choice` installs the kernels it measures fastest on this CPU (oneDNN on packed weights, MKL, or
+    ``F.linear``) when it is imported, which ``import bertfn`` does: the products are chosen beneath the forward pass,
+    which does not import what chooses them. Every kernel computes ``x W^T + b`` (fp32 to float rounding, tested).
+
+    Args:
+        products: the kernels (:class:`Products`); :data:`TORCH_PRODUCTS` puts ``F.linear`` back.
+    """
+    global _products
+    _products = products
+
+
+def linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None = None) -> Tensor:
+    """``y = act(x W^T + b)`` (``torch.nn.Linear``, then the activation where one is named).
 
     Any memory layout of ``w`` gives the same values (:func:`bertfn.load` lays each weight out
-    (in, out) in memory, :func:`~bertfn.checkpoint.state.matmul_layout`). The fast path multiplies with
-    kernels of its own choosing (:mod:`bertfn.fast.kernels`); this is the definition they are tested against.
+    (in, out) in memory, :func:`~bertfn.checkpoint.state.matmul_layout`). The product runs on the kernel
+    :func:`use_products` installed (:mod:`bertfn.fast.kernels`, chosen per CPU; ``F.linear`` where none fits: a
+    gradient to track, another device or dtype), which may apply ``act`` as it writes the result.
 
     Args:
         x: (..., in).
-        w: (out, in), as named in HF checkpoints.
+        w: (out, in), as named in HF checkpoints (or its packed copy, :func:`bertfn.fast.choice.pack_state`).
         b: (out,), or None for no bias.
+        act: a name of :data:`ACTIVATIONS` applied to the result, or None.
 
     Returns:
         (..., out).
     """
-    return F.linear(x, w, b)
+    return _products.linear(x, w, b, act)
+
+
+def linears(x: Tensor, ws: tuple[Tensor, ...], bs: tuple[Tensor | None, ...]) -> list[Tensor]:
+    """``[x W_i^T + b_i for each i]``: one input times several weights (attention's query, key and value).
+
+    The same numbers as :func:`linear` of each; a kernel may run them as one product on the weights stacked.
+
+    Args:
+        x: (..., in).
+        ws: each (out_i, in).
+        bs: each (out_i,) or None.
+
+    Returns:
+        Each (..., out_i).
+    """
+    return _products.linears(x, tuple(ws), tuple(bs))
+
+
+def product_rows(x: Tensor, w: Tensor, b: Tensor | None = None) -> int:
+    """The rows a product of ``x`` by ``w`` runs at: ``x``'s own, or more where the kernel pads them.
+
+    oneDNN pads a product's rows to one of a few counts by copying its input; a pass over texts laid end to end adds
+    that many zero rows once after the embeddings instead (:class:`~bertfn.model.layout.Segments`' ``pad``).
+
+    Args:
+        x: (..., in).
+        w: (out, in).
+        b: (out,), or None.
+    """
+    return _products.rows(x, w, b)
 
 
 def layer_norm(x: Tensor, g: Tensor, b: Tensor, eps: float) -> Tensor:

@@ -24,7 +24,7 @@ import torch
 
 from .config import BertConfig
 from .family import family_of
-from .functional import ACTIVATIONS, dropout, layer_norm, linear
+from .functional import dropout, layer_norm, linear
 from .params import Params, as_params
 from .recorder import NO_TRACE, Trace
 
@@ -75,8 +75,7 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
     params = as_params(params, config, "mlm_head")
     cfg = params.config
     p = params.scope("cls.predictions")
-    t = linear(h, p["transform.dense.weight"], p.get("transform.dense.bias"))  # (..., H)
-    t = ACTIVATIONS[head_act(cfg)](t)
+    t = linear(h, p["transform.dense.weight"], p.get("transform.dense.bias"), head_act(cfg))  # act(h W^T + b): (..., H)
     t = layer_norm(t, p["transform.LayerNorm.weight"], p.get("transform.LayerNorm.bias"), cfg.layer_norm_eps)
     t = trace("mlm.transform", t)
     logits = linear(t, p["decoder.weight"], p.get("bias"))  # (..., V)

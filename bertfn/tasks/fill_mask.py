@@ -24,7 +24,6 @@ from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
 from ..errors import InputError
 from ..fast.batching import encoded_groups
 from ..fast.choice import pack_state
-from ..fast.unpadded import fast_mlm_head
 from ..model.family import longest_input
 from ..model.heads import mlm_head
 from ..model.recorder import NO_TRACE, Edit, with_edits
@@ -218,7 +217,7 @@ def fill_mask(
             return (ids[0] == tok.mask_token_id).nonzero()[:, 0]
 
         for rows, where, h in encoded_groups(m, enc, lengths, batch_size, masks, points):
-            logits = mlm_head(m.params, h, points) if points else fast_mlm_head(m.params, h)  # (N, V): at the masks only
+            logits = mlm_head(m.params, h, points)  # (N, V): at the masks only
             probs = logits.float().softmax(dim=-1)
             if wanted is not None:
                 probs = probs[:, wanted]  # (N, len(single-piece targets))

@@ -41,7 +41,6 @@ from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError
 from ..fast.batching import encoded_groups
 from ..fast.choice import pack_state
-from ..fast.unpadded import fast_mlm_head
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import NO_TRACE, Edit, Trace, with_edits
@@ -181,7 +180,7 @@ def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE,
         return torch.tensor([s + copies.target[i] for s, i in zip(starts, rows)], device=ids.device)
 
     for rows, _, h in encoded_groups(m, copies.enc, copies.lengths, batch_size, targets, points):
-        logits = mlm_head(m.params, h, points) if points else fast_mlm_head(m.params, h)  # (n, V)
+        logits = mlm_head(m.params, h, points)  # (n, V)
         yield rows, logits.float().log_softmax(dim=-1)
 
 

@@ -36,6 +36,7 @@ from ..embeddings import check_ids, word_vectors
 from ..encoder import LayerOutput, chunked_feed_forward
 from ..family import Family, normalizer, register, renamed
 from ..functional import dropout, layer_norm, linear
+from ..layout import Mask, Segments
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
 from .roberta import CLASSIFIER, count_positions
@@ -167,7 +168,7 @@ def layer_bias(p: Params, seq: int) -> Tensor:
     return position_bias(p["attention.relative_attention_bias.weight"], seq)
 
 
-def attention(p: Params, x: Tensor, mask: Tensor | None, bias: Tensor, *, head_mask: Tensor | None = None,
+def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tensor | None = None,
               impl: str = "eager", need_probs: bool = False, generator: torch.Generator | None = None,
               trace: Trace = NO_TRACE) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
     """One MPNet attention block (``MPNetAttention``): BERT's, with the position bias added to the scaled scores.
@@ -176,9 +177,10 @@ def attention(p: Params, x: Tensor, mask: Tensor | None, bias: Tensor, *, head_m
 
     Args:
         p: one layer's ``attention.`` scope (BERT's names; ``attention.attn.q|k|v|o`` in the checkpoint).
-        x: (B, S, H).
-        mask: additive, broadcastable to (B, nh, S, S).
-        bias: (B or 1, nh, S, S), :func:`position_bias`.
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
+        mask: additive, broadcastable to (B, nh, S, S), or None; or :class:`~bertfn.model.layout.Segments` (each text
+            attends to itself, its bias the top-left (n, n) of ``bias``).
+        bias: (B or 1, nh, S, S), :func:`position_bias` (on segments, of the longest text's length).
         head_mask: (nh,), 1 keeps a head (runs the eager path).
         impl: "eager" or "sdpa" (fused; the bias and the mask are its additive mask); eager runs wherever the
             probabilities are needed.
@@ -199,7 +201,13 @@ def attention(p: Params, x: Tensor, mask: Tensor | None, bias: Tensor, *, head_m
 
     p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
     need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
-    if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
+    if isinstance(mask, Segments):  # each text attends to itself, its bias counted from its start
+        def one(qi: Tensor, ki: Tensor, vi: Tensor) -> Tensor:  # (1, nh, n, hd) each
+            n = qi.shape[2]
+            return F.scaled_dot_product_attention(qi, ki, vi, attn_mask=bias[..., :n, :n])
+        merged, x = mask.rows(mask.attend(q, k, v, one), x)  # (1, T + pad or r, nh*hd), (1, ..., H)
+        probs = None
+    elif chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
         scores = trace("scores", q @ k.transpose(-1, -2))  # (B, nh, S, S)
         scores = trace("scaled_scores", scores / math.sqrt(hd))
         scores = scores + bias
@@ -214,7 +222,9 @@ def attention(p: Params, x: Tensor, mask: Tensor | None, bias: Tensor, *, head_m
     else:
         full = bias if mask is None else (bias + mask).clamp(min=torch.finfo(q.dtype).min)
         context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=full), None
-    merged = trace("merged", merge_heads(trace("context", context)))  # (B, S, nh*hd)
+    if not isinstance(mask, Segments):
+        merged = merge_heads(trace("context", context))  # (B, S, nh*hd)
+    merged = trace("merged", merged)
     if trace.wants("head_outputs"):
         heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S, H)
         out = heads.sum(dim=1) + p["output.dense.bias"]
@@ -225,15 +235,15 @@ def attention(p: Params, x: Tensor, mask: Tensor | None, bias: Tensor, *, head_m
     return trace("output", out), probs, (k, v)
 
 
-def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids: Tensor | None = None,
+def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor | None = None,
           head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
           generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
     """One MPNet layer (``MPNetLayer``): :func:`attention` with the shared position bias, then BERT's feed-forward.
 
     Args:
         p: ``bert.encoder.layer.{i}.`` scope (its ``attention.relative_attention_bias.weight`` is the one shared table).
-        x: (B, S, H).
-        mask: additive padding mask.
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
+        mask: additive padding mask, or None; or :class:`~bertfn.model.layout.Segments`.
         index: the layer's index (unused: every layer is alike).
         position_ids: accepted and ignored (the bias reads the padded batch's offsets).
         head_mask: (nh,), 1 keeps a head.
@@ -247,7 +257,7 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
         :class:`~bertfn.model.encoder.LayerOutput`.
     """
     B, S = x.shape[:2]
-    bias = layer_bias(p, S).to(x.dtype)  # (1, nh, S, S)
+    bias = layer_bias(p, max(mask.lengths) if isinstance(mask, Segments) else S).to(x.dtype)  # (1, nh, S, S)
     bias = trace("attention.position_bias", bias.expand(B, -1, -1, -1))  # (B, nh, S, S)
     h, probs, kv = attention(p.scope("attention"), x, mask, bias, head_mask=head_mask, impl=impl,
                              need_probs=need_probs, generator=generator, trace=trace.scope("attention"))
