@@ -368,18 +368,18 @@ def attention(
 
 
 def text_attention(p: Params, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """One text's attention on the segments layout (:meth:`~bertfn.model.layout.Segments.attend`): the text as a
-    padded batch of one with nothing to pad, its relative positions counted from its start, a decoder's queries
-    seeing only its earlier tokens.
+    """The attention of c texts of n tokens each on the segments layout (:meth:`~bertfn.model.layout.Segments.attend`):
+    a padded batch with nothing to pad, relative positions counted from each text's start, a decoder's queries seeing
+    only their text's earlier tokens.
 
     Args:
         p: one layer's ``attention.`` scope (reads ``self.distance_embedding.weight`` for relative positions).
-        q: (1, nh, n, hd), the text's queries.
-        k: (1, nh, n, hd).
-        v: (1, nh, n, hd).
+        q: (c, nh, n, hd), the texts' queries.
+        k: (c, nh, n, hd).
+        v: (c, nh, n, hd).
 
     Returns:
-        context (1, nh, n, hd).
+        context (c, nh, n, hd).
     """
     cfg = p.config
     n = q.shape[2]

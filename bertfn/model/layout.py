@@ -112,14 +112,31 @@ class Segments:
         """(b,) each text's first position in the sequence."""
         return torch.tensor([0, *self.lengths[:-1]], device=device).cumsum(0)
 
+    def runs(self) -> list[tuple[int, int]]:
+        """The texts as runs of equal length, in order: ``(count, length)`` each (a text's masked copies, laid one after
+        another by scoring, form one run)."""
+        out: list[tuple[int, int]] = []
+        for n in self.lengths:
+            if out and out[-1][1] == n:
+                out[-1] = (out[-1][0] + 1, n)
+            else:
+                out.append((1, n))
+        return out
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, one: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor:
-        """Attention text by text: ``one(q_i, k_i, v_i)`` on each text's slice, the contexts laid end to end again.
+        """Attention text by text: ``one`` on each run of equal-length texts as a dense batch, the contexts laid end to
+        end again.
+
+        A run of c texts of n tokens each is a (c, nh, n, hd) batch with nothing to pad (a view of the sequence, no
+        copy): one kernel call attends all c, where a call per text would pay its overhead c times (scoring's
+        masked copies: one call per text and layer instead of one per copy).
 
         Args:
             q: (1, nh, T + pad, hd), the queries of every position.
             k: (1, nh, T + pad, hd).
             v: (1, nh, T + pad, hd).
-            one: ``(q_i, k_i, v_i) -> context_i``, each (1, nh, n, hd): one text's attention as a batch of one.
+            one: ``(q_i, k_i, v_i) -> context_i``, each (c, nh, n, hd): c texts of n tokens each, as a padded batch
+                with no padding.
 
         Returns:
             (1, T + pad, nh*hd), the heads' contexts merged (as :func:`~bertfn.model.attention.merge_heads` of the
@@ -128,12 +145,16 @@ class Segments:
         nh, hd = q.shape[1], q.shape[3]
         if len(self.lengths) == 1 and not self.pad:  # one text: no slices to take or join
             return one(q, k, v).transpose(1, 2).flatten(2)  # (1, T, nh*hd)
-        spans = [*self.lengths, self.pad] if self.pad else list(self.lengths)
-        texts = zip(q.split(spans, dim=2), k.split(spans, dim=2), v.split(spans, dim=2))  # each (1, nh, n, hd)
-        contexts = [one(qi, ki, vi).transpose(1, 2) for (qi, ki, vi), _ in zip(texts, self.lengths)]  # (1, n, nh, hd)
+        runs = self.runs()
+        spans = [c * n for c, n in runs] + ([self.pad] if self.pad else [])
+        by_token = [t.transpose(1, 2).split(spans, dim=1) for t in (q, k, v)]  # each part (1, c*n, nh, hd), a view
+        contexts = []  # each run's (c*n, nh, hd)
+        for (c, n), *qkv in zip(runs, *by_token):
+            qi, ki, vi = (t.view(c, n, nh, hd).transpose(1, 2) for t in qkv)  # (c, nh, n, hd) each, views
+            contexts.append(one(qi, ki, vi).transpose(1, 2).reshape(c * n, nh, hd))  # (c*n, nh, hd)
         if self.pad:
-            contexts.append(q.new_zeros(1, self.pad, nh, hd))  # the padding rows' context
-        return torch.cat(contexts, dim=1).flatten(2)  # (1, T + pad, nh*hd): one copy merges the heads
+            contexts.append(q.new_zeros(self.pad, nh, hd))  # the padding rows' context
+        return torch.cat(contexts).view(1, -1, nh * hd)  # (1, T + pad, nh*hd): one copy merges the heads
 
     def reading(self, last: bool) -> Segments:
         """This layout for one layer: with ``read`` at the last layer, without it below.

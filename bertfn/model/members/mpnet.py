@@ -202,7 +202,7 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
     p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
     need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
     if isinstance(mask, Segments):  # each text attends to itself, its bias counted from its start
-        def one(qi: Tensor, ki: Tensor, vi: Tensor) -> Tensor:  # (1, nh, n, hd) each
+        def one(qi: Tensor, ki: Tensor, vi: Tensor) -> Tensor:  # (c, nh, n, hd) each: c texts of n tokens
             n = qi.shape[2]
             return F.scaled_dot_product_attention(qi, ki, vi, attn_mask=bias[..., :n, :n])
         merged, x = mask.rows(mask.attend(q, k, v, one), x)  # (1, T + pad or r, nh*hd), (1, ..., H)
