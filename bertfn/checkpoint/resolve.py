@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -133,6 +133,54 @@ def require_head(m: Model, task: str, what: str) -> None:
     """
     if m.head.task != task:
         raise MissingPartError(f"{what} needs a {task} head, and {fits(m)}")
+
+
+def head_labels(m: Model, head: str | None, labels: Sequence[str] | None, what: str) -> tuple[str, ...]:
+    """The names of the outputs of the head that ``head`` and ``labels`` choose, checked as :func:`bertfn.classify`
+    checks its ``head=`` and ``labels=`` (the same errors, naming ``what``).
+
+    Args:
+        m: the model.
+        head: None: the checkpoint's sequence classifier; a key prefix of
+            :attr:`~bertfn.checkpoint.model.Model.extra_heads` (``"cls.species"``): that linear head on the pooler's
+            output, ``{head}.weight`` (n, H) and ``{head}.bias`` (n,).
+        labels: the names of the head's n outputs, in order; None: the config's ``id2label`` (an extra head's
+            ``LABEL_0``, ``LABEL_1``, ...).
+        what: the call that runs the head, for the messages (``"token_attributions"``).
+
+    Returns:
+        The n names.
+
+    Raises:
+        InputError: a ``head`` that is no string, ``labels`` that are not one name per output.
+        MissingPartError: no sequence classifier (``head`` None; naming the extra heads where there are some), or no
+            extra head ``head``.
+    """
+    if head is not None and not isinstance(head, str):
+        raise InputError(f"head must be the key prefix of a linear head (e.g. 'cls.species'), got {head!r}")
+    if head is None:
+        try:
+            require_head(m, "sequence-classification", what)
+        except MissingPartError as e:
+            if not m.extra_heads:
+                raise
+            raise MissingPartError(f"{e}; or run one of the linear heads it holds beside its own parts with "
+                                   f"{syntax(python='head=', cli='--head ')}{', '.join(m.extra_heads)}") from None
+        names = m.head.labels
+    elif head in m.extra_heads:
+        names = tuple(f"LABEL_{i}" for i in range(m.extra_heads[head]))
+    else:
+        found = f"its extra heads are {', '.join(m.extra_heads)}" if m.extra_heads else "it holds none"
+        raise MissingPartError(
+            f"{what} with head={head!r} needs a linear head on the pooler's output stored as {head}.weight (n, H) "
+            f"and {head}.bias (n,), and model {m.name!r} has no such head ({found}); pass one of its extra heads, or "
+            f"leave {syntax(python='head', cli='--head')} out to run the checkpoint's own classifier")
+    if labels is not None:
+        if isinstance(labels, str) or len(labels) != len(names) or not all(isinstance(x, str) for x in labels):
+            raise InputError(f"{syntax(python='labels', cli='--labels')} must be {len(names)} names, one per output "
+                             f"of the head, got {labels!r}")
+        names = tuple(labels)
+    return names
 
 
 def _looks_like_text(s: object) -> bool:

@@ -7,7 +7,8 @@ import json
 
 from ..errors import InputError
 from ..fast.choice import pack_state
-from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
+from .options import (add_file_options, add_head_options, add_model_options, emit, model_from_args, no_texts,
+                      run_file_command, subcommand)
 
 
 def add(sub) -> None:
@@ -27,9 +28,7 @@ def add(sub) -> None:
     cl.add_argument("--truncation", action="store_true",
                     help="cut a text (or pair) longer than the model reads to fit, as transformers' pipeline does "
                          "with truncation=True (a pair: the longer of its two texts first)")
-    cl.add_argument("--head", default=None, metavar="PREFIX",
-                    help="run the linear head stored under this key prefix on the pooler's output (e.g. cls.species)")
-    cl.add_argument("--labels", nargs="+", default=None, metavar="LABEL", help="the names of the head's outputs, in order")
+    add_head_options(cl, "run")
     cl.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
     cl.add_argument("--batch-size", type=int, default=32, help="texts per encoder pass, at most (default 32)")
     add_model_options(cl)

@@ -81,6 +81,21 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quiet", action="store_true", help="print no warnings (a checkpoint's unused keys, [UNK]-heavy texts, ...)")
 
 
+def add_head_options(parser: argparse.ArgumentParser, doing: str) -> None:
+    """``--head PREFIX`` and ``--labels ...``: a linear head stored beside the checkpoint's own parts, as
+    :func:`bertfn.classify`'s ``head=`` and ``labels=`` take it.
+
+    Args:
+        parser: the subcommand's parser.
+        doing: what the command does with the head ("run", "explain"), for the help.
+    """
+    parser.add_argument("--head", default=None, metavar="PREFIX",
+                        help=f"{doing} the linear head stored under this key prefix on the pooler's output (e.g. "
+                             "cls.species)")
+    parser.add_argument("--labels", nargs="+", default=None, metavar="LABEL",
+                        help="the names of the head's outputs, in order")
+
+
 def model_from_args(args: argparse.Namespace, prepare: Callable[[dict], bool] | None = None):
     """The :class:`~bertfn.checkpoint.loading.Model` the model options name, loaded anew with ``load``'s ``prepare``.
 

@@ -6,7 +6,7 @@ import argparse
 
 from ..checkpoint.state import as_stored
 from ..errors import InputError
-from .options import add_model_options, emit, model_from_args, subcommand
+from .options import add_head_options, add_model_options, emit, model_from_args, subcommand
 
 
 def add_view(sub) -> None:
@@ -20,18 +20,22 @@ def add_view(sub) -> None:
                     help="integrated gradients' points for the decision panel of a checkpoint with a task head (default 20)")
     vw.add_argument("--no-decision", dest="decision", action="store_false",
                     help="leave out the decision panel (a fine-tuned head's prediction, attributions and per-head parts)")
+    add_head_options(vw, "explain")
     add_model_options(vw)
 
 
 def run_view(args: argparse.Namespace) -> int:
     """Trace ``args.text`` and write the explorer page (see :mod:`bertfn.inspect.explorer`); for a checkpoint with a
-    task head or ESM-2's contact head, with the decision panel (:func:`bertfn.interventions.decision`)."""
+    task head or ESM-2's contact head, or with ``--head`` (``--labels``), with the decision panel
+    (:func:`bertfn.interventions.decision`)."""
     from ..inspect.page_arrays import PageArrays
     from ..inspect.trace import trace
     from ..interventions.decision import decision, has_decision
 
     rec = trace(args.text, m := model_from_args(args, as_stored), pair=args.pair, store=PageArrays(m.config, m, args.top_k))  # the page only
-    panel = decision(args.text, m, pair=args.pair, steps=args.steps) if args.decision and has_decision(m) else None
+    chosen = args.head is not None or args.labels is not None  # a head (or its labels) named: explain it or say why not
+    panel = decision(args.text, m, pair=args.pair, steps=args.steps, head=args.head, labels=args.labels) \
+        if args.decision and (chosen or has_decision(m)) else None
     path = rec.save_html(args.out, top_k=args.top_k, decision=panel)
     size = path.stat().st_size
     emit(f"wrote {path} ({len(rec.tokens)} tokens, "

@@ -19,11 +19,18 @@ ModernBERT                 the first token's parts (``classifier_pooling`` "cls"
                            tokens ("mean": each token's parts through the final LayerNorm frozen at that token),
                            ``head.dense``, its activation as a gate, ``head.norm`` frozen, ``classifier``
 a tagger, a reader         their linear layers at one token (ModernBERT's after its prediction head, frozen)
+an extra head (``head=``)  BERT's with the extra head's weight and bias for ``classifier``
+                           (``pooled_classifier_parts(..., head)``)
 =========================  ===================================================================================
 
 The numbers split are the logits of the labels asked for: a sequence classifier's (``classifier.logits`` (1,
 num_labels)), a tagger's at a token (``classifier.logits[0, position]``), a reader's start and end logits at a
 token (labels "start" and "end"). ``total`` equals them to the pass's rounding.
+
+With ``head=`` (:func:`bertfn.classify`'s, e.g. ``"cls.species"``) the head split is a linear head the checkpoint
+stores beside its own parts (:attr:`~bertfn.checkpoint.model.Model.extra_heads`) on the pooler's output, AntiBERTy's
+``W tanh(W_p h_[CLS] + b_p) + b``: BERT's sequence classifier with that head's weight and bias; its logits are
+``W run["pooler"][0] + b``.
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits
 from ..errors import InputError
 from ..inspect.trace import trace
+from ..model.linearized import pooled_classifier_parts
 from ..model.task_heads import task_head
-from .head_metrics import label_index
+from .head_metrics import extra_head_logits, label_index
 from .residual_parts import Contributions, check_position, split, stream_parts
 
 Tensor = torch.Tensor
@@ -62,8 +70,10 @@ class ClassAttribution(Contributions):
         logits: (T,), the head's logits of those labels (``classifier.logits``, or a reader's ``qa.*_logits``).
         labels: the T labels' names.
         ids: their indices among the head's outputs.
-        task: the head's task (a key of :data:`~bertfn.model.task_heads.TASKS`).
+        task: the head's task (a key of :data:`~bertfn.model.task_heads.TASKS`; an extra head's is
+            "sequence-classification").
         position: the token, for a tagger or a reader; None for a sequence classifier.
+        head: the extra head's key prefix (``"cls.species"``), or None: the checkpoint's head.
     """
 
     logits: Tensor
@@ -71,13 +81,15 @@ class ClassAttribution(Contributions):
     ids: list[int]
     task: str
     position: int | None
+    head: str | None = None
 
     def __repr__(self) -> str:
         """The labels, their logits and the parts' shapes, not the tensors."""
         L, nh, _ = self.heads.shape
         logits = ", ".join(f"{v:.3f}" for v in self.logits.tolist())
         at = "" if self.position is None else f" at position {self.position}"
-        return (f"ClassAttribution({self.task} labels {self.labels}{at}: logits [{logits}] = embeddings + {L}x{nh} heads "
+        which = self.task if self.head is None else f"{self.head} (on the pooler)"
+        return (f"ClassAttribution({which} labels {self.labels}{at}: logits [{logits}] = embeddings + {L}x{nh} heads "
                 f"+ {L} attention biases + {L} FFN writes + bias)")
 
 
@@ -99,20 +111,26 @@ def label_ids(names: Sequence[str], labels: int | str | Sequence[int | str]) -> 
 
 
 def class_attribution(m: Model, text: str, labels: int | str | Sequence[int | str], *, position: int | None = None,
-                      pair: str | None = None) -> ClassAttribution:
-    """The logits of ``labels`` of the task head ``m`` carries, on ``text``, split into per-head, per-layer and bias parts.
+                      pair: str | None = None, head: str | None = None,
+                      names: Sequence[str] | None = None) -> ClassAttribution:
+    """The logits of ``labels`` of the task head ``m`` carries (or of the extra head ``head``), on ``text``, split into
+    per-head, per-layer and bias parts.
 
     The parts of the last hidden states at the positions the head reads (the first token; every token for
     ModernBERT's mean pooling; ``position`` for a tagger or a reader) through ``TaskHead.linearized`` (module
-    docstring).
+    docstring), or for ``head`` through :func:`~bertfn.model.linearized.pooled_classifier_parts` with its weights.
 
     Args:
-        m: a model with a task head (:attr:`Model.head`) and a tokenizer.
+        m: a model with a task head (:attr:`Model.head`), or with the extra head ``head``, and a tokenizer.
         text: one text.
-        labels: the labels whose logits to split: names of ``config.id2label`` or ids (a reader's: "start", "end"),
-            one or a list of T.
+        labels: the labels whose logits to split: names of ``config.id2label`` (or of ``names``) or ids (a reader's:
+            "start", "end"), one or a list of T.
         position: a tagger's or a reader's token (None for a sequence classifier).
         pair: the text's second segment, or None.
+        head: None: the checkpoint's task head; an extra head's key prefix (``"cls.species"``), checked by
+            :func:`~bertfn.interventions.head_metrics.head_labels`.
+        names: the names of the sequence classifier's or the extra head's outputs
+            (:func:`~bertfn.interventions.head_metrics.head_labels`); None: the config's.
 
     Returns:
         :class:`ClassAttribution`, every part (..., T) float64 on the CPU.
@@ -121,13 +139,14 @@ def class_attribution(m: Model, text: str, labels: int | str | Sequence[int | st
         InputError: a head bertfn cannot split (multiple choice), a label the head lacks, a ``position`` missing
             where the head has a row per token, given where it has one per text, or out of range.
     """
-    cfg, task = m.config, m.head.task
-    head = task_head(cfg, task)
-    if head.linearized is None:
+    cfg = m.config
+    task = m.head.task if head is None else "sequence-classification"  # an extra head: one row of logits per text
+    own = task_head(cfg, task) if head is None else None  # the checkpoint's task head
+    if own is not None and own.linearized is None:
         raise InputError(f"logit_attribution splits a sequence classifier's, a tagger's or a reader's logits, and "
                          f"{fits(m)}, whose scores are one per (text, choice) pair; split a choice's score by studying "
                          "it with iv.sweep and a metric of classifier.logits")
-    names = READER_LABELS if task == "question-answering" else cfg.labels
+    names = names or (READER_LABELS if task == "question-answering" else cfg.labels)
     ids = label_ids(names, labels)
     per_token = task in PER_TOKEN
     if per_token and position is None:
@@ -135,15 +154,19 @@ def class_attribution(m: Model, text: str, labels: int | str | Sequence[int | st
                          "from 0: bertfn.trace(text, model).tokens lists them)")
     if not per_token and position is not None:
         raise InputError(f"a {task} head has one row of logits per text, so it takes no position (a tagger's and a "
-                         f"reader's do); {fits(m)}")
+                         f"reader's do); {fits(m) if head is None else 'leave position= out'}")
     rec = trace(text, m, pair, head_outputs=True)
     if per_token:
         check_position(rec, position)
     S = rec.input_ids.shape[1]
-    positions = [position] if per_token else [0] if head.first_only(cfg) else list(range(S))
+    positions = [position] if per_token else [0] if head is not None or own.first_only(cfg) else list(range(S))
     parts = stream_parts(rec, m.params, positions)  # (K, P, H)
-    out = head.linearized(m.params, parts, torch.ones(parts.shape[:2], dtype=torch.long))
-    if task == "question-answering":
+    ones = torch.ones(parts.shape[:2], dtype=torch.long)
+    out = own.linearized(m.params, parts, ones) if head is None else \
+        pooled_classifier_parts(m.params, parts, ones, head)  # (K, ...)
+    if head is not None:
+        actual = extra_head_logits(rec, head)  # (n,)
+    elif task == "question-answering":
         out = torch.stack(out, dim=-1)  # (K, 1, 2): start, end
         actual = torch.stack([rec["qa.start_logits"][0, position], rec["qa.end_logits"][0, position]])  # (2,)
     elif per_token:
@@ -154,4 +177,4 @@ def class_attribution(m: Model, text: str, labels: int | str | Sequence[int | st
     rows = torch.tensor(ids)
     return ClassAttribution(**split(out[:, rows], cfg.num_hidden_layers, cfg.num_attention_heads),
                             logits=actual.detach().to("cpu", torch.float64)[rows], labels=[names[i] for i in ids],
-                            ids=ids, task=task, position=position)
+                            ids=ids, task=task, position=position, head=head)

@@ -18,11 +18,16 @@ of it and how precisely: :mod:`bertfn.inspect.decision_panel`. Here the numbers 
   target's logit (:func:`~bertfn.interventions.logit_attribution.logit_attribution`'s ``heads``);
 * ESM-2's contact map (:func:`bertfn.contacts`), where the checkpoint has the contact head.
 
-A masked LM without a contact head, a bare encoder and a multiple-choice head get no panel (:func:`has_decision`).
+With ``head=`` and ``labels=`` (:func:`bertfn.classify`'s) the panel explains a linear head the checkpoint stores beside
+its own parts (:attr:`~bertfn.checkpoint.model.Model.extra_heads`: AntiBERTy's species head on the pooler's output)
+as it explains a sequence classifier: its labels by :func:`bertfn.classify` with that head, integrated gradients and
+the heads' parts of its logits with the same ``head=`` and ``labels=``. Otherwise a masked LM without a contact head,
+a bare encoder and a multiple-choice head get no panel (:func:`has_decision`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +40,7 @@ from ..tasks.answer import answer
 from ..tasks.classify import classify, default_function
 from ..tasks.contacts import contacts
 from ..tasks.tag import tag
+from .head_metrics import head_labels
 from .logit_attribution import logit_attribution
 from .token_attributions import token_attributions
 
@@ -68,48 +74,56 @@ def has_decision(m: Model) -> bool:
 
 
 def decision(text: str, model: Model | str | Path, *, pair: str | None = None, steps: int = STEPS,
-             max_targets: int = MAX_TARGETS) -> Decision:
+             max_targets: int = MAX_TARGETS, head: str | None = None, labels: Sequence[str] | None = None) -> Decision:
     """The decision panel of the explorer for ``text``: the prediction, and for each target its token attributions
     and per-head parts (module docstring).
 
     Args:
         text: one text (a reader's question; an ESM-2 protein).
-        model: a loaded :class:`Model` with a task head of :data:`EXPLAINED` or ESM-2's contact head, a folder or a
-            hub id.
+        model: a loaded :class:`Model` with a task head of :data:`EXPLAINED`, ESM-2's contact head or the extra head
+            ``head``, a folder or a hub id.
         pair: the second segment: a reader's context (required there), a classifier's second text; a tagger takes none.
         steps: integrated gradients' points (:data:`STEPS`).
         max_targets: the most outputs explained (:data:`MAX_TARGETS`).
+        head: None: the checkpoint's head; a key prefix of :attr:`~bertfn.checkpoint.model.Model.extra_heads`
+            (``"cls.species"``): that linear head on the pooler's output, explained as a sequence classifier; as
+            :func:`bertfn.classify` takes it.
+        labels: the names of the head's outputs, in order (default: the config's ``id2label``; for an extra head
+            ``LABEL_0``, ``LABEL_1``, ...), as :func:`bertfn.classify` takes them.
 
     Returns:
         A :class:`~bertfn.inspect.decision_panel.Decision`, for ``Recording.save_html(..., decision=)``.
 
     Raises:
-        InputError: a bad ``steps`` or ``max_targets``, a pair given to a tagger or missing for a reader.
-        MissingPartError: a model without a tokenizer, or with none of the heads the panel explains.
+        InputError: a bad ``steps`` or ``max_targets``, a pair given to a tagger or missing for a reader; ``head``
+            and ``labels`` as :func:`bertfn.classify` refuses them.
+        MissingPartError: a model without a tokenizer, with none of the heads the panel explains, or without ``head``.
     """
     m = get_model(model)
     tok = require_tokenizer(m, "decision")
     for name, value in (("steps", steps), ("max_targets", max_targets)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name} must be a positive integer, got {value!r}")
-    if not has_decision(m):
+    names = None if head is None and labels is None else head_labels(m, head, labels, "decision")
+    if head is None and not has_decision(m):
         raise MissingPartError(f"the decision panel explains a sequence classifier, a tagger, a reader or ESM-2's contact "
                                f"head, and {fits(m)}; the explorer's page of this model has no panel")
-    task = m.head.task
+    task = m.head.task if head is None else "sequence-classification"  # an extra head: a label per text
     meta: dict = {"task": task, "steps": steps, "method": "integrated_gradients", "baseline": tok.pad_token,
                   "targets": [], "classes": None, "entities": None, "span": None, "contacts": None}
     arrays: dict[str, np.ndarray] = {}
     targets: list[tuple] = []  # token_attributions' targets, one per explained output
     if task == "sequence-classification":
-        scores = classify({"text": text, "text_pair": pair} if pair is not None else text, m, top_k=None)
-        meta["classes"] = {"function": default_function(m.config.problem_type, m.config.num_labels),
-                           "scores": [[d["label"], float(d["score"])] for d in scores]}
-        labels = [d["label"] for d in scores[:max_targets]]
-        dla = logit_attribution(text, m, labels, pair=pair)
-        heads = [dla.heads[..., t] for t in range(len(labels))]
-        targets = labels
+        scores = classify({"text": text, "text_pair": pair} if pair is not None else text, m, top_k=None, head=head,
+                          labels=names)
+        function = default_function(m.config.problem_type, m.config.num_labels) if head is None else \
+            default_function(None, len(names))
+        meta["classes"] = {"function": function, "scores": [[d["label"], float(d["score"])] for d in scores]}
+        targets = [d["label"] for d in scores[:max_targets]]
+        dla = logit_attribution(text, m, targets, pair=pair, head=head, labels=names)
+        heads = [dla.heads[..., t] for t in range(len(targets))]
         meta["targets"] = [{"name": f"{label}", "label": label, "position": None, "logit": float(v)}
-                           for label, v in zip(labels, dla.logits.tolist())]
+                           for label, v in zip(targets, dla.logits.tolist())]
     elif task == "token-classification":
         if pair is not None:
             raise InputError("a tagger reads one text, so its decision panel takes no pair; leave --pair (pair=) out")
@@ -141,7 +155,7 @@ def decision(text: str, model: Model | str | Path, *, pair: str | None = None, s
             targets.append((end, position))
     if targets:
         ig = token_attributions([text] * len(targets), m, list(targets), pair=None if pair is None else [pair] * len(targets),
-                                steps=steps)
+                                steps=steps, head=head, labels=names)
         for row, a in zip(meta["targets"], ig):
             row.update(value=float(a.value), baseline_value=float(a.baseline_value), delta=float(a.delta))
         arrays["tokens"] = np.stack([a.attributions.float().cpu().numpy() for a in ig]).astype(np.float32)  # (T, S)

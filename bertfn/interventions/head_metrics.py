@@ -20,6 +20,14 @@ metric                         reads                                         hea
 A label is a name of the head's (``config.id2label``, :attr:`~bertfn.model.config.BertConfig.labels`) or its id;
 it is looked up on the run's config, so one metric serves any checkpoint that has the label. The logits are read
 in float32 or wider, as :func:`~bertfn.interventions.at_masks` reads the MLM's.
+
+The sequence classifier's metrics take ``head=`` and ``labels=`` as :func:`bertfn.classify` does
+(:func:`~bertfn.checkpoint.resolve.head_labels`): ``head="cls.species"`` reads a linear head the checkpoint stores beside its own parts
+(:attr:`~bertfn.checkpoint.model.Model.extra_heads`, AntiBERTy's species and chain heads) on the pooler's output,
+``W run["pooler"][0] + b``, and ``labels=`` names the head's outputs (default: ``LABEL_0``, ``LABEL_1``, ...; for
+the checkpoint's classifier its ``id2label``)::
+
+    metric = bertfn.interventions.label_difference("Mouse", "Human", head="cls.species", labels=SPECIES)
 """
 
 from __future__ import annotations
@@ -28,9 +36,12 @@ from collections.abc import Sequence
 
 import torch
 
+from ..checkpoint.resolve import head_labels
 from ..errors import InputError
 from ..inspect.trace import Recording
+from ..model.functional import linear
 from ..model.task_heads import problem_type
+from ..tasks.classify import class_scores, default_function
 from .patching import Metric
 
 Tensor = torch.Tensor
@@ -74,6 +85,39 @@ def _class_logits(run: Recording) -> Tensor:
     return _wide(logits[0])
 
 
+def extra_head_logits(run: Recording, head: str) -> Tensor:
+    """(n,): the logits of the run's one text of the linear head ``head`` on the pooler's output,
+    ``W run["pooler"][0] + b``.
+
+    Mirrors AntiBERTy's ``AntiBERTyHeads`` (``self.species(pooled_output)``) as
+    :func:`~bertfn.tasks.classify.pooled_linear_outputs` runs it, on a recorded run.
+
+    Args:
+        run: a recording of the model (``run.model``) that holds ``pooler`` (1, H).
+        head: a key prefix of :attr:`~bertfn.checkpoint.model.Model.extra_heads` (reads ``{head}.weight`` (n, H) and
+            ``{head}.bias`` (n,)).
+    """
+    state = run.model.state
+    return linear(run["pooler"][0], state[f"{head}.weight"], state[f"{head}.bias"])
+
+
+def _head_logits(run: Recording, head: str | None, labels: Sequence[str] | None,
+                 what: str) -> tuple[Tensor, tuple[str, ...]]:
+    """(n,) the logits of the run's one text and the n names of the head that ``head`` and ``labels`` choose
+    (:func:`~bertfn.checkpoint.resolve.head_labels`): the checkpoint's sequence classifier's, or an extra head's (:func:`extra_head_logits`).
+
+    Raises:
+        InputError: as :func:`head_labels`, and as :func:`_class_logits`.
+        MissingPartError: as :func:`head_labels`.
+    """
+    if head is None and labels is None:
+        return _class_logits(run), run.config.labels
+    names = head_labels(run.model, head, labels, what)
+    if head is None:
+        return _class_logits(run), names
+    return _wide(extra_head_logits(run, head)), names
+
+
 def _position(position: int, S: int, what: str) -> int:
     """``position`` checked against the text's S tokens."""
     if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < S:
@@ -81,38 +125,50 @@ def _position(position: int, S: int, what: str) -> int:
     return position
 
 
-def label_logit(label: int | str) -> Metric:
-    """A metric: a sequence classifier's logit of ``label`` (``*ForSequenceClassification``'s ``logits[0, label]``).
+def label_logit(label: int | str, *, head: str | None = None, labels: Sequence[str] | None = None) -> Metric:
+    """A metric: a sequence classifier's logit of ``label`` (``*ForSequenceClassification``'s ``logits[0, label]``),
+    or an extra head's on the pooler (AntiBERTy's ``species_logits[0, label]``).
 
     Args:
-        label: the label's name (``config.id2label``) or id.
+        label: the label's name (``config.id2label``, or ``labels``) or id.
+        head: None: the checkpoint's classifier; an extra head's key prefix (``"cls.species"``), as
+            :func:`bertfn.classify` takes it (:func:`~bertfn.checkpoint.resolve.head_labels`).
+        labels: the names of the head's outputs, in order (as :func:`bertfn.classify` takes them).
 
     Returns:
-        ``metric(run) -> scalar tensor``, read from ``run["classifier.logits"]`` (1, num_labels).
+        ``metric(run) -> scalar tensor``, read from ``run["classifier.logits"]`` (1, num_labels), or with ``head``
+        from ``run["pooler"]`` (1, H) through ``{head}.weight`` (n, H) and ``{head}.bias`` (n,).
     """
     def metric(run: Recording) -> Tensor:
-        return _class_logits(run)[label_index(run.config.labels, label)]
+        logits, names = _head_logits(run, head, labels, "label_logit")
+        return logits[label_index(names, label)]
 
     return metric
 
 
-def label_probability(label: int | str) -> Metric:
+def label_probability(label: int | str, *, head: str | None = None, labels: Sequence[str] | None = None) -> Metric:
     """A metric: a sequence classifier's probability of ``label``, as ``pipeline("text-classification")`` scores it.
 
     The softmax over the labels, or the label's sigmoid where the head is multi-label
-    (``problem_type`` "multi_label_classification").
+    (``problem_type`` "multi_label_classification"); an extra head's as :func:`bertfn.classify` scores it (the softmax,
+    the sigmoid for a head of one output: :func:`~bertfn.tasks.classify.default_function`).
 
     Args:
         label: the label's name or id.
+        head: None: the checkpoint's classifier; an extra head's key prefix, as in :func:`label_logit`.
+        labels: the names of the head's outputs, as in :func:`label_logit`.
 
     Returns:
-        ``metric(run) -> scalar tensor`` from ``run["classifier.logits"]``.
+        ``metric(run) -> scalar tensor`` from ``run["classifier.logits"]`` (with ``head``: from ``run["pooler"]``).
 
     Raises:
         InputError: (when run) a regression head, whose one output is no probability.
     """
     def metric(run: Recording) -> Tensor:
-        logits, i = _class_logits(run), label_index(run.config.labels, label)
+        logits, names = _head_logits(run, head, labels, "label_probability")
+        i = label_index(names, label)
+        if head is not None:
+            return class_scores(logits[None], default_function(None, len(names)))[0, i]
         kind = problem_type(run.config)
         if kind == "regression":
             raise InputError("this head is a regression (one number, no labels' probabilities); read its value with "
@@ -122,19 +178,23 @@ def label_probability(label: int | str) -> Metric:
     return metric
 
 
-def label_difference(a: int | str, b: int | str) -> Metric:
-    """A metric: a sequence classifier's logit of label ``a`` minus that of ``b`` (e.g. "positive" - "negative").
+def label_difference(a: int | str, b: int | str, *, head: str | None = None,
+                     labels: Sequence[str] | None = None) -> Metric:
+    """A metric: a sequence classifier's logit of label ``a`` minus that of ``b`` (e.g. "positive" - "negative"), or an
+    extra head's on the pooler (e.g. "Mouse" - "Human").
 
     Args:
         a: the label whose logit counts positively (name or id).
         b: the label whose logit is subtracted.
+        head: None: the checkpoint's classifier; an extra head's key prefix, as in :func:`label_logit`.
+        labels: the names of the head's outputs, as in :func:`label_logit`.
 
     Returns:
-        ``metric(run) -> scalar tensor`` from ``run["classifier.logits"]``.
+        ``metric(run) -> scalar tensor`` from ``run["classifier.logits"]`` (with ``head``: from ``run["pooler"]``).
     """
     def metric(run: Recording) -> Tensor:
-        logits = _class_logits(run)
-        return logits[label_index(run.config.labels, a)] - logits[label_index(run.config.labels, b)]
+        logits, names = _head_logits(run, head, labels, "label_difference")
+        return logits[label_index(names, a)] - logits[label_index(names, b)]
 
     return metric
 

@@ -16,7 +16,9 @@ For a masked LM (this module) the head is the MLM head at the position of a [MAS
     logits = W_dec LN_T(act(W_T h + b_T)) + b_dec     (mlm_head, at width E for ELECTRA and ALBERT)
 
 and the T numbers split are the logits of T vocabulary tokens there. For a fine-tuned checkpoint the head is its
-task head and the T numbers its logits of T labels (:mod:`bertfn.interventions.class_attribution`).
+task head and the T numbers its logits of T labels (:mod:`bertfn.interventions.class_attribution`); with ``head=``
+(:func:`bertfn.classify`'s) it is a linear head the checkpoint stores beside its own parts, on the pooler's output
+(AntiBERTy's species head: ``logit_attribution(chain, antiberty, "Mouse", head="cls.species", labels=SPECIES)``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ..model.heads import head_act
 from ..model.linearized import through_activation, through_linear, through_norm
 from ..model.task_heads import TASKS
 from .class_attribution import class_attribution
+from .head_metrics import head_labels
 from .residual_parts import Contributions, split, stream_parts
 
 Tensor = torch.Tensor
@@ -114,7 +117,8 @@ def mlm_parts(m: Model, parts: Tensor, ids: list[int]) -> Tensor:
 
 
 def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | Sequence[int | str], *,
-                      mask: int = 0, position: int | None = None, pair: str | None = None):
+                      mask: int = 0, position: int | None = None, pair: str | None = None, head: str | None = None,
+                      labels: Sequence[str] | None = None):
     """A head's logits split into per-head, per-layer and bias parts: a masked LM's at a [MASK], a classifier's of a class.
 
     Direct logit attribution (Elhage et al. 2021) for a post-LN or pre-LN model: the parts of the last hidden state
@@ -122,7 +126,8 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
     docstring). On a masked LM the head is the MLM head (``BertLMPredictionHead``) at one [MASK] and ``tokens`` are
     vocabulary tokens; on a fine-tuned checkpoint it is the task head and ``tokens`` are its labels
     (:func:`~bertfn.interventions.class_attribution.class_attribution`: a sequence classifier's, a tagger's at
-    ``position``, a reader's "start" and "end" at ``position``). ``total`` equals ``logits`` to the pass's rounding.
+    ``position``, a reader's "start" and "end" at ``position``); with ``head`` it is that extra head on the pooler's
+    output, split as BERT's sequence classifier is. ``total`` equals ``logits`` to the pass's rounding.
 
     Args:
         text: one text; for a masked LM with at least one [MASK] (the model's mask token).
@@ -132,6 +137,11 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
         mask: a masked LM's: which of the text's masks, from 0.
         position: a tagger's or a reader's: the token whose logits to split.
         pair: the text's second segment (a classifier of text pairs, a reader's context), or None.
+        head: None: the checkpoint's head; a key prefix of :attr:`~bertfn.checkpoint.model.Model.extra_heads`
+            (``"cls.species"``): that linear head on the pooler's output, whose labels ``tokens`` are; as
+            :func:`bertfn.classify` takes it.
+        labels: the names of the head's outputs, in order (default: the config's ``id2label``; for an extra head
+            ``LABEL_0``, ``LABEL_1``, ...), as :func:`bertfn.classify` takes them.
 
     Returns:
         On a masked LM a :class:`LogitAttribution`, on a fine-tuned head a
@@ -139,13 +149,15 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
 
     Raises:
         InputError: a masked LM's text without a mask, a ``mask`` out of range, tokens the vocabulary lacks; a label
-            the head lacks; a ``position`` or ``pair`` where the head takes none.
-        MissingPartError: a model without a tokenizer, or with neither an MLM head nor a task head.
+            the head lacks; a ``position`` or ``pair`` where the head takes none; ``head`` and ``labels`` as
+            :func:`bertfn.classify` refuses them.
+        MissingPartError: a model without a tokenizer, with neither an MLM head nor a task head, or without ``head``.
     """
     m = get_model(model)
     require_tokenizer(m, "logit_attribution")
-    if m.head.task in TASKS:
-        return class_attribution(m, text, tokens, position=position, pair=pair)
+    names = None if head is None and labels is None else head_labels(m, head, labels, "logit_attribution")
+    if head is not None or m.head.task in TASKS:
+        return class_attribution(m, text, tokens, position=position, pair=pair, head=head, names=names)
     require_mlm_head(m, "logit_attribution")
     if position is not None or pair is not None:
         raise InputError(f"position= and pair= are a fine-tuned head's (a tagger's token, a reader's context); {fits(m)}, "

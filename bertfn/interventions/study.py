@@ -19,8 +19,9 @@ makes is about ``(clean - corrupted) . d metric / d activation`` summed over the
 A metric is ``metric(run) -> scalar tensor``, ``run`` the :class:`~bertfn.inspect.trace.Recording` of a
 (patched) corrupted pass: ``run["mlm.logits"]`` (N, V) at the corrupted text's [MASK]s, a fine-tuned
 head's outputs (``run["classifier.logits"]``, ``run["qa.start_logits"]``: the checkpoint's task head runs in
-every run and every patched copy; :mod:`bertfn.interventions.head_metrics` reads a label, an entity, a span), or
-any other point (``run["layer.6.output"][0, 5] @ probe``). bertfn finds which points it reads by running it on
+every run and every patched copy; :mod:`bertfn.interventions.head_metrics` reads a label, an entity, a span, and
+with ``head=`` a label of a linear head stored beside the checkpoint's parts, on ``run["pooler"]``), or any other
+point (``run["layer.6.output"][0, 5] @ probe``). bertfn finds which points it reads by running it on
 the corrupted run, and keeps only those in the patched copies. Pairs may have any length each (the
 two texts of one pair the same number of tokens); a map over positions then has NaN where a pair is
 shorter than the longest, and the mean and interval at a cell use the pairs that have it.

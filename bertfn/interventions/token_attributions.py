@@ -10,10 +10,16 @@ The quantity f is the target's, read from the run by :func:`bertfn.trace`'s name
 | the checkpoint        | target                                      | f                                           |
 |-----------------------|---------------------------------------------|---------------------------------------------|
 | a sequence classifier | a label's name or id                        | ``classifier.logits[0, label]``             |
+| an extra head         | a label; ``head=`` names the head           | ``(W pooler + b)[0, label]``                |
 | a tagger              | ``(position, label)``                       | ``classifier.logits[0, position, label]``   |
 | a reader              | ``("start", position)``, ``("end", ...)``   | ``qa.start_logits[0, position]``, ``qa.end_logits[...]`` |
 | a masked LM           | a token or its id; ``(mask position, token)`` | ``mlm.logits[n, token]`` at the (n-th) [MASK] |
 | any                   | ``metric(run) -> scalar tensor``            | the metric, as :func:`~bertfn.interventions.sweep` takes it |
+
+``head=`` and ``labels=`` are :func:`bertfn.classify`'s: ``head="cls.species"`` attributes a linear head the
+checkpoint stores beside its own parts (:attr:`~bertfn.checkpoint.model.Model.extra_heads`: AntiBERTy's species
+head, ``W tanh(W_p h_[CLS] + b_p) + b``) instead of the checkpoint's head, ``labels=`` names its outputs
+(:func:`~bertfn.interventions.head_metrics.label_logit` with the same ``head`` and ``labels`` is f).
 
 The attributions are to the word embeddings, the ``embeddings.word`` point x (S, E): positions, token types and the
 attention mask stay the input's. The baseline b (:func:`baseline_ids`) is captum's BERT tutorial's: every token's row
@@ -48,7 +54,7 @@ from ..inspect.batch import padded_batch
 from ..model.family import longest_input
 from ..model.recorder import Point
 from .gradients import batches, pass_with_grad
-from .head_metrics import entity_score, label_index, label_logit
+from .head_metrics import entity_score, head_labels, label_index, label_logit
 from .patching import Metric, at_masks
 
 Tensor = torch.Tensor
@@ -150,15 +156,19 @@ def _position(value: object, S: int, tokens: list[str]) -> int:
                      f"{' '.join(tokens)!r:.80}), got {value!r}")
 
 
-def target_metric(target, m: Model, tokens: list[str], ids: Tensor) -> tuple[Metric, frozenset[str] | None]:
+def target_metric(target, m: Model, tokens: list[str], ids: Tensor, head: str | None = None,
+                  names: tuple[str, ...] | None = None) -> tuple[Metric, frozenset[str] | None]:
     """The target as a metric of one text's run (the module's table), and the points it reads (None: unknown).
 
     Args:
         target: a label, ``(position, label)``, ``("start" | "end", position)``, a token or ``(mask position,
-            token)``, as the checkpoint's head says; or ``metric(run) -> scalar tensor``.
+            token)``, as the checkpoint's head says (a label, with ``head``); or ``metric(run) -> scalar tensor``.
         m: the model.
         tokens: the text's S word pieces.
         ids: (S,) its ids.
+        head: an extra head's key prefix (``"cls.species"``), or None: the checkpoint's head.
+        names: the sequence classifier's or the extra head's labels as ``labels=`` names them
+            (:func:`~bertfn.interventions.head_metrics.head_labels`); None: the config's.
 
     Raises:
         InputError: a target of the wrong form for the head, a label or token it does not have, a position out of
@@ -168,8 +178,10 @@ def target_metric(target, m: Model, tokens: list[str], ids: Tensor) -> tuple[Met
     if callable(target):
         return target, None
     task, S = m.head.task, len(tokens)
+    if head is not None:
+        return label_logit(label_index(names, target), head=head, labels=names), frozenset({"pooler"})
     if task == "sequence-classification":
-        return label_logit(label_index(m.head.labels, target)), frozenset({"classifier.logits"})
+        return label_logit(label_index(names or m.head.labels, target), labels=names), frozenset({"classifier.logits"})
     if task == "token-classification":
         if not (isinstance(target, tuple) and len(target) == 2):
             raise InputError(f"a tagger's target is (position, label), e.g. (3, {m.head.labels[0]!r}), got {target!r}")
@@ -204,8 +216,9 @@ def target_metric(target, m: Model, tokens: list[str], ids: Tensor) -> tuple[Met
 
 def token_attributions(texts: str | Sequence[str], model: Model | str | Path, target, *,
                        pair: str | Sequence[str | None] | None = None, method: str = "integrated_gradients",
-                       steps: int = 50, baseline: str | int | None = None,
-                       batch_size: int | None = None) -> TokenAttributions | list[TokenAttributions]:
+                       steps: int = 50, baseline: str | int | None = None, batch_size: int | None = None,
+                       head: str | None = None,
+                       labels: Sequence[str] | None = None) -> TokenAttributions | list[TokenAttributions]:
     """Each input token's attribution for ``target``, with respect to its word embedding (the module docstring).
 
     Mirrors captum's ``LayerIntegratedGradients(forward, model.embeddings.word_embeddings)`` (method
@@ -227,14 +240,19 @@ def token_attributions(texts: str | Sequence[str], model: Model | str | Path, ta
         batch_size: rows (points of a text's path) per pass; None: as many as
             :data:`~bertfn.interventions.gradients.MAX_TOKENS` tokens hold (each pass keeps every activation for its
             backward pass).
+        head: None: the checkpoint's head; a key prefix of :attr:`~bertfn.checkpoint.model.Model.extra_heads`
+            (``"cls.species"``): that linear head on the pooler's output, whose label ``target`` is; as
+            :func:`bertfn.classify` takes it.
+        labels: the names of the head's outputs, in order (default: the config's ``id2label``; for an extra head
+            ``LABEL_0``, ``LABEL_1``, ...), as :func:`bertfn.classify` takes them.
 
     Returns:
         A :class:`TokenAttributions` for one text; a list of them for several.
 
     Raises:
-        InputError: empty texts, a bad option, a text longer than the model reads, or a target that does not fit
-            (:func:`target_metric`).
-        MissingPartError: a model without a tokenizer, or without a head the target names.
+        InputError: empty texts, a bad option, a text longer than the model reads, a target that does not fit
+            (:func:`target_metric`), or ``head`` and ``labels`` as :func:`bertfn.classify` refuses them.
+        MissingPartError: a model without a tokenizer, without a head the target names, or without ``head``.
     """
     texts, single = text_list(texts, "token_attributions")
     if method not in METHODS:
@@ -248,13 +266,15 @@ def token_attributions(texts: str | Sequence[str], model: Model | str | Path, ta
                          f"{len(texts)} text{'s' * (len(texts) > 1)}")
     m = get_model(model)
     tok = require_tokenizer(m, "token_attributions")
+    names = None if head is None and labels is None else head_labels(m, head, labels, "token_attributions")
     ids, types, mask, tokens = padded_batch(tok, texts, None if pair is None else [pair] if single else pair)
     lengths = [len(t) for t in tokens]
     limit = longest_input(m.config)
     for i, n in enumerate(lengths):
         if n > limit:
             raise InputError(f"text {i} is {n} tokens long but the model reads at most {limit}; shorten it")
-    metrics, reads = zip(*(target_metric(t, m, tokens[i], ids[i, :lengths[i]]) for i, t in enumerate(targets)))
+    metrics, reads = zip(*(target_metric(t, m, tokens[i], ids[i, :lengths[i]], head, names)
+                           for i, t in enumerate(targets)))
     keep = None if None in reads else set().union(*reads)
     base = baseline_ids(ids, mask, tok, baseline)
     alphas, weights = path_points(method, steps)

@@ -109,7 +109,14 @@ class Segments:
         return sum(self.lengths)
 
     def starts(self, device: torch.device | str = "cpu") -> Tensor:
-        """(b,) each text's first position in the sequence."""
+        """Each text's first position in the sequence.
+
+        Args:
+            device: where the positions go (the hidden states').
+
+        Returns:
+            (b,).
+        """
         return torch.tensor([0, *self.lengths[:-1]], device=device).cumsum(0)
 
     def runs(self) -> list[tuple[int, int]]:
@@ -166,6 +173,9 @@ class Segments:
 
     def rows(self, *tensors: Tensor) -> tuple[Tensor, ...]:
         """Each (1, T + pad, ...) tensor at the positions read (all of them where ``read`` is None).
+
+        Args:
+            *tensors: each (1, T + pad, ...).
 
         Returns:
             Each (1, r, ...).

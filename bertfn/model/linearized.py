@@ -135,21 +135,24 @@ def through_norm(parts: Tensor, weight: Tensor, bias: Tensor | None, eps: float)
 # --- BERT's heads on parts -----------------------------------------------------------------------
 
 
-def pooled_classifier_parts(params: Params, parts: Tensor, mask: Tensor) -> Tensor:
+def pooled_classifier_parts(params: Params, parts: Tensor, mask: Tensor, head: str = "classifier") -> Tensor:
     """``pooled_classifier`` (``BertForSequenceClassification``'s head) on parts of the last hidden states: the
-    pooler's dense layer on each part of the first token's vector, its tanh frozen as a gate, then ``classifier``.
+    pooler's dense layer on each part of the first token's vector, its tanh frozen as a gate, then ``classifier``
+    (or the linear head ``head`` names: AntiBERTy's ``AntiBERTyHeads``, ``self.species(pooled_output)``).
 
     Args:
-        params: the root view (reads ``bert.pooler.dense.*`` and ``classifier.*``).
+        params: the root view (reads ``bert.pooler.dense.*`` and ``{head}.*``).
         parts: (K, S, H) the parts, the last the bias part.
         mask: (K, S), unused (the pooler reads the first token).
+        head: the key prefix of the linear layer on the pooler: ``classifier``, or an extra head of
+            :attr:`~bertfn.checkpoint.model.Model.extra_heads` (``cls.species``).
 
     Returns:
         (K, num_labels).
     """
     p = params.scope("bert.pooler.dense")
     pooled = through_activation(through_linear(parts[:, 0], p["weight"], p["bias"]), "tanh")  # (K, H)
-    return through_linear(pooled, params["classifier.weight"], params["classifier.bias"])  # (K, num_labels)
+    return through_linear(pooled, params[f"{head}.weight"], params[f"{head}.bias"])  # (K, num_labels)
 
 
 def token_classifier_parts(params: Params, parts: Tensor, mask: Tensor) -> Tensor:

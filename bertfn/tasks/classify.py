@@ -36,9 +36,9 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import flag_unknown, get_model, require_head, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.resolve import flag_unknown, get_model, head_labels, require_tokenizer, text_list, texts_and_model
 from ..checkpoint.tokenizer import Encoding, check_text
-from ..errors import InputError, MissingPartError, syntax
+from ..errors import InputError, syntax
 from ..fast.choice import pack_state
 from ..fast.batching import encoded_groups, head_outputs
 from ..model.functional import linear
@@ -246,34 +246,12 @@ def classify(
         raise InputError(f"truncation must be True or False, got {truncation!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if head is not None and not isinstance(head, str):
-        raise InputError(f"head must be the key prefix of a linear head (e.g. 'cls.species'), got {head!r}")
 
     m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
     tok = require_tokenizer(m, "classify")
-    if head is None:
-        try:
-            require_head(m, "sequence-classification", "classify")
-        except MissingPartError as e:
-            if not m.extra_heads:
-                raise
-            raise MissingPartError(f"{e}; or run one of the linear heads it holds beside its own parts with "
-                                   f"{syntax(python='head=', cli='--head ')}{', '.join(m.extra_heads)}") from None
-        names, function = m.head.labels, default_function(m.config.problem_type, m.config.num_labels)
-    elif head in m.extra_heads:
-        n = m.extra_heads[head]
-        names, function = tuple(f"LABEL_{i}" for i in range(n)), default_function(None, n)
-    else:
-        found = f"its extra heads are {', '.join(m.extra_heads)}" if m.extra_heads else "it holds none"
-        raise MissingPartError(
-            f"classify with head={head!r} needs a linear head on the pooler's output stored as {head}.weight (n, H) "
-            f"and {head}.bias (n,), and model {m.name!r} has no such head ({found}); pass one of its extra heads, or "
-            f"leave {syntax(python='head', cli='--head')} out to run the checkpoint's own classifier")
-    if labels is not None:
-        if isinstance(labels, str) or len(labels) != len(names) or not all(isinstance(x, str) for x in labels):
-            raise InputError(f"{syntax(python='labels', cli='--labels')} must be {len(names)} names, one per output "
-                             f"of the head, got {labels!r}")
-        names = tuple(labels)
+    names = head_labels(m, head, labels, "classify")
+    function = default_function(m.config.problem_type, m.config.num_labels) if head is None \
+        else default_function(None, m.extra_heads[head])
     function = function_to_apply or function
     points = with_edits(NO_TRACE, edits, m.config)
 
