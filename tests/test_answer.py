@@ -180,9 +180,10 @@ def test_bad_inputs_and_options_say_what_to_do(bert):
     _, model = bert
     long_question = " ".join(["cat"] * 70) + "?"
     cases = [
-        (lambda: bertfn.answer("", CONTEXT, model), r"^text 0's question is empty; write the question to answer"),
+        (lambda: bertfn.answer("", CONTEXT, model), r"^text 0's question is empty \(''\), which transformers' "
+                                                    r"question-answering pipeline refuses too; write the question to answer"),
         (lambda: bertfn.answer(QUESTION, model=model), r"answer\(question, context, model\).*; got no context"),
-        (lambda: bertfn.answer(QUESTION, " ", model), r"^text 0's context is empty; write the context that holds"),
+        (lambda: bertfn.answer(QUESTION, "", model), r"^text 0's context is empty \(''\).*; write the context that holds"),
         (lambda: bertfn.answer([{"question": "a", "context": "b"}, {"question": "a"}], model), r"^text 1 has no context"),
         (lambda: bertfn.answer([QUESTION, "x", ""], CONTEXT, model), r"^text 2's question is empty"),
         (lambda: bertfn.answer([QUESTION, "x"], [CONTEXT], model), r"^text 0: 2 questions but 1 contexts"),
@@ -238,11 +239,11 @@ def test_cli_table_json_and_a_context_file(bert, tmp_path, capsys):
 def test_a_file_of_questions_and_contexts_runs_and_resumes(bert, tmp_path, capsys):
     folder, model = bert
     rows = [{"id": i, "question": q, "context": c} for i, (q, c) in enumerate(PAIRS)]
-    rows.insert(2, {"id": 9, "question": " ", "context": CONTEXT})  # an error line
+    rows.insert(2, {"id": 9, "question": "", "context": CONTEXT})  # an error line, as the pipeline refuses it
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
     argv = ["answer", "--input", str(src), "--output", str(out), "--model", str(folder), "--top-k", "2", "--no-progress"]
-    assert main(argv) == 2  # the blank question's error
+    assert main(argv) == 2  # the empty question's error
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [line["id"] for line in lines] == [0, 1, 9, 2] and lines[2]["error"].startswith("line 3 (id 9)'s question is empty")
     expected = bertfn.answer([{"question": q, "context": c} for q, c in PAIRS], model, top_k=2)

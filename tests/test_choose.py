@@ -105,8 +105,8 @@ def test_every_form_of_the_inputs_gives_the_same_answer(roberta):
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda m: choose("", ["a"], m), "text 0 has an empty prompt"),
-    (lambda m: choose("The cat.", ["a", " "], m), "text 0's choice 1 is empty"),
+    (lambda m: choose(["The cat.", 3], ["a"], m), "text 1's prompt must be a string"),  # "" and " " are scored
+    (lambda m: choose("The cat.", ["a", None], m), "text 0's choice 1 must be a string"),
     (lambda m: choose("The cat.", [], m), "choices must be a non-empty list"),
     (lambda m: choose("The cat.", "a, b", m), "choices must be a non-empty list"),
     (lambda m: choose(["The cat.", "The dog."], [["a"], ["b"], ["c"]], m), "2 prompt(s) and 3 lists"),
@@ -178,21 +178,21 @@ def test_cli_table_and_json(roberta, capsys):
         assert f"{rank:>4}  {s:>8.4f}  {c}" in out
     assert main(["choose", prompt, "--model", str(folder)]) == 2
     assert "--choices A B C" in capsys.readouterr().err
-    assert main(["choose", prompt, "--choices", "a", "", "--model", str(folder / "nowhere")]) == 2  # before loading
-    assert "text 1's choice 2 is empty" in capsys.readouterr().err  # counted from 1, as typed
+    assert main(["choose", prompt, "--choices", "a", "", "--model", str(folder), "--json"]) == 0  # "" is a choice too
+    assert sorted(json.loads(capsys.readouterr().out)["choices"]) == ["", "a"]
 
 
 def test_corpus_file_runs_and_resumes(roberta, tmp_path, capsys):
     folder, model = roberta
     items = [{"id": i, "prompt": p, "choices": c} for i, (p, c) in enumerate(ITEMS * 3)]
-    items[4]["choices"] = ["It slept.", ""]  # a bad line: an error line, the others run
+    items[4]["prompt"] = "The cat sat on the mat. " * 12  # a bad line (too long): an error line, the others run
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in items) + "\n", encoding="utf-8")
     summary = run_file(src, out, model, task="choose", progress=False)
     assert summary.errors == 1
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert "text" not in rows[0] and rows[0]["prompt"] == ITEMS[0][0] and rows[0]["id"] == 0
-    assert rows[4]["error"].startswith("line 5 (id 4)'s choice 1 is empty")
+    assert rows[4]["error"].startswith("line 5 (id 4)") and "the model reads at most 64" in rows[4]["error"]
     want = choose([{"prompt": x["prompt"], "choices": x["choices"]} for x in items if x["id"] != 4], model)
     got = [r["result"] for r in rows if "result" in r]
     assert [g["choices"] for g in got] == [w["choices"] for w in want]

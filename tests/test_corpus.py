@@ -482,15 +482,15 @@ def test_embed_file_and_stream(tiny_folder, model, tmp_path, capsys):
     """embed runs on the same mechanism: one vector per line, a refused line an error line."""
     import torch
 
-    texts = ["the cat sat on the mat .", "", "paris is the capital of france ."]
+    texts = ["the cat sat on the mat .", "\udcff", "paris is the capital of france ."]  # line 2: the byte 0xff
     src, out = tmp_path / "in.txt", tmp_path / "vectors.jsonl"
-    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8", errors="surrogateescape")
     argv = ["embed", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--normalize"]
     assert main(argv) == 2
     assert "bertfn: done: 3 texts, 1 with errors" in capsys.readouterr().err
     rows = read_jsonl(out)
     expected = bertfn.embed([texts[0], texts[2]], model, normalize=True)
-    assert rows[1]["error"].startswith("line 2 is empty")
+    assert rows[1]["error"].startswith("line 2 is not valid UTF-8")  # an empty line is embedded, as encode does
     got = torch.tensor([rows[0]["result"], rows[2]["result"]])
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     streamed = torch.stack(list(stream([texts[0], texts[2]], model, task="embed", normalize=True)))
@@ -555,11 +555,11 @@ def test_compact_outputs(tiny_folder, model, tmp_path, capsys):
 
     pd = pytest.importorskip("pandas", reason="parquet is read back with pandas (the test extra has it)")
 
-    texts = ["the cat sat on the mat .", "", "paris is the capital of france ."]
+    texts = ["the cat sat on the mat .", "\udcff", "paris is the capital of france ."]  # line 2: the byte 0xff
     src, out = tmp_path / "in.txt", tmp_path / "vectors.jsonl"
-    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8", errors="surrogateescape")
     argv = ["embed", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--format", "npy", "parquet"]
-    assert main(argv) == 2  # line 2 is empty
+    assert main(argv) == 2  # line 2 is not UTF-8
     rows = read_jsonl(out)
     vector = rows[0]["result"]
     assert all(str(np.float32(x)) == repr(x) for x in vector)  # the shortest decimal of the float32 value
@@ -570,7 +570,7 @@ def test_compact_outputs(tiny_folder, model, tmp_path, capsys):
     # 1e-5: the file run embeds the texts in pieces of other sizes than one call of both, which moves the last bits
     np.testing.assert_allclose(array[[0, 2]], expected, atol=1e-5, rtol=0)
     table = pd.read_parquet(tmp_path / "vectors.parquet")
-    assert table["line"].tolist() == [1, 2, 3] and table["error"][1].startswith("line 2 is empty")
+    assert table["line"].tolist() == [1, 2, 3] and table["error"][1].startswith("line 2 is not valid UTF-8")
     np.testing.assert_array_equal(np.stack(table["result"][[0, 2]]), array[[0, 2]])
     assert "vectors.npy" in capsys.readouterr().err
 

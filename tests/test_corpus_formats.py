@@ -16,7 +16,10 @@ import pytest
 
 from bertfn.cli import main
 
-TEXTS = ["the cat sat on the mat .", "paris is the capital of france .", "", "i like you"]
+BAD = "\udcff"
+"""A line that is not UTF-8 (the byte 0xff, written with ``errors="surrogateescape"``): every task's error line (an empty
+one is embedded, as sentence-transformers embeds it)."""
+TEXTS = ["the cat sat on the mat .", "paris is the capital of france .", BAD, "i like you"]
 
 
 def _env() -> dict:
@@ -39,15 +42,15 @@ def test_kill_and_resume_with_npy_and_parquet(tiny_folder, tmp_path, capsys, sig
     a batch system's stop), check that what it left is readable (after SIGINT or SIGTERM, every line it wrote),
     resume: the .npy and .parquet equal an uninterrupted run's, row for row."""
     pd = pytest.importorskip("pandas", reason="parquet is read back with pandas (the test extra has it)")
-    lines = [f"{TEXTS[i % len(TEXTS)]} {i}" if i % len(TEXTS) != 2 else "" for i in range(CHUNK + 50)]  # "": errors
+    lines = [f"{TEXTS[i % len(TEXTS)]} {i}" if i % len(TEXTS) != 2 else BAD for i in range(CHUNK + 50)]  # BAD: errors
     src = tmp_path / "in.txt"
-    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogateescape")
     out = tmp_path / "out.jsonl"
     options = ["--model", str(tiny_folder), "--format", "npy", "parquet", "--flush-every", "0.05"]
     # Fed CHUNK + 20 lines on stdin and then nothing, the run writes its first chunk and waits: stopped there.
     run = subprocess.Popen([sys.executable, "-c", CHILD, "embed", "--input", "-", "--output", str(out), *options],
                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
-    run.stdin.write(("\n".join(lines[:CHUNK + 20]) + "\n").encode())
+    run.stdin.write(("\n".join(lines[:CHUNK + 20]) + "\n").encode("utf-8", "surrogateescape"))
     run.stdin.flush()
     deadline = time.monotonic() + 120
     while (not out.exists() or out.read_bytes().count(b"\n") < CHUNK) and time.monotonic() < deadline:
@@ -70,7 +73,7 @@ def test_kill_and_resume_with_npy_and_parquet(tiny_folder, tmp_path, capsys, sig
         f.write(b"\x00" * 100)
 
     capsys.readouterr()
-    assert main(["embed", "--input", str(src), "--output", str(out), "--resume", *options]) == 2  # the empty lines
+    assert main(["embed", "--input", str(src), "--output", str(out), "--resume", *options]) == 2  # the BAD lines
     assert f"{len(lines) - CHUNK} texts (resumed after line {CHUNK})" in capsys.readouterr().err
     assert not (tmp_path / "out.parquet.parts").exists()
 
@@ -83,7 +86,8 @@ def test_kill_and_resume_with_npy_and_parquet(tiny_folder, tmp_path, capsys, sig
     a, b = pd.read_parquet(tmp_path / "out.parquet"), pd.read_parquet(tmp_path / "whole.parquet")
     assert a["line"].tolist() == b["line"].tolist() == list(range(1, len(lines) + 1))  # nothing lost or doubled
     assert a.columns.tolist() == b.columns.tolist() == ["line", "text", "result", "error", "warning"]
-    assert a["text"].tolist() == lines and a["error"].isna().tolist() == b["error"].isna().tolist()
+    assert a["text"].dropna().tolist() == [t for t in lines if t != BAD] and a["text"].isna().sum() == lines.count(BAD)  # a line that is not UTF-8 has no text
+    assert a["error"].isna().tolist() == b["error"].isna().tolist()
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     for i in (0, 1, CHUNK, len(lines) - 1):  # the parquet vectors are the JSON Lines' float32 values, exactly
         assert np.array_equal(np.asarray(a["result"][i], dtype=np.float32), np.float32(rows[i]["result"]))
@@ -159,12 +163,12 @@ def test_npy_when_the_first_lines_are_errors(tiny_folder, tmp_path):
     from bertfn.corpus import run_file
 
     src = tmp_path / "in.txt"
-    src.write_text("\n\nthe cat sat\n\n", encoding="utf-8")
+    src.write_bytes(b"\xff\n\xff\nthe cat sat\n\xff\n")  # lines that are not UTF-8: error lines
     summary = run_file(src, tmp_path / "a.jsonl", tiny_folder, task="embed", formats=("npy",), progress=False)
     array = np.load(tmp_path / "a.npy")
     assert summary.errors == 3 and array.shape == (4, 48)
     assert np.isnan(array[[0, 1, 3]]).all() and not np.isnan(array[2]).any()
-    src.write_text("\n\n", encoding="utf-8")
+    src.write_bytes(b"\xff\n\xff\n")
     run_file(src, tmp_path / "b.jsonl", tiny_folder, task="embed", formats=("npy",), progress=False)
     assert np.load(tmp_path / "b.npy").shape == (2, 0)
 
@@ -175,9 +179,9 @@ def test_output_named_npy_or_parquet_writes_that_format(tiny_folder, tmp_path, c
     once, --format parquet adds v.parquet; the log is never overwritten and a resume continues it."""
     pd = pytest.importorskip("pandas", reason="parquet is read back with pandas (the test extra has it)")
     src = tmp_path / "in.txt"
-    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8", errors="surrogateescape")
     embed = ["embed", "--input", str(src), "--model", str(tiny_folder)]
-    assert main([*embed, "--output", str(tmp_path / "w.jsonl"), "--format", "npy"]) == 2  # line 3 is empty
+    assert main([*embed, "--output", str(tmp_path / "w.jsonl"), "--format", "npy"]) == 2  # line 3 is not UTF-8
     expected = np.load(tmp_path / "w.npy")
     capsys.readouterr()
     for name, formats in (("v", []), ("n", ["--format", "npy"]), ("t", ["--format", "parquet"])):
@@ -254,9 +258,9 @@ def test_interrupted_run_of_an_npy_output_resumes(tiny_folder, tmp_path, capsys,
     pd = pytest.importorskip("pandas", reason="parquet is read back with pandas (the test extra has it)")
     import bertfn.corpus.files as files
 
-    lines = [f"{TEXTS[i % len(TEXTS)]} {i}" if i % len(TEXTS) != 2 else "" for i in range(12)]  # "": errors
+    lines = [f"{TEXTS[i % len(TEXTS)]} {i}" if i % len(TEXTS) != 2 else BAD for i in range(12)]  # BAD: errors
     src = tmp_path / "in.txt"
-    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogateescape")
     argv = ["embed", "--input", str(src), "--model", str(tiny_folder), "--format", "parquet", "--flush-every", "0"]
     run_piece, calls = files.run_piece, []
 
@@ -282,7 +286,8 @@ def test_interrupted_run_of_an_npy_output_resumes(tiny_folder, tmp_path, capsys,
     assert mine.shape == theirs.shape == (12, 48) and np.array_equal(np.isnan(mine), np.isnan(theirs))
     np.testing.assert_allclose(mine, theirs, atol=1e-5, rtol=0)
     a, b = pd.read_parquet(tmp_path / "v.parquet"), pd.read_parquet(tmp_path / "whole.parquet")
-    assert a["line"].tolist() == b["line"].tolist() == list(range(1, 13)) and a["text"].tolist() == lines
+    assert a["line"].tolist() == b["line"].tolist() == list(range(1, 13))
+    assert a["text"].dropna().tolist() == [t for t in lines if t != BAD] and a["text"].isna().sum() == lines.count(BAD)
     assert (tmp_path / "v.jsonl").read_text(encoding="utf-8").count("\n") == 12
 
 

@@ -146,13 +146,12 @@ def test_the_forms_it_takes(bert_ce):
 def test_errors(bert_ce, tmp_path):
     folder, model = bert_ce
     for query, passages, options, said in (
-        ("", FEW, {}, "the query is empty"),
         (QUERY, [], {}, "the passages must be a non-empty list"),
         (QUERY, None, {}, "needs the passages"),
-        (QUERY, ["a", " "], {}, "passage 1 is empty"),
+        (QUERY, ["a", 3], {}, "passage 1 must be a string"),  # "" and " " are scored, as CrossEncoder scores them
         ([{"query": "a", "passages": ["b"]}, {"query": "a"}], None, {}, "text 1: an item of rerank is"),
-        ([{"query": "a", "passages": ["b"]}, {"query": "a", "passages": ["c", ""]}], None, {},
-         "text 1: passage 1 is empty"),
+        ([{"query": "a", "passages": ["b"]}, {"query": "a", "passages": ["c", None]}], None, {},
+         "text 1: passage 1 must be a string"),
         (QUERY, FEW, {"top_k": 0}, "top_k must be a positive integer"),
         (QUERY, FEW, {"activation": "tanh"}, "activation must be one of"),
         (QUERY, FEW, {"sort": 1}, "sort must be True or False"),
@@ -201,15 +200,15 @@ def test_cli_table_json_and_file(bert_ce, tmp_path, capsys):
     assert "pass a query and at least one passage" in capsys.readouterr().err
 
     items = [{"id": i, "query": CORPUS[i], "passages": FEW[i % 3:i % 3 + 3]} for i in range(6)]
-    items[3]["passages"] = ["a", ""]  # an error line; the others run
+    items[3]["passages"] = []  # an error line; the others run
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in items) + "\n", encoding="utf-8")
     assert main(["rerank", "--input", str(src), "--output", str(out), "--top-k", "2", "--model", str(folder),
                  "--no-progress"]) == 2
     rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
-    assert "line 4 (id 3): passage 1 is empty" in rows[3]["error"]
+    assert rows[3]["error"].startswith("line 4 (id 3): field 'passages' is a JSON list, not a string")
     assert rows[0]["id"] == 0 and rows[0]["query"] == CORPUS[0]
-    good = [x for x in items if "" not in x["passages"]]
+    good = [x for x in items if x["passages"]]
     for got, x in zip([r["result"] for r in rows if "result" in r], good):
         same_ranking(got, rerank(x["query"], x["passages"], model, top_k=2))
     whole = out.read_bytes()  # an interrupted run: its first 2 lines written, then resumed

@@ -229,7 +229,7 @@ def texts_and_model(texts, model, what: str, *, old_order: bool = False):
                      f"got the model ({name!r}) first")
 
 
-def text_list(inputs, what: str) -> tuple[list[str], bool]:
+def text_list(inputs, what: str, *, blank: bool = False) -> tuple[list[str], bool]:
     """``(texts, single)``: the texts of a call given one text or a sequence of them, and whether it was one.
 
     A sequence is anything with a length and an order: a list, a tuple, a pandas Series (its values),
@@ -238,10 +238,13 @@ def text_list(inputs, what: str) -> tuple[list[str], bool]:
     Args:
         inputs (str | Sequence[str]): one text or a sequence of them.
         what: the call, for the messages.
+        blank: take an empty or blank text (``""``, ``"   "``), as the task's transformers pipeline answers one
+            (classify, tag, embed: the tokenizer makes it ``[CLS] [SEP]``); False: refuse it, where the task has
+            nothing to run on one (fill_mask's mask, score's tokens).
 
     Raises:
         InputError: anything else (a set has no order, a generator no length: pass ``list(...)``), an
-            empty sequence, or an item that is not a non-empty string.
+            empty sequence, an item that is not a string, or (without ``blank``) a blank one.
     """
     single = isinstance(inputs, str)
     if single:
@@ -257,11 +260,31 @@ def text_list(inputs, what: str) -> tuple[list[str], bool]:
         raise InputError(f"{what} takes a string or a non-empty list of strings, got an empty {type(inputs).__name__}")
     for i, t in enumerate(texts):
         check_text(t, f"text {i}")
-        if not t.strip():
+        if not blank and not t.strip():
             goal = " with the mask token ([MASK], or <mask> as RoBERTa and ESM-2 spell it) where the word to predict " \
                 "goes" if what == "fill_mask" else f" to {syntax(python=what, cli=what.replace('_', '-'))}"
             raise InputError(f"text {i} is empty; write a sentence{goal}")
     return texts, single
+
+
+def refuse_empty(text: str, which: str, pipeline: str, write: str) -> None:
+    """Raise :class:`InputError` for the empty string, as transformers' ``pipeline`` raises ValueError for it.
+
+    Mirrors the question-answering pipeline (``"`question` cannot be empty"``, ``"`context` cannot be empty"``) and
+    the zero-shot one (``"You must include at least one label and at least one sequence."``), which test ``len(...)
+    == 0``: a blank text (``"   "``) passes, and they answer it.
+
+    Args:
+        text: a string (:func:`~bertfn.checkpoint.tokenizer.check_text` checked).
+        which: how the message names it, e.g. ``"text 3's question"``.
+        pipeline: the transformers pipeline that refuses it too, e.g. ``"question-answering"``.
+        write: what to do instead, e.g. ``"write the question to answer"``.
+
+    Raises:
+        InputError: ``text`` is ``""``.
+    """
+    if text == "":
+        raise InputError(f"{which} is empty (''), which transformers' {pipeline} pipeline refuses too; {write}")
 
 
 def flag_unknown(results: list, unknown: dict[int, str] | None) -> list:

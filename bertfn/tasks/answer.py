@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import flag_unknown, get_model, require_head, require_tokenizer, texts_and_model
+from ..checkpoint.resolve import flag_unknown, get_model, refuse_empty, require_head, require_tokenizer, texts_and_model
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError
 from ..fast.batching import head_outputs
@@ -54,7 +54,8 @@ def question_context_pairs(question, context) -> tuple[Pairs, list[str], list, b
             of indices (an item of several pairs); and whether the call was of one item (its result alone).
 
     Raises:
-        InputError: a missing or empty question or context, lists of different lengths, or another kind of input.
+        InputError: a missing or empty (``""``) question or context, as the pipeline refuses them (it answers a
+            blank one, and so does this), lists of different lengths, or another kind of input.
     """
     if holds_dicts(question):
         if context is not None:
@@ -87,9 +88,8 @@ def question_context_pairs(question, context) -> tuple[Pairs, list[str], list, b
     for (q, c), label in zip(pairs, labels):
         for text, what in ((q, "question"), (c, "context")):
             check_text(text, f"{label}'s {what}")
-            if not text.strip():
-                raise InputError(f"{label}'s {what} is empty; write the {what}"
-                                 f"{' to answer' if what == 'question' else ' that holds the answer'}")
+            refuse_empty(text, f"{label}'s {what}", "question-answering",  # "   " is answered, as the pipeline does
+                         f"write the {what}{' to answer' if what == 'question' else ' that holds the answer'}")
     if single and isinstance(shape[0], list):  # one item of several pairs: a list of results, one per pair
         shape, single = shape[0], False
     return pairs, labels, shape, single
@@ -190,8 +190,8 @@ def answer(
             one question its result alone). An answer found in several windows scores the sum of its scores there.
 
     Raises:
-        InputError: an empty question or context, bad options, a ``max_seq_len`` that leaves a question no room for
-            its context or that the model cannot read.
+        InputError: an empty question or context (``""``, as the pipeline refuses it; a blank one is answered), bad
+            options, a ``max_seq_len`` that leaves a question no room for its context or that the model cannot read.
         MissingPartError: a model without a tokenizer or without a question-answering head.
 
     Warns:

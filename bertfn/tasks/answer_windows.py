@@ -84,8 +84,9 @@ def context_windows(tok: Tokenizer, pairs: Pairs, labels: list[str], max_seq_len
             [UNK] (:meth:`~bertfn.checkpoint.tokenizer.Tokenizer.unknown`, warned about).
 
     Raises:
-        InputError: a question that leaves no room for its context, a context of no tokens, or a context that needs
-            several windows with ``doc_stride`` not below their room.
+        InputError: a question that leaves no room for its context, or a context that needs several windows with
+            ``doc_stride`` not below their room. A context of no tokens (``"   "``) is one window of none, whose one
+            answer is [CLS]'s empty span, as the pipeline answers it.
     """
     questions, contexts = [q for q, _ in pairs], [c for _, c in pairs]
     with _window_lock:
@@ -96,8 +97,6 @@ def context_windows(tok: Tokenizer, pairs: Pairs, labels: list[str], max_seq_len
         for label, e in zip(labels, whole):
             nq, nc = e.sequence_ids.count(0), e.sequence_ids.count(1)
             room = max_seq_len - added - nq
-            if nc == 0:
-                raise InputError(f"{label}'s context holds no token the model reads; write the context as text")
             if room <= 0:
                 raise InputError(f"{label}'s question is {nq} tokens, which with the {added} special tokens leaves no "
                                  f"room for the context in {option('max_seq_len', max_seq_len)}; shorten the question "

@@ -50,17 +50,13 @@ def _checked(i: int, prompt: object, choices: object) -> Item:
         prompt: its prompt.
         choices: its choices.
     """
-    check_text(prompt, f"text {i}'s prompt")
-    if not prompt.strip():
-        raise InputError(f"text {i} has an empty prompt; write the context that the choices complete")
+    check_text(prompt, f"text {i}'s prompt")  # "" and "   " are scored, as the model scores [CLS] [SEP] choice [SEP]
     if isinstance(choices, str) or not isinstance(choices, (list, tuple)):
         raise InputError(f"text {i}'s choices must be a list of strings, got {type(choices).__name__}: {choices!r:.60}")
     if not choices:
         raise InputError(f"text {i} has no choices; give at least one (a prompt's scores are over its choices)")
     for j, c in enumerate(choices):
         check_text(c, f"text {i}'s choice {j}")
-        if not c.strip():
-            raise InputError(f"text {i}'s choice {j} is empty; write each choice as the text that follows the prompt")
     return prompt, [str(c) for c in choices]
 
 
@@ -76,8 +72,9 @@ def choice_items(prompts, choices) -> tuple[list[Item], bool]:
         choices (Sequence[str] | Sequence[Sequence[str]] | None): the choices, or None with items.
 
     Raises:
-        InputError: a form that is none of these, an empty prompt or choice, a prompt without choices, or a list of
-            lists of another length than the prompts.
+        InputError: a form that is none of these, a prompt or choice that is no string, a prompt without choices,
+            or a list of lists of another length than the prompts (an empty or blank prompt or choice is scored, as
+            transformers' tokenizer and model score it).
     """
     single = isinstance(prompts, (str, dict))
     given = [prompts] if single else prompts

@@ -111,10 +111,12 @@ def inputs_of(inputs, text_pair: str | Sequence[str] | None) -> tuple[list[str],
         text_pair: one second segment for every text, a sequence of them (one per text), or None.
 
     Returns:
-        ``(texts, pairs, kind)``: N texts, N pairs (None: the text alone), and "text", "dict" or "list".
+        ``(texts, pairs, kind)``: N texts, N pairs (None: the text alone, as for an empty pair ``""``, which
+            transformers' tokenizer reads as none), and "text", "dict" or "list".
 
     Raises:
-        InputError: an empty text or pair, a dict with other keys or no text, pairs that do not fit the texts.
+        InputError: a text or pair that is no string, a dict with other keys or no text, pairs that do not fit the
+            texts.
     """
     kind = "text" if isinstance(inputs, str) else "dict" if isinstance(inputs, Mapping) else "list"
     if kind != "list":
@@ -122,7 +124,7 @@ def inputs_of(inputs, text_pair: str | Sequence[str] | None) -> tuple[list[str],
     elif isinstance(inputs, (list, tuple)) and any(isinstance(i, Mapping) for i in inputs):
         items = list(inputs)
     else:
-        items, _ = text_list(inputs, "classify")  # a sequence of strings (numpy's str_ become str), checked
+        items, _ = text_list(inputs, "classify", blank=True)  # a sequence of strings (numpy's str_ become str), checked
     texts: list[str] = []
     pairs: list[str | None] = []
     for i, item in enumerate(items):
@@ -148,10 +150,9 @@ def inputs_of(inputs, text_pair: str | Sequence[str] | None) -> tuple[list[str],
         for what, s in (("text", t), ("text_pair", p)):
             if s is None and what == "text_pair":
                 continue
-            check_text(s, f"{what} {i}")
-            if not s.strip():
-                raise InputError(f"{what} {i} is empty; write the text to classify")
-    return texts, pairs, kind
+            check_text(s, f"{what} {i}")  # "" and "   " are classified, as the pipeline does: [CLS] [SEP]
+    # an empty pair is none: transformers' fast tokenizer reads a falsy text_pair as no pair ([text] alone)
+    return texts, [p or None for p in pairs], kind
 
 
 def pooled_linear_outputs(m: Model, enc: Encoding, lengths: list[int], head: str, batch_size: int,
@@ -232,7 +233,8 @@ def classify(
             list, one dict per text; with another ``top_k`` a list of dicts per text (see the module docstring).
 
     Raises:
-        InputError: an empty text, a bad option, a text longer than the model reads (without ``truncation``).
+        InputError: a text that is no string, a bad option, a text longer than the model reads (without
+            ``truncation``); an empty or blank text is classified, as the pipeline classifies ``[CLS] [SEP]``.
         MissingPartError: a model without a tokenizer, without a sequence classifier, or without ``head``.
     """
     inputs, model = texts_and_model(inputs, model, "classify")

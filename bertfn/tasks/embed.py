@@ -209,7 +209,7 @@ def embed(
         BertfnWarning: ``pooling`` or ``normalize`` overriding the folder's (once per folder).
     """
     texts, model = texts_and_model(texts, model, "embed")
-    batch, single = text_list(texts, "embed")
+    batch, single = text_list(texts, "embed", blank=True)  # "" and "   " too, as SentenceTransformer.encode embeds them
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
     if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1):

@@ -78,8 +78,8 @@ def queries_and_passages(query, passages) -> tuple[list[tuple[str, list[str]]], 
         passages (list[str] | str): the query's passages (one string is one passage); with dicts, None.
 
     Raises:
-        InputError: a dict without its two keys, an empty query or passage (named by the item's and the passage's
-            index), no passages.
+        InputError: a dict without its two keys, a query or passage that is no string (named by the item's and the
+            passage's index), no passages; an empty or blank one is scored, as CrossEncoder scores it.
     """
     single = not isinstance(query, (list, tuple))
     items = [query] if single else list(query)
@@ -102,16 +102,12 @@ def queries_and_passages(query, passages) -> tuple[list[tuple[str, list[str]]], 
         where = f"text {i}: " if not single else ""
         if ps is None:
             raise InputError(f"{where}rerank needs the passages to rank: rerank(query, passages, model)")
-        check_text(q, f"{where}the query")
-        if not q.strip():
-            raise InputError(f"{where}the query is empty; write what the passages are ranked for")
+        check_text(q, f"{where}the query")  # "" and "   " are scored, as CrossEncoder scores them
         ps = [ps] if isinstance(ps, str) else ps.tolist() if hasattr(ps, "tolist") else ps  # a numpy array, a Series
         if not isinstance(ps, (list, tuple)) or not ps:
             raise InputError(f"{where}the passages must be a non-empty list of strings, got {ps!r:.80}")
         for j, passage in enumerate(ps):
             check_text(passage, f"{where}passage {j}")
-            if not passage.strip():
-                raise InputError(f"{where}passage {j} is empty; leave it out, or write its text")
         out.append((q, [str(p) for p in ps]))  # numpy's str_ -> str
     return out, single
 
@@ -159,8 +155,8 @@ def rerank(
             those. A query whose pairs are mostly [UNK] has ``"warning"`` in each entry.
 
     Raises:
-        InputError: an empty query or passage, no passages, bad options, an activation the model names that bertfn
-            does not apply.
+        InputError: a query or passage that is no string, no passages, bad options, an activation the model names
+            that bertfn does not apply (an empty or blank query or passage is scored, as CrossEncoder scores it).
         MissingPartError: a model without a tokenizer, or that is no cross-encoder (another head, or several outputs).
 
     Warns:

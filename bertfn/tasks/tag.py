@@ -292,7 +292,7 @@ def tag(
         UnknownTokensWarning: texts whose tokens are mostly [UNK] (their entities hold ``"warning"``).
     """
     texts, model = texts_and_model(texts, model, "tag")
-    batch, single = text_list(texts, "tag")
+    batch, single = text_list(texts, "tag", blank=True)  # "" and "   ": no entities, as the pipeline answers
     strategy, ignored = check_options(aggregation_strategy, ignore_labels, stride, batch_size)
 
     m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone

@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import (flag_unknown, fits, get_model, require_head, require_tokenizer, text_list,
-                                  texts_and_model)
+from ..checkpoint.resolve import (flag_unknown, fits, get_model, refuse_empty, require_head, require_tokenizer,
+                                  text_list, texts_and_model)
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError, MissingPartError, syntax
 from ..model.config import BertConfig
@@ -146,7 +146,8 @@ def zero_shot(
             a list of those. A text whose pairs are mostly [UNK] has ``"warning"`` too.
 
     Raises:
-        InputError: an empty text, bad labels, template or options; a hypothesis that leaves no room for the text.
+        InputError: an empty text (``""``, as the pipeline refuses it; a blank one is classified, as it is there), bad
+            labels, template or options; a hypothesis that leaves no room for the text.
         MissingPartError: a model without a tokenizer, without a sequence-classification head, or whose labels name
             no entailment (or, for ``multi_label``, no contradiction) output.
 
@@ -158,7 +159,9 @@ def zero_shot(
     if isinstance(model, (list, tuple)):
         raise InputError("zero_shot takes the model second and the labels as a keyword: "
                          "zero_shot(texts, model, candidate_labels=[...])")
-    batch, single = text_list(texts, "zero_shot")
+    batch, single = text_list(texts, "zero_shot", blank=True)
+    for i, text in enumerate(batch):  # "" is refused, as the pipeline refuses it; "   " is classified, as it is there
+        refuse_empty(text, f"text {i}", "zero-shot-classification", "write the text to classify, or leave it out")
     labels = candidate_list(candidate_labels)
     hyps = hypotheses(hypothesis_template, labels)
     if not isinstance(multi_label, bool):
