@@ -8,18 +8,22 @@ context) and a model and returns one result per item, in order. :func:`register`
 
     FillMask(model), Score(model), ...   callable classes for ray.data.Dataset.map_batches and
                                          datasets.Dataset.map(batched=True): rows in, rows + result out
+    worker_device(device)                where a class's model runs: the caller's device, else the GPU
+                                         Ray assigned the worker (map_batches(..., num_gpus=1)), else the CPU
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..checkpoint.model import Model
-from ..errors import InputError
+from ..errors import DependencyError, InputError
 from ..tasks.classify import classify
 from ..tasks.choose import choose
 from ..tasks.contacts import contacts
@@ -81,13 +85,19 @@ class Mapper:
     the column of its name, or of the name ``column`` gives it (``column={"context": "passage"}``); an optional
     input (text_pair) may have no column, or None in some rows.
 
+    On a Ray worker to which Ray assigned GPUs (``map_batches(..., num_gpus=1)``) and with no ``device`` given, the
+    model runs on the GPU Ray assigned (:func:`worker_device`); elsewhere, on the CPU.
+
     Args:
         model: as in :func:`open_model`.
         column: the column that holds the texts (default: the column named as the task's first input, "text" but
             for answer, rerank and choose); ``{input: column}`` for the inputs whose column is not named as they
             are.
         **options (Any): the task's (fill-mask: ``top_k``, ``targets``, ``truncation``, ...), and tokenizer,
-            lowercase, device, dtype as in :func:`open_model`.
+            lowercase, device, dtype as in :func:`open_model` (device: see :func:`worker_device`).
+
+    Raises:
+        DependencyError: Ray assigned this worker a GPU, no ``device`` was given, and this torch cannot use CUDA.
     """
 
     task: str = ""  # set by register()
@@ -101,7 +111,12 @@ class Mapper:
                              f"{self.task} task does not read; its inputs are {', '.join(map(repr, inputs))}")
         self.columns = {n: named.get(n, n) for n in inputs}  # input -> the column that holds it
         self.optional = TASKS[self.task].optional
-        self.runner = Runner(self.task, model, **options)
+        self.runner = Runner(self.task, model, **{**options, "device": worker_device(options.get("device"))})
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs: ``cuda:0`` on a Ray worker with one GPU assigned, ``cpu`` elsewhere."""
+        return self.runner.model.device
 
     def __call__(self, batch):
         values = {}
@@ -123,6 +138,45 @@ class Mapper:
                          for r in results]
         out["error"] = [str(r) if isinstance(r, InputError) else None for r in results]
         return out
+
+
+def worker_device(device: str | torch.device | None) -> str | torch.device | None:
+    """Where a :class:`Mapper`'s model runs: ``device`` if given, else the GPU Ray assigned this worker, else None
+    (the CPU, as :func:`~bertfn.corpus.runner.open_model` takes None).
+
+    The GPU is the first of ``ray.get_runtime_context().get_accelerator_ids()["GPU"]`` (the ids Ray gave the
+    worker for ``num_gpus``; none in a driver or a worker without GPUs). Before running an actor, Ray sets
+    ``CUDA_VISIBLE_DEVICES`` to those ids (``ray._private.utils.set_visible_accelerator_ids``), so torch numbers
+    the GPU by its place there: ``cuda:0`` for one GPU, whatever its id on the machine. With
+    ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1`` Ray leaves the variable as it was: the GPU's place in it
+    then, or with it unset, its id. Outside Ray (Ray not imported, or not initialized) nothing is assigned.
+
+    Args:
+        device: the caller's (a string such as ``"cuda:1"``, a ``torch.device``), or None.
+
+    Returns:
+        ``device`` when given; ``"cuda:N"`` for the GPU Ray assigned; None where none was assigned.
+
+    Raises:
+        DependencyError: Ray assigned a GPU but this torch cannot use CUDA (a CPU-only build, or no GPU it can see):
+            the message names the GPU's id, torch's version and the fix.
+    """
+    ray = sys.modules.get("ray")  # a Ray worker has imported it; nowhere else is Ray's to import here
+    if device is not None or ray is None or not ray.is_initialized():
+        return device
+    gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+    if not gpus:
+        return None
+    if not torch.cuda.is_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        got = "built without CUDA" if torch.version.cuda is None else \
+            f"built with CUDA {torch.version.cuda} but sees no GPU (CUDA_VISIBLE_DEVICES={visible!r})"
+        raise DependencyError(
+            f"Ray assigned this worker GPU {gpus[0]} (num_gpus), so its model was to run there, but this torch "
+            f"({torch.__version__}) is {got}; install a CUDA build of torch on the workers "
+            "(https://pytorch.org/get-started/locally/), or leave num_gpus out of map_batches to run on the CPU")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    return f"cuda:{visible.index(gpus[0]) if gpus[0] in visible else int(gpus[0])}"
 
 
 def plain(value: object) -> object:
