@@ -16,7 +16,7 @@ turn (bench.py's ``alternate``):
     128-token local window; 32, not bench.py's 64, to keep the run near 10 minutes on 2 cores); ESM-2 and ESM-1b 64
     antibody-like heavy chains of 100-130 residues (:func:`antibodies`).
 
-bertfn runs them on its fast path (bertfn/fast/prenorm.py: the texts end to end, each attending to itself, the
+bertfn runs them on its fast path (their layer on bertfn.Segments: the texts end to end, each attending to itself, the
 products on the kernels ``fast.choice`` picks, the last layer at the masks). :func:`fast_gain` measures what that
 gives against the padded reference path on the same member: ``fill_mask`` as is against ``fill_mask`` with a no-op
 edit (an edit sends the texts the padded way).
@@ -241,7 +241,7 @@ def run_member(key: str, folder: Path, quick: bool, modernbert_tokens: int) -> t
 
 def fast_gain(key: str, folder: Path, quick: bool, modernbert_tokens: int) -> list[Row]:
     """What the fast path gives a member: ``fill_mask`` as is (texts end to end, the kernels ``fast.choice`` picks,
-    the last layer at the masks: bertfn/fast/prenorm.py) against the same call with a no-op edit at
+    the last layer at the masks: their layer on bertfn.Segments) against the same call with a no-op edit at
     ``embeddings.output`` (padded groups through the reference encoder on SDPA), on the one text and the batch at
     batch size 8."""
     import bertfn
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
         "- models: random weights, " + ("--quick's small sizes" if args.quick else "the real models' configurations"
                                         + (" (ESM-1b's layer at ESM-2 35M's sizes)" if "esm1b" in keys else ""))
         + ", tokenizers of their kind (bench/family_modern.py); bertfn on its fast path (the texts end to end: "
-        "bertfn/fast/prenorm.py)",
+        "their layer on bertfn.Segments)",
         f"- command: python bench/family_modern.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip(),
         *(f"- {note}" for note in notes),
         "", three_sides(rows), *cost, "",

@@ -372,3 +372,13 @@ def sapiens_wheel(tmp_path_factory) -> Path:
         last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
         pytest.skip(f"`pip download --no-deps {SAPIENS}` failed (no network to PyPI?): {last}")
     return wheels[0]
+
+
+def ends(params, ids: torch.Tensor, types: torch.Tensor | None, lengths, rows: torch.Tensor | None = None,
+         positions: torch.Tensor | None = None) -> torch.Tensor:
+    """The encoder's last hidden states for texts laid end to end (:class:`bertfn.Segments`), (1, T, H) or (1, r, H)
+    at ``rows``: what fill_mask, score, embed and the heads run."""
+    import bertfn
+
+    segments = bertfn.Segments(tuple(lengths), read=rows)
+    return bertfn.encoder(params, ids, segments, types, positions).last_hidden_state

@@ -6,7 +6,7 @@ batches, over the attention's options (log buckets or none, the span from ``max_
 positions, c2p and p2c or one, shared or own positional projections, the LayerNorm of ``rel_embeddings``, absolute
 positions, token types, ``embedding_size`` < H, the convolution); fill-mask and classify equal transformers'
 pipelines on the family checkpoint's tokenizer (tests/family_checkpoints.py, kind "deberta-v2"); the fast path
-(bertfn/fast/disentangled.py) equals the reference text by text on every variant.
+(the encoder on texts laid end to end, ``Segments``) equals the reference text by text on every variant.
 """
 
 from __future__ import annotations
@@ -106,11 +106,11 @@ def test_masked_lm_equals_transformers_on_a_padded_batch(tmp_path, variant, side
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_the_fast_path_equals_the_reference_per_text(tmp_path, variant):
-    """fast/disentangled.py: texts laid end to end (40 tokens, past the 8 buckets' reach, then 13, 8 and 5), every
+    """The encoder on Segments: texts laid end to end (40 tokens, past the 8 buckets' reach, then 13, 8 and 5), every
     text's hidden states the reference encoder's on that text alone, also at a few rows only; then again on weights
     packed for oneDNN where it is the kernel chosen here (the positional projections then read packed weights)."""
     from bertfn.fast.choice import pack_state
-    from bertfn.fast.encoders import unpadded_encoder
+    from conftest import ends
 
     _, model = build(tmp_path, **VARIANTS[variant])
     g = torch.Generator().manual_seed(2)
@@ -122,8 +122,8 @@ def test_the_fast_path_equals_the_reference_per_text(tmp_path, variant):
     with torch.no_grad():
         alone = torch.cat([bertfn.encoder(model, t).last_hidden_state[0] for t in texts])  # (T, H)
         for _ in ("as stored", "packed"):
-            fast = unpadded_encoder(model.params, ids, torch.zeros_like(ids), positions, lengths)[0]  # (T, H)
-            some = unpadded_encoder(model.params, ids, torch.zeros_like(ids), positions, lengths, rows)[0]  # (5, H)
+            fast = ends(model.params, ids, torch.zeros_like(ids), lengths, positions=positions)[0]  # (T, H)
+            some = ends(model.params, ids, torch.zeros_like(ids), lengths, rows, positions)[0]  # (5, H)
             torch.testing.assert_close(fast, alone, atol=TOL, rtol=0)
             torch.testing.assert_close(some, alone[rows], atol=TOL, rtol=0)
             if not pack_state(model.state):

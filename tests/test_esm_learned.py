@@ -122,7 +122,7 @@ def test_positions_count_from_padding_idx_plus_one(esm1b):
 
 def test_the_sdpa_and_fast_paths_equal_the_reference(esm1b):
     from bertfn.fast.batching import end_to_end
-    from bertfn.fast.encoders import unpadded_encoder
+    from conftest import ends
 
     _, model, _ = esm1b
     ids, mask = batch(TEXTS)
@@ -133,8 +133,8 @@ def test_the_sdpa_and_fast_paths_equal_the_reference(esm1b):
         torch.testing.assert_close(sdpa.last_hidden_state[mask.bool()], eager[mask.bool()], atol=TOL, rtol=0)
         enc = model.tokenizer(TEXTS)
         lengths = enc.attention_mask.sum(dim=1).tolist()
-        inputs = end_to_end(enc, [0, 1, 2], lengths, model.config)
-        fast = unpadded_encoder(model.params, *inputs, lengths)
+        inputs = end_to_end(enc, [0, 1, 2], lengths)
+        fast = ends(model.params, *inputs, lengths)
     torch.testing.assert_close(fast[0], eager[mask.bool()], atol=TOL, rtol=0)
 
 

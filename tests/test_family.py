@@ -15,14 +15,13 @@ import warnings
 
 import pytest
 import torch
-from conftest import DEVICE, fp32_atol, on_device
+from conftest import DEVICE, ends, fp32_atol, on_device
 from family_checkpoints import MEMBERS, member_config, member_tokenizer, save_member
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bertfn
 from bertfn.fast.batching import end_to_end
-from bertfn.fast.encoders import unpadded_encoder
 from bertfn.model.members.electra import discriminator_head
 from bertfn.model.recorder import point_names
 
@@ -98,7 +97,7 @@ def test_the_sdpa_path_and_the_fast_path_equal_the_reference(member):
         enc = model.tokenizer(TEXTS)
         lengths = enc.attention_mask.sum(dim=1).tolist()
         rows = [0, 1, 2]
-        fast = unpadded_encoder(model.params, *on_device(end_to_end(enc, rows, lengths, model.config)), lengths)[0]  # (T, H)
+        fast = ends(model.params, *on_device(end_to_end(enc, rows, lengths)), lengths)[0]  # (T, H)
     torch.testing.assert_close(fast, eager[mask.bool()], atol=TOL, rtol=0)
 
 

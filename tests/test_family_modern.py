@@ -20,7 +20,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import DEVICE, fp32_atol, on_device
+from conftest import DEVICE, ends, fp32_atol, on_device
 from family_checkpoints import ESM_KINDS, MODERN, MODEL_CLASSES, kind_params, member_tokenizer, save_member
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -185,19 +185,18 @@ def test_the_sdpa_path_and_the_fill_mask_path_equal_the_reference(member):
 
 
 def test_the_fast_path_equals_the_reference_text_by_text(member):
-    """bertfn/fast/prenorm.py: the texts end to end, each with its own positions, window and token dropout; with
+    """The encoder on Segments: the texts end to end, each with its own positions, window and token dropout; with
     ``rows`` the last layer's output at those positions alone; on weights packed for the fast path's kernels too."""
     from test_fast_path import forced
 
     from bertfn.fast.batching import end_to_end
     from bertfn.fast.choice import pack_state
     from bertfn.fast.kernels import KERNELS, ONEDNN
-    from bertfn.fast.encoders import unpadded_encoder
 
     kind, _, model, _ = member
     enc = model.tokenizer(TEXTS[kind])
     lengths = enc.attention_mask.sum(dim=1).tolist()
-    inputs = on_device(end_to_end(enc, [0, 1, 2], lengths, model.config))
+    inputs = on_device(end_to_end(enc, [0, 1, 2], lengths))
     rows = torch.tensor([0, lengths[0] + 2, sum(lengths) - 1], device=DEVICE)
     with torch.no_grad():
         ref = torch.cat([bertfn.encoder(model, on_device(enc.input_ids[i, :n][None]), impl="eager").last_hidden_state[0]
@@ -207,8 +206,8 @@ def test_the_fast_path_equals_the_reference_text_by_text(member):
                 state = dict(model.state)
                 pack_state(state)  # packs where the kernel is oneDNN on packed weights
                 p = bertfn.Params(state, model.config)
-                torch.testing.assert_close(unpadded_encoder(p, *inputs, lengths)[0], ref, atol=TOL, rtol=0)
-                fast = unpadded_encoder(p, *inputs, lengths, rows)[0]
+                torch.testing.assert_close(ends(p, *inputs, lengths)[0], ref, atol=TOL, rtol=0)
+                fast = ends(p, *inputs, lengths, rows)[0]
                 torch.testing.assert_close(fast, ref[rows], atol=TOL, rtol=0)
                 torch.testing.assert_close(bertfn.mlm_head(p, fast), bertfn.mlm_head(model, ref[rows]), atol=TOL, rtol=0)
 

@@ -9,7 +9,7 @@
   a measurement is cached per machine in the file ``BERTFN_KERNEL_CACHE`` names and read back without
   measuring again, a corrupt cache file is ignored and rewritten, ``off`` writes none; a model whose
   weights ``pack_state`` packed gives the plain model's answers.
-* ``fill_mask`` lays texts end to end (``end_to_end``) through ``unpadded_encoder``: every text's
+* ``fill_mask`` lays texts end to end (``end_to_end``) through the encoder on ``Segments``: every text's
   hidden states equal those of the padded batch the reference encoder runs, to fp32 rounding,
   for absolute and relative positions, decoders and pruned heads, under every kernel; so do those
   at the positions it is asked to read (``rows``: the last layer runs at those alone).
@@ -31,7 +31,7 @@ from contextlib import contextmanager, nullcontext
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ACCELERATOR, DEVICE, cpu_only, minilm_folder, on_device, random_model
+from conftest import ACCELERATOR, DEVICE, cpu_only, ends, minilm_folder, on_device, random_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +43,6 @@ from bertfn.fast import choice, kernels
 from bertfn.fast.batching import end_to_end, text_groups
 from bertfn.fast.choice import linear, pack_state
 from bertfn.fast.kernels import KERNELS, ONEDNN, _copies, onednn_fits, packed, padded_rows, run
-from bertfn.fast.encoders import unpadded_encoder
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -226,13 +225,13 @@ def test_texts_end_to_end_equal_the_padded_batch(case):
     rows = list(range(len(lengths)))
     with torch.inference_mode():
         padded = bertfn.encoder(model.params, enc.input_ids, enc.attention_mask, enc.token_type_ids).last_hidden_state
-    ids, types, positions = end_to_end(enc, rows, lengths, model.config)
+    ids, types = end_to_end(enc, rows, lengths)
     where = torch.arange(0, sum(lengths), 3)  # (r,)
     for name in AVAILABLE:
         with forced(name), torch.inference_mode():
-            joined = unpadded_encoder(model.params, ids, types, positions, lengths)[0]  # (T, H)
+            joined = ends(model.params, ids, types, lengths)[0]  # (T, H)
             # Read at a few positions (fill_mask's masks, scoring's targets): the last layer runs there alone.
-            some = unpadded_encoder(model.params, ids, types, positions, lengths, where)[0]  # (r, H)
+            some = ends(model.params, ids, types, lengths, where)[0]  # (r, H)
         assert joined.shape[0] == sum(lengths)
         for i, part in enumerate(joined.split(lengths)):
             torch.testing.assert_close(part, padded[i, :lengths[i]], **TOL)
@@ -281,7 +280,7 @@ def test_bf16_mode_stays_close_to_fp32():
     assert F.cosine_similarity(h16[real], h[real], dim=-1).min() > 0.999
     lengths = enc.attention_mask.sum(dim=1).tolist()
     with torch.inference_mode():  # the fast path's kernels (oneDNN on packed bf16 weights where the CPU has it)
-        fast16 = unpadded_encoder(bf16.params, *on_device(end_to_end(enc, [0, 1], lengths, bf16.config)), lengths)[0].float()  # (T, H)
+        fast16 = ends(bf16.params, *on_device(end_to_end(enc, [0, 1], lengths)), lengths)[0].float()  # (T, H)
     assert (fast16 - h[real]).norm() / h[real].norm() < 3e-2
     assert F.cosine_similarity(fast16, h[real], dim=-1).min() > 0.999
 
@@ -425,7 +424,7 @@ def test_a_packed_state_gives_the_plain_models_answers(tmp_path):
         assert not any(t.is_mkldnn for t in model.state.values())  # the given dict alone changed
         p = bertfn.Params(state, model.config)
         with torch.inference_mode():
-            fast = unpadded_encoder(p, enc.input_ids, enc.token_type_ids, torch.arange(5)[None], [5])[0]
+            fast = ends(p, enc.input_ids, enc.token_type_ids, [5])[0]
             torch.testing.assert_close(fast, expected, **TOL)
             torch.testing.assert_close(bertfn.mlm_head(p, fast), logits, **TOL)
         k = "bert.encoder.layer.1.output.dense.weight"
@@ -441,7 +440,7 @@ def test_onednn_runs_few_row_counts():
 @cpu_kernels
 @needs_onednn
 def test_the_encoder_pads_its_rows_once_so_no_product_copies_its_input(monkeypatch):
-    """unpadded_encoder adds the padding rows oneDNN would add once, after the embeddings: every product
+    """The encoder on Segments adds the padding rows oneDNN would add once, after the embeddings: every product
     of the layers runs at a padded row count as it comes (no copy of its input), the result has the texts'
     T rows, and it equals the run without that padding; with F.linear, which does not pad, nothing is added."""
     model = random_model(bertfn.BertConfig(vocab_size=30, hidden_size=16, num_attention_heads=2, num_hidden_layers=2,
@@ -450,15 +449,15 @@ def test_the_encoder_pads_its_rows_once_so_no_product_copies_its_input(monkeypat
     g = torch.Generator().manual_seed(0)
     mask = (torch.arange(9)[None, :] < torch.tensor(lengths)[:, None]).long()
     enc = Encoding(torch.randint(1, 30, (3, 9), generator=g) * mask, torch.zeros(3, 9, dtype=torch.long), mask, [], [])
-    ids, types, positions = end_to_end(enc, [0, 1, 2], lengths, model.config)
+    ids, types = end_to_end(enc, [0, 1, 2], lengths)
     seen = []
     real = kernels.onednn_linear
     monkeypatch.setattr(kernels, "onednn_linear", lambda x, *a, **k: seen.append(x.shape[-2]) or real(x, *a, **k))
     monkeypatch.setattr(choice, "onednn_linear", kernels.onednn_linear)
     with forced("onednn-packed"), torch.inference_mode():
-        h = unpadded_encoder(model.params, ids, types, positions, lengths)  # (1, T, H)
+        h = ends(model.params, ids, types, lengths)  # (1, T, H)
         with forced("F.linear"):
-            plain = unpadded_encoder(model.params, ids, types, positions, lengths)
+            plain = ends(model.params, ids, types, lengths)
             assert choice.run_rows(torch.zeros(1, 17, 16), model.state["bert.encoder.layer.0.attention.self.query.weight"]) == 17
     assert h.shape[1] == 17 and seen and set(seen) == {20, 3}  # the layers' products at 20 rows, the pooler's at 3 texts
     torch.testing.assert_close(h, plain, **TOL)

@@ -3,7 +3,8 @@
 fill_mask, score (and the joint filling and whole-word targets built on it), embed and the heads of fine-tuned
 checkpoints all read their texts this way: :func:`text_groups` sorts them by length and cuts them into groups of at
 most :data:`GROUP_TOKENS` tokens, :func:`end_to_end` lays a group's tokens one after another without padding,
-:func:`encoded_groups` runs each group through :func:`~bertfn.fast.encoders.unpadded_encoder`, and
+:func:`encoded_groups` runs each group through :func:`~bertfn.model.encoder.encoder` on that layout
+(:class:`~bertfn.model.layout.Segments`), and
 :func:`head_outputs` runs a task's head on what it gives.
 """
 
@@ -15,12 +16,10 @@ import torch
 
 from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import Encoding
-from ..model.config import BertConfig
 from ..model.encoder import encoder
-from ..model.family import family_of
+from ..model.layout import Segments
 from ..model.recorder import NO_TRACE, Trace
 from ..model.task_heads import task_head
-from .encoders import unpadded_encoder
 
 GROUP_TOKENS = 2048
 """Tokens per encoder pass: enough rows for the matrix products to run at
@@ -50,34 +49,23 @@ def text_groups(lengths: list[int], batch_size: int, max_tokens: int) -> list[li
     return groups
 
 
-def end_to_end(enc: Encoding, rows: list[int], lengths: list[int],
-               config: BertConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The texts ``rows`` of ``enc`` one after another, without padding: the inputs of ``unpadded_encoder``.
-
-    Positions restart for each text: 0, 1, ... in BERT, or as the model's family counts them
-    (RoBERTa's from ``padding_idx + 1``: :mod:`bertfn.model.family`).
+def end_to_end(enc: Encoding, rows: list[int], lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The texts ``rows`` of ``enc`` one after another, without padding: the inputs of the encoder on
+    :class:`~bertfn.model.layout.Segments` (which counts each text's positions from its start).
 
     Args:
         enc: the texts as a padded batch.
         rows: the texts to lay out, by index.
         lengths: each text's tokens.
-        config: the model's config.
 
     Returns:
         input_ids: (1, T), T the sum of the texts' lengths.
         token_type_ids: (1, T).
-        position_ids: (1, T).
     """
     ns = [lengths[i] for i in rows]
-    texts = [enc.input_ids[i, :n] for i, n in zip(rows, ns)]  # each (n,)
-    ids = torch.cat(texts)[None]  # (1, T)
+    ids = torch.cat([enc.input_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
     types = torch.cat([enc.token_type_ids[i, :n] for i, n in zip(rows, ns)])[None]  # (1, T)
-    count = family_of(config).position_ids
-    if count is None:
-        positions = torch.cat([torch.arange(n) for n in ns])[None]  # (1, T)
-    else:
-        positions = torch.cat([count(t[None], config.pad_token_id, 0)[0] for t in texts])[None]  # (1, T)
-    return ids, types, positions
+    return ids, types
 
 
 def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
@@ -109,14 +97,15 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
     P = m.config.max_position_embeddings
     group_tokens = GROUP_TOKENS if not m.config.relative_positions else min(GROUP_TOKENS, P)
     for rows in text_groups(lengths, batch_size, group_tokens):
-        ids, types, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths, m.config))
+        ids, types = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
         where = read(rows, ids) if read is not None else None  # (N,) or all T
         ns = [lengths[i] for i in rows]
         if points:
             h = padded_encoder(m, enc, rows, ns, points)  # (T, H)
             yield rows, where, h if where is None else h[where]
         else:
-            yield rows, where, unpadded_encoder(m.params, ids, types, positions, ns, where)[0]
+            segments = Segments(tuple(ns), read=where)  # the texts end to end, read at ``where``
+            yield rows, where, encoder(m.params, ids, segments, types).last_hidden_state[0]
 
 
 def padded_encoder(m: Model, enc: Encoding, rows: list[int], ns: list[int], points: Trace) -> torch.Tensor:

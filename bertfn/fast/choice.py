@@ -101,7 +101,7 @@ def linears(x: Tensor, ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> list[T
 def run_rows(x: Tensor, w: Tensor, b: Tensor | None = None) -> int:
     """The rows a product of ``x`` by ``w`` runs at on the fast path.
 
-    A caller that adds the padding rows once up front (:func:`~bertfn.fast.unpadded.unpadded_bert_encoder`)
+    A caller that adds the padding rows once up front (:func:`~bertfn.model.masks.laid_out`)
     spares every product that copy.
 
     Args:

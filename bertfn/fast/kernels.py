@@ -1,6 +1,6 @@
 """The matrix-product kernels of the fast path, beside the reference :func:`~bertfn.model.functional.linear`.
 
-The reference ``linear`` is ``F.linear``, whatever the dtype. The fast path (:mod:`bertfn.fast.unpadded`)
+The reference ``linear`` is ``F.linear``, whatever the dtype. The forward pass (:func:`bertfn.model.functional.linear`)
 multiplies with :func:`bertfn.fast.choice.linear`, which runs (:func:`run`) one of :data:`KERNELS`, all
 computing ``x W^T + b``:
 

@@ -28,7 +28,8 @@ from .family import Family, family_of, member_name
 from .functional import dropout, layer_norm, linear
 from .heads import pooler
 from .layout import Mask, Segments
-from .masks import attention_masks, head_masks, laid_out, warn_if_padding_without_mask
+from .masks import (attention_masks, check_segments, head_masks, laid_out, segment_positions,
+                    warn_if_padding_without_mask)
 from .params import Params, as_params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Edit, Trace, point_names, with_edits
 from .stack import Cache, Stack, run_layers
@@ -216,7 +217,8 @@ def encoder(
         attention_mask: 0/1 (B, S_k) padding mask (S_k = cached + S), or a full (B, S, S_k) /
             (B, 1|nh, S, S_k) 0/1 mask; or :class:`~bertfn.model.layout.Segments`: ``input_ids`` (1, T) hold texts laid
             end to end, each attending to itself alone (:mod:`bertfn.model.layout`; positions restart at each text;
-            inference without cache, cross-attention, probabilities, head mask, dropout or trace). Then
+            inference without cache, cross-attention, head mask, dropout or trace; probabilities where the layer forms
+            them per text, the pre-LN members' for ESM-2's contact head). Then
             ``last_hidden_state`` is (1, T, H), or (1, r, H) at the rows ``Segments.read`` names, and
             ``pooler_output`` (b, H) reads each text's first token.
         token_type_ids: (B, S), default all zeros.
@@ -263,14 +265,16 @@ def encoder(
                          "cache=, use_cache=True and encoder_hidden_states= do not apply to it")
 
     segments = attention_mask if isinstance(attention_mask, Segments) else None
-    if segments is not None and position_ids is None and input_ids is not None:
-        position_ids = segment_positions(input_ids, segments, cfg)  # (1, T), restarting at each text
-    own = {} if family.embeddings is None else {"attention_mask": None if segments else attention_mask}  # the padding
+    if segments is not None:
+        check_segments((input_ids if input_ids is not None else inputs_embeds).shape, segments, cache=cache,
+                       use_cache=use_cache, encoder_hidden_states=encoder_hidden_states, trace=trace)
+        if position_ids is None and input_ids is not None:
+            position_ids = segment_positions(input_ids, segments, cfg)  # (1, T), restarting at each text
+    own = {} if family.embeddings is None else {"attention_mask": attention_mask}  # the padding, or the texts (ESM's)
     x = (family.embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds,
                                           past, generator, trace.scope("embeddings"), **own)  # (B, S, H)
     if segments is not None:  # texts end to end: the layout is the mask, with the kernels' padding rows added
-        x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"),
-                           cache=cache, encoder_hidden_states=encoder_hidden_states, trace=trace)  # (1, T + pad, H)
+        x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"))  # (1, T + pad, H)
         enc_mask = None
     else:
         warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
@@ -292,24 +296,6 @@ def encoder(
                    output_attentions=output_attentions, use_cache=use_cache,
                    cross=encoder_hidden_states is not None, attn_impl=ran, segments=segments)
 
-
-def segment_positions(input_ids: Tensor, segments: Segments, config: BertConfig) -> Tensor:
-    """The position ids of texts laid end to end: each text's count from its start, as a padded batch gives it
-    (0, 1, ... in BERT; as the member counts them where it does, e.g. RoBERTa's from ``padding_idx + 1``).
-
-    Args:
-        input_ids: (1, T), the texts one after another.
-        segments: their lengths.
-        config: the model's config.
-
-    Returns:
-        (1, T).
-    """
-    count = family_of(config).position_ids
-    texts = input_ids[0].split(list(segments.lengths))  # each (n,)
-    if count is None:
-        return torch.cat([torch.arange(len(t), device=input_ids.device) for t in texts])[None]  # (1, T)
-    return torch.cat([count(t[None], config.pad_token_id, 0)[0] for t in texts])[None]  # (1, T)
 
 
 def layer_runner(p: Params, family: Family, mask: Mask, encoder_hidden: Tensor | None,

@@ -25,12 +25,11 @@ is BERT's own. The kinds of exception are:
   classification, question answering, multiple choice) where the member's is not BERT's (RoBERTa's classifier
   reads ``<s>`` through dense, tanh and ``out_proj``; :mod:`bertfn.model.task_heads` has BERT's), and which of
   those tasks transformers has a class for in the member (ESM-2: the two classifications).
-* **layer**, **layer_points**, **final_norm**, **window**, **rotary_base**, **gated**: a layer other than BERT's
-  post-LN one, its trace points, the LayerNorm after the last layer, which layers attend within a window
-  (ModernBERT's local ones), each layer's rotary base, and a gated feed-forward (ESM-2's and ModernBERT's pre-LN layers with rotary attention,
-  :mod:`bertfn.model.members.prenorm`). The fast path reads the same fields (:mod:`bertfn.fast.prenorm`).
+* **layer**, **layer_points**, **final_norm**, **window**: a layer other than BERT's post-LN one (ESM-2's and
+  ModernBERT's pre-LN layers with rotary attention, :mod:`bertfn.model.members.prenorm`), its trace points, the
+  LayerNorm after the last layer, and which layers attend within a window (ModernBERT's local ones).
 
-:func:`family_of` gives a config's record. The encoder, the heads and the fast path ask it at the
+:func:`family_of` gives a config's record. The encoder and the heads ask it at the
 few points where a member differs; nothing in BERT's functions names a member.
 """
 
@@ -101,8 +100,6 @@ class Family:
         final_norm: ``(p, x, trace) -> x``: the step after the last layer, where there is one.
         window: ``(config, layer) -> window or None``: the tokens a layer's queries see, where it attends within a
             window (ModernBERT's local layers: ``local_attention``, half on either side); None attends to all.
-        rotary_base: ``(config, layer) -> base``: the rotary base of a layer's queries and keys (rotary members).
-        gated: True where the feed-forward is gated (ModernBERT's GeGLU: ``intermediate.dense`` is (2I, H)).
         task_heads: ``{task: TaskHead}``, the member's heads where they are not BERT's.
         tasks: the tasks transformers has a head for in this member (None: BERT's four).
         head_points: ``config -> names`` of the trace points of the member's own heads beyond the task heads
@@ -112,9 +109,6 @@ class Family:
             it (ESM-2's contact head); :func:`bertfn.trace` runs it after the encoder.
         variant: ``config -> name``: the model a config describes, where one record reads several under one
             ``model_type`` (ESM: "ESM-2", or "ESM-1b" with learned positions); None: ``name``.
-        attention_bias: ``(layer's params, n) -> (1, nh, n, n)``: the scores a layer of BERT's kind (post-LN, no
-            rotary positions) adds to its scaled attention scores for a text of n tokens (MPNet's relative position
-            bias); its own ``layer`` adds them in the reference pass, and the fast path reads them here.
     """
 
     name: str  # as people write it: "RoBERTa"
@@ -133,13 +127,10 @@ class Family:
     layer_points: Callable[[BertConfig, int, bool], list[str]] | None = None  # its layer's trace points
     final_norm: Callable[..., Tensor] | None = None  # the step after the last layer
     window: Callable[[BertConfig, int], int | None] | None = None  # a layer's attention window (None: every token)
-    rotary_base: Callable[[BertConfig, int], float] | None = None  # a layer's rotary base (rotary members)
-    gated: bool | None = None  # a gated feed-forward (ModernBERT's GeGLU); None: BERT's ungated one
     task_heads: Mapping[str, TaskHead] | None = None  # {task: its head}, where not BERT's
     tasks: tuple[str, ...] | None = None  # the tasks transformers has a head for (None: BERT's four)
     head_points: Callable[[BertConfig], tuple[str, ...]] | None = None  # its own heads' trace points (ESM-2's contacts)
     attention_head: Callable[..., object] | None = None  # a head on every layer's attention maps (ESM-2's contacts)
-    attention_bias: Callable[..., Tensor] | None = None  # (layer scope, n) -> scores added after scaling (MPNet's)
     variant: Callable[[BertConfig], str] | None = None  # config -> the model's name, where not ``name`` (ESM-1b)
 
 

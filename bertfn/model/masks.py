@@ -10,6 +10,10 @@ Three masks say what the layers may read:
   (``invert_attention_mask``);
 * the **head mask** (nh,) or (L, nh), 1 keeping a head and 0 silencing it, widened to (L, nh) (``get_head_mask``).
 
+On the segments layout (texts laid end to end, :class:`~bertfn.model.layout.Segments`) the layout is the mask:
+:func:`check_segments` checks the input against it, :func:`segment_positions` counts each text's positions from its
+start, and :func:`laid_out` adds the rows the kernels pad their products to.
+
 Each is checked here, with a message that says which shape was expected (:class:`~bertfn.errors.InputError`);
 :func:`warn_if_padding_without_mask` warns where padding would be attended to for want of a mask.
 """
@@ -24,6 +28,7 @@ from ..errors import InputError
 from .functional import product_rows
 from .layout import Segments, causal_keep_mask, extended_mask
 from .config import BertConfig
+from .family import family_of
 from .recorder import Trace
 
 Tensor = torch.Tensor
@@ -128,35 +133,62 @@ def head_masks(config: BertConfig, head_mask: Tensor | None, dtype: torch.dtype)
     return head_mask.to(dtype).expand(L, nh)  # (L, nh)
 
 
-def laid_out(x: Tensor, segments: Segments, weight: Tensor | None, *, cache: object, encoder_hidden_states: Tensor | None,
-             trace: Trace) -> tuple[Tensor, Segments]:
-    """The embeddings of texts laid end to end, checked against their layout, with the kernels' padding rows added.
+def check_segments(shape: tuple[int, ...], segments: Segments, *, cache: object, use_cache: bool,
+                   encoder_hidden_states: Tensor | None, trace: Trace) -> None:
+    """Raise :class:`InputError` unless the input is texts laid end to end as ``segments`` says, in a pass that layout
+    runs: one row (1, T) of the texts' T tokens, no decoding cache, cross-attention or trace.
+
+    Args:
+        shape: the input ids' (1, T) (or the input embeddings' (1, T, H)).
+        segments: the layout the caller gave.
+        cache: the decoding cache passed, which this layout does not take.
+        use_cache: whether the keys and values are asked for, which it does not keep.
+        encoder_hidden_states: the cross-attention states passed, which it does not take.
+        trace: the pass's trace, which it does not take (it records the padded layout's shapes).
+    """
+    if len(shape) < 2 or shape[0] != 1 or shape[1] != segments.tokens:
+        raise InputError(f"texts laid end to end come as one row (1, T) with T the sum of their lengths "
+                         f"({segments.tokens}), got input of shape {tuple(shape[:2])}; lay them out with torch.cat")
+    if cache is not None or use_cache or encoder_hidden_states is not None or trace:
+        raise InputError("texts laid end to end (Segments) run the encoder without cache, cross-attention or trace; "
+                         "pass a padded batch (B, S) with its attention_mask for those")
+
+
+def laid_out(x: Tensor, segments: Segments, weight: Tensor | None) -> tuple[Tensor, Segments]:
+    """The embeddings of texts laid end to end with the kernels' padding rows added.
 
     A kernel that pads a product's rows to one of a few counts (oneDNN: :func:`~bertfn.model.functional.product_rows`)
     would copy every product's input to do so; zero rows added once here spare those copies (in bf16 on an AMD EPYC,
     scoring's groups of up to 2048 rows ran 9-11% faster so). They attend to nothing and nothing attends to them.
 
     Args:
-        x: (1, T, H), the embeddings.
+        x: (1, T, H), the embeddings (:func:`check_segments` checked).
         segments: the layout the caller gave (its lengths and the rows it reads).
         weight: a weight of the first layer's products, or None (then no rows are added).
-        cache: the decoding cache passed, which this layout does not take.
-        encoder_hidden_states: the cross-attention states passed, which it does not take.
-        trace: the pass's trace, which it does not take (it records the padded layout's shapes).
 
     Returns:
         ``(x, segments)``: (1, T + pad, H) and the layout with its ``pad``.
-
-    Raises:
-        InputError: tokens that are not the texts' lengths end to end; a cache, cross-attention or trace.
     """
-    if x.shape[0] != 1 or x.shape[1] != segments.tokens:
-        raise InputError(f"texts laid end to end come as one row (1, T) with T the sum of their lengths "
-                         f"({segments.tokens}), got input of shape {tuple(x.shape[:2])}; lay them out with torch.cat")
-    if cache is not None or encoder_hidden_states is not None or trace:
-        raise InputError("texts laid end to end (Segments) run the encoder without cache, cross-attention or trace; "
-                         "pass a padded batch (B, S) with its attention_mask for those")
     pad = product_rows(x, weight) - x.shape[1] if weight is not None else 0
     if pad:
         x = torch.cat([x, x.new_zeros(1, pad, x.shape[2])], dim=1)  # (1, T + pad, H)
     return x, Segments(segments.lengths, pad, segments.read)
+
+
+def segment_positions(input_ids: Tensor, segments: Segments, config: BertConfig) -> Tensor:
+    """The position ids of texts laid end to end: each text's count from its start, as a padded batch gives it
+    (0, 1, ... in BERT; as the member counts them where it does, e.g. RoBERTa's from ``padding_idx + 1``).
+
+    Args:
+        input_ids: (1, T), the texts one after another.
+        segments: their lengths.
+        config: the model's config.
+
+    Returns:
+        (1, T).
+    """
+    count = family_of(config).position_ids
+    texts = input_ids[0].split(list(segments.lengths))  # each (n,)
+    if count is None:
+        return torch.cat([torch.arange(len(t), device=input_ids.device) for t in texts])[None]  # (1, T)
+    return torch.cat([count(t[None], config.pad_token_id, 0)[0] for t in texts])[None]  # (1, T)

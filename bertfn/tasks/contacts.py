@@ -33,9 +33,9 @@ from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_
 from ..errors import InputError, MissingPartError
 from ..fast.batching import GROUP_TOKENS, end_to_end, text_groups
 from ..fast.choice import pack_state
-from ..fast.prenorm import unpadded_pre_ln_attentions
 from ..model.encoder import encoder
 from ..model.family import longest_input, member_name
+from ..model.layout import Segments
 from ..model.members.esm import contact_head
 from ..model.recorder import NO_TRACE, Edit, with_edits
 
@@ -189,9 +189,10 @@ def contacts(
 
 def unpadded_maps(m: Model, enc, lengths: list[int], batch_size: int) -> list[Tensor]:
     """Each protein's contact map on the fast path: the proteins of a group laid end to end with no padding
-    (:func:`~bertfn.fast.batching.end_to_end`), every layer's attention probabilities of each formed on its own slice
-    (:func:`~bertfn.fast.prenorm.unpadded_pre_ln_attentions`, on the kernels chosen for this machine), the contact
-    head run on each protein's maps. Call it under ``torch.inference_mode()``.
+    (:func:`~bertfn.fast.batching.end_to_end`) through :func:`~bertfn.model.encoder.encoder` on that layout
+    (:class:`~bertfn.model.layout.Segments`) with ``output_attentions``, which gives every layer's probabilities of
+    each protein formed on its own slice, the contact head run on each protein's maps. No hidden state is read: the
+    last layer's output projection and feed-forward run at one row alone. Call it under ``torch.inference_mode()``.
 
     Args:
         m: an ESM model with its contact head.
@@ -203,11 +204,13 @@ def unpadded_maps(m: Model, enc, lengths: list[int], batch_size: int) -> list[Te
         Per protein of r residues, its (r, r) float32 map on the CPU.
     """
     maps: list = [None] * len(lengths)
+    first = torch.zeros(1, dtype=torch.long, device=m.device)  # the one row read
     for rows in text_groups(lengths, batch_size, GROUP_TOKENS):
-        ids, _, positions = (t.to(m.device) for t in end_to_end(enc, rows, lengths, m.config))  # (1, T) each
+        ids = end_to_end(enc, rows, lengths)[0].to(m.device)  # (1, T)
         ns = [lengths[i] for i in rows]
-        attentions = unpadded_pre_ln_attentions(m.params, ids, positions, ns)  # each (L, nh, n, n)
-        for i, ids_i, att in zip(rows, ids.split(ns, dim=1), attentions):
+        out = encoder(m.params, ids, Segments(tuple(ns), read=first), output_attentions=True)  # L of b (1, nh, n, n)
+        for t, (i, ids_i) in enumerate(zip(rows, ids.split(ns, dim=1))):
+            att = torch.cat([layer[t] for layer in out.attentions])  # (L, nh, n, n)
             keep = torch.ones_like(ids_i)  # (1, n): every token real
             maps[i] = contact_head(m.params, ids_i, att[None], keep).float().cpu()[0]  # (r, r), r = n - 2
     return maps

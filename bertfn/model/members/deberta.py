@@ -33,6 +33,7 @@ from ..config import BertConfig
 from ..embeddings import check_ids, default_position_ids, word_vectors
 from ..family import Family, TaskHead, register, renamed
 from ..functional import ACTIVATIONS, dropout, layer_norm, linear
+from ..layout import Segments
 from ..linearized import through_activation, through_linear
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, Trace
@@ -163,7 +164,7 @@ class DebertaV2Config(BertConfig):
 def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,
                generator: torch.Generator | None = None, trace: Trace = NO_TRACE, *,
-               attention_mask: Tensor | None = None) -> Tensor:
+               attention_mask: Tensor | Segments | None = None) -> Tensor:
     """``DebertaV2Embeddings``: word (+ position) (+ token type), ``embed_proj`` to H, LayerNorm, times the mask.
 
     Args:
@@ -176,7 +177,8 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
         generator: turns dropout on (training).
         trace: records (and edits) ``word``, ``position`` (absolute positions), ``token_type`` (token types),
             ``sum``, ``projected`` (E < H) and ``output``.
-        attention_mask: (B, S) 0/1: padding's vectors are set to 0 after the LayerNorm (None: all kept).
+        attention_mask: (B, S) 0/1: padding's vectors are set to 0 after the LayerNorm (None: all kept); or
+            :class:`~bertfn.model.layout.Segments`, texts laid end to end (1, T), every token real.
 
     Returns:
         (B, S, H).
@@ -202,7 +204,7 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
     if "embed_proj.weight" in p:
         x = trace("projected", linear(x, p["embed_proj.weight"]))  # (B, S, H)
     x = layer_norm(x, p["LayerNorm.weight"], p["LayerNorm.bias"], cfg.layer_norm_eps)  # (B, S, H)
-    if attention_mask is not None:
+    if attention_mask is not None and not isinstance(attention_mask, Segments):
         real = attention_mask if attention_mask.dim() == 2 else (attention_mask.reshape(B, -1, S).sum(-2) > 0)
         x = x * real[..., None].to(x.dtype)  # padding's vectors set to 0
     x = dropout(x, cfg.hidden_dropout_prob, generator)

@@ -20,9 +20,12 @@ DeBERTa is BERT except, in its layers:
 * **a convolution after the first layer** where ``conv_kernel_size`` is set (``ConvLayer``, :func:`conv_layer`).
 
 The attention output, the feed-forward block and their post-LN residuals are BERT's
-(:func:`~bertfn.model.encoder.feed_forward`). Trace points are BERT's where the step is the same (``query`` ...
-``v``, ``masked_scores``, ``probs``, ``context``, ``merged``, ``dense``, ``output``) and DeBERTa's own for its
-terms: ``scores`` is the content-to-content term as transformers forms it (already divided by the scale),
+(:func:`~bertfn.model.encoder.feed_forward`). The layer takes both layouts (:mod:`bertfn.model.layout`) as BERT's
+does: on texts laid end to end each text attends to itself, its distances counted from its start, and the
+convolution runs on each text's slice; either way the positional keys and queries are formed once per layer, at the
+table's rows the longest text reaches (:func:`positional_terms`). Trace points are BERT's where the step is the
+same (``query`` ... ``v``, ``masked_scores``, ``probs``, ``context``, ``merged``, ``dense``, ``output``) and DeBERTa's
+own for its terms: ``scores`` is the content-to-content term as transformers forms it (already divided by the scale),
 ``c2p_scores`` and ``p2c_scores`` the positional terms (each divided), ``scaled_scores`` their sum.
 """
 
@@ -30,10 +33,12 @@ from __future__ import annotations
 
 import torch
 
+from ...errors import InputError
 from ..attention import AttentionOutput, head_outputs, merge_heads, separate_projections, split_heads
 from ..config import BertConfig
 from ..encoder import LayerOutput, chunked_feed_forward
 from ..functional import ACTIVATIONS, dropout, layer_norm, linear
+from ..layout import Mask, Segments
 from ..params import Params
 from ..recorder import NO_TRACE, Trace
 
@@ -138,48 +143,66 @@ def scale_factor(config: BertConfig) -> int:
     return 1 + sum(t in config.pos_att_type for t in ("c2p", "p2c"))
 
 
-def disentangled_scores(p: Params, q: Tensor, k: Tensor, rel: Tensor, rel_pos: Tensor, scale: Tensor,
-                        trace: Trace = NO_TRACE) -> Tensor | int:
-    """The positional terms c2p and p2c, summed (``DisentangledSelfAttention.disentangled_attention_bias``).
+def positional_terms(p: Params, rel: Tensor, rel_pos: Tensor, nh: int) -> dict[str, tuple[Tensor, Tensor]]:
+    """One layer's positional keys (c2p) and queries (p2c) at the table's rows ``rel_pos`` reaches; each pair's row.
 
-    ``c2p[i, j] = q_i . k_r[c(δ(i, j))] / scale``, ``p2c[i, j] = k_j . q_r[c(-δ(i, j))] / scale`` with
-    ``c(d) = clamp(d + k, 0, 2k - 1)`` the row of distance d in the table.
+    The projections of ``DisentangledSelfAttention.disentangled_attention_bias`` (``pos_key_proj``, ``pos_query_proj``,
+    or the content ones where ``share_att_key``) at the rows ``[lo, hi)`` that ``c(d) = clamp(d + k, 0, 2k - 1)``
+    reaches, c2p's and p2c's alike: at most ``2S - 1`` of the ``2k`` (DeBERTa-v3: 512), for a sentence a few dozen.
 
     Args:
         p: one attention block's scope (reads ``self.pos_key_proj.*``, ``self.pos_query_proj.*``, or with
             ``share_att_key`` ``self.key.*`` and ``self.query.*``).
-        q: (B, nh, S, hd).
-        k: (B, nh, S, hd).
         rel: (2k, H) the distances' table (:func:`relative_embeddings`).
-        rel_pos: (S, S) the query-key distances (:func:`relative_positions`).
-        scale: ``sqrt(hd * scale_factor)``, a 0-dim float tensor.
-        trace: records (and edits) ``c2p_scores`` and ``p2c_scores`` (B, nh, S, S).
+        rel_pos: (S, S) the query-key distances (:func:`relative_positions`) of the longest text.
+        nh: the layer's heads.
 
     Returns:
-        (B, nh, S, S), or 0 where ``pos_att_type`` names neither term.
+        ``{term: (projection (1, nh, R, hd), rows (S, S) long from lo)}`` for the terms of ``pos_att_type``: c2p's row
+        for query i and key j at [i, j], p2c's for key i and query j; a text of n <= S tokens reads their (n, n) corner.
     """
     cfg = p.config
-    nh = q.shape[1]
     k2 = span(cfg)
-    rel = rel[: 2 * k2]  # (2k, H)
-    shared = cfg.share_att_key
-    B, _, S, _ = q.shape
-    score: Tensor | int = 0
-    if "c2p" in cfg.pos_att_type:
-        name = "self.key" if shared else "self.pos_key_proj"
-        pos_key = split_heads(linear(rel, p[f"{name}.weight"], p[f"{name}.bias"])[None], nh)  # (1, nh, 2k, hd)
-        c2p = q @ pos_key.transpose(-1, -2)  # (B, nh, S, 2k)
-        index = torch.clamp(rel_pos + k2, 0, 2 * k2 - 1).expand(B, nh, S, S)  # (B, nh, S, S)
-        c2p = torch.gather(c2p, dim=-1, index=index)  # (B, nh, S, S): query i at key j's distance
-        score = score + trace("c2p_scores", c2p / scale.to(c2p.dtype))
-    if "p2c" in cfg.pos_att_type:
-        name = "self.query" if shared else "self.pos_query_proj"
-        pos_query = split_heads(linear(rel, p[f"{name}.weight"], p[f"{name}.bias"])[None], nh)  # (1, nh, 2k, hd)
-        p2c = k @ pos_query.transpose(-1, -2)  # (B, nh, S_k, 2k)
-        index = torch.clamp(-rel_pos + k2, 0, 2 * k2 - 1).expand(B, nh, S, S)  # (B, nh, S_k, S_q)
-        p2c = torch.gather(p2c, dim=-1, index=index).transpose(-1, -2)  # (B, nh, S_q, S_k)
-        score = score + trace("p2c_scores", p2c / scale.to(p2c.dtype))
-    return score
+    reach = int(rel_pos.abs().max())  # the farthest bucket, either side
+    lo, hi = max(k2 - reach, 0), min(k2 + reach, 2 * k2 - 1) + 1
+    names = {"c2p": ("self.key" if cfg.share_att_key else "self.pos_key_proj", rel_pos),
+             "p2c": ("self.query" if cfg.share_att_key else "self.pos_query_proj", -rel_pos)}
+    return {term: (split_heads(linear(rel[None, lo:hi], p[f"{name}.weight"], p[f"{name}.bias"]), nh),  # (1, nh, R, hd)
+                   torch.clamp(d + k2, 0, 2 * k2 - 1) - lo)  # (S, S)
+            for term, (name, d) in names.items() if term in cfg.pos_att_type}
+
+
+def disentangled_scores(q: Tensor, k: Tensor, terms: dict[str, tuple[Tensor, Tensor]], scale: Tensor,
+                        trace: Trace = NO_TRACE) -> Tensor:
+    """The three score terms summed, before the mask (``DisentangledSelfAttention``'s content scores plus its
+    ``disentangled_attention_bias``): ``q_i . k_j / scale``, ``c2p[i, j] = q_i . k_r[c(δ(i, j))] / scale`` and
+    ``p2c[i, j] = k_j . q_r[c(-δ(i, j))] / scale``, ``c(d) = clamp(d + k, 0, 2k - 1)`` the row of distance d.
+
+    Args:
+        q: (B, nh, S, hd).
+        k: (B, nh, S, hd).
+        terms: :func:`positional_terms` of this layer, for S tokens or more (empty without ``relative_attention``).
+        scale: ``sqrt(hd * scale_factor)``, a 0-dim float tensor.
+        trace: records (and edits) ``scores`` (the content term), ``c2p_scores``, ``p2c_scores`` and
+            ``scaled_scores`` (their sum), each (B, nh, S, S).
+
+    Returns:
+        (B, nh, S, S).
+    """
+    B, nh, S, _ = q.shape
+    scores = trace("scores", q @ (k.transpose(-1, -2) / scale.to(q.dtype)))  # (B, nh, S, S): content to content
+    bias: Tensor | int = 0
+    if "c2p" in terms:
+        pos_key, rows = terms["c2p"]  # (1, nh, R, hd), (S', S')
+        c2p = q @ pos_key.transpose(-1, -2)  # (B, nh, S, R)
+        c2p = torch.gather(c2p, dim=-1, index=rows[:S, :S].expand(B, nh, S, S))  # query i at key j's distance
+        bias = bias + trace("c2p_scores", c2p / scale.to(c2p.dtype))
+    if "p2c" in terms:
+        pos_query, rows = terms["p2c"]
+        p2c = k @ pos_query.transpose(-1, -2)  # (B, nh, S_k, R)
+        p2c = torch.gather(p2c, dim=-1, index=rows[:S, :S].expand(B, nh, S, S)).transpose(-1, -2)  # (B, nh, S_q, S_k)
+        bias = bias + trace("p2c_scores", p2c / scale.to(p2c.dtype))
+    return trace("scaled_scores", scores + bias)
 
 
 def keep_mask(mask: Tensor | None) -> Tensor | None:
@@ -200,7 +223,7 @@ def keep_mask(mask: Tensor | None) -> Tensor | None:
     return keep
 
 
-def disentangled_attention(p: Params, x: Tensor, mask: Tensor | None, rel: Tensor | None, *,
+def disentangled_attention(p: Params, x: Tensor, mask: Mask, rel: Tensor | None, *,
                            head_mask: Tensor | None = None, need_probs: bool = False,
                            generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> AttentionOutput:
     """DeBERTa's attention block: its three score terms, softmax, BERT's output dense, residual and LayerNorm.
@@ -210,8 +233,9 @@ def disentangled_attention(p: Params, x: Tensor, mask: Tensor | None, rel: Tenso
 
     Args:
         p: one layer's ``attention.`` scope.
-        x: (B, S, H).
-        mask: the encoder's additive mask (:func:`keep_mask` reads it), or None.
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
+        mask: the encoder's additive mask (:func:`keep_mask` reads it) or None; or
+            :class:`~bertfn.model.layout.Segments`: each text attends to itself, the output at its ``read`` rows.
         rel: (2k, H) the distances' table, or None without ``relative_attention``.
         head_mask: (nh,), 1 keeps a head (multiplies the probabilities, as BERT's).
         need_probs: return the probabilities.
@@ -221,34 +245,43 @@ def disentangled_attention(p: Params, x: Tensor, mask: Tensor | None, rel: Tenso
             ``dense`` and ``output``.
 
     Returns:
-        ``(hidden (B, S, H), probs (B, nh, S, S) or None, (k, v))``.
+        ``(hidden (B, S, H), probs (B, nh, S, S) or None, (k, v))``; on segments hidden is (1, T + pad or r, H).
+
+    Raises:
+        InputError: segments with a head mask, probabilities, dropout or trace.
     """
     cfg = p.config
     hd = cfg.head_dim
+    segments = mask if isinstance(mask, Segments) else None
+    if segments is not None and (head_mask is not None or need_probs or generator is not None or trace):
+        raise InputError("DeBERTa's attention on texts laid end to end (Segments) runs inference alone: no head mask, "
+                         "probabilities, dropout or trace; pass a padded batch (B, S) with its mask for those")
     names = ("query", "key", "value")
     query, key, value = (trace(n, t) for n, t in zip(names, separate_projections(p, x)))  # (B, S, nh*hd) each
     nh = query.shape[-1] // hd
     q, k, v = (trace(n, split_heads(t, nh)) for n, t in (("q", query), ("k", key), ("v", value)))  # (B, nh, S, hd)
-    S = x.shape[1]
 
     scale = torch.sqrt(torch.tensor(hd, dtype=torch.float) * scale_factor(cfg))  # sqrt(hd * (1 + terms))
-    scores = trace("scores", q @ (k.transpose(-1, -2) / scale.to(q.dtype)))  # (B, nh, S, S): content to content
-    if cfg.relative_attention:
-        rel_pos = relative_positions(S, cfg, x.device)  # (S, S)
-        scores = scores + disentangled_scores(p, q, k, rel, rel_pos, scale, trace)
-    scores = trace("scaled_scores", scores)
-    keep = keep_mask(mask)
-    if keep is not None:
-        scores = scores.masked_fill(~keep, torch.finfo(q.dtype).min)  # set, not shifted: a padding row is uniform
-    scores = trace("masked_scores", scores)
-    probs = torch.softmax(scores, dim=-1)  # (B, nh, S, S)
-    p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
-    probs = dropout(probs, p_drop, generator)
-    if head_mask is not None:
-        probs = probs * head_mask.view(-1, 1, 1)
-    probs = trace("probs", probs)
-    context = trace("context", probs @ v)  # (B, nh, S, hd)
-    merged = trace("merged", merge_heads(context))  # (B, S, nh*hd)
+    S = max(segments.lengths) if segments is not None else x.shape[1]  # the longest text's tokens
+    terms = positional_terms(p, rel, relative_positions(S, cfg, x.device), nh) if cfg.relative_attention else {}
+    if segments is not None:  # each text as a batch of one with nothing to pad, its distances from its start
+        merged = segments.attend(q, k, v, lambda qi, ki, vi: disentangled_scores(qi, ki, terms, scale).softmax(-1) @ vi)
+        merged, x = segments.rows(merged, x)  # (1, T + pad or r, nh*hd), (1, ..., H): the positions read
+        probs = None
+    else:
+        scores = disentangled_scores(q, k, terms, scale, trace)  # (B, nh, S, S)
+        keep = keep_mask(mask)
+        if keep is not None:
+            scores = scores.masked_fill(~keep, torch.finfo(q.dtype).min)  # set, not shifted: a padding row is uniform
+        scores = trace("masked_scores", scores)
+        probs = torch.softmax(scores, dim=-1)  # (B, nh, S, S)
+        p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
+        probs = dropout(probs, p_drop, generator)
+        if head_mask is not None:
+            probs = probs * head_mask.view(-1, 1, 1)
+        probs = trace("probs", probs)
+        context = trace("context", probs @ v)  # (B, nh, S, hd)
+        merged = trace("merged", merge_heads(context))  # (B, S, nh*hd)
     if trace.wants("head_outputs"):
         heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S, H)
         out = heads.sum(dim=1) + p["output.dense.bias"]
@@ -276,7 +309,7 @@ def input_mask(mask: Tensor | None, x: Tensor) -> Tensor:
     return keep.to(x.dtype)
 
 
-def conv_layer(p: Params, embedded: Tensor, h: Tensor, real: Tensor, generator: torch.Generator | None = None,
+def conv_layer(p: Params, embedded: Tensor, h: Tensor, mask: Mask, generator: torch.Generator | None = None,
                trace: Trace = NO_TRACE) -> Tensor:
     """DeBERTa-v2's convolution after the first layer: ``LN(h + act(conv(e)))`` at the real tokens, 0 at padding.
 
@@ -285,16 +318,22 @@ def conv_layer(p: Params, embedded: Tensor, h: Tensor, real: Tensor, generator: 
 
     Args:
         p: the base model's scope (reads ``encoder.conv.conv.*`` and ``encoder.conv.LayerNorm.*``).
-        embedded: (B, S, H) the first layer's input.
-        h: (B, S, H) the first layer's output.
-        real: (B, S) 1 for real tokens (:func:`input_mask`).
+        embedded: (B, S, H) the first layer's input, or (1, T + pad, H) on the segments layout.
+        h: (B, S, H) the first layer's output, or (1, T + pad, H).
+        mask: the encoder's additive mask (:func:`input_mask` reads the real tokens) or None; or
+            :class:`~bertfn.model.layout.Segments`: each text's convolution on its slice, padded at its own ends.
         generator: turns dropout on (training).
         trace: records (and edits) ``conv``, the convolution's activated output.
 
     Returns:
-        (B, S, H).
+        (B, S, H), or (1, T + pad, H) on segments (the padding rows as ``h`` has them: nothing reads them).
     """
+    if isinstance(mask, Segments):  # each text as a batch of one with nothing to pad
+        spans = [*mask.lengths, mask.pad]
+        texts = zip(embedded.split(spans, dim=1), h.split(spans, dim=1), mask.lengths)  # each (1, n, H)
+        return torch.cat([*(conv_layer(p, e, o, None) for e, o, _ in texts), h[:, mask.tokens:]], dim=1)
     cfg = p.config
+    real = input_mask(mask, embedded)  # (B, S)
     w = p["encoder.conv.conv.weight"]  # (H, H / groups, kernel)
     kernel = w.shape[-1]
     out = torch.nn.functional.conv1d(embedded.permute(0, 2, 1), w, p["encoder.conv.conv.bias"],
@@ -305,7 +344,7 @@ def conv_layer(p: Params, embedded: Tensor, h: Tensor, real: Tensor, generator: 
     return out * real[..., None]
 
 
-def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids: Tensor | None = None,
+def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor | None = None,
           head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
           generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
     """One DeBERTa layer (``DebertaV2Layer``): disentangled attention, then BERT's feed-forward; after the first,
@@ -313,8 +352,8 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
 
     Args:
         p: ``bert.encoder.layer.{i}.`` scope.
-        x: (B, S, H).
-        mask: the encoder's additive mask.
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
+        mask: the encoder's additive mask or None, or :class:`~bertfn.model.layout.Segments` (``read``: those rows).
         index: the layer's index (the convolution follows layer 0).
         position_ids: unused: the layer reads the distances 0 .. S-1 apart, as transformers' (``position_biased_input``
             models read absolute positions in the embeddings).
@@ -331,11 +370,14 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
     cfg = p.config
     base = Params(p.state, cfg, p.prefix.split("encoder.layer.")[0])  # the base model's scope, "bert."
     rel = relative_embeddings(base, generator) if cfg.relative_attention else None  # (2k, H)
-    a = disentangled_attention(p.scope("attention"), x, mask, rel, head_mask=head_mask, need_probs=need_probs,
+    conv = index == 0 and cfg.conv_kernel_size > 0
+    layout = mask.reading(False) if conv and isinstance(mask, Segments) else mask  # the convolution reads every row
+    a = disentangled_attention(p.scope("attention"), x, layout, rel, head_mask=head_mask, need_probs=need_probs,
                                generator=generator, trace=trace.scope("attention"))
     h = chunked_feed_forward(p, a.hidden, cfg.chunk_size_feed_forward, generator, trace.scope("ffn"))
-    if index == 0 and cfg.conv_kernel_size > 0:
-        h = conv_layer(base, x, h, input_mask(mask, x), generator, trace)
+    if conv:
+        h = conv_layer(base, x, h, layout, generator, trace)
+        h = mask.rows(h)[0] if isinstance(mask, Segments) else h  # the rows read, where this layer is the last
     return LayerOutput(trace("output", h), a.probs, None, a.kv, None)
 
 

@@ -48,9 +48,10 @@ from ..config import BertConfig
 from ..encoder import LayerOutput
 from ..family import Family, normalizer, register, renamed
 from ..functional import linear
+from ..layout import Mask
 from ..params import Params
 from .esm_embeddings import TRAINING_MASK_RATIO, embedding_points, embeddings, learned, longest_input  # noqa: F401
-from .prenorm import final_norm, layer_points, mlp, pre_ln_layer
+from .prenorm import final_norm, layer_points, mlp, pre_ln_layer, token_positions
 from ..recorder import NO_TRACE, Trace
 from .roberta import CLASSIFIER
 from .rotary import rotary_tables
@@ -132,18 +133,20 @@ class EsmConfig(BertConfig):
             object.__setattr__(self, "hidden_act", FEED_FORWARD_ACT)  # frozen: the one field read as transformers reads it
 
 
-def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids: Tensor | None = None,
+def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor | None = None,
           head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
           generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
     """One ESM layer (``EsmLayer``): pre-LN, rotary attention (base 10000; none with learned positions), GELU MLP.
 
     Args:
         p: ``bert.encoder.layer.{i}.`` scope.
-        x: (B, S, H).
-        mask: additive padding mask.
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
+        mask: additive padding mask, or None; or :class:`~bertfn.model.layout.Segments` (each text attends to itself,
+            turned by its own positions; with ``need_probs`` each text's probabilities, which ESM-2's contact head reads).
         index: the layer's index (unused: every ESM-2 layer is alike).
-        position_ids: (B, S) or (S,), default 0 .. S-1 (transformers' ESM always turns by 0 .. S-1; the fast path
-            passes each text's own, from 0); unused with learned positions (the embeddings added them).
+        position_ids: (B, S) or (S,), default 0 .. S-1 (transformers' ESM always turns by 0 .. S-1); on segments
+            (1, T), each text's from 0 (:func:`~bertfn.model.members.prenorm.token_positions`); unused with learned
+            positions (the embeddings added them).
         head_mask: (nh,), 1 keeps a head.
         impl: "eager" or "sdpa".
         need_probs: return the probabilities.
@@ -155,8 +158,7 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
     """
     cos = sin = None  # learned positions (ESM-1b): nothing turns the queries and keys
     if not learned(p.config):
-        positions = position_ids if position_ids is not None else torch.arange(x.shape[1], device=x.device)
-        cos, sin = rotary_tables(positions, p.config.head_dim, ROTARY_BASE, x.dtype)
+        cos, sin = rotary_tables(token_positions(x, mask, position_ids), p.config.head_dim, ROTARY_BASE, x.dtype)
     return pre_ln_layer(p, x, mask, cos, sin, project=separate_projections, feed_forward=mlp, head_mask=head_mask,
                         impl=impl, need_probs=need_probs, generator=generator, trace=trace)
 
@@ -304,7 +306,7 @@ ESM = register(Family(
     head_act="gelu",
     layer=layer, layer_points=lambda config, i, optional: layer_points(config, i, attention_norm=True, gate=False,
                                                                        optional=optional, rotary=not learned(config)),
-    final_norm=final_norm, rotary_base=lambda config, i: None if learned(config) else ROTARY_BASE,
+    final_norm=final_norm,
     task_heads={"sequence-classification": CLASSIFIER}, tasks=("sequence-classification", "token-classification"),
     head_points=lambda config: ("contacts.maps", "contacts.apc", "contacts.logits"), attention_head=contacts_of,
     variant=lambda config: "ESM-1b" if learned(config) else "ESM-2",

@@ -24,8 +24,8 @@ ModernBERT is BERT except:
 The MLM head is BERT's (dense, activation, LayerNorm, the decoder tied to the word embeddings) with
 ``classifier_activation`` as its activation; the heads of fine-tuned checkpoints run the same dense, activation and
 LayerNorm (``head.*``) before their classifier (:mod:`bertfn.model.members.modernbert_heads`). transformers unpads its batches where flash-attention is
-installed; that is a speed choice: bertfn's reference runs padded batches, whose numbers are those of
-transformers' eager and SDPA paths (its fast path lays the texts end to end: :mod:`bertfn.fast.prenorm`). Its attention output dropout is ``hidden_dropout_prob`` (ModernBERT's
+installed; that is a speed choice: bertfn runs padded batches, whose numbers are those of transformers' eager and
+SDPA paths, or the texts laid end to end without padding (:mod:`bertfn.model.layout`), each text's the same. Its attention output dropout is ``hidden_dropout_prob`` (ModernBERT's
 ``mlp_dropout``) where transformers uses ``attention_dropout``: only training with dropout tells them apart.
 """
 
@@ -42,8 +42,9 @@ from ..embeddings import word_vectors
 from ..encoder import LayerOutput
 from ..family import Family, register, renamed
 from ..functional import ACTIVATIONS, dropout, linear
+from ..layout import Mask, Segments
 from ..params import Params, scoped
-from .prenorm import final_norm, layer_points, norm, pre_ln_layer
+from .prenorm import final_norm, layer_points, norm, pre_ln_layer, token_positions
 from .modernbert_heads import HEADS
 from ..recorder import NO_TRACE, Trace
 from .rotary import rotary_tables
@@ -253,17 +254,19 @@ def geglu(p: Params, x: Tensor, generator: torch.Generator | None = None, trace:
     return trace("dense", linear(h, p["output.dense.weight"], p.get("output.dense.bias")))  # (B, S, H)
 
 
-def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids: Tensor | None = None,
+def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor | None = None,
           head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
           generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
     """One ModernBERT layer (``ModernBertEncoderLayer``): pre-LN, rotary attention (local or global), GeGLU.
 
     Args:
         p: ``bert.encoder.layer.{i}.`` scope.
-        x: (B, S, H).
-        mask: additive padding mask.
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
+        mask: additive padding mask, or None; or :class:`~bertfn.model.layout.Segments` (each text attends to itself,
+            a local layer within the window inside the text).
         index: the layer's index: local or global (:func:`is_local`).
-        position_ids: (B, S) or (S,), default 0 .. S-1.
+        position_ids: (B, S) or (S,), default 0 .. S-1; on segments (1, T), each text's from 0
+            (:func:`~bertfn.model.members.prenorm.token_positions`).
         head_mask: (nh,), 1 keeps a head.
         impl: "eager" or "sdpa".
         need_probs: return the probabilities.
@@ -274,13 +277,14 @@ def layer(p: Params, x: Tensor, mask: Tensor | None, *, index: int, position_ids
         :class:`~bertfn.model.encoder.LayerOutput`.
     """
     cfg = p.config
-    S = x.shape[1]
-    positions = position_ids if position_ids is not None else torch.arange(S, device=x.device)
-    cos, sin = rotary_tables(positions, cfg.head_dim, rotary_base(cfg, index), x.dtype)
-    if is_local(index, cfg):
-        mask = window_mask(mask, S, cfg.local_attention, x.dtype, x.device)  # (B or 1, 1, S, S)
-    return pre_ln_layer(p, x, mask, cos, sin, project=fused_projections, feed_forward=geglu, head_mask=head_mask,
-                        impl=impl, need_probs=need_probs, generator=generator, trace=trace)
+    cos, sin = rotary_tables(token_positions(x, mask, position_ids), cfg.head_dim, rotary_base(cfg, index), x.dtype)
+    text_mask = None
+    if is_local(index, cfg) and isinstance(mask, Segments):  # the longest text's window, each text's its top-left
+        text_mask = window_mask(None, max(mask.lengths), cfg.local_attention, x.dtype, x.device)  # (1, 1, n, n)
+    elif is_local(index, cfg):  # the window within the padding mask
+        mask = window_mask(mask, x.shape[1], cfg.local_attention, x.dtype, x.device)  # (B or 1, 1, S, S)
+    return pre_ln_layer(p, x, mask, cos, sin, project=fused_projections, feed_forward=geglu, text_mask=text_mask,
+                        head_mask=head_mask, impl=impl, need_probs=need_probs, generator=generator, trace=trace)
 
 
 LAYER = r"bert\.encoder\.layer\.(\d+)\."
@@ -375,5 +379,5 @@ MODERNBERT = register(Family(
     layer=layer, layer_points=lambda config, i, optional: layer_points(
         config, i, attention_norm=i > 0, gate=True, optional=optional),
     final_norm=final_norm, window=lambda config, i: config.local_attention if is_local(i, config) else None,
-    rotary_base=rotary_base, gated=True, task_heads=HEADS,
+    task_heads=HEADS,
 ))

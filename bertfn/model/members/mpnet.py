@@ -155,8 +155,7 @@ def position_bias(table: Tensor, seq: int) -> Tensor:
 
 
 def layer_bias(p: Params, seq: int) -> Tensor:
-    """:func:`position_bias` from a layer's scope (the ``attention_bias`` of MPNet's :class:`~bertfn.model.family.Family`,
-    which the fast path reads).
+    """:func:`position_bias` from a layer's scope.
 
     Args:
         p: ``bert.encoder.layer.{i}.`` scope: its ``attention.relative_attention_bias.weight`` is the one shared table.
@@ -328,5 +327,5 @@ MPNET = register(Family(
                           ("lm_head.decoder.bias", "lm_head.bias"))),
     embeddings=embeddings, embedding_points=lambda config: ("word", "position", "sum", "output"),
     position_ids=lambda ids, pad, past: count_positions(ids, PADDING_IDX, past), head_act="gelu",
-    layer=layer, layer_points=layer_points, attention_bias=layer_bias, task_heads={"sequence-classification": CLASSIFIER},
+    layer=layer, layer_points=layer_points, task_heads={"sequence-classification": CLASSIFIER},
 ))

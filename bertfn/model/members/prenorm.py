@@ -22,6 +22,11 @@ Names by which these layers are read (BERT's names; each member's key table maps
 ``attention.self.query|key|value.*`` or ``attention.self.qkv.*``, ``attention.output.dense.*``,
 ``ffn_norm.*`` (LN_2), ``intermediate.dense.*``, ``output.dense.*``; the final LayerNorm
 ``bert.encoder.final_norm.*``.
+
+Both layouts of a pass (:mod:`bertfn.model.layout`) run here: on the segments layout (texts laid end to end) every
+step is the same but attention, which each text runs on its own slice (:meth:`~bertfn.model.layout.Segments.attend`):
+its own rotary positions from its start, its own window (ModernBERT's local layers), and where they are asked for
+(ESM-2's contact head) its own probabilities.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
+from ...errors import InputError
 from ..attention import AttentionOutput, chosen_impl, eager_attention, head_outputs, merge_heads, sdpa_attention, split_heads
 from ..config import BertConfig
 from ..encoder import LayerOutput
-from ..functional import ACTIVATIONS, dropout, layer_norm, linear
+from ..functional import dropout, layer_norm, linear
+from ..layout import Mask, Segments
 from ..params import Params
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
 from .rotary import rotate
@@ -60,9 +68,30 @@ def norm(p: Params, name: str, x: Tensor) -> Tensor:
     return layer_norm(x, p[f"{name}.weight"], p.get(f"{name}.bias"), p.config.layer_norm_eps)
 
 
-def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin: Tensor, *, project: Project,
-                     head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
-                     generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> AttentionOutput:
+def token_positions(x: Tensor, mask: Mask, position_ids: Tensor | None) -> Tensor:
+    """The position each row of ``x`` is turned by (:func:`~bertfn.model.members.rotary.rotary_tables`): transformers'
+    0 .. S-1 (``EsmRotaryEmbedding``, ``ModernBertRotaryEmbedding``) where none are given; on the segments layout
+    each text's count from its start, the padding rows' 0.
+
+    Args:
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
+        mask: the layout: the padded one's additive mask or None, or :class:`~bertfn.model.layout.Segments`.
+        position_ids: (B, S) or (S,), or on segments (1, T) (restarting at 0 for each text), or None.
+
+    Returns:
+        (B or 1, S) or (S,); on segments (1, T + pad).
+    """
+    if not isinstance(mask, Segments):
+        return position_ids if position_ids is not None else torch.arange(x.shape[1], device=x.device)
+    if position_ids is None:
+        position_ids = torch.cat([torch.arange(n, device=x.device) for n in mask.lengths])[None]  # (1, T)
+    return F.pad(position_ids, (0, mask.pad)) if mask.pad else position_ids  # (1, T + pad)
+
+
+def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor, *, project: Project,
+                     text_mask: Tensor | None = None, head_mask: Tensor | None = None, impl: str = "eager",
+                     need_probs: bool = False, generator: torch.Generator | None = None,
+                     trace: Trace = NO_TRACE) -> AttentionOutput:
     """Self-attention on rotated queries and keys, up to the output projection (no residual, no LayerNorm).
 
     Without rotary tables (``cos`` None: ESM-1b, whose positions the embeddings added) the queries and keys are
@@ -74,13 +103,19 @@ def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin
     and ``ModernBertAttention``. ESM-2 scales the queries before turning them and ModernBERT the scores
     after the product: the same numbers to float rounding as dividing the scores by sqrt(hd) here.
 
+    On the segments layout each text attends to its own slice (by the fused kernel, or eager with ``need_probs``), and
+    the output projection runs at the rows the layout reads (``Segments.read`` at the last layer).
+
     Args:
         p: one attention block's scope.
-        x: (B, S, H), the block's normalized input.
-        mask: additive, broadcastable to (B, nh, S, S) (ModernBERT's local layers: the window's).
+        x: (B, S, H), the block's normalized input; or (1, T + pad, H) on the segments layout.
+        mask: additive, broadcastable to (B, nh, S, S) (ModernBERT's local layers: the window's), or None; or
+            :class:`~bertfn.model.layout.Segments` (inference: no head mask, dropout or trace).
         cos: (B or 1, 1, S, hd), :func:`~bertfn.model.members.rotary.rotary_tables`, or None (no turn).
         sin: the same.
         project: ``(p, x) -> (query, key, value)``.
+        text_mask: on the segments layout, (1, 1, n, n) additive scores of the longest text, whose top-left (m, m)
+            a text of m tokens adds (ModernBERT's window), or None.
         head_mask: (nh,), 1 keeps a head (runs the eager path).
         impl: "eager" or "sdpa".
         need_probs: return the probabilities (runs the eager path).
@@ -90,10 +125,18 @@ def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin
 
     Returns:
         ``(dense (B, S, H), probs or None, (k, v))``: the output projection (what is added to the residual
-        stream), the probabilities where the eager path ran, the rotated keys and the values.
+        stream; on segments (1, T + pad or r, H)), the probabilities where the eager path ran (on segments each text's
+        (1, nh, n, n), a tuple in the texts' order), the rotated keys and the values.
+
+    Raises:
+        InputError: the segments layout with a head mask, dropout or a trace.
     """
     cfg = p.config
     hd = cfg.head_dim
+    segments = mask if isinstance(mask, Segments) else None
+    if segments is not None and (head_mask is not None or generator is not None or trace):
+        raise InputError("attention on texts laid end to end (Segments) runs inference alone: no head mask, dropout "
+                         "or trace; pass a padded batch (B, S) with its mask for those")
     query, key, value = project(p, x)  # (B, S, nh*hd) each
     query, key, value = trace("query", query), trace("key", key), trace("value", value)
     nh = query.shape[-1] // hd
@@ -103,14 +146,30 @@ def rotary_attention(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin
         q = trace("q_rotated", rotate(q, cos, sin))  # each pair of q turned by its position's angle
         k = trace("k_rotated", rotate(k, cos, sin))
 
-    p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
-    need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
-    if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
-        context, probs = eager_attention(q, k, v, mask, None, head_mask, p_drop, generator, trace)
+    if segments is not None:  # each text attends to itself
+        maps: list[Tensor] = []  # with need_probs, each run's (c, nh, n, n)
+
+        def one(qi: Tensor, ki: Tensor, vi: Tensor) -> Tensor:  # (c, nh, n, hd) each: c texts of n tokens
+            n = qi.shape[2]
+            added = text_mask[..., :n, :n] if text_mask is not None else None  # (1, 1, n, n)
+            if not need_probs:
+                return sdpa_attention(qi, ki, vi, added)
+            context, probs = eager_attention(qi, ki, vi, added)
+            maps.append(probs)
+            return context
+
+        (merged,) = segments.rows(segments.attend(q, k, v, one))  # (1, T + pad or r, nh*hd)
+        probs = tuple(t for run in maps for t in run.split(1)) if need_probs else None  # each text's (1, nh, n, n)
     else:
-        context, probs = sdpa_attention(q, k, v, mask), None
-    context = trace("context", context)  # (B, nh, S, hd)
-    merged = trace("merged", merge_heads(context))  # (B, S, nh*hd)
+        p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
+        need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
+        if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
+            context, probs = eager_attention(q, k, v, mask, None, head_mask, p_drop, generator, trace)
+        else:
+            context, probs = sdpa_attention(q, k, v, mask), None
+        context = trace("context", context)  # (B, nh, S, hd)
+        merged = merge_heads(context)  # (B, S, nh*hd)
+    merged = trace("merged", merged)
     weight, bias = p["output.dense.weight"], p.get("output.dense.bias")
     if trace.wants("head_outputs"):
         heads = trace("head_outputs", head_outputs(merged, weight, nh))  # (B, nh, S, H)
@@ -136,28 +195,30 @@ def mlp(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: T
         (B, S, H).
     """
     cfg = p.config
-    h = ACTIVATIONS[cfg.hidden_act](linear(x, p["intermediate.dense.weight"], p.get("intermediate.dense.bias")))
-    h = trace("intermediate", h)  # (B, S, I)
+    h = linear(x, p["intermediate.dense.weight"], p.get("intermediate.dense.bias"), cfg.hidden_act)  # (B, S, I)
+    h = trace("intermediate", h)
     h = linear(h, p["output.dense.weight"], p.get("output.dense.bias"))  # (B, S, H)
     return trace("dense", dropout(h, cfg.hidden_dropout_prob, generator))
 
 
-def pre_ln_layer(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin: Tensor, *, project: Project,
-                 feed_forward: FeedForward, head_mask: Tensor | None = None, impl: str = "eager",
-                 need_probs: bool = False, generator: torch.Generator | None = None,
+def pre_ln_layer(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor, *, project: Project,
+                 feed_forward: FeedForward, text_mask: Tensor | None = None, head_mask: Tensor | None = None,
+                 impl: str = "eager", need_probs: bool = False, generator: torch.Generator | None = None,
                  trace: Trace = NO_TRACE) -> LayerOutput:
     """One pre-LN layer: ``a = x + Attn(LN_1(x))``, ``h = a + FFN(LN_2(a))`` (``EsmLayer``, ``ModernBertEncoderLayer``).
 
-    LN_1 is left out where the checkpoint has no ``attention_norm`` (ModernBERT's layer 0).
+    LN_1 is left out where the checkpoint has no ``attention_norm`` (ModernBERT's layer 0). On the segments layout
+    every step after attention runs at the rows the layout reads (``Segments.read`` at the last layer).
 
     Args:
         p: one layer's scope.
-        x: (B, S, H).
-        mask: additive attention mask.
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
+        mask: additive attention mask, or None; or :class:`~bertfn.model.layout.Segments`.
         cos: the rotary tables of this layer's positions and base, or None (learned positions: no turn).
         sin: the same.
         project: how the queries, keys and values are formed (:data:`Project`).
         feed_forward: the feed-forward branch (:data:`FeedForward`).
+        text_mask: on segments, the scores each text adds (:func:`rotary_attention`), or None.
         head_mask: (nh,), 1 keeps a head.
         impl: "eager" or "sdpa".
         need_probs: return the probabilities.
@@ -166,11 +227,15 @@ def pre_ln_layer(p: Params, x: Tensor, mask: Tensor | None, cos: Tensor, sin: Te
             (the residual sum), ``ffn.norm``, the branch's points, ``ffn.output`` and ``output``.
 
     Returns:
-        The new hidden states (B, S, H) with the probabilities and keys/values (:class:`LayerOutput`).
+        The new hidden states (B, S, H) (on segments (1, T + pad or r, H)) with the probabilities and keys/values
+        (:class:`LayerOutput`).
     """
     h = trace("attention.norm", norm(p, "attention_norm", x)) if "attention_norm.weight" in p else x
-    a = rotary_attention(p.scope("attention"), h, mask, cos, sin, project=project, head_mask=head_mask, impl=impl,
-                         need_probs=need_probs, generator=generator, trace=trace.scope("attention"))
+    a = rotary_attention(p.scope("attention"), h, mask, cos, sin, project=project, text_mask=text_mask,
+                         head_mask=head_mask, impl=impl, need_probs=need_probs, generator=generator,
+                         trace=trace.scope("attention"))
+    if isinstance(mask, Segments):
+        (x,) = mask.rows(x)  # (1, T + pad or r, H): the residual stream at the rows read
     x = trace("attention.output", x + a.hidden)  # (B, S, H): the residual stream after attention
     h = trace("ffn.norm", norm(p, "ffn_norm", x))
     x = trace("ffn.output", x + feed_forward(p, h, generator, trace.scope("ffn")))  # (B, S, H)
