@@ -4,15 +4,18 @@ The house, one room per part a reader would name, each importing only the rooms 
 
     errors.py     the exceptions every room raises
     model/        the forward pass, read top to bottom: functional -> embeddings -> attention ->
-                  encoder -> heads (config.py, params.py and recorder.py beside them)
+                  encoder -> heads (config.py, params.py and recorder.py beside them; layout.py: padded batches
+                  or texts laid end to end; members/: what each of BERT's family changes)
     checkpoint/   a hub id or a folder becomes a Model: loading, state checks, tokenizer; new Models
-                  made by pruning or from scratch
-    fast/         the same numbers, faster: texts end to end without padding, kernels chosen per call
-    tasks/        fill-mask, scoring (PLL, mutation effects) and joint filling, embeddings
+                  made by pruning or from scratch; sentence-transformers folders
+    fast/         speed beneath that one pass: the kernel each product runs on (chosen per CPU), texts grouped
+                  by length and laid end to end
+    tasks/        the pipelines: fill-mask, scoring (PLL, mutation effects), joint filling, embeddings, and the
+                  fine-tuned heads' (classify, tag, answer, zero_shot, rerank, choose, contacts)
     inspect/      trace (every intermediate of a pass), plots, the explorer page
-    interventions/  edits by name: ablation of heads and neurons, steering, activation patching
+    interventions/  edits by name: ablation of heads and neurons, steering, activation patching; attributions
     corpus/       tasks over texts of any number: streams, files, Ray (not imported here)
-    cli.py        the ``bertfn`` command, a thin layer over the above
+    cli/          the ``bertfn`` command, one module per subcommand, a thin layer over the above
 
 Calls that read text take the texts first and the model second (``fill_mask(texts, model)``,
 ``trace(text, model)``); checkpoint/resolve.py turns what they are given into a Model.

@@ -11,8 +11,8 @@ def run() -> None:
 
     The objects that exist before the command runs (importing torch makes over a million) and after it
     are set aside from the garbage collector (``gc.freeze``): its collections, the interpreter's last ones
-    at exit included, then skip them (reference counting still frees them). A command's exit takes 0.1 s
-    instead of 0.45 s (an AMD EPYC, torch 2.13), and its full collections during the run far less.
+    at exit included, then skip them (reference counting still frees them): a command's exit and its full
+    collections during the run no longer walk torch's objects.
     """
     gc.freeze()
     code = main()

@@ -35,9 +35,8 @@ def matmul_layout(state: dict[str, torch.Tensor]) -> None:
 
     A checkpoint holds a linear weight as (out, in) rows, and ``F.linear(x, w)`` multiplies ``x``
     by ``w.t()``: a transposed matrix for the BLAS library. Laid out the other way round
-    (:func:`in_out`), the same call hands MKL a plain (in, out) matrix, which it multiplies 25-35%
-    faster for a sentence's 8-16 rows, a few % faster up to 128 rows and as fast for more
-    (``python bench/kernels.py``).
+    (:func:`in_out`), the same call hands MKL a plain (in, out) matrix, which it multiplies faster at a
+    sentence's few rows and as fast at many (``python bench/kernels.py`` measures it on the machine at hand).
 
     Weights are replaced one at a time, so memory holds one weight twice at most. The embedding
     tables (and the decoder tied to the word embeddings) stay row by row: lookups read rows. Such a
@@ -54,10 +53,10 @@ def matmul_layout(state: dict[str, torch.Tensor]) -> None:
 def as_stored(state: dict[str, torch.Tensor]) -> bool:
     """A ``prepare`` for :func:`~bertfn.checkpoint.loading.load` that keeps every weight as stored, (out, in).
 
-    For a trace of a long text, where the (in, out) layout gains less than it costs. On an AMD EPYC,
-    at 512 tokens on bert-base's shape, the layout makes the trace's products 0.04 s faster and costs
-    0.27 s of copies (``bertfn view``, ``bertfn attention``). With it, ``load`` maps a safetensors file
-    instead of reading it (nothing copies the weights).
+    For a trace of a long text, where the (in, out) layout gains less than it costs: at hundreds of rows the
+    products run as fast either way, and the layout is a copy of every weight (``bertfn view``,
+    ``bertfn attention``). With it, ``load`` maps a safetensors file instead of reading it (nothing copies the
+    weights).
 
     Args:
         state: the model's state (left as it is).

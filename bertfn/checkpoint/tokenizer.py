@@ -128,7 +128,7 @@ class Tokenizer:
         self.unk_token, self.unk_token_id, _ = found["unk"]
         self.pad_token_id = found["pad"][1] if found["pad"][1] is not None else 0
         self.pad_token = backend.id_to_token(self.pad_token_id)
-        # counted once: tokenizers rebuilds its whole vocabulary map on every get_vocab_size (~14 ms for 30k)
+        # counted once: tokenizers rebuilds its whole vocabulary map on every get_vocab_size
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         backend.no_truncation()
         backend.enable_padding(pad_id=self.pad_token_id, pad_token=self.pad_token)

@@ -14,10 +14,9 @@ computing ``x W^T + b``:
   (:func:`bertfn.fast.choice.pack_state`).
 
 Which kernel runs is measured on the machine, per dtype and row band (:mod:`bertfn.fast.choice`:
-once per CPU model and torch version, cached in a user file; ``BERTFN_KERNEL`` forces one). On one
-AMD EPYC (AVX-512-bf16, no AMX) oneDNN on packed weights multiplies bert-base's 72 encoder weights
-at 12 rows in 18 ms where MKL's sgemm takes 37-46 ms; on a Xeon with AMX MKL on (in, out) weights
-came within 5-7% of it: the choice cannot be written down once.
+once per CPU model and torch version, cached in a user file; ``BERTFN_KERNEL`` forces one). The fastest
+differs between CPUs (oneDNN on packed weights well ahead of MKL's sgemm on an AMD EPYC without AMX, the two
+close on a Xeon with AMX: bench/kernels.py measures them), so the choice cannot be written down once.
 
 The state_dict stays the source of truth: a packed copy is derived from one of its tensors, is never
 written back, and is rebuilt when that tensor changes in place (its version counter moves), so

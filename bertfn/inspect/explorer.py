@@ -205,9 +205,9 @@ def _data_block(arrays: dict[str, np.ndarray]) -> Iterator[bytes]:
     """The arrays in :func:`_layout`'s order as one zlib stream, base64-encoded, in pieces (ASCII bytes).
 
     Yielded as it is compressed: the whole block is never in memory. zlib runs at level 1 with ``Z_RLE``
-    (Huffman codes plus runs of one repeated byte, no string matching): at 512 tokens on bert-base's
-    shape the attention codes shrink to 11.6 MB of 37.7 in 0.3 s, where the default strategy at level 3
-    gave 14.4 MB in 1 s (codes of diffuse rows are noise to string matching).
+    (Huffman codes plus runs of one repeated byte, no string matching): the attention codes of diffuse rows are
+    noise to string matching, so the default strategy spends several times the time for a larger result
+    (bench/explorer.py).
 
     Args:
         arrays: the named arrays; emptied, each array freed once compressed.

@@ -158,8 +158,8 @@ def laid_out(x: Tensor, segments: Segments, weight: Tensor | None) -> tuple[Tens
     """The embeddings of texts laid end to end with the kernels' padding rows added.
 
     A kernel that pads a product's rows to one of a few counts (oneDNN: :func:`~bertfn.model.functional.product_rows`)
-    would copy every product's input to do so; zero rows added once here spare those copies (in bf16 on an AMD EPYC,
-    scoring's groups of up to 2048 rows ran 9-11% faster so). They attend to nothing and nothing attends to them.
+    would copy every product's input to do so; zero rows added once here spare those copies. They attend to nothing and
+    nothing attends to them.
 
     Args:
         x: (1, T, H), the embeddings (:func:`check_segments` checked).
