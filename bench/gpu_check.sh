@@ -15,7 +15,7 @@
 #   2. prints the GPU's name, torch's and CUDA's versions;
 #   3. runs the tests that take a device on it (BERTFN_TEST_DEVICE, default cuda: tests/conftest.py), slow ones
 #      included: the parity of BERT and of every member, fill-mask, score, substitution matrices, embed, trace, a
-#      sweep, fp16/bf16 against fp32, the fast path;
+#      sweep, fp16/bf16 against fp32, the fast path, the segments layout of every member against its padded batches;
 #   4. runs bench/gpu_bench.py on it (--quick on the CPU);
 #   5. writes OUT_DIR/results.md (the GPU, the versions, each test file's counts, the failures and skip reasons,
 #      the bench table) and the logs beside it, after every step, so a step that fails or a run cut short still
@@ -42,7 +42,7 @@ TEST_TIMEOUT=${BERTFN_GPU_TEST_TIMEOUT:-$((300 * SLOW))}
 BENCH_TIMEOUT=${BERTFN_GPU_BENCH_TIMEOUT:-$((240 * SLOW))}
 TESTS=(tests/test_parity.py tests/test_family.py tests/test_family_modern.py tests/test_fill_mask.py
        tests/test_scoring.py tests/test_mutations.py tests/test_pooling.py tests/test_trace.py tests/test_study.py
-       tests/test_numerics.py tests/test_fast_path.py)
+       tests/test_numerics.py tests/test_fast_path.py tests/test_layouts.py)
 TORCH_PIN=$(grep -o 'torch==[0-9][0-9.]*' README.md | head -1)  # the README's torch, as a user installs it
 START=$SECONDS
 if COMMIT=$(git rev-parse --short HEAD 2>/dev/null); then

@@ -4,7 +4,8 @@ the hidden states the padded batch gives it, within 1e-5 in fp32, member by memb
 Tiny random models (``bertfn.init_model``, every LayerNorm and bias moved off its init), no transformers. Texts of
 20, 7, 3 and 1 tokens (BERT's layer: some of one length too, which attend as one batch): every text's last hidden
 states, and those at a few rows alone (``Segments.read``: the last layer's output there only), against the right-
-(and left-) padded batch. DeBERTa's are in tests/test_deberta_layouts.py.
+(and left-) padded batch, on BERTFN_TEST_DEVICE (bench/gpu_check.sh runs them on a GPU: 1e-4 there). DeBERTa's
+are in tests/test_deberta_layouts.py.
 """
 
 from __future__ import annotations
@@ -12,23 +13,25 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import DEVICE, fp32_atol, on_device
+
 import bertfn
 from bertfn.model.layout import Segments
 
-TOL = dict(atol=1e-5, rtol=0)
+TOL = dict(atol=fp32_atol(1e-5), rtol=0)
 LENGTHS = (20, 7, 3, 1)
-READ = torch.tensor([0, 19, 20, 26, 29, 30])
+READ = on_device(torch.tensor([0, 19, 20, 26, 29, 30]))
 """Rows of the texts laid end to end: the first text's ends, the second's, the third's last, the one-token text."""
 
 
 def padded(rows: list[torch.Tensor], side: str, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rows`` padded with ``pad`` on ``side`` to the longest: (B, S) and the 0/1 mask."""
+    """``rows`` padded with ``pad`` on ``side`` to the longest: (B, S) and the 0/1 mask, on the tests' device."""
     S = max(len(r) for r in rows)
     out, mask = torch.full((len(rows), S), pad, dtype=torch.long), torch.zeros(len(rows), S, dtype=torch.long)
     for i, r in enumerate(rows):
         at = slice(0, len(r)) if side == "right" else slice(S - len(r), S)
         out[i, at], mask[i, at] = r, 1
-    return out, mask
+    return on_device(out), on_device(mask)
 
 
 # --- BERT's layer (and the members that keep it) ------------------------------------------------------------
@@ -53,7 +56,7 @@ BERT_LAYER = {
 position bias."""
 RUNS = (20, 7, 7, 3, 3, 3, 1)
 """Texts of which some share a length: those attend as one dense batch (``Segments.attend``'s runs)."""
-RUNS_READ = torch.tensor([0, 19, 20, 27, 33, 39, 43])
+RUNS_READ = on_device(torch.tensor([0, 19, 20, 27, 33, 39, 43]))
 
 
 def bert_layer_model(member: str) -> bertfn.Model:
@@ -64,7 +67,7 @@ def bert_layer_model(member: str) -> bertfn.Model:
     for name, t in model.state.items():
         if "norm" in name.lower() or name.endswith("bias"):
             t.add_(torch.randn(t.shape, generator=g) * 0.3)
-    return model
+    return model.to(DEVICE)
 
 
 @pytest.mark.parametrize("member", list(BERT_LAYER))
@@ -73,7 +76,7 @@ def test_bert_layer_texts_end_to_end_equal_the_padded_batch(member):
     model = bert_layer_model(member)
     g = torch.Generator().manual_seed(2)
     ids = [torch.randint(4, 24, (n,), generator=g) for n in RUNS]
-    ends = torch.cat(ids)[None]  # (1, T)
+    ends = on_device(torch.cat(ids)[None])  # (1, T)
     with torch.inference_mode():
         every = bertfn.encoder(model, ends, Segments(RUNS)).last_hidden_state  # (1, T, H)
         some = bertfn.encoder(model, ends, Segments(RUNS, read=RUNS_READ)).last_hidden_state  # (1, r, H)
@@ -88,14 +91,14 @@ def test_segments_pool_each_text_and_refuse_what_they_do_not_run():
     """The pooler reads each text's first token; a cache, cross-attention, probabilities and a trace need the padded
     layout, and input that is not the texts' lengths end to end is refused."""
     model = bertfn.init_model(bertfn.BertConfig.from_dict(dict(SMALL, model_type="bert")), parts=("pooler",),
-                              generator=torch.Generator().manual_seed(0))
+                              generator=torch.Generator().manual_seed(0)).to(DEVICE)
     g = torch.Generator().manual_seed(2)
     ids = [torch.randint(4, 24, (n,), generator=g) for n in RUNS]
     batch, mask = padded(ids, "right", 0)
     with torch.inference_mode():
-        pooled = bertfn.encoder(model, torch.cat(ids)[None], Segments(RUNS)).pooler_output  # (b, H)
+        pooled = bertfn.encoder(model, on_device(torch.cat(ids)[None]), Segments(RUNS)).pooler_output  # (b, H)
         torch.testing.assert_close(pooled, bertfn.encoder(model, batch, mask).pooler_output, **TOL)
-        ends = torch.cat(ids)[None]
+        ends = on_device(torch.cat(ids)[None])
         for call in (lambda: bertfn.encoder(model, ends, Segments(RUNS), output_attentions=True),
                      lambda: bertfn.encoder(model, ends, Segments(RUNS), trace=bertfn.Trace()),
                      lambda: bertfn.encoder(model, ends, Segments(RUNS), use_cache=True),
@@ -131,7 +134,7 @@ def pre_ln_model(member: str) -> bertfn.Model:
     for name, t in model.state.items():
         if "norm" in name.lower() or name.endswith("bias"):
             t.add_(torch.randn(t.shape, generator=g) * 0.3)
-    return model
+    return model.to(DEVICE)
 
 
 def pre_ln_texts(config) -> list[torch.Tensor]:
@@ -153,7 +156,7 @@ def test_pre_ln_texts_end_to_end_equal_the_padded_batch(member, side):
     batch, mask = padded(ids, side, model.config.pad_token_id)
     with torch.inference_mode():
         expected = bertfn.encoder(model, batch, mask).last_hidden_state[mask.bool()]  # (T, H): each text's rows
-        ends = torch.cat(ids)[None]  # (1, T)
+        ends = on_device(torch.cat(ids)[None])  # (1, T)
         every = bertfn.encoder(model, ends, Segments(LENGTHS)).last_hidden_state  # (1, T, H)
         some = bertfn.encoder(model, ends, Segments(LENGTHS, read=READ)).last_hidden_state  # (1, r, H)
     torch.testing.assert_close(every[0], expected, **TOL)
@@ -169,7 +172,7 @@ def test_pre_ln_attentions_on_segments_are_each_texts_own(member):
     batch, mask = padded(ids, "right", model.config.pad_token_id)
     with torch.inference_mode():
         expected = bertfn.encoder(model, batch, mask, output_attentions=True).attentions  # L of (B, nh, S, S)
-        got = bertfn.encoder(model, torch.cat(ids)[None], Segments(LENGTHS, read=READ[:1]),
+        got = bertfn.encoder(model, on_device(torch.cat(ids)[None]), Segments(LENGTHS, read=READ[:1]),
                              output_attentions=True).attentions  # L of b (1, nh, n, n)
     assert len(got) == model.config.num_hidden_layers
     for layer, texts in zip(expected, got):
@@ -183,8 +186,8 @@ def test_pre_ln_layers_leave_the_padding_rows_alone(member):
     """A layer on segments with zero rows after the texts (``Segments.pad``, the rows a kernel pads its products to)
     gives the texts' rows it gives without them; without position ids it counts each text's from its start."""
     model = pre_ln_model(member)
-    x = torch.randn(1, sum(LENGTHS), 16, generator=torch.Generator().manual_seed(3))
-    positions = torch.cat([torch.arange(n) for n in LENGTHS])[None]  # (1, T)
+    x = on_device(torch.randn(1, sum(LENGTHS), 16, generator=torch.Generator().manual_seed(3)))
+    positions = on_device(torch.cat([torch.arange(n) for n in LENGTHS])[None])  # (1, T)
     p = model.params.scope("bert")
     with torch.inference_mode():
         for i in range(model.config.num_hidden_layers):
@@ -198,6 +201,6 @@ def test_pre_ln_layers_leave_the_padding_rows_alone(member):
 
 def test_pre_ln_segments_refuse_what_inference_alone_runs_without():
     model = pre_ln_model("modernbert")
-    ids = torch.cat(pre_ln_texts(model.config))[None]
+    ids = on_device(torch.cat(pre_ln_texts(model.config))[None])
     with pytest.raises(bertfn.InputError, match="Segments"):
-        bertfn.encoder(model, ids, Segments(LENGTHS), head_mask=torch.ones(2))
+        bertfn.encoder(model, ids, Segments(LENGTHS), head_mask=on_device(torch.ones(2)))
