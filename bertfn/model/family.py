@@ -47,6 +47,8 @@ from .config import BertConfig
 from .shapes import expected_shapes
 
 Tensor = torch.Tensor
+Names = tuple[tuple[str, str], ...]
+"""A member's table of checkpoint names: ``(regex of BERT's name, the member's)`` rules, read by :func:`renamed`."""
 
 
 class TaskHead(NamedTuple):
@@ -84,7 +86,9 @@ class Family:
         name: as people write it: "RoBERTa".
         model_type: config.json's model_type: "roberta".
         prefix: the base model's key prefix in its checkpoints: "roberta.".
-        key: ``(BERT name, config) -> the member's checkpoint name``.
+        key: the member's checkpoint names: a table of ``(BERT name pattern, the member's)`` that :func:`renamed`
+            reads, first match wins (:data:`~bertfn.model.members.roberta.KEYS`); or ``(BERT name, config) -> the
+            member's checkpoint name`` where the renaming reads the config (ALBERT's layer groups, DeBERTa's head).
         shapes: ``(config, BERT's table, present weights) -> the member's table`` of keys and shapes.
         normalize: ``(state, config) -> state``: what loading does to a state read from a file.
         embeddings: the embeddings step, with BERT's signature plus ``attention_mask=`` (the 0/1 padding mask or None).
@@ -114,7 +118,7 @@ class Family:
     name: str  # as people write it: "RoBERTa"
     model_type: str  # config.json's model_type: "roberta"
     prefix: str  # the base model's key prefix in its checkpoints: "roberta."
-    key: Callable[[str, BertConfig], str] | None = None  # BERT name -> the member's checkpoint name
+    key: Names | Callable[[str, BertConfig], str] | None = None  # BERT name -> the member's checkpoint name
     shapes: Callable[[BertConfig, dict[str, tuple[int, ...]], Mapping[str, Tensor]], dict[str, tuple[int, ...]]] | None = None
     normalize: Callable[[dict[str, Tensor], BertConfig], dict[str, Tensor]] | None = None
     embeddings: Callable[..., Tensor] | None = None  # the embeddings step, BERT's signature + attention_mask=
@@ -180,7 +184,7 @@ def member_name(config: BertConfig) -> str:
     return family.variant(config) if family.variant is not None else family.name
 
 
-def renamed(name: str, table: tuple[tuple[str, str], ...]) -> str:
+def renamed(name: str, table: Names) -> str:
     r"""``name`` rewritten by the first rule of ``table`` whose pattern matches its start, or unchanged.
 
     A member's key table, read top to bottom.
@@ -288,7 +292,7 @@ def renamer(config: BertConfig) -> Callable[[str], str] | None:
     def rename(name: str) -> str:
         k = memo.get(name)
         if k is None:
-            k = memo[name] = family.key(name, config)
+            k = memo[name] = family.key(name, config) if callable(family.key) else renamed(name, family.key)
         return k
 
     _renamers[id(config)] = (config, rename)  # the config is kept alive with it, so its id stays its own

@@ -29,7 +29,7 @@ import torch
 
 from ..config import BertConfig
 from ..embeddings import check_ids, default_position_ids, word_vectors
-from ..family import Family, TaskHead, normalizer, register, renamed
+from ..family import Family, TaskHead, normalizer, register
 from ..functional import dropout, layer_norm, linear
 from ..heads import classifier_dropout, question_answering, token_classification
 from ..linearized import span_reader_parts, through_activation, through_linear, token_classifier_parts
@@ -230,16 +230,6 @@ KEYS = (
 """BERT's names -> DistilBERT's, first match wins (:func:`~bertfn.model.family.renamed`)."""
 
 
-def key(name: str, config: BertConfig) -> str:
-    """The DistilBERT checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
-
-    Args:
-        name: a BERT name.
-        config: the model's config (unused).
-    """
-    return renamed(name, KEYS)
-
-
 def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
     """BERT's table without the token-type embeddings.
 
@@ -252,7 +242,7 @@ def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> di
 
 
 DISTILBERT = register(Family(
-    name="DistilBERT", model_type="distilbert", prefix="distilbert.", key=key, shapes=shapes,
+    name="DistilBERT", model_type="distilbert", prefix="distilbert.", key=KEYS, shapes=shapes,
     normalize=normalizer("distilbert.", ("embeddings.", "transformer."),
                          (("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight"),)),
     embeddings=embeddings, embedding_points=lambda config: ("word", "position", "sum", "output"),

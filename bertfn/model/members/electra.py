@@ -26,7 +26,7 @@ import torch
 from ...errors import ConfigError
 from ..config import BertConfig
 from ..embeddings import embeddings as bert_embeddings
-from ..family import Family, TaskHead, normalizer, register, renamed
+from ..family import Family, TaskHead, normalizer, register
 from ..functional import ACTIVATIONS, dropout, linear
 from ..params import Params, as_params
 from ..recorder import NO_TRACE, Trace
@@ -283,18 +283,8 @@ KEYS = (
 """BERT's names -> ELECTRA's, first match wins (:func:`~bertfn.model.family.renamed`)."""
 
 
-def key(name: str, config: BertConfig) -> str:
-    """The ELECTRA checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
-
-    Args:
-        name: a BERT name.
-        config: the model's config (unused).
-    """
-    return renamed(name, KEYS)
-
-
 ELECTRA = register(Family(
-    name="ELECTRA", model_type="electra", prefix="electra.", key=key, shapes=shapes,
+    name="ELECTRA", model_type="electra", prefix="electra.", key=KEYS, shapes=shapes,
     normalize=normalizer("electra.", ("embeddings.", "embeddings_project.", "encoder."),
                          (("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight"),)),
     embeddings=factorized_embeddings, embedding_points=lambda config: factorized_points(config, config.embedding_size != config.hidden_size),

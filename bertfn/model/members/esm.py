@@ -46,7 +46,7 @@ from ...errors import ConfigError, IgnoredConfigWarning
 from ..attention import separate_projections
 from ..config import BertConfig
 from ..encoder import LayerOutput
-from ..family import Family, normalizer, register, renamed
+from ..family import Family, normalizer, register
 from ..functional import linear
 from ..layout import Mask
 from ..params import Params
@@ -250,16 +250,6 @@ KEYS = (
 """BERT's names (and the pre-LN layer's, :mod:`bertfn.model.members.prenorm`) -> ESM's, first match wins."""
 
 
-def key(name: str, config: BertConfig) -> str:
-    """The ESM checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
-
-    Args:
-        name: a BERT name.
-        config: the model's config (unused).
-    """
-    return renamed(name, KEYS)
-
-
 def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
     """ESM's keys and shapes by BERT's names: BERT's table without token types and post-LNs (and without positions
     where they are rotary), with the pre-LNs, the final norm and, where the file has it, the contact head.
@@ -300,7 +290,7 @@ def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]
 
 
 ESM = register(Family(
-    name="ESM-2", model_type="esm", prefix="esm.", key=key, shapes=shapes, normalize=normalize,
+    name="ESM-2", model_type="esm", prefix="esm.", key=KEYS, shapes=shapes, normalize=normalize,
     embeddings=embeddings,
     embedding_points=embedding_points, longest=longest_input,
     head_act="gelu",

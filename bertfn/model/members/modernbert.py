@@ -40,7 +40,7 @@ from ...errors import ConfigError
 from ..config import BertConfig
 from ..embeddings import word_vectors
 from ..encoder import LayerOutput
-from ..family import Family, register, renamed
+from ..family import Family, register
 from ..functional import ACTIVATIONS, dropout, linear
 from ..layout import Mask, Segments
 from ..params import Params, scoped
@@ -307,16 +307,6 @@ KEYS = (
 """BERT's names (and the pre-LN layer's, :mod:`bertfn.model.members.prenorm`) -> ModernBERT's, first match wins."""
 
 
-def key(name: str, config: BertConfig) -> str:
-    """The ModernBERT checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
-
-    Args:
-        name: a BERT name.
-        config: the model's config (unused).
-    """
-    return renamed(name, KEYS)
-
-
 def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
     """ModernBERT's keys and shapes by BERT's names (its own table: its layers share few of BERT's weights).
 
@@ -373,7 +363,7 @@ def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]
 
 
 MODERNBERT = register(Family(
-    name="ModernBERT", model_type="modernbert", prefix="model.", key=key, shapes=shapes, normalize=normalize,
+    name="ModernBERT", model_type="modernbert", prefix="model.", key=KEYS, shapes=shapes, normalize=normalize,
     embeddings=embeddings, embedding_points=lambda config: ("word", "output"),
     head_act=lambda config: config.classifier_activation,
     layer=layer, layer_points=lambda config, i, optional: layer_points(

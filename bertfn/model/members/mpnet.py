@@ -34,7 +34,7 @@ from ..attention import chosen_impl, head_outputs, merge_heads, separate_project
 from ..config import BertConfig
 from ..embeddings import check_ids, word_vectors
 from ..encoder import LayerOutput, chunked_feed_forward
-from ..family import Family, normalizer, register, renamed
+from ..family import Family, normalizer, register
 from ..functional import dropout, layer_norm, linear
 from ..layout import Mask, Segments
 from ..params import Params, scoped
@@ -296,16 +296,6 @@ KEYS = (
 ``attention.relative_attention_bias`` is the one shared table."""
 
 
-def key(name: str, config: BertConfig) -> str:
-    """The MPNet checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
-
-    Args:
-        name: a BERT name.
-        config: the model's config (unused).
-    """
-    return renamed(name, KEYS)
-
-
 def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
     """BERT's table without the token-type embeddings, with the shared bias table (buckets, nh).
 
@@ -321,7 +311,7 @@ def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> di
 
 
 MPNET = register(Family(
-    name="MPNet", model_type="mpnet", prefix="mpnet.", key=key, shapes=shapes,
+    name="MPNet", model_type="mpnet", prefix="mpnet.", key=KEYS, shapes=shapes,
     normalize=normalizer("mpnet.", ("embeddings.", "encoder.", "pooler."),
                          (("lm_head.decoder.weight", "mpnet.embeddings.word_embeddings.weight"),
                           ("lm_head.decoder.bias", "lm_head.bias"))),

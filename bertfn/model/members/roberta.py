@@ -33,7 +33,7 @@ import torch
 
 from ..config import BertConfig
 from ..embeddings import embeddings as bert_embeddings
-from ..family import Family, TaskHead, normalizer, register, renamed
+from ..family import Family, TaskHead, normalizer, register
 from ..functional import ACTIVATIONS, dropout, linear
 from ..heads import classifier_dropout
 from ..linearized import through_activation, through_linear
@@ -200,18 +200,8 @@ KEYS = (
 names are BERT's."""
 
 
-def key(name: str, config: BertConfig) -> str:
-    """The RoBERTa checkpoint key that holds BERT's ``name`` (:data:`KEYS`).
-
-    Args:
-        name: a BERT name.
-        config: the model's config (unused: RoBERTa's names do not depend on it).
-    """
-    return renamed(name, KEYS)
-
-
 ROBERTA = register(Family(
-    name="RoBERTa", model_type="roberta", prefix="roberta.", key=key,
+    name="RoBERTa", model_type="roberta", prefix="roberta.", key=KEYS,
     normalize=normalizer("roberta.", ("embeddings.", "encoder.", "pooler."),
                          (("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight"),
                           ("lm_head.decoder.bias", "lm_head.bias"))),
