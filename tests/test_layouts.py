@@ -34,6 +34,16 @@ def padded(rows: list[torch.Tensor], side: str, pad: int) -> tuple[torch.Tensor,
     return on_device(out), on_device(mask)
 
 
+def random_member(fields: dict) -> bertfn.Model:
+    """A random model of the config ``fields`` on the tests' device, every norm and bias off its init."""
+    model = bertfn.init_model(bertfn.BertConfig.from_dict(fields), parts=(), generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(1)
+    for name, t in model.state.items():
+        if "norm" in name.lower() or name.endswith("bias"):
+            t.add_(torch.randn(t.shape, generator=g) * 0.3)
+    return model.to(DEVICE)
+
+
 # --- BERT's layer (and the members that keep it) ------------------------------------------------------------
 
 SMALL = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
@@ -59,21 +69,10 @@ RUNS = (20, 7, 7, 3, 3, 3, 1)
 RUNS_READ = on_device(torch.tensor([0, 19, 20, 27, 33, 39, 43]))
 
 
-def bert_layer_model(member: str) -> bertfn.Model:
-    """A random model of :data:`BERT_LAYER`'s ``member``, every norm and bias off its init."""
-    model = bertfn.init_model(bertfn.BertConfig.from_dict(BERT_LAYER[member]), parts=(),
-                              generator=torch.Generator().manual_seed(0))
-    g = torch.Generator().manual_seed(1)
-    for name, t in model.state.items():
-        if "norm" in name.lower() or name.endswith("bias"):
-            t.add_(torch.randn(t.shape, generator=g) * 0.3)
-    return model.to(DEVICE)
-
-
 @pytest.mark.parametrize("member", list(BERT_LAYER))
 def test_bert_layer_texts_end_to_end_equal_the_padded_batch(member):
     """Padded on the right (and on the left where positions count the real tokens: RoBERTa's, MPNet's bias)."""
-    model = bert_layer_model(member)
+    model = random_member(BERT_LAYER[member])
     g = torch.Generator().manual_seed(2)
     ids = [torch.randint(4, 24, (n,), generator=g) for n in RUNS]
     ends = on_device(torch.cat(ids)[None])  # (1, T)
@@ -105,6 +104,9 @@ def test_segments_pool_each_text_and_refuse_what_they_do_not_run():
                      lambda: bertfn.encoder(model, ends, Segments(RUNS[:-1]))):
             with pytest.raises(bertfn.InputError, match="end to end"):
                 call()
+    mpnet = random_member(BERT_LAYER["mpnet"])  # its own attention refuses as BERT's does
+    with pytest.raises(bertfn.InputError, match="without head mask"):
+        bertfn.encoder(mpnet, ends, Segments(RUNS), head_mask=on_device(torch.ones(2)))
 
 
 # --- pre-LN members ---------------------------------------------------------------------------------------------
@@ -126,17 +128,6 @@ PRE_LN = {
 (layers 0 and 3 global, 1 and 2 local with a window of 4 either side, shorter than the longest text; every bias)."""
 
 
-def pre_ln_model(member: str) -> bertfn.Model:
-    """A random model of :data:`PRE_LN`'s ``member``, every norm and bias off its init."""
-    model = bertfn.init_model(bertfn.BertConfig.from_dict(PRE_LN[member]), parts=(),
-                              generator=torch.Generator().manual_seed(0))
-    g = torch.Generator().manual_seed(1)
-    for name, t in model.state.items():
-        if "norm" in name.lower() or name.endswith("bias"):
-            t.add_(torch.randn(t.shape, generator=g) * 0.3)
-    return model.to(DEVICE)
-
-
 def pre_ln_texts(config) -> list[torch.Tensor]:
     """The texts' ids, each (n,); ESM's with masks in unequal shares (1 of 20, 2 of 7, 1 of 3, none of 1), so that
     token dropout scales each text by its own share."""
@@ -151,7 +142,7 @@ def pre_ln_texts(config) -> list[torch.Tensor]:
 @pytest.mark.parametrize("member", list(PRE_LN))
 def test_pre_ln_texts_end_to_end_equal_the_padded_batch(member, side):
     """Each text's own rotary positions, window (ModernBERT's local layers) and share of masks (ESM's token dropout)."""
-    model = pre_ln_model(member)
+    model = random_member(PRE_LN[member])
     ids = pre_ln_texts(model.config)
     batch, mask = padded(ids, side, model.config.pad_token_id)
     with torch.inference_mode():
@@ -167,7 +158,7 @@ def test_pre_ln_texts_end_to_end_equal_the_padded_batch(member, side):
 def test_pre_ln_attentions_on_segments_are_each_texts_own(member):
     """With ``output_attentions`` each layer gives each text's probabilities (1, nh, n, n) (ESM-2's contact head reads
     them): those of its row of the padded batch, over its real tokens."""
-    model = pre_ln_model(member)
+    model = random_member(PRE_LN[member])
     ids = pre_ln_texts(model.config)
     batch, mask = padded(ids, "right", model.config.pad_token_id)
     with torch.inference_mode():
@@ -185,7 +176,7 @@ def test_pre_ln_attentions_on_segments_are_each_texts_own(member):
 def test_pre_ln_layers_leave_the_padding_rows_alone(member):
     """A layer on segments with zero rows after the texts (``Segments.pad``, the rows a kernel pads its products to)
     gives the texts' rows it gives without them; without position ids it counts each text's from its start."""
-    model = pre_ln_model(member)
+    model = random_member(PRE_LN[member])
     x = on_device(torch.randn(1, sum(LENGTHS), 16, generator=torch.Generator().manual_seed(3)))
     positions = on_device(torch.cat([torch.arange(n) for n in LENGTHS])[None])  # (1, T)
     p = model.params.scope("bert")
@@ -200,7 +191,7 @@ def test_pre_ln_layers_leave_the_padding_rows_alone(member):
 
 
 def test_pre_ln_segments_refuse_what_inference_alone_runs_without():
-    model = pre_ln_model("modernbert")
+    model = random_member(PRE_LN["modernbert"])
     ids = on_device(torch.cat(pre_ln_texts(model.config))[None])
     with pytest.raises(bertfn.InputError, match="Segments"):
         bertfn.encoder(model, ids, Segments(LENGTHS), head_mask=on_device(torch.ones(2)))

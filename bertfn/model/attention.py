@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from ..errors import InputError
 from .functional import dropout, layer_norm, linear, linears
-from .layout import Mask, Segments, causal_keep_mask, extended_mask
+from .layout import Mask, Segments, causal_keep_mask, extended_mask, inference_only
 from .params import Params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Trace
 
@@ -309,11 +309,8 @@ def attention(
     nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned
     cross = encoder_hidden is not None
 
-    if isinstance(mask, Segments) and (cross or past_kv is not None or head_mask is not None or need_probs
-                                       or generator is not None or trace):
-        raise InputError("attention on texts laid end to end (Segments) runs inference's self-attention alone: no "
-                         "cache, cross-attention, head mask, probabilities, dropout or trace; pass a padded batch "
-                         "(B, S) with its mask for those")
+    inference_only(mask, {"cross-attention": cross, "cache": past_kv is not None, "head mask": head_mask is not None,
+                          "probabilities": need_probs, "dropout": generator is not None, "trace": bool(trace)})
 
     if cross:
         query = linear(x, p["self.query.weight"], p["self.query.bias"])  # (B, S_q, nh*hd)

@@ -188,13 +188,18 @@ Mask = Tensor | Segments | None
 layout itself."""
 
 
-def texts_only(mask: Mask, step: str) -> None:
-    """Raise :class:`InputError` where ``step`` meets the segments layout, which it does not take.
+def inference_only(mask: Mask, given: dict[str, bool]) -> None:
+    """Raise :class:`InputError` where attention meets the segments layout with what that layout does not run.
+
+    Texts laid end to end run inference's self-attention: no cache, cross-attention, head mask, probabilities (but
+    where a member's layer forms them per text), dropout or trace, each of which reads or writes the padded layout's
+    (B, nh, S, S) shapes.
 
     Args:
         mask: the layout's mask.
-        step: what does not take segments, and what to do (one phrase).
+        given: ``{what: whether the call asks for it}``, e.g. ``{"head mask": head_mask is not None}``.
     """
-    if isinstance(mask, Segments):
-        raise InputError(f"{step} runs on the padded layout (B, S) only, not on texts laid end to end (Segments): "
-                         "pass the texts as a padded batch with their attention_mask")
+    asked = [what for what, wanted in given.items() if wanted]
+    if isinstance(mask, Segments) and asked:
+        raise InputError(f"attention on texts laid end to end (Segments) runs inference alone, without "
+                         f"{', '.join(asked)}; pass a padded batch (B, S) with its mask for those")

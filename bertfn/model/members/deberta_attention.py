@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import InputError
 from ..attention import AttentionOutput, head_outputs, merge_heads, separate_projections, split_heads
 from ..config import BertConfig
 from ..encoder import LayerOutput, chunked_feed_forward
 from ..functional import ACTIVATIONS, dropout, layer_norm, linear
-from ..layout import Mask, Segments
+from ..layout import Mask, Segments, inference_only
 from ..params import Params
 from ..recorder import NO_TRACE, Trace
 
@@ -253,9 +252,8 @@ def disentangled_attention(p: Params, x: Tensor, mask: Mask, rel: Tensor | None,
     cfg = p.config
     hd = cfg.head_dim
     segments = mask if isinstance(mask, Segments) else None
-    if segments is not None and (head_mask is not None or need_probs or generator is not None or trace):
-        raise InputError("DeBERTa's attention on texts laid end to end (Segments) runs inference alone: no head mask, "
-                         "probabilities, dropout or trace; pass a padded batch (B, S) with its mask for those")
+    inference_only(mask, {"head mask": head_mask is not None, "probabilities": need_probs,
+                          "dropout": generator is not None, "trace": bool(trace)})
     names = ("query", "key", "value")
     query, key, value = (trace(n, t) for n, t in zip(names, separate_projections(p, x)))  # (B, S, nh*hd) each
     nh = query.shape[-1] // hd

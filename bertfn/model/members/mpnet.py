@@ -36,7 +36,7 @@ from ..embeddings import check_ids, word_vectors
 from ..encoder import LayerOutput, chunked_feed_forward
 from ..family import Family, normalizer, register
 from ..functional import dropout, layer_norm, linear
-from ..layout import Mask, Segments
+from ..layout import Mask, Segments, inference_only
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
 from .roberta import CLASSIFIER, count_positions
@@ -198,6 +198,8 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
     nh = query.shape[-1] // hd
     q, k, v = (trace(n, split_heads(t, nh)) for n, t in (("q", query), ("k", key), ("v", value)))  # (B, nh, S, hd)
 
+    inference_only(mask, {"head mask": head_mask is not None, "probabilities": need_probs,
+                          "dropout": generator is not None, "trace": bool(trace)})
     p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
     need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
     if isinstance(mask, Segments):  # each text attends to itself, its bias counted from its start

@@ -36,12 +36,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ...errors import InputError
 from ..attention import AttentionOutput, chosen_impl, eager_attention, head_outputs, merge_heads, sdpa_attention, split_heads
 from ..config import BertConfig
 from ..encoder import LayerOutput
 from ..functional import dropout, layer_norm, linear
-from ..layout import Mask, Segments
+from ..layout import Mask, Segments, inference_only
 from ..params import Params
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
 from .rotary import rotate
@@ -134,9 +133,7 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
     cfg = p.config
     hd = cfg.head_dim
     segments = mask if isinstance(mask, Segments) else None
-    if segments is not None and (head_mask is not None or generator is not None or trace):
-        raise InputError("attention on texts laid end to end (Segments) runs inference alone: no head mask, dropout "
-                         "or trace; pass a padded batch (B, S) with its mask for those")
+    inference_only(mask, {"head mask": head_mask is not None, "dropout": generator is not None, "trace": bool(trace)})
     query, key, value = project(p, x)  # (B, S, nh*hd) each
     query, key, value = trace("query", query), trace("key", key), trace("value", value)
     nh = query.shape[-1] // hd
