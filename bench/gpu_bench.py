@@ -13,7 +13,9 @@ every side on the same device, their calls alternating (bench.alternate; on a GP
     (``bertfn.load(..., dtype=torch.bfloat16)``; the pipeline's ``dtype=torch.bfloat16``);
   * the pseudo-log-likelihood of the 64 sentences whole (every token masked in turn): ``bertfn.score`` against the
     plain transformers way (bench/scoring.py's ``plain_transformers``: a sentence's masked copies as one batch
-    through ``BertForMaskedLM``), fp32 and bf16.
+    through ``BertForMaskedLM``), fp32 and bf16;
+  * bertfn against itself: the 64 sentences' fill-mask and PLL with texts end to end attending run by run and in
+    padded batches (``BERTFN_ATTENTION``), beside the way ``bertfn.fast.attention_batches`` chose by measurement.
 
 fp32 means fp32: TF32 stays off (torch's default for matrix products, set here for cuDNN too). Before timing, the
 answers are compared: in fp32 bertfn's top 5 for the sentence must be the pipeline's (scores within 1e-4) and the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import statistics
 import sys
@@ -75,6 +78,7 @@ def run(model_dir: Path, device: str, quick: bool) -> tuple[list[Row], list[str]
     import transformers
 
     import bertfn
+    from bertfn.fast import attention_batches
 
     cuda = device.startswith("cuda")
     if cuda:
@@ -159,7 +163,38 @@ def run(model_dir: Path, device: str, quick: bool) -> tuple[list[Row], list[str]
     rows += [Row(f"PLL of {len(whole)} sentences, fp32", "s", t["bertfn"], "plain transformers, fp32", t["plain"]),
              Row(f"PLL of {len(whole)} sentences, bf16", "s", t["bertfn bf16"], "plain transformers, bf16",
                  t["plain bf16"])]
+
+    print(f"{time.strftime('%H:%M:%S')} timing the two ways texts end to end attend", file=sys.stderr, flush=True)
+    notes.append("attention of texts end to end, chosen by measurement (bertfn.fast.attention_batches): " + "; ".join(
+        f"{key} {found['way']} ({', '.join(f'{w} {ms:.2f} ms' for w, ms in found['ms'].items())})"
+        for key, found in attention_batches.chosen().items()))
+    t = alternate({f"{w} {dtype}": ways(w, lambda m=m: bertfn.fill_mask(texts, m, batch_size=max(batch_sizes)))
+                   for w in attention_batches.WAYS for dtype, m in (("fp32", fp32), ("bf16", bf16))},
+                  reps["batch"], sync)
+    t |= alternate({f"{w} PLL {dtype}": ways(w, lambda m=m: bertfn.score(whole, m))
+                    for w in attention_batches.WAYS for dtype, m in (("fp32", fp32), ("bf16", bf16))},
+                   reps["pll"], sync)
+    for dtype in ("fp32", "bf16"):
+        rows += [Row(f"fill-mask, {len(texts)} sentences, batch size {max(batch_sizes)}, {dtype}: padded batches "
+                     "vs runs", "ms", t[f"padded {dtype}"], "bertfn, runs", t[f"runs {dtype}"]),
+                 Row(f"PLL of {len(whole)} sentences, {dtype}: padded batches vs runs", "s", t[f"padded PLL {dtype}"],
+                     "bertfn, runs", t[f"runs PLL {dtype}"])]
     return rows, notes
+
+
+def ways(way: str, call):
+    """``call`` with texts end to end attending one way (``BERTFN_ATTENTION``), the choice restored after it."""
+    def forced():
+        before = os.environ.get("BERTFN_ATTENTION")
+        os.environ["BERTFN_ATTENTION"] = way
+        try:
+            return call()
+        finally:
+            if before is None:
+                del os.environ["BERTFN_ATTENTION"]
+            else:
+                os.environ["BERTFN_ATTENTION"] = before
+    return forced
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,9 +69,12 @@ def padded(rows: list[torch.Tensor], side: str) -> tuple[torch.Tensor, torch.Ten
     return out, mask
 
 
+@pytest.mark.parametrize("batches", [None, (1, 4), (5,)], ids=["runs", "some padded", "one padded"])
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_texts_end_to_end_equal_the_padded_batch(variant, side):
+def test_texts_end_to_end_equal_the_padded_batch(variant, side, batches):
+    """Run by run, or gathered into padded batches (``Segments.batches``): the 20 alone and the rest padded to their
+    longest, or all five padded to 20."""
     model = model_of(variant)
     ids, types = texts(model.config.type_vocab_size)
     batch, mask = padded(ids, side)
@@ -80,9 +83,10 @@ def test_texts_end_to_end_equal_the_padded_batch(variant, side):
     with torch.inference_mode():
         h = bertfn.encoder(model, batch, mask, batch_types, positions).last_hidden_state  # (B, S, H)
         expected = h[mask.bool()]  # (T, H): each text's rows, in order
-        ends, segments = torch.cat(ids)[None], Segments(LENGTHS)
+        ends, segments = torch.cat(ids)[None], Segments(LENGTHS, batches=batches)
         every = bertfn.encoder(model, ends, segments, torch.cat(types)[None]).last_hidden_state  # (1, T, H)
-        some = bertfn.encoder(model, ends, Segments(LENGTHS, read=READ), torch.cat(types)[None]).last_hidden_state
+        some = bertfn.encoder(model, ends, Segments(LENGTHS, read=READ, batches=batches),
+                              torch.cat(types)[None]).last_hidden_state
     torch.testing.assert_close(every[0], expected, **TOL)
     torch.testing.assert_close(some[0], expected[READ], **TOL)
 

@@ -352,18 +352,26 @@ def test_cache_off_writes_no_file_and_a_forced_kernel_measures_nothing(cache, mo
 
 
 @cpu_kernels
-def test_python_dash_m_bertfn_fast_prints_the_choice_and_its_times(cache, capsys):
+def test_python_dash_m_bertfn_fast_prints_the_choice_and_its_times(cache, capsys, monkeypatch):
     """``python -m bertfn.fast`` (choice.py's docstring promised ``python -m bertfn.fast.choice``, which had no main):
-    each dtype and band measured once (here by the fixture's stand-in), then read from the cache file."""
+    each dtype and band measured once (here by the fixture's stand-in), then read from the cache file; then the way
+    texts end to end attend per dtype, with its times (a stand-in measurement here too)."""
+    from bertfn.fast import attention_batches
     from bertfn.fast.__main__ import main
 
+    monkeypatch.delenv("BERTFN_ATTENTION", raising=False)
+    monkeypatch.setattr(attention_batches, "_chosen", {})
+    monkeypatch.setattr(attention_batches, "measure", lambda device, dtype: {"runs": 0.001, "padded": 0.002})
     path, calls = cache
     main([])
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"machine: {choice.machine_key()}" and out[1] == f"cache: {path}"
     bands = [f"{str(d).removeprefix('torch.')} {b}" for d in (torch.bfloat16, torch.float32) for b, _, _ in choice.BANDS]
-    assert [line.split()[:3] for line in out[2:]] == [[*entry.split(), AVAILABLE[-1]] for entry in bands]
-    assert all(f"{AVAILABLE[0]} {1e3 * len(AVAILABLE):.1f} ms" in line for line in out[2:]) and len(calls) == len(bands)
+    kernels = out[2:2 + len(bands)]
+    assert [line.split()[:3] for line in kernels] == [[*entry.split(), AVAILABLE[-1]] for entry in bands]
+    assert all(f"{AVAILABLE[0]} {1e3 * len(AVAILABLE):.1f} ms" in line for line in kernels) and len(calls) == len(bands)
+    assert sorted(out[2 + len(bands):]) == [f"attention cpu {d:<11} runs     (runs 1.0 ms, padded 2.0 ms)"
+                                            for d in ("bfloat16", "float32")]
     choice.forget()
     calls.clear()
     main([])  # a later process reads the file

@@ -67,18 +67,26 @@ position bias."""
 RUNS = (20, 7, 7, 3, 3, 3, 1)
 """Texts of which some share a length: those attend as one dense batch (``Segments.attend``'s runs)."""
 RUNS_READ = on_device(torch.tensor([0, 19, 20, 27, 33, 39, 43]))
+RUNS_BATCHES = {"runs": None, "some padded": (1, 2, 4), "one padded": (7,)}
+"""How many texts each attention call takes (``Segments.batches``): one call per run of a length; the 20 alone, the
+two 7s, the 3s with the 1 padded to 3; all seven padded to 20."""
+BATCHES = {"runs": None, "some padded": (1, 3), "one padded": (4,)}
+"""The same for LENGTHS: a call per text; the 20 alone and 7, 3, 1 padded to 7; all four padded to 20."""
 
 
+@pytest.mark.parametrize("batches", list(RUNS_BATCHES))
 @pytest.mark.parametrize("member", list(BERT_LAYER))
-def test_bert_layer_texts_end_to_end_equal_the_padded_batch(member):
-    """Padded on the right (and on the left where positions count the real tokens: RoBERTa's, MPNet's bias)."""
+def test_bert_layer_texts_end_to_end_equal_the_padded_batch(member, batches):
+    """Padded on the right (and on the left where positions count the real tokens: RoBERTa's, MPNet's bias); the
+    texts attending run by run, or gathered into padded batches."""
     model = random_member(BERT_LAYER[member])
     g = torch.Generator().manual_seed(2)
     ids = [torch.randint(4, 24, (n,), generator=g) for n in RUNS]
     ends = on_device(torch.cat(ids)[None])  # (1, T)
+    calls = RUNS_BATCHES[batches]
     with torch.inference_mode():
-        every = bertfn.encoder(model, ends, Segments(RUNS)).last_hidden_state  # (1, T, H)
-        some = bertfn.encoder(model, ends, Segments(RUNS, read=RUNS_READ)).last_hidden_state  # (1, r, H)
+        every = bertfn.encoder(model, ends, Segments(RUNS, batches=calls)).last_hidden_state  # (1, T, H)
+        some = bertfn.encoder(model, ends, Segments(RUNS, read=RUNS_READ, batches=calls)).last_hidden_state  # (1, r, H)
         for side in ("right", "left") if member in ("roberta", "mpnet") else ("right",):
             batch, mask = padded(ids, side, model.config.pad_token_id or 0)
             expected = bertfn.encoder(model, batch, mask).last_hidden_state[mask.bool()]  # (T, H): each text's rows
@@ -138,32 +146,38 @@ def pre_ln_texts(config) -> list[torch.Tensor]:
     return ids
 
 
+@pytest.mark.parametrize("batches", list(BATCHES))
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("member", list(PRE_LN))
-def test_pre_ln_texts_end_to_end_equal_the_padded_batch(member, side):
-    """Each text's own rotary positions, window (ModernBERT's local layers) and share of masks (ESM's token dropout)."""
+def test_pre_ln_texts_end_to_end_equal_the_padded_batch(member, side, batches):
+    """Each text's own rotary positions, window (ModernBERT's local layers: a padded text's queries past its end see
+    no key in their window) and share of masks (ESM's token dropout); text by text or in padded batches."""
     model = random_member(PRE_LN[member])
     ids = pre_ln_texts(model.config)
     batch, mask = padded(ids, side, model.config.pad_token_id)
+    calls = BATCHES[batches]
     with torch.inference_mode():
         expected = bertfn.encoder(model, batch, mask).last_hidden_state[mask.bool()]  # (T, H): each text's rows
         ends = on_device(torch.cat(ids)[None])  # (1, T)
-        every = bertfn.encoder(model, ends, Segments(LENGTHS)).last_hidden_state  # (1, T, H)
-        some = bertfn.encoder(model, ends, Segments(LENGTHS, read=READ)).last_hidden_state  # (1, r, H)
+        every = bertfn.encoder(model, ends, Segments(LENGTHS, batches=calls)).last_hidden_state  # (1, T, H)
+        some = bertfn.encoder(model, ends, Segments(LENGTHS, read=READ, batches=calls)).last_hidden_state  # (1, r, H)
     torch.testing.assert_close(every[0], expected, **TOL)
     torch.testing.assert_close(some[0], expected[READ], **TOL)
 
 
+@pytest.mark.parametrize("batches", list(BATCHES))
 @pytest.mark.parametrize("member", list(PRE_LN))
-def test_pre_ln_attentions_on_segments_are_each_texts_own(member):
+def test_pre_ln_attentions_on_segments_are_each_texts_own(member, batches):
     """With ``output_attentions`` each layer gives each text's probabilities (1, nh, n, n) (ESM-2's contact head reads
-    them): those of its row of the padded batch, over its real tokens."""
+    them): those of its row of the padded batch, over its real tokens (cut from a padded batch's where it ran in
+    one)."""
     model = random_member(PRE_LN[member])
     ids = pre_ln_texts(model.config)
     batch, mask = padded(ids, "right", model.config.pad_token_id)
     with torch.inference_mode():
         expected = bertfn.encoder(model, batch, mask, output_attentions=True).attentions  # L of (B, nh, S, S)
-        got = bertfn.encoder(model, on_device(torch.cat(ids)[None]), Segments(LENGTHS, read=READ[:1]),
+        got = bertfn.encoder(model, on_device(torch.cat(ids)[None]),
+                             Segments(LENGTHS, read=READ[:1], batches=BATCHES[batches]),
                              output_attentions=True).attentions  # L of b (1, nh, n, n)
     assert len(got) == model.config.num_hidden_layers
     for layer, texts in zip(expected, got):

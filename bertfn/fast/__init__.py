@@ -5,6 +5,8 @@
                     beneath bertfn/model/functional.linear (use_products); python -m bertfn.fast prints it (__main__.py)
     batching.py     texts sorted by length, cut into groups of up to 2048 tokens and laid end to end, each group one
                     pass of the reference encoder on that layout (bertfn/model/layout.py: Segments)
+    attention_batches.py  how those texts attend: a call per run of one length, or padded batches of neighbours,
+                    measured once per device and dtype
 
 There is no second forward pass here: fill_mask, score, embed and the heads' pipelines run the functions of
 bertfn/model/ on texts laid end to end. tests/test_fast_path.py checks the kernels against F.linear and the

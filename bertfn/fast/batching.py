@@ -4,7 +4,8 @@ fill_mask, score (and the joint filling and whole-word targets built on it), emb
 checkpoints all read their texts this way: :func:`text_groups` sorts them by length and cuts them into groups of at
 most :data:`GROUP_TOKENS` tokens, :func:`end_to_end` lays a group's tokens one after another without padding,
 :func:`encoded_groups` runs each group through :func:`~bertfn.model.encoder.encoder` on that layout
-(:class:`~bertfn.model.layout.Segments`), and
+(:class:`~bertfn.model.layout.Segments`, its texts attending in the calls :mod:`bertfn.fast.attention_batches` chose
+for the device), and
 :func:`head_outputs` runs a task's head on what it gives.
 """
 
@@ -20,6 +21,7 @@ from ..model.encoder import encoder
 from ..model.layout import Segments
 from ..model.recorder import NO_TRACE, Trace
 from ..model.task_heads import task_head
+from .attention_batches import batches
 
 GROUP_TOKENS = 2048
 """Tokens per encoder pass: enough rows for the matrix products to run at
@@ -104,7 +106,7 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
             h = padded_encoder(m, enc, rows, ns, points)  # (T, H)
             yield rows, where, h if where is None else h[where]
         else:
-            segments = Segments(tuple(ns), read=where)  # the texts end to end, read at ``where``
+            segments = Segments(tuple(ns), read=where, batches=batches(tuple(ns), m.device, m.dtype))  # read at where
             yield rows, where, encoder(m.params, ids, segments, types).last_hidden_state[0]
 
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from ..errors import InputError
 from .functional import dropout, layer_norm, linear, linears
-from .layout import Mask, Segments, causal_keep_mask, extended_mask, inference_only
+from .layout import Mask, Segments, causal_keep_mask, extended_mask, inference_only, with_keys
 from .params import Params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Trace
 
@@ -333,7 +333,7 @@ def attention(
     q, k, v = trace("q", q), trace("k", k), trace("v", v)
 
     if isinstance(mask, Segments):  # each text attends to itself: the same attention on its slice
-        merged, probs = mask.attend(q, k, v, lambda qi, ki, vi: text_attention(p, qi, ki, vi)), None  # (1, T, nh*hd)
+        merged, probs = mask.attend(q, k, v, lambda *batch: text_attention(p, *batch)), None  # (1, T + pad, nh*hd)
         merged, x = mask.rows(merged, x)  # (1, T or r, ...): the positions read
     else:
         bias = None
@@ -364,25 +364,26 @@ def attention(
     return AttentionOutput(out, probs, (k, v))
 
 
-def text_attention(p: Params, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The attention of c texts of n tokens each on the segments layout (:meth:`~bertfn.model.layout.Segments.attend`):
-    a padded batch with nothing to pad, relative positions counted from each text's start, a decoder's queries seeing
-    only their text's earlier tokens.
+def text_attention(p: Params, q: Tensor, k: Tensor, v: Tensor, keys: Tensor | None = None) -> Tensor:
+    """The attention of c texts on the segments layout (:meth:`~bertfn.model.layout.Segments.attend`): a batch of c
+    texts of m tokens each, nothing padded or its padding's keys masked, relative positions counted from each text's
+    start, a decoder's queries seeing only their text's earlier tokens.
 
     Args:
         p: one layer's ``attention.`` scope (reads ``self.distance_embedding.weight`` for relative positions).
-        q: (c, nh, n, hd), the texts' queries.
-        k: (c, nh, n, hd).
-        v: (c, nh, n, hd).
+        q: (c, nh, m, hd), the texts' queries.
+        k: (c, nh, m, hd).
+        v: (c, nh, m, hd).
+        keys: (c, 1, 1, m), the padding's additive mask (:func:`~bertfn.model.layout.padding_keys`), or None.
 
     Returns:
-        context (c, nh, n, hd).
+        context (c, nh, m, hd).
     """
     cfg = p.config
-    n = q.shape[2]
+    m = q.shape[2]
     bias = mask = None
     if cfg.relative_positions:
         bias = relative_position_scores(q, k, p["self.distance_embedding.weight"], cfg.position_embedding_type, 0)
     if cfg.is_decoder:
-        mask = extended_mask(causal_keep_mask(torch.ones(1, n, device=q.device), n), q.dtype)  # (1, 1, n, n)
-    return sdpa_attention(q, k, v, mask, bias)
+        mask = extended_mask(causal_keep_mask(torch.ones(1, m, device=q.device), m), q.dtype)  # (1, 1, m, m)
+    return sdpa_attention(q, k, v, with_keys(mask, keys), bias)

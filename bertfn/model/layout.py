@@ -15,6 +15,13 @@ Padded (B=3, S=5)          Segments (1, T=9), lengths (5, 2, 2)
   b b . . .                  attention: [a a a a a] [b b] [c c]
   c c . . .
 
+How many kernel calls attention makes on segments is the layout's ``batches``: by default one per run of texts of one
+length (a run is a dense batch, a view of the sequence: [b b] and [c c] above attend in one call); or, given
+``batches``, one per padded batch of neighbouring texts, gathered from the sequence with their keys' padding masked
+and scattered back (a GPU pays a launch per call where a CPU pays little: :mod:`bertfn.fast.attention_batches` chooses,
+by measurement on the device at hand). Either way each text attends to itself alone, and the numbers are the padded
+layout's.
+
 A step of the forward pass takes either: its ``mask`` argument is the padded layout's additive mask (or None) or a
 :class:`Segments`.
 """
@@ -22,7 +29,8 @@ A step of the forward pass takes either: its ``mask`` argument is the padded lay
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import torch
 
@@ -90,11 +98,14 @@ class Segments:
         read: (r,) the positions whose last hidden states the caller reads (fill-mask's masks, a classifier's
             first tokens), or None for all: the last layer's attention output and feed-forward run at those
             alone (its keys and values still at every position), which spares most of that layer.
+        batches: how many texts each attention call takes, in the order they are laid, as one padded batch (their
+            sum the number of texts); None: one call per run of equal lengths (:meth:`runs`).
     """
 
     lengths: tuple[int, ...]
     pad: int = 0
     read: Tensor | None = None
+    batches: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.lengths or any(not isinstance(n, int) or n < 1 for n in self.lengths):
@@ -102,6 +113,10 @@ class Segments:
                              f"got {self.lengths!r}")
         if self.pad < 0:
             raise InputError(f"Segments' pad counts zero rows after the texts, 0 or more; got {self.pad}")
+        if self.batches is not None and (any(not isinstance(c, int) or c < 1 for c in self.batches)
+                                         or sum(self.batches) != len(self.lengths)):
+            raise InputError(f"Segments' batches count the texts of each attention call, positive ints summing to "
+                             f"the {len(self.lengths)} texts; got {self.batches!r}")
 
     @property
     def tokens(self) -> int:
@@ -130,20 +145,31 @@ class Segments:
                 out.append((1, n))
         return out
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, one: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor:
-        """Attention text by text: ``one`` on each run of equal-length texts as a dense batch, the contexts laid end to
-        end again.
+    def calls(self) -> list[tuple[int, ...]]:
+        """The texts each attention call takes, in order: their lengths (a run's all equal: a dense batch)."""
+        if self.batches is None:
+            return [(n,) * c for c, n in self.runs()]
+        cut = torch.tensor([0, *self.batches]).cumsum(0).tolist()
+        return [self.lengths[a:b] for a, b in zip(cut, cut[1:])]
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor,
+               one: Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]) -> Tensor:
+        """Attention text by text: ``one`` on each call's texts as a batch (:meth:`calls`), the contexts laid end to end
+        again.
 
         A run of c texts of n tokens each is a (c, nh, n, hd) batch with nothing to pad (a view of the sequence, no
         copy): one kernel call attends all c, where a call per text would pay its overhead c times (scoring's
-        masked copies: one call per text and layer instead of one per copy).
+        masked copies: one call per text and layer instead of one per copy). A batch of texts of several lengths is
+        gathered into a padded (c, nh, m, hd) batch, m the longest, with the additive mask of its keys' padding;
+        its padding rows' contexts are dropped.
 
         Args:
             q: (1, nh, T + pad, hd), the queries of every position.
             k: (1, nh, T + pad, hd).
             v: (1, nh, T + pad, hd).
-            one: ``(q_i, k_i, v_i) -> context_i``, each (c, nh, n, hd): c texts of n tokens each, as a padded batch
-                with no padding.
+            one: ``(q_i, k_i, v_i, keys) -> context_i``, each (c, nh, m, hd): c texts as a padded batch of m
+                tokens, ``keys`` the padding's additive mask (c, 1, 1, m) (:func:`padding_keys`), or None where
+                nothing is padded. A member adds ``keys`` to its own scores' mask (:func:`with_keys`).
 
         Returns:
             (1, T + pad, nh*hd), the heads' contexts merged (as :func:`~bertfn.model.attention.merge_heads` of the
@@ -151,14 +177,21 @@ class Segments:
         """
         nh, hd = q.shape[1], q.shape[3]
         if len(self.lengths) == 1 and not self.pad:  # one text: no slices to take or join
-            return one(q, k, v).transpose(1, 2).flatten(2)  # (1, T, nh*hd)
-        runs = self.runs()
-        spans = [c * n for c, n in runs] + ([self.pad] if self.pad else [])
-        by_token = [t.transpose(1, 2).split(spans, dim=1) for t in (q, k, v)]  # each part (1, c*n, nh, hd), a view
-        contexts = []  # each run's (c*n, nh, hd)
-        for (c, n), *qkv in zip(runs, *by_token):
-            qi, ki, vi = (t.view(c, n, nh, hd).transpose(1, 2) for t in qkv)  # (c, nh, n, hd) each, views
-            contexts.append(one(qi, ki, vi).transpose(1, 2).reshape(c * n, nh, hd))  # (c*n, nh, hd)
+            return one(q, k, v, None).transpose(1, 2).flatten(2)  # (1, T, nh*hd)
+        by_token = [t.transpose(1, 2)[0] for t in (q, k, v)]  # (T + pad, nh, hd) each, a view
+        contexts = []  # each call's (its tokens, nh, hd)
+        start = 0
+        for ns in self.calls():
+            c, m, tokens = len(ns), max(ns), sum(ns)
+            if min(ns) == m:  # a run of one length: a view, nothing padded
+                qi, ki, vi = (t[start:start + tokens].view(c, m, nh, hd).transpose(1, 2) for t in by_token)
+                contexts.append(one(qi, ki, vi, None).transpose(1, 2).reshape(tokens, nh, hd))
+            else:  # gathered into a padded batch, scattered back
+                rows, real, keys = padded_batch(ns, start, q.device, q.dtype)  # (c*m,), (tokens,), (c, 1, 1, m)
+                qi, ki, vi = (t.index_select(0, rows).view(c, m, nh, hd).transpose(1, 2) for t in by_token)
+                context = one(qi, ki, vi, keys).transpose(1, 2).reshape(c * m, nh, hd)  # (c*m, nh, hd)
+                contexts.append(context.index_select(0, real))  # (tokens, nh, hd)
+            start += tokens
         if self.pad:
             contexts.append(q.new_zeros(self.pad, nh, hd))  # the padding rows' context
         return torch.cat(contexts).view(1, -1, nh * hd)  # (1, T + pad, nh*hd): one copy merges the heads
@@ -169,7 +202,7 @@ class Segments:
         Args:
             last: whether the layer is the last.
         """
-        return self if last or self.read is None else Segments(self.lengths, self.pad)
+        return self if last or self.read is None else replace(self, read=None)
 
     def rows(self, *tensors: Tensor) -> tuple[Tensor, ...]:
         """Each (1, T + pad, ...) tensor at the positions read (all of them where ``read`` is None).
@@ -181,6 +214,62 @@ class Segments:
             Each (1, r, ...).
         """
         return tensors if self.read is None else tuple(t[:, self.read] for t in tensors)
+
+
+@lru_cache(maxsize=256)
+def padded_batch(lengths: tuple[int, ...], start: int, device: torch.device,
+                 dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """Where a padded batch of texts laid end to end reads its rows, and where they go back (:meth:`Segments.attend`).
+
+    Kept per layout (every layer of a pass gathers the same batches): the indices are made once, on the device.
+
+    Args:
+        lengths: the c texts' tokens, laid one after another from ``start``; m the longest.
+        start: the first text's position in the sequence.
+        device: the hidden states'.
+        dtype: the scores' (the mask's dtype).
+
+    Returns:
+        ``(rows, real, keys)``: rows (c*m,), the sequence's row at each place of the (c, m) batch (a padding place
+            reads its text's last token: finite, and masked out as a key); real (tokens,), the places of the real
+            tokens, in order; keys (c, 1, 1, m), :func:`padding_keys`.
+    """
+    n = torch.tensor(lengths)  # (c,)
+    first = start + torch.cat([torch.zeros(1, dtype=torch.long), n[:-1].cumsum(0)])  # (c,) each text's first row
+    place = torch.arange(max(lengths))  # (m,)
+    inside = place[None, :] < n[:, None]  # (c, m)
+    rows = first[:, None] + torch.minimum(place[None, :], n[:, None] - 1)  # (c, m)
+    real = inside.flatten().nonzero()[:, 0]  # (tokens,)
+    return rows.flatten().to(device), real.to(device), padding_keys(inside, dtype).to(device)
+
+
+def padding_keys(inside: Tensor, dtype: torch.dtype) -> Tensor:
+    """The additive mask of a padded batch's keys: 0 at a text's tokens, ``finfo(dtype).min`` at its padding.
+
+    Args:
+        inside: (c, m) bool, True at a text's tokens.
+        dtype: the scores'.
+
+    Returns:
+        (c, 1, 1, m), broadcast over heads and queries.
+    """
+    return extended_mask(inside.long(), dtype)
+
+
+def with_keys(mask: Tensor | None, keys: Tensor | None) -> Tensor | None:
+    """A member's additive mask (its relative-position bias, window or causal mask) with a padded batch's keys
+    masked too: their sum held at ``finfo.min``, so a fully masked row stays finite.
+
+    Args:
+        mask: broadcastable to (c, nh, m, m), or None.
+        keys: :func:`padding_keys` (c, 1, 1, m), or None.
+
+    Returns:
+        The two added, or whichever is given (None for neither).
+    """
+    if keys is None or mask is None:
+        return keys if mask is None else mask
+    return (mask + keys).clamp(min=torch.finfo(keys.dtype).min)
 
 
 Mask = Tensor | Segments | None

@@ -21,6 +21,7 @@ Each is checked here, with a message that says which shape was expected (:class:
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import torch
 
@@ -172,7 +173,7 @@ def laid_out(x: Tensor, segments: Segments, weight: Tensor | None) -> tuple[Tens
     pad = product_rows(x, weight) - x.shape[1] if weight is not None else 0
     if pad:
         x = torch.cat([x, x.new_zeros(1, pad, x.shape[2])], dim=1)  # (1, T + pad, H)
-    return x, Segments(segments.lengths, pad, segments.read)
+    return x, replace(segments, pad=pad)
 
 
 def segment_positions(input_ids: Tensor, segments: Segments, config: BertConfig) -> Tensor:

@@ -31,6 +31,7 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError, MissingPartError
+from ..fast.attention_batches import batches
 from ..fast.batching import GROUP_TOKENS, end_to_end, text_groups
 from ..fast.choice import pack_state
 from ..model.encoder import encoder
@@ -208,7 +209,8 @@ def unpadded_maps(m: Model, enc, lengths: list[int], batch_size: int) -> list[Te
     for rows in text_groups(lengths, batch_size, GROUP_TOKENS):
         ids = end_to_end(enc, rows, lengths)[0].to(m.device)  # (1, T)
         ns = [lengths[i] for i in rows]
-        out = encoder(m.params, ids, Segments(tuple(ns), read=first), output_attentions=True)  # L of b (1, nh, n, n)
+        layout = Segments(tuple(ns), read=first, batches=batches(tuple(ns), m.device, m.dtype))
+        out = encoder(m.params, ids, layout, output_attentions=True)  # L of b (1, nh, n, n)
         for t, (i, ids_i) in enumerate(zip(rows, ids.split(ns, dim=1))):
             att = torch.cat([layer[t] for layer in out.attentions])  # (L, nh, n, n)
             keep = torch.ones_like(ids_i)  # (1, n): every token real

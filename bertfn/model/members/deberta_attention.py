@@ -37,7 +37,7 @@ from ..attention import AttentionOutput, head_outputs, merge_heads, separate_pro
 from ..config import BertConfig
 from ..encoder import LayerOutput, chunked_feed_forward
 from ..functional import ACTIVATIONS, dropout, layer_norm, linear
-from ..layout import Mask, Segments, inference_only
+from ..layout import Mask, Segments, inference_only, with_keys
 from ..params import Params
 from ..recorder import NO_TRACE, Trace
 
@@ -263,7 +263,8 @@ def disentangled_attention(p: Params, x: Tensor, mask: Mask, rel: Tensor | None,
     S = max(segments.lengths) if segments is not None else x.shape[1]  # the longest text's tokens
     terms = positional_terms(p, rel, relative_positions(S, cfg, x.device), nh) if cfg.relative_attention else {}
     if segments is not None:  # each text as a batch of one with nothing to pad, its distances from its start
-        merged = segments.attend(q, k, v, lambda qi, ki, vi: disentangled_scores(qi, ki, terms, scale).softmax(-1) @ vi)
+        merged = segments.attend(q, k, v, lambda qi, ki, vi, keys:  # (c, nh, m, hd) each: c texts, their keys' mask
+                                 with_keys(disentangled_scores(qi, ki, terms, scale), keys).softmax(-1) @ vi)
         merged, x = segments.rows(merged, x)  # (1, T + pad or r, nh*hd), (1, ..., H): the positions read
         probs = None
     else:

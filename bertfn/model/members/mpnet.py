@@ -36,7 +36,7 @@ from ..embeddings import check_ids, word_vectors
 from ..encoder import LayerOutput, chunked_feed_forward
 from ..family import Family, normalizer, register
 from ..functional import dropout, layer_norm, linear
-from ..layout import Mask, Segments, inference_only
+from ..layout import Mask, Segments, inference_only, with_keys
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
 from .roberta import CLASSIFIER, count_positions
@@ -203,9 +203,9 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
     p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
     need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
     if isinstance(mask, Segments):  # each text attends to itself, its bias counted from its start
-        def one(qi: Tensor, ki: Tensor, vi: Tensor) -> Tensor:  # (c, nh, n, hd) each: c texts of n tokens
-            n = qi.shape[2]
-            return F.scaled_dot_product_attention(qi, ki, vi, attn_mask=bias[..., :n, :n])
+        def one(qi: Tensor, ki: Tensor, vi: Tensor, keys: Tensor | None) -> Tensor:  # (c, nh, m, hd): c texts
+            m = qi.shape[2]
+            return F.scaled_dot_product_attention(qi, ki, vi, attn_mask=with_keys(bias[..., :m, :m], keys))
         merged, x = mask.rows(mask.attend(q, k, v, one), x)  # (1, T + pad or r, nh*hd), (1, ..., H)
         probs = None
     elif chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":

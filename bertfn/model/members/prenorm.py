@@ -40,7 +40,7 @@ from ..attention import AttentionOutput, chosen_impl, eager_attention, head_outp
 from ..config import BertConfig
 from ..encoder import LayerOutput
 from ..functional import dropout, layer_norm, linear
-from ..layout import Mask, Segments, inference_only
+from ..layout import Mask, Segments, inference_only, with_keys
 from ..params import Params
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
 from .rotary import rotate
@@ -144,11 +144,11 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
         k = trace("k_rotated", rotate(k, cos, sin))
 
     if segments is not None:  # each text attends to itself
-        maps: list[Tensor] = []  # with need_probs, each run's (c, nh, n, n)
+        maps: list[Tensor] = []  # with need_probs, each call's (c, nh, m, m)
 
-        def one(qi: Tensor, ki: Tensor, vi: Tensor) -> Tensor:  # (c, nh, n, hd) each: c texts of n tokens
-            n = qi.shape[2]
-            added = text_mask[..., :n, :n] if text_mask is not None else None  # (1, 1, n, n)
+        def one(qi: Tensor, ki: Tensor, vi: Tensor, keys: Tensor | None) -> Tensor:  # (c, nh, m, hd): c texts
+            m = qi.shape[2]
+            added = with_keys(text_mask[..., :m, :m] if text_mask is not None else None, keys)  # (c or 1, 1, m, m)
             if not need_probs:
                 return sdpa_attention(qi, ki, vi, added)
             context, probs = eager_attention(qi, ki, vi, added)
@@ -156,7 +156,8 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
             return context
 
         (merged,) = segments.rows(segments.attend(q, k, v, one))  # (1, T + pad or r, nh*hd)
-        probs = tuple(t for run in maps for t in run.split(1)) if need_probs else None  # each text's (1, nh, n, n)
+        probs = tuple(call[j:j + 1, :, :n, :n] for call, ns in zip(maps, segments.calls()) for j, n in enumerate(ns)) \
+            if need_probs else None  # each text's (1, nh, n, n)
     else:
         p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
         need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
