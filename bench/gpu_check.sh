@@ -36,7 +36,8 @@ export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off
 WORK=${BERTFN_GPU_WORK:-/tmp/bertfn-gpu-check}  # the bench's checkpoint (440 MB), the wheels' folder, a venv
 mkdir -p "$WORK"
 : >"$WORK/machine.txt"
-rm -f "$OUT/results.md" "$OUT/tests.md" "$OUT/tests.xml" "$OUT/bench.md"  # nothing of an earlier run is read as this one's
+rm -f "$OUT/results.md" "$WORK/tests.md" "$OUT/tests.xml" "$OUT/bench.md" "$OUT/embeddings.md"  # nothing of an earlier
+# run is read as this one's; the tests' table goes to $WORK, into results.md alone: the device tool brings back 8 files
 export BERTFN_KERNEL_CACHE="$WORK/kernels.json"  # the CPU kernel choice of this run is no user's cache
 if [ "$BERTFN_TEST_DEVICE" = cpu ]; then SLOW=4; else SLOW=1; fi  # the CPU trial: a 2-core machine may take 4x as long
 TEST_TIMEOUT=${BERTFN_GPU_TEST_TIMEOUT:-$((300 * SLOW))}
@@ -83,7 +84,7 @@ write_results() {  # OUT/results.md from what the steps have left so far
         echo "|---|---|---|"
         printf '%s\n' "${STATUS[@]}"
         echo "| all | $([ ${#FAILED[@]} -eq 0 ] && echo "${DONE:-ok so far}" || echo "FAILED: ${FAILED[*]}") | $((SECONDS - START)) s |"
-        [ -s "$OUT/tests.md" ] && { echo; cat "$OUT/tests.md"; }
+        [ -s "$WORK/tests.md" ] && { echo; cat "$WORK/tests.md"; }
         [ -s "$OUT/bench.md" ] && { echo; sed 's/^# /## /' "$OUT/bench.md"; }
         [ -s "$OUT/embeddings.md" ] && { echo; sed 's/^# /## /' "$OUT/embeddings.md"; }
     } >"$OUT/results.md"
@@ -158,7 +159,7 @@ timeout -k 10 "$TEST_TIMEOUT" "$PY" -m pytest -p no:cacheprovider -v -rfEs -m "s
     --junitxml="$OUT/tests.xml" "${TESTS[@]}" >"$OUT/tests.log" 2>&1
 RC=$?
 tail -1 "$OUT/tests.log"
-"$PY" - "$OUT/tests.xml" "$OUT/tests.log" >"$OUT/tests.md" <<'EOF'
+"$PY" - "$OUT/tests.xml" "$OUT/tests.log" >"$WORK/tests.md" <<'EOF'
 import collections, re, sys, xml.etree.ElementTree as ET
 WHAT = {"test_parity": "BERT against transformers", "test_family": "RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT",
         "test_family_modern": "ESM-2, ModernBERT", "test_fill_mask": "fill-mask against the pipeline",
