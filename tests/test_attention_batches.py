@@ -4,13 +4,15 @@ batches, chosen per device and dtype by measurement.
 * ``padded_batches`` takes every text once, in order, keeps a run of one length in one batch, and keeps each batch
   within its bound of padded scores;
 * ``Segments(batches=...)`` refuses counts that are not the texts', and its calls are the batches asked for;
-* ``BERTFN_ATTENTION`` forces a way (a wrong name is an InputError) and nothing is measured; otherwise the first call
-  of a device and dtype measures both ways, once;
+* ``BERTFN_ATTENTION`` forces a way (a wrong name is an InputError) and nothing is measured; otherwise the first
+  layout of several lengths on a device and dtype measures both ways, once, kept in the kernels' cache file;
 * the pipelines give the same answers either way: embed's on the real all-MiniLM-L6-v2, fill-mask's on a tiny random
   masked LM (every member's layers: tests/test_layouts.py).
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -56,19 +58,27 @@ def test_a_forced_way_is_taken_and_nothing_is_measured(monkeypatch):
     assert ab.batches((2, 3, 9), "cpu", torch.float32) is None
     monkeypatch.setenv("BERTFN_ATTENTION", "dense")
     with pytest.raises(bertfn.InputError, match="BERTFN_ATTENTION='dense' names no way"):
-        ab.batches((2,), "cpu", torch.float32)
+        ab.batches((2, 3), "cpu", torch.float32)
 
 
-def test_the_way_is_measured_once_per_device_and_dtype(monkeypatch):
+def test_the_way_is_measured_once_per_device_and_dtype_then_read_from_the_cache(monkeypatch, tmp_path):
+    """Measured at the first layout of several lengths, kept for the process and in the kernels' cache file, which a
+    later process reads instead of measuring; a layout of one length measures nothing."""
     monkeypatch.delenv("BERTFN_ATTENTION", raising=False)
+    monkeypatch.setenv("BERTFN_KERNEL_CACHE", str(tmp_path / "kernels.json"))
     monkeypatch.setattr(ab, "_chosen", {})
     monkeypatch.setattr(ab, "_times", {})
     calls = []
     monkeypatch.setattr(ab, "measure", lambda device, dtype: calls.append(dtype) or {"runs": 2.0, "padded": 1.0})
-    assert ab.way("cpu", torch.float32) == "padded" and ab.way("cpu", torch.float32) == "padded"
+    assert ab.batches((7, 7, 7), "cpu", torch.float32) is None and not calls  # one length: one call either way
+    assert ab.way("cpu", torch.float32) == "padded" and ab.batches((3, 7), "cpu", torch.float32) == (2,)
     assert ab.way("cpu", torch.bfloat16) == "padded"
     assert calls == [torch.float32, torch.bfloat16]
     assert ab.chosen()["cpu float32"] == {"way": "padded", "ms": {"runs": 2000.0, "padded": 1000.0}}
+    monkeypatch.setattr(ab, "_chosen", {})  # a later process
+    assert ab.way("cpu", torch.float32) == "padded" and calls == [torch.float32, torch.bfloat16]
+    written = json.loads((tmp_path / "kernels.json").read_text())[ab.device_key(torch.device("cpu"))]
+    assert written["attention float32"] == {"way": "padded", "ms": {"runs": 2000.0, "padded": 1000.0}}
 
 
 def test_the_measurement_times_both_ways():
@@ -83,10 +93,12 @@ def test_the_pipelines_answer_alike_either_way(monkeypatch, tiny_folder):
     minilm, tiny = bertfn.load(folder), bertfn.load(tiny_folder)
     texts = ["a short one.", "a text of a few more words than the first.", "the same length here.",
              "the same length here!", "one more, the longest of them all by a good many words."]
+    cloze = ["the cat sat.", "when in rome, do as the romans do.", "the dog sat on a mat.", "a big dog sat on a mat.",
+             "the king and the queen of france are in paris, the capital city."]  # the tiny vocabulary's words
     answers = {}
     for way in ab.WAYS:
         monkeypatch.setenv("BERTFN_ATTENTION", way)
-        filled = bertfn.fill_mask([t + " [MASK]" for t in texts], tiny)
+        filled = bertfn.fill_mask([t + " [MASK]" for t in cloze], tiny)
         answers[way] = (torch.as_tensor(bertfn.embed(texts, minilm)),
                         torch.tensor([[a["score"] for a in found] for found in filled]))
     for runs, padded in zip(answers["runs"], answers["padded"]):

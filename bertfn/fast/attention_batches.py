@@ -11,8 +11,11 @@ alone needs each text apart. Two ways give it that, with the same numbers (tests
 
 A CPU pays little for a call and the full price of every padded score: on an AMD EPYC (2 cores) the runs took
 0.2-0.55x the padded batches' time for 32 texts of 8-256 tokens, fp32 and bf16 (12 heads of 32 and 64). A GPU
-pays a launch per call and little for a score. So the first layout attended on a device in a dtype times both
-ways on a group of texts of mixed lengths (:func:`measure`) and keeps the faster for the process.
+pays a launch per call and little for a score. So the first layout of several lengths attended on a device in a
+dtype times both ways on a group of texts of mixed lengths (:func:`measure`, 0.1-0.3 s on a CPU) and keeps the
+faster, for the process and in the kernels' cache file (:mod:`bertfn.fast.choice`: ``BERTFN_KERNEL_CACHE``), under
+the machine (the CPU's key) or the GPU's name. A layout of one length (a sentence, a text's masked copies) has one
+way only, and chooses nothing.
 
 Environment: ``BERTFN_ATTENTION=runs`` or ``=padded`` takes that way on every device; nothing is measured.
 """
@@ -28,6 +31,7 @@ import torch.nn.functional as F
 
 from ..errors import InputError
 from ..model.layout import Segments, with_keys
+from .choice import cache_path, machine_key, read_cache, write_cache
 
 Tensor = torch.Tensor
 
@@ -57,8 +61,11 @@ def batches(lengths: tuple[int, ...], device: torch.device | str, dtype: torch.d
         dtype: its hidden states' dtype.
 
     Returns:
-        None where runs were chosen (one call per run of one length); else :func:`padded_batches`.
+        None where the texts are of one length (a run: one call either way) or runs were chosen (one call per run of
+            one length); else :func:`padded_batches`.
     """
+    if len(set(lengths)) == 1:
+        return None
     return None if way(device, dtype) == "runs" else padded_batches(lengths)
 
 
@@ -110,9 +117,33 @@ def way(device: torch.device | str, dtype: torch.dtype) -> str:
         return found
     with _lock:
         if key not in _chosen:
-            ms = {w: 1e3 * s for w, s in measure(torch.device(device), dtype).items()}
-            _times[key], _chosen[key] = ms, min(ms, key=ms.get)
+            _times[key], _chosen[key] = _choose(torch.device(device), dtype)
         return _chosen[key]
+
+
+def _choose(device: torch.device, dtype: torch.dtype) -> tuple[dict[str, float], str]:
+    """``(ms per way, the faster)`` for ``device`` and ``dtype``: read from the cache file, or measured and written
+    there."""
+    path = cache_path()
+    where, entry = device_key(device), f"attention {str(dtype).removeprefix('torch.')}"
+    cached = read_cache(path).get(where, {}).get(entry) if path is not None else None
+    if isinstance(cached, dict) and cached.get("way") in WAYS and isinstance(cached.get("ms"), dict):
+        return cached["ms"], cached["way"]
+    ms = {w: 1e3 * s for w, s in measure(device, dtype).items()}
+    best = min(ms, key=ms.get)
+    if path is not None:
+        cache = read_cache(path)
+        cache.setdefault(where, {})[entry] = {"way": best, "ms": {w: round(v, 3) for w, v in ms.items()}}
+        write_cache(path, cache)
+    return ms, best
+
+
+def device_key(device: torch.device) -> str:
+    """What a choice holds for, as the cache file names it: the CPU's key (:func:`~bertfn.fast.choice.machine_key`),
+    or the GPU's name and torch's version."""
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} | torch {torch.__version__}"
+    return machine_key() if device.type == "cpu" else f"{device.type} | torch {torch.__version__}"
 
 
 def forced() -> str | None:
