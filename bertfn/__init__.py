@@ -60,6 +60,7 @@ from .model.heads import (
 )
 from .model.params import Params
 from .model.recorder import Trace
+# every task's function (bertfn.tasks.TASKS; tests/test_task_list.py checks this list against it), and helpers beside
 from .tasks.classify import classify
 from .tasks.choose import choose
 from .tasks.contacts import contacts

@@ -670,7 +670,7 @@ def test_cli_too_long_text_and_truncation(capsys, ckpt):
     text = "one two three " * 30 + "[MASK] ."
     code, _, err = run_cli(capsys, "fill-mask", text, "--model", str(ckpt))
     assert code == 2
-    assert_one_line(err, "tokens long but the model reads at most 64", "(CLI: --truncation)")
+    assert_one_line(err, "tokens long but the model reads at most 64", "or pass --truncation to keep")
     code, out, err = run_cli(capsys, "fill-mask", text, "--model", str(ckpt), "--truncation", "--json", "--top-k", "2")
     assert code == 0 and err == ""
     assert len(json.loads(out)) == 2

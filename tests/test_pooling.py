@@ -121,7 +121,7 @@ def test_a_hub_models_sentence_settings_come_with_it(tiny_folder, tmp_path, monk
                           r"'lasttoken' \(or a list of them, concatenated\), got 'sum'"),
     (dict(pooling=[]), r"pooling must be one of .* got \[\]"),
     (dict(normalize="yes"), r"normalize must be True or False \(or None: as the model's folder says\), got 'yes'"),
-    (dict(truncate_dim=0), r"truncate_dim must be a positive integer \(or None: the folder's\), got 0"),
+    (dict(truncate_dim=0), r"truncate_dim must be a positive integer or None \(the folder's\), got 0"),
     (dict(truncate_dim=49), r"truncate_dim must be at most the vectors' 48 values, got 49"),
     (dict(prompt_name="query"), r"prompt_name 'query' is not a prompt of the model: it has no prompts; "
                                 r"pass prompt=TEXT to put your own before each text"),

@@ -261,7 +261,7 @@ def test_grouping_and_merging():
     (lambda m: tag("a", m, aggregation_strategy="longest"), "aggregation_strategy must be one of"),
     (lambda m: tag("a", m, stride=4), "needs an aggregation strategy"),
     (lambda m: tag("a", m, aggregation_strategy="simple", stride=62), "less than the 62 tokens"),
-    (lambda m: tag("a", m, aggregation_strategy="simple", stride=-1), "0 or more"),
+    (lambda m: tag("a", m, aggregation_strategy="simple", stride=-1), "stride must be a non-negative integer or None"),
     (lambda m: tag("a", m, ignore_labels=[1]), "ignore_labels must be"),
     (lambda m: tag("a", m, batch_size=0), "batch_size must be a positive integer"),
 ])

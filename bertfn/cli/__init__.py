@@ -22,8 +22,8 @@
     bertfn --version
 
 One module per subcommand (fill_mask.py, score.py, embed.py, view.py, classify.py, ...), each an ``add(subparsers)`` that
-adds its parser and a ``run(args)`` that runs it, listed in :data:`COMMANDS`; options.py holds what they
-share. Every subcommand that runs a model takes the same model options (:func:`~bertfn.cli.options.add_model_options`):
+adds its parser and a ``run(args)`` that runs it, gathered in :data:`COMMANDS`: a task's module is named after the
+task (:data:`bertfn.tasks.TASKS`), and found by that name; options.py holds what they share. Every subcommand that runs a model takes the same model options (:func:`~bertfn.cli.options.add_model_options`):
 ``--model ID_OR_PATH --tokenizer PATH --cased|--lowercase --device cpu|cuda --dtype float32|bfloat16|... --quiet``.
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
@@ -37,6 +37,7 @@ the Python API's "text 0", as lists count): :func:`counted_from_one`.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import sys
@@ -44,27 +45,31 @@ import warnings
 from collections.abc import Callable
 
 from ..errors import SURFACE, BertfnError, InputError
-from . import choose, classify, contacts, embed, fill_mask, score, view
-from . import rerank, zero_shot
-from . import tag
-from . import answer
+from ..tasks import TASKS
+from ..tasks.task import Task
+from . import view
 from .options import one_line
 
+
+def task_command(task: Task) -> tuple[Callable, Callable[[argparse.Namespace], int]]:
+    """``(add, run)`` of a task's subcommand: the functions of the module of this package named after the task
+    (``"fill-mask"``: fill_mask.py).
+
+    Args:
+        task: a task with a subcommand (:attr:`~bertfn.tasks.task.Task.command`).
+    """
+    module = importlib.import_module(f".{task.name.replace('-', '_')}", __name__)
+    return module.add, module.run
+
+
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
-    "fill-mask": (fill_mask.add, fill_mask.run),
-    "score": (score.add, score.run),
-    "attention": (view.add_attention, view.run_attention),
-    "embed": (embed.add, embed.run),
+    **{task.name: task_command(task) for task in TASKS if task.command},
     "view": (view.add_view, view.run_view),
-    "answer": (answer.add, answer.run),
-    "choose": (choose.add, choose.run),
-    "contacts": (contacts.add, contacts.run),
-    "classify": (classify.add, classify.run),
-    "zero-shot": (zero_shot.add, zero_shot.run),
-    "rerank": (rerank.add, rerank.run),
-    "tag": (tag.add, tag.run),
+    "attention": (view.add_attention, view.run_attention),
 }
-"""Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments)."""
+"""Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments): each task's that has a
+subcommand (:attr:`~bertfn.tasks.task.Task.command`), from the module named after it (``bertfn/cli/fill_mask.py``),
+then the explorer's and the attention plot's, which are no task (view.py)."""
 
 
 class _Parser(argparse.ArgumentParser):

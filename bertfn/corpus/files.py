@@ -26,6 +26,7 @@ import torch
 
 from ..checkpoint.model import Model
 from ..errors import InputError, UnknownTokensWarning, syntax
+from ..tasks.checks import count
 from .formats import Output, check_formats, compact_path, open_compact, output_files
 from .inputs import Inputs, label, read_lines
 from .record import InputPrint, check_record, make_record, read_record, scan_output, write_record
@@ -256,8 +257,7 @@ def run_file(
                          f"earlier run: pass {syntax(python='resume=True', cli='--resume')} with it")
     if retry_errors and str(source) == "-":
         raise InputError("retrying error lines reads the input twice, so it cannot be standard input; pass the file")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise InputError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    count("chunk_size", chunk_size)
     asked = None if to_stdout else Path(target)
     target, formats = (None, tuple(formats)) if to_stdout else output_files(asked, formats, task == "embed")
     check_formats(formats, task == "embed", to_stdout)

@@ -1,10 +1,10 @@
-"""The tasks a corpus can run, each plugged in by one :func:`register` line (the end of this file), and the
-callable class each gets for Ray Data and datasets.
+"""The tasks a corpus can run, and the callable class each gets for Ray Data and datasets.
 
 A *task* is a pipeline call that takes a list of texts (or of items of several inputs: a reader's question and
-context) and a model and returns one result per item, in order. :func:`register` makes it a task that
-:func:`~bertfn.corpus.runner.stream`, :func:`~bertfn.corpus.files.run_file` (``bertfn NAME --input``) and its
-:class:`Mapper` subclass run:
+context) and a model and returns one result per item, in order. Every task of :data:`bertfn.tasks.TASKS` (each
+declared by its module, :class:`~bertfn.tasks.task.Task`) is registered here, and :func:`register` adds another: a
+registered task is one that :func:`~bertfn.corpus.runner.stream`, :func:`~bertfn.corpus.files.run_file`
+(``bertfn NAME --input``) and its :class:`Mapper` subclass run:
 
     FillMask(model), Score(model), ...   callable classes for ray.data.Dataset.map_batches and
                                          datasets.Dataset.map(batched=True): rows in, rows + result out
@@ -24,18 +24,9 @@ import torch
 
 from ..checkpoint.model import Model
 from ..errors import DependencyError, InputError
-from ..tasks.classify import classify
-from ..tasks.choose import choose
-from ..tasks.contacts import contacts
-from ..tasks.embed import embed, max_tokens
-from ..tasks.fill_mask import fill_mask
-from ..tasks.mutations import score_mutations
-from ..tasks.scoring import score
-from ..tasks.rerank import rerank
-from ..tasks.zero_shot import zero_shot
-from ..tasks.tag import tag, tokens_read
-from ..tasks.answer import answer
-from .runner import TASKS, Runner, Task, jsonable, relabel
+from ..tasks import TASKS as DECLARED
+from ..tasks.task import Task
+from .runner import TASKS, Runner, jsonable, relabel
 
 
 def register(name: str, function: Callable[..., object], probe: str | dict | Callable[[Model, dict], str | dict],
@@ -43,26 +34,39 @@ def register(name: str, function: Callable[..., object], probe: str | dict | Cal
              optional: tuple[str, ...] = ()) -> type[Mapper]:
     """Make ``function`` a task named ``name``; returns its callable class for ``map_batches``.
 
-    ``Score = register("score", score, probe="a")`` (the end of this file) is all it takes: :func:`stream`,
-    :func:`run_file` (``bertfn NAME --input``) and the returned :class:`Mapper` subclass then run it.
+    ``Mine = register("mine", mine, probe="a")`` is all it takes: :func:`stream`, :func:`run_file`
+    (``task="mine"``) and the returned :class:`Mapper` subclass then run it. bertfn's own tasks are declared in
+    their modules instead (:class:`~bertfn.tasks.task.Task`) and registered by :func:`mapper`.
 
     Args:
         name: the task's name, e.g. ``"fill-mask"`` (the class is named ``FillMask``).
         function: ``function(texts, model, **options)`` -> one result per text, in order.
-        probe: as :attr:`Task.probe`: a text the function accepts, or ``(model, options) -> text``.
+        probe: as :attr:`~bertfn.tasks.task.Task.probe`: a text the function accepts, or ``(model, options) -> text``.
         max_tokens: ``(model, options) -> the tokens per text the task reads at most``; None: the model's
             positions.
-        inputs: as :attr:`Task.inputs`.
-        optional: as :attr:`Task.optional`.
+        inputs: as :attr:`~bertfn.tasks.task.Task.inputs`.
+        optional: as :attr:`~bertfn.tasks.task.Task.optional`.
 
     Returns:
         The task's callable class, a :class:`Mapper` subclass.
     """
-    TASKS[name] = Task(name, function, probe, max_tokens, inputs, optional)
-    class_name = "".join(part.capitalize() for part in name.split("-"))  # "fill-mask" -> "FillMask"
-    return type(class_name, (Mapper,), {
-        "task": name, "__module__": __name__, "__qualname__": class_name,
-        "__doc__": f"The {name!r} task as a callable class for ray.data.Dataset.map_batches: see :class:`Mapper`."})
+    return mapper(Task(name, function, probe, max_tokens, inputs, optional))
+
+
+def mapper(task: Task) -> type[Mapper]:
+    """Register ``task`` (:data:`~bertfn.corpus.runner.TASKS`) and make its callable class, named
+    :attr:`~bertfn.tasks.task.Task.class_name`.
+
+    Args:
+        task: the task.
+
+    Returns:
+        A :class:`Mapper` subclass that runs it.
+    """
+    TASKS[task.name] = task
+    return type(task.class_name, (Mapper,), {
+        "task": task.name, "__module__": __name__, "__qualname__": task.class_name,
+        "__doc__": f"The {task.name!r} task as a callable class for ray.data.Dataset.map_batches: see :class:`Mapper`."})
 
 
 class Mapper:
@@ -100,7 +104,7 @@ class Mapper:
         DependencyError: Ray assigned this worker a GPU, no ``device`` was given, and this torch cannot use CUDA.
     """
 
-    task: str = ""  # set by register()
+    task: str = ""  # set by mapper()
 
     def __init__(self, model: Model | str | Path | None = None, *, column: str | dict[str, str] | None = None,
                  **options) -> None:
@@ -189,14 +193,19 @@ def plain(value: object) -> object:
     return value
 
 
-FillMask = register("fill-mask", fill_mask, probe=lambda m, options: m.tokenizer.mask_token)
-Embed = register("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
-Score = register("score", score, probe="a")
-ScoreMutations = register("score-mutations", score_mutations, probe=lambda m, options: options.get("reference") or "a")
-Classify = register("classify", classify, probe="a", inputs=("text", "text_pair"), optional=("text_pair",))
-Choose = register("choose", choose, probe={"prompt": "a", "choices": ["a", "b"]}, inputs=("prompt", "choices"))
-Contacts = register("contacts", contacts, probe="MKTAYIAKQR")
-ZeroShot = register("zero-shot", zero_shot, probe="a")
-Rerank = register("rerank", rerank, probe={"query": "a", "passages": ["a"]}, inputs=("query", "passages"))
-Tag = register("tag", tag, probe="a", max_tokens=lambda m, options: tokens_read(m, options.get("stride")))
-Answer = register("answer", answer, probe={"question": "a", "context": "a"}, inputs=("question", "context"))
+MAPPERS: dict[str, type[Mapper]] = {task.name: mapper(task) for task in DECLARED}
+"""Task name -> its callable class, for every task of :data:`bertfn.tasks.TASKS`."""
+
+# Each by name, for ``from bertfn.corpus import FillMask`` and the docs' static reading (tests/test_task_list.py
+# checks that these are every task's):
+Answer = MAPPERS["answer"]
+Choose = MAPPERS["choose"]
+Classify = MAPPERS["classify"]
+Contacts = MAPPERS["contacts"]
+Embed = MAPPERS["embed"]
+FillMask = MAPPERS["fill-mask"]
+Rerank = MAPPERS["rerank"]
+Score = MAPPERS["score"]
+ScoreMutations = MAPPERS["score-mutations"]
+Tag = MAPPERS["tag"]
+ZeroShot = MAPPERS["zero-shot"]

@@ -1,8 +1,8 @@
-"""Running a task over texts of any number: the task record, the runner and :func:`stream`.
+"""Running a task over texts of any number: the tasks by name, the runner and :func:`stream`.
 
 A *task* is a pipeline call that takes a list of texts and a model and returns one result per text, in order
-(:class:`Task`; :mod:`bertfn.corpus.registry` registers them: fill-mask, score, embed, ...). This module runs a task
-over texts of any number:
+(:class:`~bertfn.tasks.task.Task`, declared by its module; :mod:`bertfn.corpus.registry` registers every one of
+:data:`bertfn.tasks.TASKS`: fill-mask, score, embed, ...). This module runs a task over texts of any number:
 
     stream(texts, model, top_k=3)              an iterator: texts in, results out, lazily, in order
 
@@ -25,7 +25,6 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy
@@ -38,10 +37,8 @@ from ..checkpoint.state import release_memory
 from ..errors import InputError, MissingPartError
 from ..fast.choice import pack_state
 from ..model.family import longest_input
-
-FAST_TASKS = ("fill-mask", "score", "classify", "zero-shot", "rerank", "tag", "answer", "choose", "contacts")
-"""The tasks that run on the fast path alone where no edit is given: a model loaded for them holds its layers'
-weights packed once, as that path reads them (:func:`~bertfn.fast.choice.pack_state`)."""
+from ..tasks.checks import count
+from ..tasks.task import Task
 
 CHUNK = 256
 """Texts per call of the task: enough for fill_mask's length-sorted groups to fill up (2048 tokens
@@ -50,41 +47,17 @@ each), few enough that a chunk's results are a few MB and a killed run loses lit
 # --- tasks ------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Task:
-    """A pipeline call this room can run: ``function(texts, model, **options)`` -> one result per text.
-
-    Runs that turn refused texts into error lines call the function on its ``probe`` once before the
-    first text, so that a bad option or a model without the part it needs stops the run at once instead
-    of marking every line as failed.
-
-    Attributes:
-        name: the task's name (the CLI subcommand, e.g. ``"fill-mask"``).
-        function: the pipeline call.
-        probe: a text the function accepts with any model that can run it at all (score: ``"a"``), or a
-            function of the model and the task's options that gives one (fill-mask: the model's mask token,
-            ``[MASK]`` or ``<mask>``; score-mutations: the reference itself).
-        max_tokens: the tokens per text the task reads at most with these options.
-        inputs: what one item of the task is: ``("text",)``, a text; several names (``("question", "context")``),
-            a dict of them, as a JSON Lines file's fields give it (:mod:`bertfn.corpus.inputs`).
-        optional: those of ``inputs`` an item may leave out.
-    """
-
-    name: str
-    function: Callable[..., object]
-    probe: str | dict | Callable[[Model, dict], str | dict]
-    max_tokens: Callable[[Model, dict], int] | None = None
-    """The tokens per text the task reads at most with these options (what its truncation keeps); None:
-    the model's positions (a longer text is refused, or, in fill-mask with truncation, read through a window of that size)."""
-    inputs: tuple[str, ...] = ("text",)
-    optional: tuple[str, ...] = ()
-
-
 TASKS: dict[str, Task] = {}
-"""Task name (the CLI subcommand, e.g. ``"fill-mask"``) -> :class:`Task`; filled by :func:`register`."""
+"""Task name (the CLI subcommand, e.g. ``"fill-mask"``) -> :class:`~bertfn.tasks.task.Task`: every task of
+:data:`bertfn.tasks.TASKS`, and those a caller adds; filled by :func:`~bertfn.corpus.registry.register`."""
 
 
 def task_named(name: str) -> Task:
+    """The task of that name, or :class:`InputError` listing the names there are.
+
+    Args:
+        name: a task's name (``"fill-mask"``).
+    """
     if name not in TASKS:
         raise InputError(f"task must be one of {', '.join(map(repr, TASKS))}, got {name!r}")
     return TASKS[name]
@@ -160,7 +133,7 @@ class Runner:
         lowercase: as in :func:`open_model`.
         device: as in :func:`open_model`.
         dtype: as in :func:`open_model`.
-        probe: check the model and the options once now, on the task's :attr:`Task.probe` (raises their
+        probe: check the model and the options once now, on the task's :attr:`~bertfn.tasks.task.Task.probe` (raises their
             error) so that an error later is always a text's.
         **options (Any): the task's own (fill-mask: ``top_k``, ``targets``, ``truncation``, ``batch_size``, ...).
 
@@ -172,7 +145,7 @@ class Runner:
                  lowercase: bool | None = None, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, probe: bool = True, **options) -> None:
         self.task = task_named(task)
-        fast_only = task in FAST_TASKS and not options.get("edits")  # no edits: the fast path alone
+        fast_only = self.task.fast and not options.get("edits")  # no edits: the fast path alone
         self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
                                 prepare=pack_state if fast_only else None)
         self.options = options
@@ -230,7 +203,7 @@ class Runner:
 
         Returns:
             Per text, ``(tokens, warning)``: [CLS] and [SEP] included, at most what its truncation keeps
-                (:attr:`Task.max_tokens`: embed's ``max_length`` or model setting); the warning speaks of it
+                (:attr:`~bertfn.tasks.task.Task.max_tokens`: embed's ``max_length`` or model setting); the warning speaks of it
                 as "text 0", None when most of its tokens are known.
         """
         tok = self.model.tokenizer
@@ -309,8 +282,7 @@ def stream(
         raise InputError("stream takes an iterable of texts, got one string; pass [text], or call fill_mask for one text")
     if errors not in ("raise", "return"):
         raise InputError(f"errors must be 'raise' or 'return', got {errors!r}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise InputError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    count("chunk_size", chunk_size)
     runner = Runner(task, model, device=device, dtype=dtype, probe=errors == "return", **options)
     return _stream(runner, texts, errors, chunk_size)
 

@@ -37,6 +37,7 @@ from ..checkpoint.resolve import fits, get_model, require_tokenizer
 from ..errors import InputError, MissingPartError
 from ..inspect.decision_panel import Decision, contact_codes
 from ..tasks.answer import answer
+from ..tasks.checks import count
 from ..tasks.classify import classify, default_function
 from ..tasks.contacts import contacts
 from ..tasks.tag import tag
@@ -101,9 +102,8 @@ def decision(text: str, model: Model | str | Path, *, pair: str | None = None, s
     """
     m = get_model(model)
     tok = require_tokenizer(m, "decision")
-    for name, value in (("steps", steps), ("max_targets", max_targets)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{name} must be a positive integer, got {value!r}")
+    count("steps", steps)
+    count("max_targets", max_targets)
     names = None if head is None and labels is None else head_labels(m, head, labels, "decision")
     if head is None and not has_decision(m):
         raise MissingPartError(f"the decision panel explains a sequence classifier, a tagger, a reader or ESM-2's contact "

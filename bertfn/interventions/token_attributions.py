@@ -53,6 +53,7 @@ from ..errors import InputError, MissingPartError
 from ..inspect.batch import padded_batch
 from ..model.family import longest_input
 from ..model.recorder import Point
+from ..tasks.checks import count, one_of, too_long
 from .gradients import batches, pass_with_grad
 from .head_metrics import entity_score, head_labels, label_index, label_logit
 from .patching import Metric, at_masks
@@ -255,11 +256,9 @@ def token_attributions(texts: str | Sequence[str], model: Model | str | Path, ta
         MissingPartError: a model without a tokenizer, without a head the target names, or without ``head``.
     """
     texts, single = text_list(texts, "token_attributions")
-    if method not in METHODS:
-        raise InputError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
-    for name, value in (("steps", steps), ("batch_size", batch_size)):
-        if (value is not None or name == "steps") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise InputError(f"{name} must be a positive integer{' or None' * (name == 'batch_size')}, got {value!r}")
+    one_of("method", method, METHODS)
+    count("steps", steps)
+    count("batch_size", batch_size, none="as many as fit")
     targets = list(target) if isinstance(target, list) else [target] * len(texts)
     if len(targets) != len(texts) or (single and isinstance(target, list)):
         raise InputError(f"target is one for every text or a list of one per text: got {len(targets)} targets for "
@@ -272,7 +271,7 @@ def token_attributions(texts: str | Sequence[str], model: Model | str | Path, ta
     limit = longest_input(m.config)
     for i, n in enumerate(lengths):
         if n > limit:
-            raise InputError(f"text {i} is {n} tokens long but the model reads at most {limit}; shorten it")
+            raise too_long(f"text {i}", n, limit)
     metrics, reads = zip(*(target_metric(t, m, tokens[i], ids[i, :lengths[i]], head, names)
                            for i, t in enumerate(targets)))
     keep = None if None in reads else set().union(*reads)

@@ -23,4 +23,28 @@ With the head of a fine-tuned checkpoint (bertfn/model/task_heads.py), each shap
     answer_spans.py    the best spans from the start and end logits of every window
     choose.py       choose(): a prompt's choices ranked by a multiple-choice head
     contacts.py     contacts(): which residues touch, by ESM-2's contact head on the attention maps
+
+What every pipeline shares:
+
+    task.py         Task: a pipeline declared once, as its module's TASK; TASKS below lists them all
+    checks.py       the option checks (a positive integer, True or False, one of a set) and the too-long refusal
+    runner.py       what every pipeline does before and after its own step: the model, its tokenizer and edits;
+                    the [UNK] warnings and one result or a list
+
+A task is its module: one that declares ``TASK = Task(...)`` is found here (:data:`TASKS`), and the corpus
+(:mod:`bertfn.corpus.registry`), the command line (:data:`bertfn.cli.COMMANDS`, from ``bertfn/cli/<name>.py``) and
+``bertfn``'s exports (checked by tests/test_task_list.py) follow.
 """
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from .task import Task
+
+TASKS: tuple[Task, ...] = tuple(
+    module.TASK for module in (importlib.import_module(f"{__name__}.{found.name}") for found in pkgutil.iter_modules(__path__))
+    if isinstance(getattr(module, "TASK", None), Task))
+"""Every task, in the order of its module's name: the ``TASK`` of each module of this package that declares one."""
+

@@ -23,15 +23,17 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import flag_unknown, get_model, refuse_empty, require_head, require_tokenizer, texts_and_model
+from ..checkpoint.resolve import flag_unknown, refuse_empty, texts_and_model
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError
 from ..fast.batching import head_outputs
-from ..fast.choice import pack_state
 from ..model.family import longest_input
-from ..model.recorder import NO_TRACE, Edit, with_edits
+from ..model.recorder import Edit
 from .answer_spans import best_answers
 from .answer_windows import Pairs, answerable, context_windows, option, window_batch
+from .checks import count, flag
+from .runner import loaded
+from .task import Task
 
 DEFAULT_READER = "distilbert/distilbert-base-cased-distilled-squad"
 """The model :func:`answer` loads when given none: transformers' default for ``pipeline("question-answering")``."""
@@ -201,20 +203,16 @@ def answer(
         context, model = None, context
     question, model = texts_and_model(question, model, "answer")
     pairs, labels, shape, single = question_context_pairs(question, context)
-    for name, value, least in (("top_k", top_k, 1), ("max_answer_len", max_answer_len, 1), ("batch_size", batch_size, 1),
-                               ("max_question_len", max_question_len, 1), ("max_seq_len", max_seq_len, 1),
-                               ("doc_stride", doc_stride, 0)):
-        if value is None and name in ("max_seq_len", "doc_stride"):  # their defaults depend on the model
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise InputError(f"{name} must be {'a positive' if least else 'a non-negative'} integer, got {value!r}")
-    for name, value in (("handle_impossible_answer", handle_impossible_answer), ("align_to_words", align_to_words)):
-        if not isinstance(value, bool):
-            raise InputError(f"{name} must be True or False, got {value!r}")
+    for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len), ("batch_size", batch_size),
+                        ("max_question_len", max_question_len)):
+        count(name, value)
+    count("max_seq_len", max_seq_len, none="as the model reads, at most 384")  # None: defaults that depend on the model
+    count("doc_stride", doc_stride, least=0, none="half a window, at most 128")
+    flag("handle_impossible_answer", handle_impossible_answer)
+    flag("align_to_words", align_to_words)
 
-    m = get_model(model if model is not None else DEFAULT_READER, device, dtype, prepare=None if edits else pack_state)
-    tok = require_tokenizer(m, "answer")
-    require_head(m, "question-answering", "answer")
+    m, tok, points = loaded("answer", model if model is not None else DEFAULT_READER, device, dtype, edits,
+                            head="question-answering")
     longest = longest_input(m.config)
     if max_seq_len is None:
         max_seq_len = min(384, longest)
@@ -231,7 +229,7 @@ def answer(
     flat = [w for ws in windows for w in ws]
     enc, lengths = window_batch(tok, flat, m.config.type_vocab_size > 1)
     with torch.inference_mode():
-        logits = head_outputs(m, enc, lengths, "question-answering", batch_size, with_edits(NO_TRACE, edits, m.config))
+        logits = head_outputs(m, enc, lengths, "question-answering", batch_size, points)
     logits = [(start.float().cpu().numpy(), end.float().cpu().numpy()) for start, end in logits]  # (n,) each
     results, first = [], 0
     for (_, c), ws in zip(pairs, windows):
@@ -239,6 +237,10 @@ def answer(
                                     top_k=top_k, handle_impossible_answer=handle_impossible_answer,
                                     max_answer_len=max_answer_len, align_to_words=align_to_words))
         first += len(ws)
-    results = flag_unknown(results, unknown)
+    results = flag_unknown(results, unknown)  # per pair; an item of several pairs gets the list of theirs
     out = [results[i] if isinstance(i, int) else [results[j] for j in i] for i in shape]
     return out[0] if single else out
+
+
+TASK = Task("answer", answer, probe={"question": "a", "context": "a"}, inputs=("question", "context"), fast=True)
+"""The task (:mod:`bertfn.tasks.task`) :func:`answer` is: ``bertfn answer``, the corpus's ``Answer``."""

@@ -28,13 +28,14 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import flag_unknown, get_model, require_head, require_tokenizer
 from ..checkpoint.tokenizer import check_text, warn_texts
 from ..errors import InputError, UnknownTokensWarning
-from ..fast.choice import pack_state
 from ..fast.batching import head_outputs
 from ..model.family import longest_input
-from ..model.recorder import NO_TRACE, Edit, Trace, with_edits
+from ..model.recorder import NO_TRACE, Edit, Trace
+from .checks import count, too_long
+from .runner import finished, loaded
+from .task import Task
 
 Tensor = torch.Tensor
 
@@ -139,8 +140,8 @@ def choice_logits(m: Model, items: list[Item], batch_size: int = 32,
     limit = longest_input(m.config)
     for (i, j), n in zip(rows, lengths):
         if n > limit:
-            raise InputError(f"text {i}: its prompt and choice {j} make {n} tokens, but the model reads at most "
-                             f"{limit}; shorten the prompt (each choice is read with all of it)")
+            raise too_long(f"text {i} with choice {j}", n, limit, "shorten the prompt (each choice is read with all "
+                           "of it)")
     with torch.inference_mode():
         scores = head_outputs(m, enc, lengths, "multiple-choice", batch_size, points)  # per row: (1,)
     flat = torch.cat(scores).float()  # (N,)
@@ -217,14 +218,13 @@ def choose(
     if is_items and model is None and choices is not None and not isinstance(choices, (list, tuple)):
         choices, model = None, choices  # choose(items, model): the items hold their choices
     items, single = choice_items(prompts, choices)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    count("batch_size", batch_size)
 
-    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
-    require_tokenizer(m, "choose")
-    require_head(m, "multiple-choice", "choose")
-    points = with_edits(NO_TRACE, edits, m.config)
+    m, _, points = loaded("choose", model, device, dtype, edits, head="multiple-choice")
     logits, unknown = choice_logits(m, items, batch_size, points)
     warn_texts(unknown, UnknownTokensWarning)
-    results = flag_unknown([ranked(p, c, x) for (p, c), x in zip(items, logits)], unknown)
-    return results[0] if single else results
+    return finished([ranked(p, c, x) for (p, c), x in zip(items, logits)], unknown, single)
+
+
+TASK = Task("choose", choose, probe={"prompt": "a", "choices": ["a", "b"]}, inputs=("prompt", "choices"), fast=True)
+"""The task (:mod:`bertfn.tasks.task`) :func:`choose` is: ``bertfn choose``, the corpus's ``Choose``."""

@@ -36,16 +36,18 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import flag_unknown, get_model, head_labels, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.resolve import head_labels, text_list, texts_and_model
 from ..checkpoint.tokenizer import Encoding, check_text
 from ..errors import InputError, syntax
-from ..fast.choice import pack_state
 from ..fast.batching import encoded_groups, head_outputs
 from ..model.functional import linear
 from ..model.family import longest_input
 from ..model.heads import pooler
-from ..model.recorder import NO_TRACE, Edit, Trace, with_edits
+from ..model.recorder import NO_TRACE, Edit, Trace
+from .checks import count, flag, one_of, too_long, truncate
 from .pairs import cut_pairs, longest_pair
+from .runner import finished, loaded
+from .task import Task
 
 Tensor = torch.Tensor
 
@@ -239,23 +241,18 @@ def classify(
     """
     inputs, model = texts_and_model(inputs, model, "classify")
     texts, pairs, kind = inputs_of(inputs, text_pair)
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise InputError(f"top_k must be a positive integer or None (every label), got {top_k!r}")
+    count("top_k", top_k, none="every label")
     function_to_apply = function_to_apply.lower() if isinstance(function_to_apply, str) else function_to_apply
-    if function_to_apply is not None and function_to_apply not in FUNCTIONS:
-        raise InputError(f"function_to_apply must be one of {', '.join(map(repr, FUNCTIONS))}, got {function_to_apply!r}")
-    if not isinstance(truncation, bool):
-        raise InputError(f"truncation must be True or False, got {truncation!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if function_to_apply is not None:
+        one_of("function_to_apply", function_to_apply, FUNCTIONS)
+    flag("truncation", truncation)
+    count("batch_size", batch_size)
 
-    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
-    tok = require_tokenizer(m, "classify")
+    m, tok, points = loaded("classify", model, device, dtype, edits)
     names = head_labels(m, head, labels, "classify")
     function = default_function(m.config.problem_type, m.config.num_labels) if head is None \
         else default_function(None, m.extra_heads[head])
     function = function_to_apply or function
-    points = with_edits(NO_TRACE, edits, m.config)
 
     results: list = [None] * len(texts)
     unknown: dict[int, str] = {}
@@ -270,10 +267,8 @@ def classify(
         lengths = enc.attention_mask.sum(dim=1).tolist()
         long = [j for j, n in enumerate(lengths) if n > limit]
         if long and not truncation:
-            raise InputError(f"text {rows[long[0]]} is {lengths[long[0]]} tokens long{' with its pair' if paired else ''} "
-                             f"but the model reads at most {limit}; shorten it, or pass "
-                             f"{syntax(python='truncation=True', cli='--truncation')} to cut it as transformers' "
-                             "pipeline does")
+            raise too_long(f"text {rows[long[0]]}", lengths[long[0]], limit,
+                           truncate("to cut it as transformers' pipeline does"), paired=paired)
         if long:
             enc = cut_pairs(tok, firsts, seconds, limit, "longest_first")
             lengths = enc.attention_mask.sum(dim=1).tolist()
@@ -285,7 +280,9 @@ def classify(
             scores = class_scores(torch.stack(logits), function).tolist()  # (b, L)
         for i, row in zip(rows, scores):
             results[i] = ranked(row, names, top_k)
-    results = flag_unknown(results, unknown)
-    if kind == "list":
-        return results
-    return [results[0]] if kind == "text" and top_k == 1 else results[0]
+    out = finished(results, unknown, kind != "list")
+    return [out] if kind == "text" and top_k == 1 else out  # the pipeline's list of one for one text's best label
+
+
+TASK = Task("classify", classify, probe="a", inputs=("text", "text_pair"), optional=("text_pair",), fast=True)
+"""The task (:mod:`bertfn.tasks.task`) :func:`classify` is: ``bertfn classify``, the corpus's ``Classify``."""

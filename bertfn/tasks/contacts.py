@@ -29,16 +29,18 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.resolve import text_list, texts_and_model
 from ..errors import InputError, MissingPartError
 from ..fast.attention_batches import batches
 from ..fast.batching import GROUP_TOKENS, end_to_end, text_groups
-from ..fast.choice import pack_state
 from ..model.encoder import encoder
 from ..model.family import longest_input, member_name
 from ..model.layout import Segments
 from ..model.members.esm import contact_head
-from ..model.recorder import NO_TRACE, Edit, with_edits
+from ..model.recorder import Edit
+from .checks import count
+from .runner import finished, loaded
+from .task import Task
 
 Tensor = torch.Tensor
 
@@ -91,9 +93,7 @@ def check_top(top: object, min_separation: object) -> None:
     if not fine:
         raise InputError(f"top must be a positive integer, or 'L' or 'L/k' (k a positive integer: 'L/5' is the L/5 "
                          f"most likely contacts of a protein of L residues), or None for the whole map; got {top!r}")
-    if isinstance(min_separation, bool) or not isinstance(min_separation, int) or min_separation < 1:
-        raise InputError(f"min_separation must be a positive integer (pairs i, j with |i - j| >= it are kept; "
-                         f"{MIN_SEPARATION} is usual), got {min_separation!r}")
+    count("min_separation", min_separation, why=f"pairs i, j with |i - j| >= it are kept; {MIN_SEPARATION} is usual")
 
 
 def top_contacts(probs: Tensor, n: int, min_separation: int = MIN_SEPARATION) -> list[tuple[int, int, float]]:
@@ -166,13 +166,10 @@ def contacts(
             raise InputError(f"text {i} is empty; write the protein's residues, one letter each (e.g. MKTAYIAKQR)")
     batch, single = text_list(sequences, "contacts")
     check_top(top, min_separation)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    count("batch_size", batch_size)
 
-    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
-    tok = require_tokenizer(m, "contacts")
+    m, tok, points = loaded("contacts", model, device, dtype, edits)
     require_contact_head(m)
-    points = with_edits(NO_TRACE, edits, m.config)
     enc = tok(list(batch))  # (N, S): <cls> residues <eos>, padded
     lengths = enc.attention_mask.sum(dim=1).tolist()
     P = longest_input(m.config)  # ESM-2's positions; ESM-1b's learned ones hold 2 fewer (from padding_idx + 1)
@@ -185,7 +182,11 @@ def contacts(
         maps = padded_maps(m, enc, lengths, batch_size, points) if points else unpadded_maps(m, enc, lengths, batch_size)
     if top is not None:
         maps = [top_contacts(p, top_count(top, len(p)), min_separation) for p in maps]
-    return maps[0] if single else maps
+    return finished(maps, None, single)  # a map holds no "warning": the tokenizer's is the one said
+
+
+TASK = Task("contacts", contacts, probe="MKTAYIAKQR", fast=True)
+"""The task (:mod:`bertfn.tasks.task`) :func:`contacts` is: ``bertfn contacts``, the corpus's ``Contacts``."""
 
 
 def unpadded_maps(m: Model, enc, lengths: list[int], batch_size: int) -> list[Tensor]:

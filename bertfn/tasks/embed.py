@@ -39,14 +39,17 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.resolve import get_model
 from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder
 from ..checkpoint.tokenizer import Tokenizer
 from ..errors import BertfnWarning, InputError, syntax
 from ..fast.batching import encoded_groups
 from ..model.family import longest_input
-from ..model.recorder import NO_TRACE, Edit, with_edits
+from ..model.recorder import Edit
+from .checks import count
 from .pooling import after_pooling, exclude_prompt, pool
+from .runner import loaded, texts_in
+from .task import Task
 
 Tensor = torch.Tensor
 
@@ -208,16 +211,11 @@ def embed(
         UserWarning: texts longer than ``max_length`` tokens, cut.
         BertfnWarning: ``pooling`` or ``normalize`` overriding the folder's (once per folder).
     """
-    texts, model = texts_and_model(texts, model, "embed")
-    batch, single = text_list(texts, "embed", blank=True)  # "" and "   " too, as SentenceTransformer.encode embeds them
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1):
-        raise InputError(f"truncate_dim must be a positive integer (or None: the folder's), got {truncate_dim!r}")
+    batch, single, model = texts_in(texts, model, "embed", blank=True)  # "" and "   ", as SentenceTransformer embeds them
+    count("batch_size", batch_size)
+    count("truncate_dim", truncate_dim, none="the folder's")
 
-    m = get_model(model, device, dtype)
-    tok = require_tokenizer(m, "embed")
-    points = with_edits(NO_TRACE, edits, m.config)
+    m, tok, points = loaded("embed", model, device, dtype, edits, fast=False)
     P = longest_input(m.config)
     folder = sentence_modules(m.sentence_folder, pooling, normalize)
     before = chosen_prompt(folder, prompt, prompt_name)
@@ -259,6 +257,10 @@ def embed(
     if normalize is True:
         vectors = F.normalize(vectors, p=2.0, dim=1)  # (N, D), each of length 1
     return vectors[0] if single else vectors
+
+
+TASK = Task("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
+"""The task (:mod:`bertfn.tasks.task`) :func:`embed` is: ``bertfn embed``, the corpus's ``Embed``."""
 
 
 def similarity(a: Tensor | str | list[str], b: Tensor | str | list[str], model: Model | str | Path | None = None, *,

@@ -18,17 +18,18 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, require_tokenizer, text_list,
-                                  texts_and_model)
+from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
 from ..errors import InputError
 from ..fast.batching import encoded_groups
-from ..fast.choice import pack_state
 from ..model.family import longest_input
 from ..model.heads import mlm_head
-from ..model.recorder import NO_TRACE, Edit, with_edits
+from ..model.recorder import Edit
+from .checks import count, flag, too_long, truncate
 from .joint import joint_fill
+from .runner import finished, loaded, texts_in
 from .scoring import word_log_probs
+from .task import Task
 
 
 def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...]]:
@@ -168,26 +169,18 @@ def fill_mask(
     Warns:
         UnknownTokensWarning: texts whose tokens are mostly [UNK].
     """
-    inputs, model = texts_and_model(inputs, model, "fill_mask")
-    texts, single = text_list(inputs, "fill_mask")
-    if not isinstance(truncation, bool):
-        raise InputError(f"truncation must be True or False, got {truncation!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise InputError(f"top_k must be a positive integer, got {top_k!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if not isinstance(joint, bool):
-        raise InputError(f"joint must be True or False, got {joint!r}")
-    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or beam_width < 1:
-        raise InputError(f"beam_width must be a positive integer, got {beam_width!r}")
+    texts, single, model = texts_in(inputs, model, "fill_mask")
+    flag("truncation", truncation)
+    count("top_k", top_k)
+    count("batch_size", batch_size)
+    flag("joint", joint)
+    count("beam_width", beam_width)
     if joint and targets is not None:
         raise InputError("joint filling searches the whole vocabulary at every mask, so it takes no targets; "
                          "drop targets, or fill without joint")
 
-    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
-    tok = require_tokenizer(m, "fill_mask")
+    m, tok, points = loaded("fill_mask", model, device, dtype, edits)
     require_mlm_head(m, "fill_mask")
-    points = with_edits(NO_TRACE, edits, m.config)
     pieces = target_pieces(m, targets) if targets is not None else None
     wanted = [p[0] for p in pieces if len(p) == 1] if pieces is not None else None  # single-piece targets
     words = [p for p in pieces if len(p) > 1] if pieces is not None else []  # whole-word targets
@@ -201,15 +194,13 @@ def fill_mask(
             raise missing_mask(tok, i, texts[i])
     for i, n in enumerate(lengths):
         if n > P and not truncation:
-            raise InputError(f"text {i} is {n} tokens long but the model reads at most {P}; shorten it, or pass "
-                             f"truncation=True (CLI: --truncation) to keep a {P}-token window around its masks")
+            raise too_long(f"text {i}", n, P, truncate(f"to keep a {P}-token window around its masks"))
     if truncation and max(lengths) > P:
         enc = mask_windows(tok, enc, lengths, P)
         lengths = enc.attention_mask.sum(dim=1).tolist()
 
     if joint:
-        results = flag_unknown(joint_fill(m, enc, lengths, top_k, beam_width, batch_size, points), unknown)
-        return results[0] if single else results
+        return finished(joint_fill(m, enc, lengths, top_k, beam_width, batch_size, points), unknown, single)
 
     answers: list = [None] * len(texts)  # per text: [(mask position, [(score, pieces), ...] best first), ...]
     with torch.inference_mode():
@@ -236,9 +227,12 @@ def fill_mask(
             candidates += zip(row, words)
             candidates.sort(key=lambda c: -c[0])
             del candidates[k:]
-    results = [_propositions(tok, enc.input_ids[i, :n].tolist(), answers[i]) for i, n in enumerate(lengths)]
-    results = flag_unknown(results, unknown)
-    return results[0] if single else results
+    return finished([_propositions(tok, enc.input_ids[i, :n].tolist(), answers[i]) for i, n in enumerate(lengths)],
+                    unknown, single)
+
+
+TASK = Task("fill-mask", fill_mask, probe=lambda m, options: m.tokenizer.mask_token, fast=True)
+"""The task (:mod:`bertfn.tasks.task`) :func:`fill_mask` is: ``bertfn fill-mask``, the corpus's ``FillMask``."""
 
 
 def window_around_masks(ids: list[int], words: list[int | None], mask_id: int, width: int) -> tuple[int, int]:

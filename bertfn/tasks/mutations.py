@@ -31,13 +31,15 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, require_tokenizer, text_list,
-                                  texts_and_model)
+from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
 from ..errors import DependencyError, InputError
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.family import longest_input
+from .checks import count, one_of
+from .runner import finished
 from .scoring import BATCH_SIZE, check_scorable, masked_copies, score, target_log_softmax
+from .task import Task
 
 MUTATION_METHODS = ("masked_marginal", "pll", "wt_marginal")
 
@@ -149,8 +151,7 @@ def substitution_matrix(
         raise InputError(f"substitution_matrix takes one reference text, got {type(reference).__name__}; "
                          "call it once per reference")
     text_list(reference, "score")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    count("batch_size", batch_size)
     m = get_model(model, device, dtype)
     return _substitutions(m, reference, batch_size)
 
@@ -251,10 +252,8 @@ def score_mutations(
     if not isinstance(reference, str):
         raise InputError(f"score_mutations needs the reference the variants are variants of: reference= one text "
                          f"(--reference TEXT), got {type(reference).__name__}")
-    if method not in MUTATION_METHODS:
-        raise InputError(f"method must be one of {', '.join(map(repr, MUTATION_METHODS))}, got {method!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    one_of("method", method, MUTATION_METHODS)
+    count("batch_size", batch_size)
     m = get_model(model, device, dtype)
     subs = _cached_substitutions(m, text_list(reference, "score")[0][0], batch_size, masked=method != "wt_marginal")
     tok = m.tokenizer
@@ -281,5 +280,10 @@ def score_mutations(
         base = score(subs.text, m, batch_size=batch_size)["pll"]
         for r, s in zip(results, score(variants, m, batch_size=batch_size)):
             r["score"] = s["pll"] - base
-    results = flag_unknown(results, enc.unknown)
-    return results[0] if single else results
+    return finished(results, enc.unknown, single)
+
+
+TASK = Task("score-mutations", score_mutations, probe=lambda m, options: options.get("reference") or "a",
+            command=False)  # bertfn score --reference runs it
+"""The task (:mod:`bertfn.tasks.task`) :func:`score_mutations` is: ``bertfn score --reference``, the corpus's
+``ScoreMutations``."""

@@ -17,12 +17,13 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import flag_unknown, get_model, require_tokenizer, text_list, texts_and_model
-from ..errors import InputError, MissingPartError
+from ..errors import MissingPartError
 from ..fast.batching import encoded_groups
 from ..model.members.electra import DISCRIMINATOR, discriminator_head
-from ..model.recorder import NO_TRACE, Edit, with_edits
+from ..model.recorder import Edit
 from ..model.family import longest_input
+from .checks import count, too_long
+from .runner import finished, loaded, texts_in
 
 
 def replaced_tokens(
@@ -57,23 +58,19 @@ def replaced_tokens(
         MissingPartError: a model without the discriminator's head (or without a tokenizer).
         InputError: a text longer than the model reads, or a bad batch_size.
     """
-    inputs, model = texts_and_model(inputs, model, "replaced_tokens")
-    texts, single = text_list(inputs, "replaced_tokens")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-    m = get_model(model, device, dtype)
-    tok = require_tokenizer(m, "replaced_tokens")
+    texts, single, model = texts_in(inputs, model, "replaced_tokens")
+    count("batch_size", batch_size)
+    m, tok, points = loaded("replaced_tokens", model, device, dtype, edits, fast=False)
     if DISCRIMINATOR[2] not in m.params:
         raise MissingPartError(f"replaced_tokens needs ELECTRA's discriminator head (discriminator_predictions.*), and "
                                f"model {m.name!r} ({m.family.name}) has none; load an ElectraForPreTraining checkpoint "
                                "such as google/electra-small-discriminator")
-    points = with_edits(NO_TRACE, edits, m.config)
     P = longest_input(m.config)
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
     for i, n in enumerate(lengths):
         if n > P:
-            raise InputError(f"text {i} is {n} tokens long but the model reads at most {P}; shorten it")
+            raise too_long(f"text {i}", n, P)
     specials = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
     results: list = [None] * len(texts)
     with torch.inference_mode():
@@ -84,5 +81,4 @@ def replaced_tokens(
                 results[i] = [{"token": enc.tokens[i][j], "index": j, "start": enc.offsets[i][j][0],
                                "end": enc.offsets[i][j][1], "score": float(p[j]), "replaced": bool(p[j] > 0.5)}
                               for j in range(len(ids)) if ids[j] not in specials]
-    results = flag_unknown(results, enc.unknown)
-    return results[0] if single else results
+    return finished(results, enc.unknown, single)

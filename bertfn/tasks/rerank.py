@@ -26,12 +26,14 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import fits, flag_unknown, get_model, require_head, require_tokenizer
+from ..checkpoint.resolve import fits
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError, MissingPartError, syntax
-from ..fast.choice import pack_state
-from ..model.recorder import NO_TRACE, Edit, with_edits
+from ..model.recorder import Edit
+from .checks import count, flag, one_of
 from .pairs import beside_model, pair_logits
+from .runner import finished, loaded
+from .task import Task
 
 Tensor = torch.Tensor
 
@@ -169,26 +171,18 @@ def rerank(
                              "rerank([{'query': ..., 'passages': [...]}], model)")
         passages, model = None, model if passages is None else passages
     items, single = queries_and_passages(query, passages)
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise InputError(f"top_k must be a positive integer or None (all passages), got {top_k!r}")
-    for name, value in (("return_documents", return_documents), ("sort", sort)):
-        if not isinstance(value, bool):
-            raise InputError(f"{name} must be True or False, got {value!r}")
-    if activation is not None and activation not in ACTIVATIONS:
-        raise InputError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))} or None (the model's own), "
-                         f"got {activation!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    count("top_k", top_k, none="all passages")
+    flag("return_documents", return_documents)
+    flag("sort", sort)
+    one_of("activation", activation, ACTIVATIONS, none="the model's own")
+    count("batch_size", batch_size)
 
-    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
-    require_tokenizer(m, "rerank")
-    require_head(m, "sequence-classification", "rerank")
+    m, _, points = loaded("rerank", model, device, dtype, edits, head="sequence-classification")
     if m.config.num_labels != 1:
         raise MissingPartError(f"rerank needs a cross-encoder, a sequence classifier with one output (a relevance "
                                f"score), and {fits(m)}; with an NLI model, "
                                f"{syntax(python='bertfn.zero_shot', cli='bertfn zero-shot')} scores labels")
     act = ACTIVATIONS[activation or model_activation(m)]
-    points = with_edits(NO_TRACE, edits, m.config)
 
     firsts = [q for q, ps in items for _ in ps]
     seconds = [p for _, ps in items for p in ps]
@@ -208,5 +202,8 @@ def rerank(
         ranking = [{"corpus_id": j, "score": s, **({"text": ps[j]} if return_documents else {})}
                    for j, s in enumerate(mine)]
         results.append(sorted(ranking, key=lambda r: r["score"], reverse=True)[:top_k])  # stable: ties keep their order
-    results = flag_unknown(results, unknown)
-    return results[0] if single else results
+    return finished(results, unknown, single)
+
+
+TASK = Task("rerank", rerank, probe={"query": "a", "passages": ["a"]}, inputs=("query", "passages"), fast=True)
+"""The task (:mod:`bertfn.tasks.task`) :func:`rerank` is: ``bertfn rerank``, the corpus's ``Rerank``."""

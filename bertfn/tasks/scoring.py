@@ -35,16 +35,17 @@ from typing import NamedTuple
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import (flag_unknown, get_model, require_mlm_head, require_tokenizer, text_list,
-                                  texts_and_model)
+from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError
 from ..fast.batching import encoded_groups
-from ..fast.choice import pack_state
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
-from ..model.recorder import NO_TRACE, Edit, Trace, with_edits
+from ..model.recorder import NO_TRACE, Edit, Trace
 from ..model.family import longest_input
+from .checks import count, one_of, too_long
+from .runner import finished, loaded, texts_in
+from .task import Task
 
 METHODS = ("original", "within_word_l2r")
 BATCH_SIZE = 256
@@ -249,16 +250,11 @@ def score(
             cannot be scored (:func:`check_scorable`).
         MissingPartError: a model without a tokenizer or without the masked-LM head.
     """
-    texts, model = texts_and_model(texts, model, "score")
-    texts, single = text_list(texts, "score")
-    if method not in METHODS:
-        raise InputError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
-    tok = require_tokenizer(m, "score")
+    texts, single, model = texts_in(texts, model, "score")
+    one_of("method", method, METHODS)
+    count("batch_size", batch_size)
+    m, tok, points = loaded("score", model, device, dtype, edits)
     require_mlm_head(m, "score")
-    points = with_edits(NO_TRACE, edits, m.config)
 
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
@@ -274,8 +270,11 @@ def score(
         r["pll"] = math.fsum(t["log_prob"] for t in r["tokens"])
         r["num_tokens"] = len(r["tokens"])
         r["pseudo_perplexity"] = math.exp(-r["pll"] / r["num_tokens"])
-    results = flag_unknown(results, enc.unknown)
-    return results[0] if single else results
+    return finished(results, enc.unknown, single)
+
+
+TASK = Task("score", score, probe="a", fast=True)
+"""The task (:mod:`bertfn.tasks.task`) :func:`score` is: ``bertfn score``, the corpus's ``Score``."""
 
 
 def check_scorable(tok: Tokenizer, enc: Encoding, lengths: list[int], texts: list[str], limit: int) -> None:
@@ -299,8 +298,8 @@ def check_scorable(tok: Tokenizer, enc: Encoding, lengths: list[int], texts: lis
             raise InputError(f"text {i} holds {tok.mask_token}: {texts[i]!r:.80}; score reads complete texts "
                              f"(fill_mask predicts what goes behind {tok.mask_token})")
         if n > limit:
-            raise InputError(f"text {i} is {n} tokens long but the model reads at most {limit}; split it into "
-                             "shorter texts (a score of a cut text would not be the text's score)")
+            raise too_long(f"text {i}", n, limit, "split it into shorter texts (a score of a cut text would not be "
+                           "the text's score)")
 
 
 def word_log_probs(m: Model, enc: Encoding, lengths: list[int], where: list[tuple[int, int]],
@@ -332,8 +331,8 @@ def word_log_probs(m: Model, enc: Encoding, lengths: list[int], where: list[tupl
         ids, tt = enc.input_ids[i, :lengths[i]].tolist(), enc.token_type_ids[i, :lengths[i]].tolist()
         for w in words:
             if len(ids) + len(w) - 1 > limit:
-                raise InputError(f"text {i} with the {len(w)} pieces of a target in place of its mask is "
-                                 f"{len(ids) + len(w) - 1} tokens long, but the model reads at most {limit}")
+                raise too_long(f"text {i} with the {len(w)} pieces of a target in place of its mask",
+                               len(ids) + len(w) - 1, limit, "shorten it, or pass a target of fewer pieces")
             for c in range(len(w)):  # piece c scored; pieces before it shown, itself and the rest masked
                 rows.append(ids[:pos] + list(w[:c]) + [m.tokenizer.mask_token_id] * (len(w) - c) + ids[pos + 1:])
                 types.append(tt[:pos] + [tt[pos]] * len(w) + tt[pos + 1:])

@@ -34,14 +34,15 @@ import tokenizers
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import flag_unknown, get_model, require_head, require_tokenizer, text_list, texts_and_model
 from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError, syntax
-from ..fast.choice import pack_state
 from ..fast.batching import head_outputs
 from ..model.family import longest_input
-from ..model.recorder import NO_TRACE, Edit, Trace, with_edits
+from ..model.recorder import NO_TRACE, Edit, Trace
+from .checks import count, one_of
 from .entities import STRATEGIES, PreEntity, aggregate, merge_windows
+from .runner import finished, loaded, texts_in
+from .task import Task
 
 Tensor = torch.Tensor
 
@@ -224,21 +225,18 @@ def check_options(strategy: object, ignore_labels: object, stride: object, batch
         stride: None or a non-negative integer; not with strategy "none", whose tokens windows cannot merge.
         batch_size: a positive integer.
     """
-    if not isinstance(strategy, str) or strategy.lower() not in STRATEGIES:
-        raise InputError(f"aggregation_strategy must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}")
-    strategy = strategy.lower()
+    strategy = strategy.lower() if isinstance(strategy, str) else strategy
+    one_of("aggregation_strategy", strategy, STRATEGIES)
     labels = (ignore_labels,) if isinstance(ignore_labels, str) else ignore_labels
     if not isinstance(labels, (list, tuple, set, frozenset)) or not all(isinstance(x, str) for x in labels):
         raise InputError(f"ignore_labels must be a label or a list of labels (default ('O',); () keeps every label), "
                          f"got {ignore_labels!r}")
-    if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 0):
-        raise InputError(f"stride must be None or a number of tokens, 0 or more, got {stride!r}")
+    count("stride", stride, least=0, none="one window")
     if stride is not None and strategy == "none":
         raise InputError("stride reads a long text in overlapping windows, and merging their entities needs an "
                          f"aggregation strategy; pass {syntax(python='aggregation_strategy=', cli='--aggregation ')}"
                          "simple (or first, average, max) with it, as transformers' pipeline asks")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    count("batch_size", batch_size)
     return strategy, frozenset(labels)
 
 
@@ -291,14 +289,10 @@ def tag(
         UserWarning: texts longer than the model reads, without a stride.
         UnknownTokensWarning: texts whose tokens are mostly [UNK] (their entities hold ``"warning"``).
     """
-    texts, model = texts_and_model(texts, model, "tag")
-    batch, single = text_list(texts, "tag", blank=True)  # "" and "   ": no entities, as the pipeline answers
+    batch, single, model = texts_in(texts, model, "tag", blank=True)  # "" and "   ": no entities, as the pipeline says
     strategy, ignored = check_options(aggregation_strategy, ignore_labels, stride, batch_size)
 
-    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
-    tok = require_tokenizer(m, "tag")
-    require_head(m, "token-classification", "tag")
-    points = with_edits(NO_TRACE, edits, m.config)
+    m, tok, points = loaded("tag", model, device, dtype, edits, head="token-classification")
     limit = longest_input(m.config)
     width = limit - tok.backend.num_special_tokens_to_add(False)  # the text's tokens in a window
     if stride is not None and stride >= width:
@@ -324,5 +318,8 @@ def tag(
             entities = aggregate(pre_entities(text, w, next(scores), rule, tok.unk_token_id), strategy, labels, decode)
             found += [e for e in entities if e.get("entity", e.get("entity_group")) not in ignored]
         results.append(merge_windows(found) if len(ws) > 1 else found)
-    results = flag_unknown(results, unknown)
-    return results[0] if single else results
+    return finished(results, unknown, single)
+
+
+TASK = Task("tag", tag, probe="a", max_tokens=lambda m, options: tokens_read(m, options.get("stride")), fast=True)
+"""The task (:mod:`bertfn.tasks.task`) :func:`tag` is: ``bertfn tag``, the corpus's ``Tag``."""

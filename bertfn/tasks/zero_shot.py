@@ -29,14 +29,15 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import (flag_unknown, fits, get_model, refuse_empty, require_head, require_tokenizer,
-                                  text_list, texts_and_model)
+from ..checkpoint.resolve import fits, refuse_empty
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError, MissingPartError, syntax
 from ..model.config import BertConfig
-from ..fast.choice import pack_state
-from ..model.recorder import NO_TRACE, Edit, with_edits
+from ..model.recorder import Edit
+from .checks import count, flag
 from .pairs import pair_logits
+from .runner import finished, loaded, texts_in
+from .task import Task
 
 DEFAULT_TEMPLATE = "This example is {}."
 """The pipeline's hypothesis template: the label goes where ``{}`` is."""
@@ -155,24 +156,19 @@ def zero_shot(
         UserWarning: texts cut to fit the model with their hypothesis.
         UnknownTokensWarning: texts whose pairs are mostly [UNK].
     """
-    texts, model = texts_and_model(texts, model, "zero_shot")
+    batch, single, model = texts_in(texts, model, "zero_shot", blank=True)
     if isinstance(model, (list, tuple)):
         raise InputError("zero_shot takes the model second and the labels as a keyword: "
                          "zero_shot(texts, model, candidate_labels=[...])")
-    batch, single = text_list(texts, "zero_shot", blank=True)
     for i, text in enumerate(batch):  # "" is refused, as the pipeline refuses it; "   " is classified, as it is there
         refuse_empty(text, f"text {i}", "zero-shot-classification", "write the text to classify, or leave it out")
     labels = candidate_list(candidate_labels)
     hyps = hypotheses(hypothesis_template, labels)
-    if not isinstance(multi_label, bool):
-        raise InputError(f"multi_label must be True or False, got {multi_label!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    flag("multi_label", multi_label)
+    count("batch_size", batch_size)
 
-    m = get_model(model, device, dtype, prepare=None if edits else pack_state)  # no edits: the fast path alone
     called = syntax(python="zero_shot", cli="zero-shot")  # the messages name the call as the caller wrote it
-    require_tokenizer(m, called)
-    require_head(m, "sequence-classification", called)
+    m, _, points = loaded(called, model, device, dtype, edits, head="sequence-classification")
     entailment, contradiction = nli_outputs(m.config)
     alone = multi_label or len(labels) == 1
     if entailment is None or alone and contradiction is None:
@@ -183,7 +179,6 @@ def zero_shot(
             f"{called} needs an NLI classifier with {missing} named in its config.json (a label starting with "
             f"'{'entail' if entailment is None else 'contradict'}'), and {fits(m)}; if it was trained on NLI, name its "
             "outputs in config.json's id2label and label2id (e.g. 0: contradiction, 1: neutral, 2: entailment)")
-    points = with_edits(NO_TRACE, edits, m.config)
 
     N, K = len(batch), len(labels)
     logits, unknown = pair_logits(m, [t for t in batch for _ in hyps], hyps * N, [i for i in range(N) for _ in hyps],
@@ -198,5 +193,8 @@ def zero_shot(
     for text, row in zip(batch, scores.tolist()):
         order = sorted(range(K), key=lambda k: -row[k])  # best first; ties in the labels' order
         results.append({"sequence": text, "labels": [labels[k] for k in order], "scores": [row[k] for k in order]})
-    results = flag_unknown(results, unknown)
-    return results[0] if single else results
+    return finished(results, unknown, single)
+
+
+TASK = Task("zero-shot", zero_shot, probe="a", fast=True)
+"""The task (:mod:`bertfn.tasks.task`) :func:`zero_shot` is: ``bertfn zero-shot``, the corpus's ``ZeroShot``."""
