@@ -205,12 +205,12 @@ def test_the_fast_path_gives_each_text_the_reference_logits(case):
 def test_a_trace_records_the_head_and_edits_reach_it(case):
     """bertfn.trace runs the checkpoint's head after the encoder and records its points (those point_names lists for
     it); a batch's recs[i] equals the text traced alone; an edit of the logits replaces them."""
+    from bertfn.model.dry_run import task_points
     from bertfn.model.recorder import point_names
-    from bertfn.model.task_heads import head_points
 
     kind, task, hf, model = case
     texts, _ = texts_of(kind)
-    points = head_points(model.config)
+    points = task_points(model.config, task)
     assert points and all(p in point_names(model.config) for p in points)
     recs = bertfn.trace(texts[:3], model)
     for i in range(3):

@@ -32,6 +32,7 @@ import torch
 from ..inspect.batch import checkpoint_head
 from ..inspect.trace import Recording
 from ..model.layout import Segments, causal_keep_mask, extended_mask
+from ..model.dry_run import task_points
 from ..model.encoder import layer
 from ..model.family import family_of
 from ..model.heads import mlm_head, pooler
@@ -122,7 +123,7 @@ def read_alone(reads: frozenset[str], corrupted: Recording) -> list[int] | None:
     if m is not None and m.head.task in TASKS:
         head = task_head(cfg, m.head.task)
         if head.first_only(cfg):
-            first.update(head.points(cfg))
+            first.update(task_points(cfg, m.head.task))
     return [0] if reads <= first else None
 
 

@@ -1,11 +1,12 @@
 """The forward pass of BERT, one pure function per step, read top to bottom in this order:
 
     functional.py   linear, layer_norm, the activations, dropout: the building blocks
-    embeddings.py   word + position + token-type embeddings, then LayerNorm      (BertEmbeddings)
-    attention.py    multi-head self- and cross-attention, the masks, the two paths (BertAttention)
+    embeddings.py   word + position + token-type embeddings, then LayerNorm; relative positions (BertEmbeddings)
+    attention.py    the encoder's multi-head attention block step by step, its two paths (BertAttention)
     masks.py        the attention, cross-attention and head masks, checked       (get_extended_attention_mask, ...)
-    stack.py        the layers run one after another: what a pass keeps, activation checkpointing, the cache
-    encoder.py      the feed-forward block, one layer, the whole pass in named steps (BertLayer, BertModel)
+    stack.py        the layers run one after another: what a pass keeps, activation checkpointing
+    decoding.py     a decoder's attention: over its cache of past keys and values, to encoder states (BertLMHeadModel)
+    encoder.py      the feed-forward block, one layer, the whole pass in named steps, a decoder's layer (BertModel)
     heads.py        the pooler and the task heads on top: MLM, NSP, classification (BertPooler, BertLMPredictionHead, ...)
 
 and beside them, read by every step:
@@ -13,6 +14,7 @@ and beside them, read by every step:
     config.py       BertConfig: the sizes and settings of config.json
     params.py       Params: a read-only view of the flat HF-keyed state_dict, scoped to one part
     recorder.py     Trace: where each step writes what it computes, under its name (bertfn.trace reads it)
+    dry_run.py      the names of a config's points, read from its pass run on the meta device (no values)
 
 Sizes are named by the same letters everywhere, in shapes and comments:
 
@@ -33,3 +35,4 @@ Nothing here loads a file or tokenizes text (checkpoint/ does), and nothing here
 """
 
 from . import members  # noqa: E402,F401  each member registers its config and Family
+from . import dry_run  # noqa: E402,F401  point_names runs it: the pass on the meta device that lists the points

@@ -6,7 +6,7 @@
 Keys read (under ``bert.encoder.layer.{i}.attention.`` or ``...crossattention.``):
 ``self.query|key|value.weight`` (nh*hd, H) and ``.bias``, ``output.dense.weight`` (H, nh*hd) and
 ``.bias``, ``output.LayerNorm.weight|bias`` (H,), and for relative positions
-``self.distance_embedding.weight`` (2P-1, hd).
+``self.distance_embedding.weight`` (2P-1, hd) (:func:`~bertfn.model.embeddings.relative_position_scores`).
 
 The tokens come in one of two layouts (:mod:`bertfn.model.layout`). Padded (B, S): masks are *additive*, 0 where a
 key may be attended, ``finfo(dtype).min`` where it may not, shaped (B, 1, S_q or 1, S_k) so they broadcast over heads
@@ -20,9 +20,8 @@ Two paths compute the same numbers. :func:`eager_attention` is the reference, wr
 (fused, faster, but it never materialises the probabilities). The eager path is used whenever the
 probabilities are needed: ``output_attentions``, a head mask, or attention dropout.
 
-Each head's own write into the residual stream, ``head_outputs`` (B, nh, S, H), is formed only where a
-trace asks for it (:func:`head_outputs`); the output projection is then their sum plus the bias, which
-differs from the fused product by float rounding (about 1e-6 in fp32).
+:func:`attention` is the encoder's block, step by step; a decoder's, over a cache of keys and values or an encoder's
+states, is built of the same steps in :mod:`bertfn.model.decoding`.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InputError
+from .embeddings import position_scores, relative_position_scores
 from .functional import dropout, layer_norm, linear, linears
 from .layout import Mask, Segments, causal_keep_mask, extended_mask, inference_only, with_keys
 from .params import Params, scoped
@@ -91,36 +91,6 @@ def separate_projections(p: Params, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """
     names = ("query", "key", "value")
     return tuple(linears(x, tuple(p[f"self.{n}.weight"] for n in names), tuple(p.get(f"self.{n}.bias") for n in names)))
-
-
-def relative_position_scores(q: Tensor, k: Tensor, distance_weight: Tensor, kind: str, past: int) -> Tensor:
-    """Scores from relative-position embeddings (Shaw et al. 2018; Huang et al. 2020, "method 4").
-
-    Query i sits at absolute position ``past + i`` and key j at ``j``; their distance ``i - j`` is
-    shifted by ``P - 1`` to index ``distance_weight``. ``relative_key`` adds q·e(i-j),
-    ``relative_key_query`` adds q·e(i-j) + k·e(i-j). Mirrors the ``distance_embedding`` branch
-    of ``BertSelfAttention``; with a KV cache and one new token HF's ``key_length - 1`` equals our
-    ``past + 0``.
-
-    Args:
-        q: (B, nh, S_q, hd).
-        k: (B, nh, S_k, hd).
-        distance_weight: (2P-1, hd), ``self.distance_embedding.weight``.
-        kind: ``relative_key`` or ``relative_key_query`` (``config.position_embedding_type``).
-        past: the absolute position of the first query.
-
-    Returns:
-        (B, nh, S_q, S_k), *before* the 1/sqrt(d) scaling.
-    """
-    S_q, S_k = q.shape[2], k.shape[2]
-    P = (distance_weight.shape[0] + 1) // 2
-    pos_q = torch.arange(past, past + S_q, device=q.device)[:, None]  # (S_q, 1)
-    pos_k = torch.arange(S_k, device=q.device)[None, :]  # (1, S_k)
-    e = distance_weight[pos_q - pos_k + P - 1].to(q.dtype)  # (S_q, S_k, hd)
-    scores = torch.einsum("bhld,lrd->bhlr", q, e)
-    if kind == "relative_key_query":
-        scores = scores + torch.einsum("bhrd,lrd->bhlr", k, e)
-    return scores
 
 
 def eager_attention(
@@ -253,9 +223,6 @@ def attention(
     x: Tensor,
     mask: Mask = None,
     *,
-    encoder_hidden: Tensor | None = None,
-    past_kv: KV | None = None,
-    past_length: int = 0,
     head_mask: Tensor | None = None,
     impl: str = "eager",
     need_probs: bool = False,
@@ -265,103 +232,141 @@ def attention(
     """One BERT attention block: Q/K/V, heads, attention, merge, output dense, residual + LayerNorm.
 
     Mirrors ``transformers.BertAttention`` (``BertSelfAttention`` + ``BertSelfOutput``):
-    ``LayerNorm(x + Concat(head_1..head_nh) W_O)``. Self-attention: keys/values come from x, appended
-    to ``past_kv`` (the cache) when given. Cross-attention: ``encoder_hidden`` gives keys/values; a
-    ``past_kv`` is reused as is (the encoder states do not change while decoding). Relative positions
-    apply to self-attention only.
+    ``LayerNorm(x + Concat(head_1..head_nh) W_O)``, the keys and values from x itself. A decoder's self-attention
+    over cached keys and its cross-attention to an encoder's states are :mod:`bertfn.model.decoding`'s, built of the
+    same steps.
 
     Args:
-        p: the ``attention.`` (or ``crossattention.``) scope of one layer, e.g.
-            ``model.params.layer(0).scope("attention")``.
-        x: (B, S_q, H), or (1, T + pad, H) on the segments layout.
+        p: the ``attention.`` scope of one layer, e.g. ``model.params.layer(0).scope("attention")``.
+        x: (B, S, H), or (1, T + pad, H) on the segments layout.
         mask: the layout (:mod:`bertfn.model.layout`): the padded one's additive mask from
-            :func:`~bertfn.model.layout.extended_mask`, broadcastable to (B, nh, S_q, S_k), or None; or
-            :class:`~bertfn.model.layout.Segments`, texts laid end to end, each attending to itself alone (self-attention
-            without cache, probabilities, head mask, dropout or trace; a decoder's texts see their earlier tokens).
-        encoder_hidden: (B, S_e, H), the encoder states cross-attention reads; None for self-attention.
-        past_kv: the cached keys and values, each (B, nh, S_k, hd).
-        past_length: the absolute position of x's first token (for relative positions).
+            :func:`~bertfn.model.layout.extended_mask`, broadcastable to (B, nh, S, S), or None; or
+            :class:`~bertfn.model.layout.Segments`, texts laid end to end, each attending to itself alone (without
+            probabilities, head mask, dropout or trace; a decoder's texts see their earlier tokens).
         head_mask: (nh,), 1 keeps a head, 0 silences it (runs the eager path).
         impl: "eager" (reference) or "sdpa" (fused); eager runs anyway where the probabilities are needed.
         need_probs: return the probabilities (runs the eager path).
         generator: turns dropout on (training).
         trace: records (and edits) every step under its name (``query`` ... ``output``,
-            :data:`~bertfn.model.recorder.ATTENTION_POINTS`). Where it asks for ``head_outputs``
+            :func:`~bertfn.model.recorder.point_names`). Where it asks for ``head_outputs``
             (:meth:`~bertfn.model.recorder.Trace.wants`: ``Trace(optional=...)`` or an edit naming it),
             the output projection is computed as the sum of :func:`head_outputs` plus the bias, so an edit
             of one head's write changes the pass; that sum equals the fused product to float rounding
             (about 1e-6 in fp32). Otherwise the pass is the fused product, exactly as without a trace.
 
     Returns:
-        ``(hidden (B, S_q, H), probs (B, nh, S_q, S_k) or None, kv)``: the block's output after the
-            output dense, residual and LayerNorm; the probabilities when the eager path ran; the keys and
-            values attended to, each (B, nh, S_k, hd), the new cache entry.
+        ``(hidden (B, S, H), probs (B, nh, S, S) or None, kv)``: the block's output after the output dense,
+            residual and LayerNorm; the probabilities when the eager path ran; the keys and values, each
+            (B, nh, S, hd).
 
     Raises:
         InputError: the scope of a whole layer instead of its attention block, or an unknown ``impl``.
     """
-    p = scoped(p, "attention()", "model.params.layer(0).scope('attention')")
-    if "self.query.weight" not in p and "attention.self.query.weight" in p:
-        raise InputError(f"attention() reads one attention block, but got the scope of a whole layer ({p.prefix!r}); "
-                         "pass its attention scope, e.g. model.params.layer(0).scope('attention')")
-    cfg = p.config
-    hd = cfg.head_dim
-    nh = p["self.query.weight"].shape[0] // hd  # fewer than config heads if this layer was pruned
-    cross = encoder_hidden is not None
+    p, nh = block_scope(p)  # nh: fewer than the config's heads where this layer was pruned
+    inference_only(mask, {"head mask": head_mask is not None, "probabilities": need_probs,
+                          "dropout": generator is not None, "trace": bool(trace)})
 
-    inference_only(mask, {"cross-attention": cross, "cache": past_kv is not None, "head mask": head_mask is not None,
-                          "probabilities": need_probs, "dropout": generator is not None, "trace": bool(trace)})
-
-    if cross:
-        query = linear(x, p["self.query.weight"], p["self.query.bias"])  # (B, S_q, nh*hd)
-        names = ("key", "value")
-        key, value = (None, None) if past_kv is not None else linears(  # (B, S_e, nh*hd) each, on the first step
-            encoder_hidden, tuple(p[f"self.{n}.weight"] for n in names), tuple(p[f"self.{n}.bias"] for n in names))
-    else:
-        query, key, value = separate_projections(p, x)  # (B, S_q, nh*hd) each, one product where the kernel can
-    query = trace("query", query)
-    q = split_heads(query, nh)  # (B, nh, S_q, hd)
-    if key is None:
-        k, v = past_kv  # (B, nh, S_e, hd) each, computed on the first decoding step
-    else:
-        key, value = trace("key", key), trace("value", value)
-        k = split_heads(key, nh)  # (B, nh, S_k, hd)
-        v = split_heads(value, nh)
-        if past_kv is not None:
-            k = torch.cat([past_kv[0], k], dim=2)  # (B, nh, past + S_q, hd)
-            v = torch.cat([past_kv[1], v], dim=2)
+    query, key, value = separate_projections(p, x)  # (B, S, nh*hd) each, one product where the kernel can
+    query, key, value = trace("query", query), trace("key", key), trace("value", value)
+    q, k, v = split_heads(query, nh), split_heads(key, nh), split_heads(value, nh)  # (B, nh, S, hd) each
     q, k, v = trace("q", q), trace("k", k), trace("v", v)
 
     if isinstance(mask, Segments):  # each text attends to itself: the same attention on its slice
         merged, probs = mask.attend(q, k, v, lambda *batch: text_attention(p, *batch)), None  # (1, T + pad, nh*hd)
         merged, x = mask.rows(merged, x)  # (1, T or r, ...): the positions read
     else:
-        bias = None
-        if not cross and cfg.relative_positions:
-            bias = relative_position_scores(q, k, p["self.distance_embedding.weight"],
-                                            cfg.position_embedding_type, past_length)
-            bias = trace("relative_scores", bias)
+        bias = position_scores(p, q, k, 0, trace)  # relative positions' scores, or None
+        context, probs = attend(p, q, k, v, mask, bias, head_mask=head_mask, impl=impl, need_probs=need_probs,
+                                generator=generator, trace=trace)  # (B, nh, S, hd)
+        merged = merge_heads(context)  # (B, S, nh*hd)
 
-        p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
-        need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)  # an edit of the weights needs them formed
-        if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
-            context, probs = eager_attention(q, k, v, mask, bias, head_mask, p_drop, generator, trace)
-        else:
-            context, probs = sdpa_attention(q, k, v, mask, bias), None
-        context = trace("context", context)
-        merged = merge_heads(context)  # (B, S_q, nh*hd)
+    out = attention_output(p, merged, x, generator, trace)  # (B, S, H)
+    return AttentionOutput(out, probs, (k, v))
 
+
+# --- the steps attention() and a decoder's attention (decoding.py) share --------------------------------------------
+
+
+def block_scope(p: Params) -> tuple[Params, int]:
+    """``p`` checked to be one attention block's scope (``BertAttention``'s weights), not a layer's or the model's,
+    and the block's heads.
+
+    Args:
+        p: what was passed as the block's weights.
+
+    Returns:
+        The block's scope, and nh: the config's heads, fewer where the block was pruned (``prune_heads``).
+
+    Raises:
+        InputError: the whole model's weights, or a whole layer's.
+    """
+    p = scoped(p, "attention()", "model.params.layer(0).scope('attention')")
+    if "self.query.weight" not in p and "attention.self.query.weight" in p:
+        raise InputError(f"attention() reads one attention block, but got the scope of a whole layer ({p.prefix!r}); "
+                         "pass its attention scope, e.g. model.params.layer(0).scope('attention')")
+    return p, p["self.query.weight"].shape[0] // p.config.head_dim  # (nh*hd, H) // hd
+
+
+def attend(p: Params, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, *,
+           head_mask: Tensor | None, impl: str, need_probs: bool, generator: torch.Generator | None,
+           trace: Trace) -> tuple[Tensor, Tensor | None]:
+    """The heads' attention on the padded layout, through the path that runs (:func:`chosen_impl`): eager where the
+    probabilities are needed (returned, edited, head-masked or dropped out), else ``impl``.
+
+    Args:
+        p: one attention block's scope (reads the config's attention dropout).
+        q: (B, nh, S_q, hd).
+        k: (B, nh, S_k, hd).
+        v: (B, nh, S_k, hd).
+        mask: additive, broadcastable to (B, nh, S_q, S_k), or None.
+        bias: relative-position scores, or None.
+        head_mask: (nh,), or None.
+        impl: "eager" or "sdpa".
+        need_probs: return the probabilities.
+        generator: turns dropout on (training).
+        trace: records (and edits) the eager path's points and ``context``.
+
+    Returns:
+        ``(context (B, nh, S_q, hd), probs (B, nh, S_q, S_k) or None)``: probs where the eager path ran.
+
+    Raises:
+        InputError: an unknown ``impl``.
+    """
+    p_drop = p.config.attention_probs_dropout_prob if generator is not None else 0.0
+    need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)  # an edit of the weights needs them formed
+    if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
+        context, probs = eager_attention(q, k, v, mask, bias, head_mask, p_drop, generator, trace)
+    else:
+        context, probs = sdpa_attention(q, k, v, mask, bias), None
+    return trace("context", context), probs
+
+
+def attention_output(p: Params, merged: Tensor, x: Tensor, generator: torch.Generator | None,
+                     trace: Trace) -> Tensor:
+    """The block's output: the heads' merged contexts through the output dense, dropout, then residual + LayerNorm
+    (``BertSelfOutput``).
+
+    Args:
+        p: one attention block's scope (reads ``output.dense.*`` and ``output.LayerNorm.*``).
+        merged: (B, S, nh*hd), the heads' contexts side by side (:func:`merge_heads`).
+        x: (B, S, H), the block's input (the residual).
+        generator: turns dropout on (training).
+        trace: records (and edits) ``merged``, ``head_outputs`` where it asks for them, ``dense`` and ``output``.
+
+    Returns:
+        (B, S, H).
+    """
+    cfg = p.config
     merged = trace("merged", merged)
     if trace.wants("head_outputs"):  # each head's write, the sum of which is the output projection
-        heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S_q, H)
-        out = heads.sum(dim=1) + p["output.dense.bias"]  # (B, S_q, H)
+        heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], merged.shape[-1] // cfg.head_dim))
+        out = heads.sum(dim=1) + p["output.dense.bias"]  # (B, S, H), heads: (B, nh, S, H)
     else:
-        out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S_q, H)
+        out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
     out = dropout(out, cfg.hidden_dropout_prob, generator)
     out = trace("dense", out)
     out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
-    out = trace("output", out)
-    return AttentionOutput(out, probs, (k, v))
+    return trace("output", out)
 
 
 def text_attention(p: Params, q: Tensor, k: Tensor, v: Tensor, keys: Tensor | None = None) -> Tensor:

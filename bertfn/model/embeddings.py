@@ -5,6 +5,10 @@
 Keys read (under ``bert.embeddings.``): ``word_embeddings.weight`` (V, H),
 ``position_embeddings.weight`` (P, H), ``token_type_embeddings.weight`` (T, H),
 ``LayerNorm.weight`` / ``LayerNorm.bias`` (H,).
+
+Relative positions (``position_embedding_type`` ``relative_key`` or ``relative_key_query``) add no embedding here:
+each attention block adds scores of the distance between query and key (:func:`relative_position_scores`, read by
+:mod:`bertfn.model.attention` from its ``self.distance_embedding.weight``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8
 
 def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str, shape: tuple[int, int] | None = None) -> None:
     """Raise :class:`InputError` unless ``ids`` is an integer tensor whose values index an embedding table.
+
+    The values of ids on the meta device are not checked: they have none (:mod:`bertfn.model.dry_run`'s pass).
 
     Args:
         name: the argument's name, for the message.
@@ -49,7 +55,7 @@ def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str, shape: tuple[
                               or (ids.dim() == 2 and ids.shape[0] not in (1, shape[0]))):
         raise InputError(f"{name} must have shape {shape} (batch, seq) like the input, or ({shape[1]},); "
                          f"got {tuple(ids.shape)}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+    if ids.numel() and not ids.is_meta and (int(ids.min()) < 0 or int(ids.max()) >= limit):
         raise InputError(
             f"{name} must lie in [0, {limit}), got values from {int(ids.min())} to {int(ids.max())}; {what_to_do}"
         )
@@ -175,3 +181,57 @@ def embeddings(
     x = dropout(x, cfg.hidden_dropout_prob, generator)
     x = trace("output", x)
     return x
+
+
+# --- relative positions: distances, read by attention ---------------------------------------------------------
+
+
+def relative_position_scores(q: Tensor, k: Tensor, distance_weight: Tensor, kind: str, past: int) -> Tensor:
+    """Scores from relative-position embeddings (Shaw et al. 2018; Huang et al. 2020, "method 4").
+
+    Query i sits at absolute position ``past + i`` and key j at ``j``; their distance ``i - j`` is
+    shifted by ``P - 1`` to index ``distance_weight``. ``relative_key`` adds q·e(i-j),
+    ``relative_key_query`` adds q·e(i-j) + k·e(i-j). Mirrors the ``distance_embedding`` branch
+    of ``BertSelfAttention``; with a KV cache and one new token HF's ``key_length - 1`` equals our
+    ``past + 0``.
+
+    Args:
+        q: (B, nh, S_q, hd).
+        k: (B, nh, S_k, hd).
+        distance_weight: (2P-1, hd), ``self.distance_embedding.weight``.
+        kind: ``relative_key`` or ``relative_key_query`` (``config.position_embedding_type``).
+        past: the absolute position of the first query.
+
+    Returns:
+        (B, nh, S_q, S_k), *before* the 1/sqrt(d) scaling.
+    """
+    S_q, S_k = q.shape[2], k.shape[2]
+    P = (distance_weight.shape[0] + 1) // 2
+    pos_q = torch.arange(past, past + S_q, device=q.device)[:, None]  # (S_q, 1)
+    pos_k = torch.arange(S_k, device=q.device)[None, :]  # (1, S_k)
+    e = distance_weight[pos_q - pos_k + P - 1].to(q.dtype)  # (S_q, S_k, hd)
+    scores = torch.einsum("bhld,lrd->bhlr", q, e)
+    if kind == "relative_key_query":
+        scores = scores + torch.einsum("bhrd,lrd->bhlr", k, e)
+    return scores
+
+
+def position_scores(p: Params, q: Tensor, k: Tensor, past: int, trace: Trace) -> Tensor | None:
+    """The relative-position scores a self-attention block adds (:func:`relative_position_scores`), or None where
+    the config's positions are absolute (``config.position_embedding_type``).
+
+    Args:
+        p: one attention block's scope (reads ``self.distance_embedding.weight``).
+        q: (B, nh, S_q, hd).
+        k: (B, nh, S_k, hd).
+        past: the absolute position of the first query.
+        trace: records (and edits) ``relative_scores``.
+
+    Returns:
+        (B, nh, S_q, S_k), or None.
+    """
+    cfg = p.config
+    if not cfg.relative_positions:
+        return None
+    bias = relative_position_scores(q, k, p["self.distance_embedding.weight"], cfg.position_embedding_type, past)
+    return trace("relative_scores", bias)

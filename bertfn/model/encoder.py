@@ -7,9 +7,10 @@ additive (:mod:`bertfn.model.masks`), each layer with its share of the masks, ca
 (:func:`layer_runner`), the layers one after another keeping what is returned (:mod:`bertfn.model.stack`), a pre-LN
 member's final norm, and the outputs (:func:`outputs`).
 
-Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (see attention.py),
-``crossattention.*`` in decoders with cross-attention, ``intermediate.dense.weight`` (I, H) and
-``.bias``, ``output.dense.weight`` (H, I) and ``.bias``, ``output.LayerNorm.weight|bias`` (H,).
+A decoder's step (:func:`decoder_layer`, last) runs :mod:`bertfn.model.decoding`'s attention, then the same
+feed-forward. Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (see attention.py),
+``intermediate.dense.weight`` (I, H) and ``.bias``, ``output.dense.weight`` (H, I) and ``.bias``,
+``output.LayerNorm.weight|bias`` (H,).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from ..errors import InputError
 from .attention import KV, attention, chosen_impl
 from .config import BertConfig
+from .decoding import Cache, Decoding, cross_attention, decoding_of, self_attention
 from .embeddings import embeddings
 from .family import Family, family_of, member_name
 from .functional import dropout, layer_norm, linear
@@ -32,7 +34,7 @@ from .masks import (attention_masks, check_segments, head_masks, laid_out, segme
                     warn_if_padding_without_mask)
 from .params import Params, as_params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Edit, Trace, point_names, with_edits
-from .stack import Cache, Stack, run_layers
+from .stack import Stack, run_layers
 
 Tensor = torch.Tensor
 
@@ -60,8 +62,7 @@ def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None,
     h = dropout(h, cfg.hidden_dropout_prob, generator)
     h = trace("dense", h)
     h = layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
-    h = trace("output", h)
-    return h
+    return trace("output", h)
 
 
 def chunked_feed_forward(p: Params, x: Tensor, chunk_size: int, generator: torch.Generator | None = None,
@@ -101,56 +102,36 @@ def layer(
     x: Tensor,
     mask: Mask = None,
     *,
-    encoder_hidden: Tensor | None = None,
-    encoder_mask: Tensor | None = None,
-    past_self_kv: KV | None = None,
-    past_cross_kv: KV | None = None,
-    past_length: int = 0,
     head_mask: Tensor | None = None,
     impl: str = "eager",
     need_probs: bool = False,
     generator: torch.Generator | None = None,
     trace: Trace = NO_TRACE,
 ) -> LayerOutput:
-    """One transformer layer (``BertLayer``): self-attention, [cross-attention,] feed-forward.
+    """One transformer layer (``BertLayer``): the attention block, then the feed-forward block.
+
+    A decoder's layer, with its cache and cross-attention, is :func:`decoder_layer`.
 
     Args:
         p: ``bert.encoder.layer.{i}.`` scope (``model.params.layer(i)``).
         x: (B, S, H), or (1, T + pad, H) on the segments layout.
         mask: the layout: the additive self-attention mask (:func:`~bertfn.model.layout.extended_mask`) or None, or
             :class:`~bertfn.model.layout.Segments` (:func:`~bertfn.model.attention.attention`).
-        encoder_hidden: (B, S_e, H), used when the layer has ``crossattention.*`` weights.
-        encoder_mask: additive cross-attention mask.
-        past_self_kv: the self-attention cache of this layer.
-        past_cross_kv: the cross-attention cache of this layer.
-        past_length: the absolute position of x's first token.
         head_mask: (nh,), 1 keeps a head.
         impl: "eager" or "sdpa", as in :func:`~bertfn.model.attention.attention`.
         need_probs: return the attention probabilities.
         generator: turns dropout on (training).
-        trace: records (and edits) the steps under ``attention.*``, ``crossattention.*``, ``ffn.*`` and ``output``.
+        trace: records (and edits) the steps under ``attention.*``, ``ffn.*`` and ``output``.
 
     Returns:
-        The new hidden states (B, S, H) with probabilities and keys/values (see :class:`LayerOutput`).
-
-    Raises:
-        InputError: ``encoder_hidden`` for a layer without cross-attention weights.
+        The new hidden states (B, S, H) with the probabilities and keys/values (see :class:`LayerOutput`).
     """
     p = scoped(p, "layer()", "model.params.layer(0)")
-    common = dict(head_mask=head_mask, impl=impl, need_probs=need_probs, generator=generator)
-    a = attention(p.scope("attention"), x, mask, past_kv=past_self_kv, past_length=past_length,
-                  trace=trace.scope("attention"), **common)
-    h, cross_probs, cross_kv = a.hidden, None, None
-    if encoder_hidden is not None:
-        if "crossattention.self.query.weight" not in p:
-            raise InputError("encoder_hidden_states were given but this model has no cross-attention "
-                             "weights (config add_cross_attention=false)")
-        c = attention(p.scope("crossattention"), h, encoder_mask, encoder_hidden=encoder_hidden,
-                      past_kv=past_cross_kv, trace=trace.scope("crossattention"), **common)
-        h, cross_probs, cross_kv = c.hidden, c.probs, c.kv
-    h = chunked_feed_forward(p, h, p.config.chunk_size_feed_forward, generator, trace.scope("ffn"))
+    a = attention(p.scope("attention"), x, mask, head_mask=head_mask, impl=impl, need_probs=need_probs,
+                  generator=generator, trace=trace.scope("attention"))  # (B, S, H)
+    h = chunked_feed_forward(p, a.hidden, p.config.chunk_size_feed_forward, generator, trace.scope("ffn"))  # (B, S, H)
     h = trace("output", h)
-    return LayerOutput(h, a.probs, cross_probs, a.kv, cross_kv)
+    return LayerOutput(h, a.probs, None, a.kv, None)
 
 
 @dataclass(frozen=True)
@@ -172,8 +153,7 @@ class EncoderOutput:
     last_hidden_state: Tensor  # (B, S, H)
     pooler_output: Tensor | None  # (B, H) when the checkpoint has a pooler
     hidden_states: tuple[Tensor, ...] | None  # L+1 of (B, S, H): embeddings, then every layer
-    attentions: tuple[Tensor, ...] | None  # L of (B, nh, S, S_k); a padding query's row is kept as computed
-    # (it attends to the real keys and sums to 1, as in transformers): read only the rows of real tokens
+    attentions: tuple[Tensor, ...] | None  # L of (B, nh, S, S_k); read only the rows of real tokens
     cross_attentions: tuple[Tensor, ...] | None  # L of (B, nh, S, S_e)
     cache: Cache | None  # pass back as ``cache=`` for the next decoding step
     attn_impl: str  # the attention path that ran: "eager" or "sdpa"
@@ -205,10 +185,11 @@ def encoder(
 
     A family member's model runs the same pass with its exceptions (:mod:`bertfn.model.family`): its own
     embeddings step where it has one, its own layer and final LayerNorm where it has them (ESM-2, ModernBERT),
-    its weights read under its own names. Decoders
-    (``config.is_decoder``) add the causal mask to a 2D mask (:func:`~bertfn.model.masks.attention_masks`). In a padded batch the probabilities of a
-    padding position's query row are what the softmax gives (they sum to 1 over the real keys, as in
-    transformers) and mean nothing: read the real tokens' rows.
+    its weights read under its own names. A decoder (``config.is_decoder``, ``BertLMHeadModel``) adds the causal
+    mask to a 2D mask (:func:`~bertfn.model.masks.attention_masks`) and, given a cache or encoder states, runs
+    :func:`decoder_layer` (:mod:`bertfn.model.decoding`). In a padded batch the probabilities of a padding position's
+    query row are what the softmax gives (they sum to 1 over the real keys, as in transformers) and mean nothing:
+    read the real tokens' rows.
 
     Args:
         params: a loaded ``Model``, its ``params`` (reads ``bert.*``), or a flat HF-keyed state_dict with its
@@ -275,18 +256,20 @@ def encoder(
                                           past, generator, trace.scope("embeddings"), **own)  # (B, S, H)
     if segments is not None:  # texts end to end: the layout is the mask, with the kernels' padding rows added
         x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"))  # (1, T + pad, H)
-        enc_mask = None
+        decoding = None
     else:
         warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
         mask, enc_mask = attention_masks(cfg, x, past, attention_mask, encoder_hidden_states, encoder_attention_mask)
+        decoding = decoding_of(cache, encoder_hidden_states, enc_mask)  # None: no cache or encoder states to read
     head_mask = head_masks(cfg, head_mask, x.dtype)  # (L, nh) or None
-    weights = [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]
-    # returned, kept or edited probabilities: every layer runs eager, the path that forms them (NO_TRACE keeps nothing)
-    need_probs = output_attentions or trace.keep or trace.edits_any(weights)
+    # returned, kept or edited probabilities: every layer runs eager, the path that forms them (NO_TRACE keeps nothing);
+    # the points are listed (a dry run of the pass, once per config) only where an edit may name one
+    need_probs = output_attentions or trace.keep or (bool(trace.edits) and trace.edits_any(
+        [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]))
     ran = chosen_impl(impl, need_probs, head_mask, cfg.attention_probs_dropout_prob if generator is not None else 0.0)
 
-    run = layer_runner(p, family, mask, encoder_hidden_states, enc_mask, cache, past, position_ids, head_mask,
-                       impl=impl, need_probs=need_probs, generator=generator, trace=trace)
+    run = layer_runner(p, family, mask, decoding, position_ids, head_mask, impl=impl, need_probs=need_probs,
+                       generator=generator, trace=trace)
     stack = run_layers(run, x, cfg.num_hidden_layers, checkpoint=checkpoint, generator=generator,
                        keep_hidden=output_hidden_states, keep_probs=output_attentions, keep_cache=use_cache)
     x = stack.last
@@ -297,23 +280,18 @@ def encoder(
                    cross=encoder_hidden_states is not None, attn_impl=ran, segments=segments)
 
 
-
-def layer_runner(p: Params, family: Family, mask: Mask, encoder_hidden: Tensor | None,
-                 encoder_mask: Tensor | None, cache: Cache | None, past: int, position_ids: Tensor | None,
+def layer_runner(p: Params, family: Family, mask: Mask, decoding: Decoding | None, position_ids: Tensor | None,
                  head_mask: Tensor | None, *, impl: str, need_probs: bool, generator: torch.Generator | None,
                  trace: Trace) -> Callable[[int, Tensor], LayerOutput]:
     """``run(i, h) -> LayerOutput``: layer i of the stack on its input h (B, S, H), with what every layer of one pass
-    shares: the masks, layer i's cache and head mask, and the member's own layer where it has one (ESM-2's,
-    ModernBERT's pre-LN layers: no cache, no cross-attention).
+    shares: the mask, layer i's head mask; a decoder's layer with its cache and cross-attention where the pass has
+    them; the member's own layer where it has one (ESM-2's, ModernBERT's pre-LN layers: no cache, no cross-attention).
 
     Args:
         p: the base model's scope (``bert.``).
         family: the member's record (:func:`~bertfn.model.family.family_of`).
         mask: the additive self-attention mask, or None; or the segments layout (its ``read`` rows at the last layer).
-        encoder_hidden: (B, S_e, H) the states a decoder's cross-attention reads, or None.
-        encoder_mask: the additive cross-attention mask, or None.
-        cache: the keys and values of earlier decoding steps, or None.
-        past: the cached positions (x's first token's position).
+        decoding: the cache and encoder states of a decoder's step, or None (:class:`~bertfn.model.decoding.Decoding`).
         position_ids: (B, S) or (S,), or None (a member's layer counts its own).
         head_mask: (L, nh), or None.
         impl: "eager" or "sdpa".
@@ -332,12 +310,9 @@ def layer_runner(p: Params, family: Family, mask: Mask, encoder_hidden: Tensor |
                   "need_probs": need_probs, "generator": generator, "trace": trace.scope(f"layer.{i}")}
         if family.layer is not None:  # a member's own layer (ESM-2's, ModernBERT's pre-LN layers)
             return family.layer(p.scope(f"encoder.layer.{i}"), h, layout, index=i, position_ids=position_ids, **common)
-        return layer(
-            p.scope(f"encoder.layer.{i}"), h, layout, encoder_hidden=encoder_hidden, encoder_mask=encoder_mask,
-            past_self_kv=cache.self_attention[i] if cache is not None else None,
-            past_cross_kv=cache.cross_attention[i] if cache is not None and cache.cross_attention else None,
-            past_length=past, **common,
-        )
+        if decoding is not None:
+            return decoder_layer(p.scope(f"encoder.layer.{i}"), h, layout, decoding, i, **common)
+        return layer(p.scope(f"encoder.layer.{i}"), h, layout, **common)
 
     return run
 
@@ -382,3 +357,42 @@ def outputs(params: Params, x: Tensor, stack: Stack, trace: Trace, *, output_hid
         cache=Cache(tuple(stack.self_kvs), tuple(stack.cross_kvs) if cross else None) if use_cache else None,
         attn_impl=attn_impl,
     )
+
+
+def decoder_layer(p: Params, x: Tensor, mask: Tensor | None, decoding: Decoding, index: int, *,
+                  head_mask: Tensor | None = None, impl: str = "eager", need_probs: bool = False,
+                  generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> LayerOutput:
+    """One decoder layer (``BertLayer`` with ``is_decoder``): self-attention over the cache, cross-attention to the
+    encoder states where the pass has them, then :func:`layer`'s feed-forward (:mod:`bertfn.model.decoding`).
+
+    Args:
+        p: ``bert.encoder.layer.{i}.`` scope (``model.params.layer(i)``).
+        x: (B, S, H), this step's tokens.
+        mask: the additive, causal self-attention mask, broadcastable to (B, nh, S, past + S), or None.
+        decoding: the pass's cache, encoder states and cross-attention mask.
+        index: i, the layer (its share of the cache).
+        head_mask: (nh,), 1 keeps a head.
+        impl: "eager" or "sdpa", as in :func:`~bertfn.model.attention.attention`.
+        need_probs: return the attention probabilities.
+        generator: turns dropout on (training).
+        trace: records (and edits) the steps under ``attention.*``, ``crossattention.*``, ``ffn.*`` and ``output``.
+
+    Returns:
+        The new hidden states (B, S, H) with the probabilities and keys/values of both blocks (:class:`LayerOutput`).
+
+    Raises:
+        InputError: encoder states for a layer without cross-attention weights.
+    """
+    p = scoped(p, "decoder_layer()", "model.params.layer(0)")
+    common = dict(head_mask=head_mask, impl=impl, need_probs=need_probs, generator=generator)
+    past_self, past_cross = decoding.cached(index)
+    a = self_attention(p.scope("attention"), x, mask, past_self, decoding.past, trace=trace.scope("attention"),
+                       **common)  # (B, S, H)
+    h, c = a.hidden, None
+    if decoding.encoder_hidden is not None:
+        c = cross_attention(p.scope("crossattention"), h, decoding.encoder_hidden, decoding.encoder_mask, past_cross,
+                            trace=trace.scope("crossattention"), **common)
+        h = c.hidden  # (B, S, H)
+    h = chunked_feed_forward(p, h, p.config.chunk_size_feed_forward, generator, trace.scope("ffn"))  # (B, S, H)
+    h = trace("output", h)
+    return LayerOutput(h, a.probs, c.probs if c else None, a.kv, c.kv if c else None)

@@ -25,9 +25,12 @@ is BERT's own. The kinds of exception are:
   classification, question answering, multiple choice) where the member's is not BERT's (RoBERTa's classifier
   reads ``<s>`` through dense, tanh and ``out_proj``; :mod:`bertfn.model.task_heads` has BERT's), and which of
   those tasks transformers has a class for in the member (ESM-2: the two classifications).
-* **layer**, **layer_points**, **final_norm**, **window**: a layer other than BERT's post-LN one (ESM-2's and
-  ModernBERT's pre-LN layers with rotary attention, :mod:`bertfn.model.members.prenorm`), its trace points, the
-  LayerNorm after the last layer, and which layers attend within a window (ModernBERT's local ones).
+* **layer**, **final_norm**, **window**: a layer other than BERT's post-LN one (ESM-2's and ModernBERT's pre-LN
+  layers with rotary attention, :mod:`bertfn.model.members.prenorm`), the LayerNorm after the last layer, and which
+  layers attend within a window (ModernBERT's local ones).
+
+No record lists trace points: the names a member's steps pass come from running them
+(:func:`~bertfn.model.recorder.point_names`, :mod:`bertfn.model.dry_run`).
 
 :func:`family_of` gives a config's record. The encoder and the heads ask it at the
 few points where a member differs; nothing in BERT's functions names a member.
@@ -60,8 +63,6 @@ class TaskHead(NamedTuple):
         shapes: ``config -> {key: shape}``, the weights it reads by BERT's names (its own keys, e.g.
             ``classifier.out_proj.weight``, are the same under the member's names), the pooler included where it
             reads one.
-        points: ``config -> names`` of the trace points it passes its steps through, in order
-            (``classifier.input``, ..., ``classifier.logits``).
         first_only: ``config -> bool``: it reads each text's first position alone (a classifier on ``[CLS]``), so
             that the fast path can run the last layer at those positions only.
         linearized: ``(params, parts, mask) -> the logits' parts``: ``run`` on K parts of one text's last hidden
@@ -73,7 +74,6 @@ class TaskHead(NamedTuple):
 
     run: Callable[..., object]
     shapes: Callable[[BertConfig], dict[str, tuple[int, ...]]]
-    points: Callable[[BertConfig], tuple[str, ...]]
     first_only: Callable[[BertConfig], bool] = lambda config: False
     linearized: Callable[..., object] | None = None
 
@@ -92,7 +92,6 @@ class Family:
         shapes: ``(config, BERT's table, present weights) -> the member's table`` of keys and shapes.
         normalize: ``(state, config) -> state``: what loading does to a state read from a file.
         embeddings: the embeddings step, with BERT's signature plus ``attention_mask=`` (the 0/1 padding mask or None).
-        embedding_points: ``config -> its trace points``, in order.
         position_ids: ``(input_ids (B, S), pad, past) -> (B, S)`` positions.
         longest: ``config -> the tokens one input may hold``, where the member's positions decide it other than by
             ``position_ids`` (ESM-1b's learned table, ESM-2's rotary positions: :func:`longest_input`).
@@ -100,14 +99,11 @@ class Family:
         heads: the member's head parts: ``{part name: a key that stands for it}``.
         layer: the member's layer, ``(p, x, mask, *, index, position_ids, head_mask, impl, need_probs,
             generator, trace) -> LayerOutput``, in place of :func:`~bertfn.model.encoder.layer`.
-        layer_points: ``(config, layer, optional) -> names`` of its layer's trace points (relative to ``layer.{i}.``).
         final_norm: ``(p, x, trace) -> x``: the step after the last layer, where there is one.
         window: ``(config, layer) -> window or None``: the tokens a layer's queries see, where it attends within a
             window (ModernBERT's local layers: ``local_attention``, half on either side); None attends to all.
         task_heads: ``{task: TaskHead}``, the member's heads where they are not BERT's.
         tasks: the tasks transformers has a head for in this member (None: BERT's four).
-        head_points: ``config -> names`` of the trace points of the member's own heads beyond the task heads
-            (ESM-2's contact head).
         attention_head: a head of the member's that reads every layer's attention maps, ``(params, input_ids (B, S),
             attentions (L of (B, nh, S, S)), attention_mask (B, S), trace) -> tensor``, or None where the weights lack
             it (ESM-2's contact head); :func:`bertfn.trace` runs it after the encoder.
@@ -122,18 +118,15 @@ class Family:
     shapes: Callable[[BertConfig, dict[str, tuple[int, ...]], Mapping[str, Tensor]], dict[str, tuple[int, ...]]] | None = None
     normalize: Callable[[dict[str, Tensor], BertConfig], dict[str, Tensor]] | None = None
     embeddings: Callable[..., Tensor] | None = None  # the embeddings step, BERT's signature + attention_mask=
-    embedding_points: Callable[[BertConfig], tuple[str, ...]] | None = None  # its trace points, in order
     position_ids: Callable[[Tensor, int | None, int], Tensor] | None = None  # (input_ids (B, S), pad, past) -> (B, S)
     longest: Callable[[BertConfig], int] | None = None  # config -> the tokens one input may hold (ESM's)
     head_act: str | Callable[[BertConfig], str] | None = None  # the MLM head's activation, when not config.hidden_act
     heads: Mapping[str, str] | None = None  # the member's head parts: {part name: a key that stands for it}
     layer: Callable[..., object] | None = None  # the member's own layer (returns a LayerOutput)
-    layer_points: Callable[[BertConfig, int, bool], list[str]] | None = None  # its layer's trace points
     final_norm: Callable[..., Tensor] | None = None  # the step after the last layer
     window: Callable[[BertConfig, int], int | None] | None = None  # a layer's attention window (None: every token)
     task_heads: Mapping[str, TaskHead] | None = None  # {task: its head}, where not BERT's
     tasks: tuple[str, ...] | None = None  # the tasks transformers has a head for (None: BERT's four)
-    head_points: Callable[[BertConfig], tuple[str, ...]] | None = None  # its own heads' trace points (ESM-2's contacts)
     attention_head: Callable[..., object] | None = None  # a head on every layer's attention maps (ESM-2's contacts)
     variant: Callable[[BertConfig], str] | None = None  # config -> the model's name, where not ``name`` (ESM-1b)
 

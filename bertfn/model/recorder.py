@@ -11,7 +11,8 @@ default that is :data:`NO_TRACE`, which hands every tensor back as it came and k
   ``f(tensor, point)`` returns the tensor to use instead, so one head, one neuron or one position can
   be changed inside the pass. What is kept is what the pass used, the edited tensor.
 
-The points are the same for reading and writing; :func:`point_names` lists them for a config.
+The points are the same for reading and writing; :func:`point_names` lists them for a config, as a pass on
+the meta device records them (:mod:`bertfn.model.dry_run`): the names come from the code that passes them.
 Edit names may use ``*`` for any run of characters (``layer.*.attention.context``). A name may map to
 one edit or to a list of them, applied in the list's order; where several names or patterns match one
 point, their edits run in the dict's order (:func:`merge_edits` joins dicts that way, never dropping one).
@@ -33,7 +34,6 @@ import torch
 
 from ..errors import InputError
 from .config import BertConfig
-from .family import family_of
 
 
 class Point(NamedTuple):
@@ -235,10 +235,6 @@ def edited(edit: Edit, x: torch.Tensor, point: Point) -> torch.Tensor:
     return y.to(x.dtype)
 
 
-ATTENTION_POINTS = ("query", "key", "value", "q", "k", "v", "relative_scores", "scores", "scaled_scores",
-                    "masked_scores", "probs", "context", "merged", "head_outputs", "dense", "output")
-"""The points of one attention block, in the order it computes them (bertfn/model/attention.py)."""
-
 OPTIONAL_POINTS = ("head_outputs",)
 """Points computed only when a trace asks for them or an edit names them (:meth:`Trace.wants`):
 ``layer.{i}.attention.head_outputs`` (B, nh, S, H), each head's write into the residual stream."""
@@ -246,61 +242,37 @@ OPTIONAL_POINTS = ("head_outputs",)
 WEIGHT_POINTS = ("scores", "scaled_scores", "masked_scores", "probs")
 """The attention points only the eager path forms (the fused SDPA kernel never does)."""
 
-FFN_POINTS = ("intermediate", "dense", "output")
-
-HEAD_POINTS: list[Callable[[BertConfig], list[str]]] = []
-"""Who lists the points of the heads above the encoder that a config's checkpoint carries (a classifier's
-``classifier.logits``, a reader's ``qa.start_logits``, ...): :mod:`bertfn.model.task_heads` adds its function when it
-is imported (the heads sit above this module)."""
+DRY_RUN: list[Callable[[BertConfig, bool], tuple[str, ...]]] = []
+"""Who finds a config's points: :func:`bertfn.model.dry_run.recorded_points`, which runs the pass on the meta device
+and keeps what it recorded; its module adds it when it is imported (the pass sits above this module)."""
 
 
 def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
-    """Every point a full pass of a model with ``config`` can pass through, in order (the MLM head's last).
+    """Every point a full pass of a model with ``config`` can pass through, in the order the pass records them.
 
-    ``relative_scores`` only with relative positions, ``embeddings.position`` only with absolute
-    ones, ``crossattention.*`` only for decoders with cross-attention, ``pooler`` and ``mlm.*`` only
-    when the model has those parts (listed here whatever the weights hold). A member with its own layer
-    (ESM-2, ModernBERT) lists that layer's points (``attention.norm``, ``attention.q_rotated``, ``ffn.gate``,
-    ...: :func:`~bertfn.model.members.prenorm.layer_points`) and ``final_norm`` after the last layer. Last come the points
-    of the task head the config's ``architectures`` names (``classifier.input`` ... ``classifier.logits``,
-    ``qa.start_logits``, ...) and of a member's own heads (ESM-2's ``contacts.*``): :data:`HEAD_POINTS`.
+    Read from the code: a pass on the meta device records them (:func:`bertfn.model.dry_run.dry_run`), once per
+    config. That pass runs what :func:`bertfn.trace` runs: the embeddings (the member's own where it has them:
+    ``embeddings.position`` only with absolute positions, ELECTRA's ``embeddings.projected``, ...), every layer
+    (``relative_scores`` only with relative positions, ``crossattention.*`` only for decoders with cross-attention;
+    ESM-2's and ModernBERT's pre-LN layers with their ``attention.norm``, ``attention.q_rotated``, ``ffn.gate``, ...),
+    ``final_norm`` where the member has one, ``pooler`` and ``mlm.*`` where the member has those parts (whatever the
+    weights hold), the task head the config's ``architectures`` names (``classifier.input`` ...
+    ``classifier.logits``, ``qa.start_logits``, ...) and a member's own head (ESM-2's ``contacts.*``).
 
     Args:
         config: the model's config.
         optional: list the :data:`OPTIONAL_POINTS` too (a pass computes them only when asked).
     """
-    family = family_of(config)
-    own = family.embedding_points  # a family member's own embeddings step names its own points
-    if own is not None:
-        names = [f"embeddings.{n}" for n in own(config)]
-    else:
-        names = ["embeddings.word", "embeddings.token_type"]
-        if config.position_embedding_type == "absolute":
-            names.append("embeddings.position")
-        names += ["embeddings.sum", "embeddings.output"]
-    if family.layer_points is not None:  # a member's own layer (ESM-2's, ModernBERT's)
-        names += [f"layer.{i}.{n}" for i in range(config.num_hidden_layers) for n in family.layer_points(config, i, optional)]
-        return names + (["final_norm"] if family.final_norm is not None else []) + head_point_names(config)
-    blocks = ["attention"] + (["crossattention"] if config.add_cross_attention else [])
-    for i in range(config.num_hidden_layers):
-        for block in blocks:
-            for n in ATTENTION_POINTS:
-                if n in OPTIONAL_POINTS and not optional:
-                    continue
-                if n != "relative_scores" or (block == "attention" and config.relative_positions):
-                    names.append(f"layer.{i}.{block}.{n}")
-        names += [f"layer.{i}.ffn.{n}" for n in FFN_POINTS] + [f"layer.{i}.output"]
-    return names + head_point_names(config)
+    return list(DRY_RUN[0](config, optional))
 
 
 def head_point_names(config: BertConfig) -> list[str]:
-    """The points above the encoder: ``pooler``, the MLM head's, then the task head's (:data:`HEAD_POINTS`).
+    """The points above the encoder's layers: ``pooler``, the MLM head's, the task head's, a member's own head's.
 
     Args:
         config: the model's config.
     """
-    names = ["pooler", "mlm.transform", "mlm.logits"]
-    return names + [n for points in HEAD_POINTS for n in points(config) if n not in names]
+    return [n for n in point_names(config) if n.split(".")[0] not in ("embeddings", "layer", "final_norm")]
 
 
 def layer_input(config: BertConfig) -> str:

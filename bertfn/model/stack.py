@@ -1,11 +1,11 @@
-"""The stack of layers run one after another (``BertEncoder.forward``): what each pass keeps of them, activation
-checkpointing, and the keys and values a decoder keeps between steps.
+"""The stack of layers run one after another (``BertEncoder.forward``): what each pass keeps of them and activation
+checkpointing.
 
 :func:`run_layers` runs L layers, each given as ``run(i, h)`` (:func:`~bertfn.model.encoder.layer_runner` makes it:
-BERT's layer or a member's), and keeps only what the pass returns (:class:`Stack`): every layer's output, its
-attention probabilities, its keys and values (:class:`Cache` for the next decoding step). With activation
-checkpointing (:func:`checkpointed`) only each layer's input is kept for backward and the layer runs again when the
-gradient reaches it, drawing the same dropout masks (:func:`rewound`).
+BERT's layer, a decoder's or a member's), and keeps only what the pass returns (:class:`Stack`): every layer's output,
+its attention probabilities, its keys and values (a decoder's :class:`~bertfn.model.decoding.Cache` for the next
+step). With activation checkpointing (:func:`checkpointed`) only each layer's input is kept for backward and the layer
+runs again when the gradient reaches it, drawing the same dropout masks (:func:`rewound`).
 """
 
 from __future__ import annotations
@@ -54,24 +54,6 @@ def checkpointed(run: LayerRun, x: Tensor, generator: torch.Generator | None) ->
     start = generator.get_state()
     return activation_checkpoint(run, x, use_reentrant=False,
                                  context_fn=lambda: (nullcontext(), rewound(generator, start)))
-
-
-class Cache(NamedTuple):
-    """Keys and values kept between decoding steps: one (k, v) pair per layer, each (B, nh, S, hd).
-
-    Attributes:
-        self_attention: the self-attention keys and values, one pair per layer.
-        cross_attention: the cross-attention keys and values (of the encoder states), one pair per
-            layer; None without cross-attention.
-    """
-
-    self_attention: tuple[KV, ...]
-    cross_attention: tuple[KV, ...] | None = None
-
-    @property
-    def length(self) -> int:
-        """How many positions the self-attention cache holds (the next token's position)."""
-        return self.self_attention[0][0].shape[2]
 
 
 class Stack(NamedTuple):

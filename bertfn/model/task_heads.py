@@ -37,7 +37,7 @@ from .family import TaskHead, family_of, member_name
 from .heads import multiple_choice, pooler, question_answering, sequence_classification, token_classification
 from .linearized import pooled_classifier_parts, span_reader_parts, token_classifier_parts
 from .params import Params
-from .recorder import HEAD_POINTS, NO_TRACE, Trace
+from .recorder import NO_TRACE, Trace
 
 Tensor = torch.Tensor
 
@@ -146,6 +146,18 @@ def task_of_keys(state: Mapping[str, Tensor], config: BertConfig) -> str:
     return "encoder"
 
 
+def named_task(config: BertConfig) -> str | None:
+    """What the class ``config.architectures`` names carries on top of the encoder: its suffix's task
+    (:data:`SUFFIXES`: ``"sequence-classification"``, ``"masked-lm"``, ...), or None (no ``architectures``, or a class
+    of no known suffix).
+
+    Args:
+        config: the model's config.
+    """
+    architecture = config.architectures[0] if config.architectures else ""
+    return next((t for suffix, t in SUFFIXES.items() if architecture.endswith(suffix)), None)
+
+
 def head_of(config: BertConfig, state: Mapping[str, Tensor]) -> Head:
     """The head a checkpoint carries: the task its ``architectures`` names (:data:`SUFFIXES`), else its keys'.
 
@@ -157,7 +169,7 @@ def head_of(config: BertConfig, state: Mapping[str, Tensor]) -> Head:
         CheckpointError: a task head the member does not have in transformers (``EsmForQuestionAnswering``).
     """
     architecture = config.architectures[0] if config.architectures else None
-    task = next((t for suffix, t in SUFFIXES.items() if architecture and architecture.endswith(suffix)), None)
+    task = named_task(config)
     if task is None:
         task = task_of_keys(state, config)
     family = family_of(config)
@@ -328,52 +340,17 @@ def first(config: BertConfig) -> bool:
     return True
 
 
-def named(*names: str):
-    """``config -> names``: the trace points of a head that passes the same ones whatever the config.
-
-    Args:
-        *names: the points' names, in the order the head passes them.
-    """
-    return lambda config: names
-
-
-DENSE_POINTS = named("classifier.input", "classifier.dense", "classifier.activation", "classifier.logits")
-"""The points of a classifier that reads one vector through a dense layer of its own (RoBERTa's, DistilBERT's, ...)."""
-
-SPAN_POINTS = named("qa.start_logits", "qa.end_logits")
-"""The points of a reader: the answer span's start and end logits."""
-
-
-def head_points(config: BertConfig) -> list[str]:
-    """The trace points of the heads a checkpoint of ``config`` carries: its task head's, as its ``architectures``
-    names it, and the member's own heads' (ESM-2's contact head); listed by
-    :func:`~bertfn.model.recorder.point_names`.
-
-    Args:
-        config: the model's config.
-    """
-    architecture = config.architectures[0] if config.architectures else ""
-    task = next((t for suffix, t in SUFFIXES.items() if architecture.endswith(suffix)), None)
-    family = family_of(config)
-    own = list(family.head_points(config)) if family.head_points is not None else []
-    if task not in TASKS or task not in (family.tasks or TASKS):
-        return own
-    return list(task_head(config, task).points(config)) + own
-
-
 BERT_HEADS: dict[str, TaskHead] = {
     "sequence-classification": TaskHead(
         pooled_classifier, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", c.num_labels, c.hidden_size)},
-        named("pooler", "classifier.logits"), first, pooled_classifier_parts),
+        first, pooled_classifier_parts),
     "token-classification": TaskHead(
-        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size), named("classifier.logits"),
+        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size),
         linearized=token_classifier_parts),
-    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size), SPAN_POINTS,
+    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size),
                                    linearized=span_reader_parts),
     "multiple-choice": TaskHead(
         choice_scorer, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", 1, c.hidden_size)},
-        named("pooler", "classifier.logits"), first),
+        first),
 }
 """BERT's head of each task: :data:`TASKS` -> :class:`~bertfn.model.family.TaskHead`."""
-
-HEAD_POINTS.append(head_points)  # the trace's names above the encoder (bertfn.model.recorder.point_names) include the heads'

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...errors import ConfigError
 from ..config import BertConfig
-from .electra import factorized_embeddings, factorized_points, factorized_shapes
+from .electra import factorized_embeddings, factorized_shapes
 from ..family import Family, normalizer, register, renamed
 
 
@@ -140,5 +140,5 @@ ALBERT = register(Family(
     normalize=normalizer("albert.", ("embeddings.", "encoder.", "pooler."),
                          (("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight"),
                           ("predictions.decoder.bias", "predictions.bias"))),
-    embeddings=factorized_embeddings, embedding_points=lambda config: factorized_points(config, True),
+    embeddings=factorized_embeddings,
 ))

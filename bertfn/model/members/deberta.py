@@ -37,7 +37,7 @@ from ..layout import Segments
 from ..linearized import through_activation, through_linear
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, Trace
-from ..task_heads import DENSE_POINTS, first, linear_shapes
+from ..task_heads import first, linear_shapes
 from . import deberta_attention
 from .deberta_attention import span
 
@@ -211,17 +211,6 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
     return trace("output", x)
 
 
-def embedding_points(config: BertConfig) -> tuple[str, ...]:
-    """The trace points of :func:`embeddings`, in order.
-
-    Args:
-        config: the model's config.
-    """
-    return ("word", *(("position",) if config.position_biased_input else ()),
-            *(("token_type",) if config.type_vocab_size > 0 else ()), "sum",
-            *(("projected",) if config.width != config.hidden_size else ()), "output")
-
-
 def context_pooler_head(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
                         trace: Trace = NO_TRACE) -> Tensor:
     """``DebertaV2ForSequenceClassification``'s head: [CLS], dropout, ``pooler.dense``, ``pooler_hidden_act``
@@ -276,8 +265,8 @@ def context_pooler_shapes(config: BertConfig, outputs: int) -> dict[str, tuple[i
 
 HEADS = {
     "sequence-classification": TaskHead(context_pooler_head, lambda c: context_pooler_shapes(c, c.num_labels),
-                                        DENSE_POINTS, first, context_pooler_parts),
-    "multiple-choice": TaskHead(context_pooler_head, lambda c: context_pooler_shapes(c, 1), DENSE_POINTS, first),
+                                        first, context_pooler_parts),
+    "multiple-choice": TaskHead(context_pooler_head, lambda c: context_pooler_shapes(c, 1), first),
 }
 """DeBERTa's own heads; its tagger and reader are BERT's."""
 
@@ -388,7 +377,7 @@ def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]
 
 DEBERTA_V2 = register(Family(
     name="DeBERTa-v2", model_type="deberta-v2", prefix="deberta.", key=key, shapes=shapes, normalize=normalize,
-    embeddings=embeddings, embedding_points=embedding_points,
-    layer=deberta_attention.layer, layer_points=deberta_attention.layer_points,
+    embeddings=embeddings,
+    layer=deberta_attention.layer,
     task_heads=HEADS,
 ))

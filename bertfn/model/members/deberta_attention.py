@@ -87,6 +87,21 @@ def relative_positions(S: int, config: BertConfig, device: torch.device | None =
     return rel.to(torch.long)
 
 
+def farthest(S: int, config: BertConfig) -> int:
+    """The largest ``|δ|`` of :func:`relative_positions` (S, S): the farthest bucket S tokens reach, either side.
+
+    Counted on the host over the distances 0 .. S-1 (a bucket is as far either side): a pass reads it without waiting
+    for its device, and on the meta device too (:mod:`bertfn.model.dry_run`), whose tensors hold no values.
+
+    Args:
+        S: the sequence length.
+        config: the model's config (``position_buckets``, :func:`max_relative_positions`).
+    """
+    d = torch.arange(S, dtype=torch.long)  # (S,)
+    buckets, longest = config.position_buckets, max_relative_positions(config)
+    return int((log_bucket_position(d, buckets, longest) if buckets > 0 and longest > 0 else d).abs().max())
+
+
 def max_relative_positions(config: BertConfig) -> int:
     """The longest distance: ``max_relative_positions``, or ``max_position_embeddings`` where it is below 1.
 
@@ -162,7 +177,7 @@ def positional_terms(p: Params, rel: Tensor, rel_pos: Tensor, nh: int) -> dict[s
     """
     cfg = p.config
     k2 = span(cfg)
-    reach = int(rel_pos.abs().max())  # the farthest bucket, either side
+    reach = farthest(rel_pos.shape[0], cfg)  # the farthest bucket, either side
     lo, hi = max(k2 - reach, 0), min(k2 + reach, 2 * k2 - 1) + 1
     names = {"c2p": ("self.key" if cfg.share_att_key else "self.pos_key_proj", rel_pos),
              "p2c": ("self.query" if cfg.share_att_key else "self.pos_query_proj", -rel_pos)}
@@ -378,22 +393,4 @@ def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor 
         h = conv_layer(base, x, h, layout, generator, trace)
         h = mask.rows(h)[0] if isinstance(mask, Segments) else h  # the rows read, where this layer is the last
     return LayerOutput(trace("output", h), a.probs, None, a.kv, None)
-
-
-def layer_points(config: BertConfig, layer: int, optional: bool) -> list[str]:
-    """The points of one DeBERTa layer, in the order :func:`layer` passes them.
-
-    Args:
-        config: the model's config (``pos_att_type``, ``relative_attention``, ``conv_kernel_size``).
-        layer: the layer's index.
-        optional: list ``attention.head_outputs`` too.
-
-    Returns:
-        Names relative to ``layer.{i}.``.
-    """
-    terms = [f"{t}_scores" for t in ("c2p", "p2c") if config.relative_attention and t in config.pos_att_type]
-    attention = ["query", "key", "value", "q", "k", "v", "scores", *terms, "scaled_scores", "masked_scores", "probs",
-                 "context", "merged"] + (["head_outputs"] if optional else []) + ["dense", "output"]
-    conv = ["conv"] if layer == 0 and config.conv_kernel_size > 0 else []
-    return [f"attention.{n}" for n in attention] + ["ffn.intermediate", "ffn.dense", "ffn.output"] + conv + ["output"]
 

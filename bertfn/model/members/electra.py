@@ -33,7 +33,7 @@ from ..recorder import NO_TRACE, Trace
 from .roberta import classification_head as roberta_classification_head
 from .roberta import classification_parts as roberta_classification_parts
 from .roberta import classification_shapes
-from ..task_heads import DENSE_POINTS, first, linear_shapes
+from ..task_heads import first, linear_shapes
 
 Tensor = torch.Tensor
 
@@ -111,18 +111,6 @@ def factorized_embeddings(p: Params, input_ids: Tensor | None = None, token_type
     if "project.weight" in p:
         x = trace("projected", linear(x, p["project.weight"], p["project.bias"]))  # (B, S, H)
     return x
-
-
-def factorized_points(config: BertConfig, project: bool) -> tuple[str, ...]:
-    """The trace points of :func:`factorized_embeddings`: BERT's, then the projection where ``project``.
-
-    Args:
-        config: the model's config.
-        project: whether the model projects its embeddings (E < H).
-    """
-    projected = ("projected",) if project else ()
-    positions = ("position",) if config.position_embedding_type == "absolute" else ()
-    return ("word", "token_type", *positions, "sum", "output", *projected)
 
 
 def factorized_shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present,
@@ -262,16 +250,6 @@ def summary_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     return {**summary, **linear_shapes("classifier", 1, H)}
 
 
-def summary_points(config: BertConfig) -> tuple[str, ...]:
-    """The trace points of :func:`summary_scorer`: the dense layer and activation where the summary has them.
-
-    Args:
-        config: the model's config.
-    """
-    return ("classifier.input", *(("classifier.dense",) if config.summary_use_proj else ()),
-            *(("classifier.activation",) if config.summary_activation else ()), "classifier.logits")
-
-
 KEYS = (
     (r"bert\.embeddings\.project\.", "electra.embeddings_project."),
     (r"bert\.", "electra."),
@@ -287,10 +265,10 @@ ELECTRA = register(Family(
     name="ELECTRA", model_type="electra", prefix="electra.", key=KEYS, shapes=shapes,
     normalize=normalizer("electra.", ("embeddings.", "embeddings_project.", "encoder."),
                          (("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight"),)),
-    embeddings=factorized_embeddings, embedding_points=lambda config: factorized_points(config, config.embedding_size != config.hidden_size),
+    embeddings=factorized_embeddings,
     head_act="gelu",
     heads={"discriminator head": DISCRIMINATOR[2]},
-    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, DENSE_POINTS, first,
+    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, first,
                                                     classification_parts),
-                "multiple-choice": TaskHead(summary_scorer, summary_shapes, summary_points, first)},
+                "multiple-choice": TaskHead(summary_scorer, summary_shapes, first)},
 ))

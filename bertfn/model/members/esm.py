@@ -50,8 +50,8 @@ from ..family import Family, normalizer, register
 from ..functional import linear
 from ..layout import Mask
 from ..params import Params
-from .esm_embeddings import TRAINING_MASK_RATIO, embedding_points, embeddings, learned, longest_input  # noqa: F401
-from .prenorm import final_norm, layer_points, mlp, pre_ln_layer, token_positions
+from .esm_embeddings import TRAINING_MASK_RATIO, embeddings, learned, longest_input  # noqa: F401
+from .prenorm import final_norm, mlp, pre_ln_layer, token_positions
 from ..recorder import NO_TRACE, Trace
 from .roberta import CLASSIFIER
 from .rotary import rotary_tables
@@ -291,13 +291,11 @@ def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]
 
 ESM = register(Family(
     name="ESM-2", model_type="esm", prefix="esm.", key=KEYS, shapes=shapes, normalize=normalize,
-    embeddings=embeddings,
-    embedding_points=embedding_points, longest=longest_input,
+    embeddings=embeddings, longest=longest_input,
     head_act="gelu",
-    layer=layer, layer_points=lambda config, i, optional: layer_points(config, i, attention_norm=True, gate=False,
-                                                                       optional=optional, rotary=not learned(config)),
+    layer=layer,
     final_norm=final_norm,
     task_heads={"sequence-classification": CLASSIFIER}, tasks=("sequence-classification", "token-classification"),
-    head_points=lambda config: ("contacts.maps", "contacts.apc", "contacts.logits"), attention_head=contacts_of,
+    attention_head=contacts_of,
     variant=lambda config: "ESM-1b" if learned(config) else "ESM-2",
 ))

@@ -172,13 +172,3 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
     if attention_mask is not None and segments is None:
         x = (x * attention_mask[..., None]).to(x.dtype)  # padding's vectors zeroed
     return trace("output", x)
-
-
-def embedding_points(config: BertConfig) -> tuple[str, ...]:
-    """The points :func:`embeddings` records, in order.
-
-    Args:
-        config: the model's config.
-    """
-    return ("word",) + (("token_dropout",) if config.token_dropout else ()) + \
-        (("position",) if learned(config) else ()) + ("output",)

@@ -44,7 +44,7 @@ from ..family import Family, register
 from ..functional import ACTIVATIONS, dropout, linear
 from ..layout import Mask, Segments
 from ..params import Params, scoped
-from .prenorm import final_norm, layer_points, norm, pre_ln_layer, token_positions
+from .prenorm import final_norm, norm, pre_ln_layer, token_positions
 from .modernbert_heads import HEADS
 from ..recorder import NO_TRACE, Trace
 from .rotary import rotary_tables
@@ -364,10 +364,9 @@ def normalize(state: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]
 
 MODERNBERT = register(Family(
     name="ModernBERT", model_type="modernbert", prefix="model.", key=KEYS, shapes=shapes, normalize=normalize,
-    embeddings=embeddings, embedding_points=lambda config: ("word", "output"),
+    embeddings=embeddings,
     head_act=lambda config: config.classifier_activation,
-    layer=layer, layer_points=lambda config, i, optional: layer_points(
-        config, i, attention_norm=i > 0, gate=True, optional=optional),
+    layer=layer,
     final_norm=final_norm, window=lambda config, i: config.local_attention if is_local(i, config) else None,
     task_heads=HEADS,
 ))

@@ -31,13 +31,9 @@ from ..linearized import through_activation, through_linear, through_norm
 from ..params import Params
 from .prenorm import norm
 from ..recorder import NO_TRACE, Trace
-from ..task_heads import linear_shapes, named
+from ..task_heads import linear_shapes
 
 Tensor = torch.Tensor
-
-
-PREDICTION = ("classifier.dense", "classifier.activation", "classifier.norm")
-"""The points of :func:`prediction_head`."""
 
 
 def prediction_head(params: Params, x: Tensor, trace: Trace = NO_TRACE) -> Tensor:
@@ -224,14 +220,10 @@ def reads_first(config: BertConfig) -> bool:
 
 HEADS = {
     "sequence-classification": TaskHead(
-        classification_head, lambda c: head_shapes(c, c.num_labels), named("classifier.input", *PREDICTION, "classifier.logits"),
-        reads_first, classification_parts),
-    "token-classification": TaskHead(token_head, lambda c: head_shapes(c, c.num_labels), named(*PREDICTION, "classifier.logits"),
-                                     linearized=token_parts),
-    "question-answering": TaskHead(span_reader, lambda c: head_shapes(c, 2), named(*PREDICTION, "qa.start_logits", "qa.end_logits"),
-                                   linearized=span_parts),
+        classification_head, lambda c: head_shapes(c, c.num_labels), reads_first, classification_parts),
+    "token-classification": TaskHead(token_head, lambda c: head_shapes(c, c.num_labels), linearized=token_parts),
+    "question-answering": TaskHead(span_reader, lambda c: head_shapes(c, 2), linearized=span_parts),
     "multiple-choice": TaskHead(
-        classification_head, lambda c: head_shapes(c, 1), named("classifier.input", *PREDICTION, "classifier.logits"),
-        reads_first),
+        classification_head, lambda c: head_shapes(c, 1), reads_first),
 }
 """ModernBERT's heads: every task's is its own."""

@@ -266,20 +266,6 @@ def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor 
     return LayerOutput(trace("output", h), probs, None, kv, None)
 
 
-def layer_points(config: BertConfig, layer: int, optional: bool) -> list[str]:
-    """The points of one MPNet layer, in the order :func:`layer` passes them (relative to ``layer.{i}.``).
-
-    Args:
-        config: the model's config (unused).
-        layer: the layer's index (unused).
-        optional: list ``attention.head_outputs`` too.
-    """
-    attention_ = ["query", "key", "value", "q", "k", "v", "scores", "scaled_scores", "masked_scores", "probs", "context",
-                  "merged"] + (["head_outputs"] if optional else []) + ["dense", "output"]
-    return ["attention.position_bias"] + [f"attention.{n}" for n in attention_] + \
-        ["ffn.intermediate", "ffn.dense", "ffn.output", "output"]
-
-
 LAYER = r"bert\.encoder\.layer\.(\d+)\."
 KEYS = (
     (LAYER + r"attention\.relative_attention_bias\.", "mpnet.encoder.relative_attention_bias."),
@@ -317,7 +303,7 @@ MPNET = register(Family(
     normalize=normalizer("mpnet.", ("embeddings.", "encoder.", "pooler."),
                          (("lm_head.decoder.weight", "mpnet.embeddings.word_embeddings.weight"),
                           ("lm_head.decoder.bias", "lm_head.bias"))),
-    embeddings=embeddings, embedding_points=lambda config: ("word", "position", "sum", "output"),
+    embeddings=embeddings,
     position_ids=lambda ids, pad, past: count_positions(ids, PADDING_IDX, past), head_act="gelu",
-    layer=layer, layer_points=layer_points, task_heads={"sequence-classification": CLASSIFIER},
+    layer=layer, task_heads={"sequence-classification": CLASSIFIER},
 ))

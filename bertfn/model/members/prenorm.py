@@ -37,7 +37,6 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import AttentionOutput, chosen_impl, eager_attention, head_outputs, merge_heads, sdpa_attention, split_heads
-from ..config import BertConfig
 from ..encoder import LayerOutput
 from ..functional import dropout, layer_norm, linear
 from ..layout import Mask, Segments, inference_only, with_keys
@@ -252,25 +251,3 @@ def final_norm(p: Params, x: Tensor, trace: Trace = NO_TRACE) -> Tensor:
         (B, S, H): the last hidden state the heads read.
     """
     return trace("final_norm", norm(p, "encoder.final_norm", x))
-
-
-def layer_points(config: BertConfig, layer: int, *, attention_norm: bool, gate: bool, optional: bool,
-                 rotary: bool = True) -> list[str]:
-    """The points of one pre-LN layer, in the order :func:`pre_ln_layer` passes them.
-
-    Args:
-        config: the model's config (unused; the signature :attr:`~bertfn.model.family.Family.layer_points` has).
-        layer: the layer's index.
-        attention_norm: whether the layer has LN_1.
-        gate: whether the feed-forward is gated (ModernBERT's GeGLU records ``ffn.gate``).
-        optional: list ``attention.head_outputs`` too.
-        rotary: whether queries and keys are turned (``q_rotated``, ``k_rotated``; not with ESM-1b's learned positions).
-
-    Returns:
-        Names relative to ``layer.{i}.``.
-    """
-    attention = ["query", "key", "value", "q", "k", "v"] + (["q_rotated", "k_rotated"] if rotary else []) + \
-        ["scores", "scaled_scores", "masked_scores", "probs", "context", "merged"] + (["head_outputs"] if optional else []) + ["dense", "output"]
-    ffn = ["norm"] + (["gate"] if gate else []) + ["intermediate", "dense", "output"]
-    return (["attention.norm"] if attention_norm else []) + [f"attention.{n}" for n in attention] + \
-        [f"ffn.{n}" for n in ffn] + ["output"]
