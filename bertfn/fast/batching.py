@@ -157,7 +157,7 @@ def head_outputs(m: Model, enc: Encoding, lengths: list[int], task: str, batch_s
         (n,) each for a reader, n the text's tokens.
     """
     head = task_head(m.config, task)
-    first = head.first_only(m.config)
+    first = head.reads_first(m.config)
     read = (lambda rows, ids: torch.tensor([0, *[lengths[i] for i in rows[:-1]]], device=ids.device).cumsum(0)) \
         if first else None
     out: list = [None] * len(lengths)

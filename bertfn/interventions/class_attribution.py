@@ -159,7 +159,7 @@ def class_attribution(m: Model, text: str, labels: int | str | Sequence[int | st
     if per_token:
         check_position(rec, position)
     S = rec.input_ids.shape[1]
-    positions = [position] if per_token else [0] if head is not None or own.first_only(cfg) else list(range(S))
+    positions = [position] if per_token else [0] if head is not None or own.reads_first(cfg) else list(range(S))
     parts = stream_parts(rec, m.params, positions)  # (K, P, H)
     ones = torch.ones(parts.shape[:2], dtype=torch.long)
     out = own.linearized(m.params, parts, ones) if head is None else \

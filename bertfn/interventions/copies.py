@@ -122,7 +122,7 @@ def read_alone(reads: frozenset[str], corrupted: Recording) -> list[int] | None:
     m, cfg = corrupted.model, corrupted.config
     if m is not None and m.head.task in TASKS:
         head = task_head(cfg, m.head.task)
-        if head.first_only(cfg):
+        if head.reads_first(cfg):
             first.update(task_points(cfg, m.head.task))
     return [0] if reads <= first else None
 

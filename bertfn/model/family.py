@@ -63,8 +63,9 @@ class TaskHead(NamedTuple):
         shapes: ``config -> {key: shape}``, the weights it reads by BERT's names (its own keys, e.g.
             ``classifier.out_proj.weight``, are the same under the member's names), the pooler included where it
             reads one.
-        first_only: ``config -> bool``: it reads each text's first position alone (a classifier on ``[CLS]``), so
-            that the fast path can run the last layer at those positions only.
+        first_only: it reads each text's first position alone (a classifier on ``[CLS]``), so that the fast path can
+            run the last layer at those positions only: True or False, or ``config -> bool`` where the config says
+            (ModernBERT's ``classifier_pooling``); :meth:`reads_first` answers for a config.
         linearized: ``(params, parts, mask) -> the logits' parts``: ``run`` on K parts of one text's last hidden
             states in its batch axis (parts (K, S, H), the last row the bias part; mask (K, S)), its activations and
             LayerNorms frozen at the run the parts sum to (:mod:`bertfn.model.linearized`), so that the logits are
@@ -74,8 +75,16 @@ class TaskHead(NamedTuple):
 
     run: Callable[..., object]
     shapes: Callable[[BertConfig], dict[str, tuple[int, ...]]]
-    first_only: Callable[[BertConfig], bool] = lambda config: False
+    first_only: bool | Callable[[BertConfig], bool] = False
     linearized: Callable[..., object] | None = None
+
+    def reads_first(self, config: BertConfig) -> bool:
+        """Whether the head reads each text's first position alone, for this config (:attr:`first_only`).
+
+        Args:
+            config: the model's config.
+        """
+        return self.first_only(config) if callable(self.first_only) else self.first_only
 
 
 @dataclass(frozen=True)

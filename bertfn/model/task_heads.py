@@ -331,19 +331,10 @@ def pooler_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     return linear_shapes("bert.pooler.dense", config.hidden_size, config.hidden_size)
 
 
-def first(config: BertConfig) -> bool:
-    """A head that reads each text's first position alone (``first_only`` of :class:`TaskHead`).
-
-    Args:
-        config: the model's config (unused: such a head reads the first position whatever it says).
-    """
-    return True
-
-
 BERT_HEADS: dict[str, TaskHead] = {
     "sequence-classification": TaskHead(
         pooled_classifier, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", c.num_labels, c.hidden_size)},
-        first, pooled_classifier_parts),
+        True, pooled_classifier_parts),
     "token-classification": TaskHead(
         token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size),
         linearized=token_classifier_parts),
@@ -351,6 +342,6 @@ BERT_HEADS: dict[str, TaskHead] = {
                                    linearized=span_reader_parts),
     "multiple-choice": TaskHead(
         choice_scorer, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", 1, c.hidden_size)},
-        first),
+        True),
 }
 """BERT's head of each task: :data:`TASKS` -> :class:`~bertfn.model.family.TaskHead`."""

@@ -37,7 +37,7 @@ from ..layout import Segments
 from ..linearized import through_activation, through_linear
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, Trace
-from ..task_heads import first, linear_shapes
+from ..task_heads import linear_shapes
 from . import deberta_attention
 from .deberta_attention import span
 
@@ -265,8 +265,8 @@ def context_pooler_shapes(config: BertConfig, outputs: int) -> dict[str, tuple[i
 
 HEADS = {
     "sequence-classification": TaskHead(context_pooler_head, lambda c: context_pooler_shapes(c, c.num_labels),
-                                        first, context_pooler_parts),
-    "multiple-choice": TaskHead(context_pooler_head, lambda c: context_pooler_shapes(c, 1), first),
+                                        True, context_pooler_parts),
+    "multiple-choice": TaskHead(context_pooler_head, lambda c: context_pooler_shapes(c, 1), True),
 }
 """DeBERTa's own heads; its tagger and reader are BERT's."""
 

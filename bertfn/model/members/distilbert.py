@@ -35,7 +35,7 @@ from ..heads import classifier_dropout, question_answering, token_classification
 from ..linearized import span_reader_parts, through_activation, through_linear, token_classifier_parts
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, Trace
-from ..task_heads import first, linear_shapes
+from ..task_heads import linear_shapes
 
 Tensor = torch.Tensor
 
@@ -201,13 +201,13 @@ def pre_classifier_shapes(config: BertConfig, outputs: int) -> dict[str, tuple[i
 
 HEADS = {
     "sequence-classification": TaskHead(
-        pre_classifier_head, lambda c: pre_classifier_shapes(c, c.num_labels), first, pre_classifier_parts),
+        pre_classifier_head, lambda c: pre_classifier_shapes(c, c.num_labels), True, pre_classifier_parts),
     "token-classification": TaskHead(
         token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size),
         linearized=token_classifier_parts),
     "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size),
                                    linearized=span_reader_parts),
-    "multiple-choice": TaskHead(pre_classifier_head, lambda c: pre_classifier_shapes(c, 1), first),
+    "multiple-choice": TaskHead(pre_classifier_head, lambda c: pre_classifier_shapes(c, 1), True),
 }
 """DistilBERT's heads: every task's is its own."""
 

@@ -33,7 +33,7 @@ from ..recorder import NO_TRACE, Trace
 from .roberta import classification_head as roberta_classification_head
 from .roberta import classification_parts as roberta_classification_parts
 from .roberta import classification_shapes
-from ..task_heads import first, linear_shapes
+from ..task_heads import linear_shapes
 
 Tensor = torch.Tensor
 
@@ -268,7 +268,7 @@ ELECTRA = register(Family(
     embeddings=factorized_embeddings,
     head_act="gelu",
     heads={"discriminator head": DISCRIMINATOR[2]},
-    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, first,
+    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, True,
                                                     classification_parts),
-                "multiple-choice": TaskHead(summary_scorer, summary_shapes, first)},
+                "multiple-choice": TaskHead(summary_scorer, summary_shapes, True)},
 ))

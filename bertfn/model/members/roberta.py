@@ -39,7 +39,7 @@ from ..heads import classifier_dropout
 from ..linearized import through_activation, through_linear
 from ..params import Params
 from ..recorder import NO_TRACE, Trace
-from ..task_heads import first, linear_shapes
+from ..task_heads import linear_shapes
 
 Tensor = torch.Tensor
 
@@ -186,7 +186,7 @@ def classification_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     return {**linear_shapes("classifier.dense", H, H), **linear_shapes("classifier.out_proj", config.num_labels, H)}
 
 
-CLASSIFIER = TaskHead(classification_head, classification_shapes, first, classification_parts)
+CLASSIFIER = TaskHead(classification_head, classification_shapes, True, classification_parts)
 """RoBERTa's sequence-classification head, shared with ESM-2."""
 
 KEYS = (
