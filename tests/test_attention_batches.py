@@ -59,6 +59,8 @@ def test_a_forced_way_is_taken_and_nothing_is_measured(monkeypatch):
     monkeypatch.setenv("BERTFN_ATTENTION", "dense")
     with pytest.raises(bertfn.InputError, match="BERTFN_ATTENTION='dense' names no way"):
         ab.batches((2, 3), "cpu", torch.float32)
+    with pytest.raises(bertfn.InputError, match="names no way"):  # one length chooses nothing, but says so too
+        ab.batches((2,), "cpu", torch.float32)
 
 
 def test_the_way_is_measured_once_per_device_and_dtype_then_read_from_the_cache(monkeypatch, tmp_path):

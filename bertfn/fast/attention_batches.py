@@ -63,7 +63,11 @@ def batches(lengths: tuple[int, ...], device: torch.device | str, dtype: torch.d
     Returns:
         None where the texts are of one length (a run: one call either way) or runs were chosen (one call per run of
             one length); else :func:`padded_batches`.
+
+    Raises:
+        InputError: ``BERTFN_ATTENTION`` names no way.
     """
+    forced()  # a BERTFN_ATTENTION that names no way is refused wherever it is read, one length or several
     if len(set(lengths)) == 1:
         return None
     return None if way(device, dtype) == "runs" else padded_batches(lengths)
