@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import bertfn
 from bertfn.cli import counted_from_one, main
+from bertfn.errors import SURFACE
 
 P = 64  # max_position_embeddings of the test checkpoints
 
@@ -121,12 +122,15 @@ def test_cli_answers_like_fill_mask_or_prints_one_line(model, mlm_checkpoint, te
     lines = err.getvalue().splitlines(keepends=True)
     warned = [line for line in lines if line.startswith("bertfn: warning: ")]  # e.g. a text of [UNK]s, one line each
     rest = "".join(lines[len(warned):])
+    surface = SURFACE.set("cli")  # the message as the command line words it (--truncation, not truncation=True)
     try:
         expected = bertfn.fill_mask(texts, model, top_k=top_k, truncation=truncation)
     except bertfn.BertfnError as e:
         assert code == e.exit_code == 2 and out.getvalue() == ""
         assert rest == f"bertfn: error: {counted_from_one(e)}\n"  # the command line counts its texts from 1
         return
+    finally:
+        SURFACE.reset(surface)
     assert code == 0 and rest == ""
     assert json.loads(out.getvalue()) == (expected[0] if len(texts) == 1 else expected)
 
