@@ -52,6 +52,7 @@ def member(request, tmp_path_factory):
     return request.param, bertfn.load(folder)
 
 
+@pytest.mark.needs_transformers  # the checkpoints are transformers' own, saved (family_checkpoints.py)
 def test_point_names_are_the_points_a_trace_records(member):
     """Every point of the dry run's list, and no other, in its order, with and without the optional points."""
     kind, model = member
@@ -77,6 +78,7 @@ def fine_tuned(request, tmp_path_factory):
         return kind, task, bertfn.load(folder)
 
 
+@pytest.mark.needs_transformers
 def test_a_task_heads_points_are_the_points_its_trace_records(fine_tuned):
     """The task head's points (``task_points``) are in point_names and in the trace, in the order the head passes them."""
     kind, task, model = fine_tuned
