@@ -10,7 +10,7 @@ alone needs each text apart. Two ways give it that, with the same numbers (tests
              a few calls per layer, paying for the padding's scores and a gather and a scatter
 
 A CPU pays little for a call and the full price of every padded score: on an AMD EPYC (2 cores) the runs took
-0.2-0.55x the padded batches' time for 32 texts of 8-256 tokens, fp32 and bf16 (12 heads of 32 and 64). A GPU
+0.2-0.66x the padded batches' time for 16-32 texts of 8-256 tokens, fp32 and bf16 (12 heads of 32 and 64). A GPU
 pays a launch per call and little for a score. So the first layout of several lengths attended on a device in a
 dtype times both ways on a group of texts of mixed lengths (:func:`measure`, 0.1-0.3 s on a CPU) and keeps the
 faster, for the process and in the kernels' cache file (:mod:`bertfn.fast.choice`: ``BERTFN_KERNEL_CACHE``), under
