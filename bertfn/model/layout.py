@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import accumulate
 
 import torch
 
@@ -149,7 +150,7 @@ class Segments:
         """The texts each attention call takes, in order: their lengths (a run's all equal: a dense batch)."""
         if self.batches is None:
             return [(n,) * c for c, n in self.runs()]
-        cut = torch.tensor([0, *self.batches]).cumsum(0).tolist()
+        cut = [0, *accumulate(self.batches)]  # each batch's first text
         return [self.lengths[a:b] for a, b in zip(cut, cut[1:])]
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor,
