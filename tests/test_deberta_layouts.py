@@ -97,4 +97,4 @@ def test_segments_refuse_what_inference_alone_runs_without():
     with pytest.raises(bertfn.InputError, match="Segments"):
         bertfn.encoder(model, ids, Segments(LENGTHS), output_attentions=True)
     with pytest.raises(bertfn.InputError, match="Segments"):
-        bertfn.encoder(model, ids, Segments(LENGTHS), head_mask=torch.ones(2))
+        bertfn.encoder(model, ids, Segments(LENGTHS), generator=torch.Generator())

@@ -95,8 +95,9 @@ def test_bert_layer_texts_end_to_end_equal_the_padded_batch(member, batches):
 
 
 def test_segments_pool_each_text_and_refuse_what_they_do_not_run():
-    """The pooler reads each text's first token; a cache, cross-attention, probabilities and a trace need the padded
-    layout, and input that is not the texts' lengths end to end is refused."""
+    """The pooler reads each text's first token; a cache, cross-attention, probabilities and dropout need the padded
+    layout, and input that is not the texts' lengths end to end is refused (a trace runs there:
+    tests/test_segment_traces.py)."""
     model = bertfn.init_model(bertfn.BertConfig.from_dict(dict(SMALL, model_type="bert")), parts=("pooler",),
                               generator=torch.Generator().manual_seed(0)).to(DEVICE)
     g = torch.Generator().manual_seed(2)
@@ -107,14 +108,14 @@ def test_segments_pool_each_text_and_refuse_what_they_do_not_run():
         torch.testing.assert_close(pooled, bertfn.encoder(model, batch, mask).pooler_output, **TOL)
         ends = on_device(torch.cat(ids)[None])
         for call in (lambda: bertfn.encoder(model, ends, Segments(RUNS), output_attentions=True),
-                     lambda: bertfn.encoder(model, ends, Segments(RUNS), trace=bertfn.Trace()),
+                     lambda: bertfn.encoder(model, ends, Segments(RUNS), generator=torch.Generator()),
                      lambda: bertfn.encoder(model, ends, Segments(RUNS), use_cache=True),
                      lambda: bertfn.encoder(model, ends, Segments(RUNS[:-1]))):
             with pytest.raises(bertfn.InputError, match="end to end"):
                 call()
     mpnet = random_member(BERT_LAYER["mpnet"])  # its own attention refuses as BERT's does
-    with pytest.raises(bertfn.InputError, match="without head mask"):
-        bertfn.encoder(mpnet, ends, Segments(RUNS), head_mask=on_device(torch.ones(2)))
+    with pytest.raises(bertfn.InputError, match="without dropout"):
+        bertfn.encoder(mpnet, ends, Segments(RUNS), generator=torch.Generator())
 
 
 # --- pre-LN members ---------------------------------------------------------------------------------------------
@@ -208,4 +209,4 @@ def test_pre_ln_segments_refuse_what_inference_alone_runs_without():
     model = random_member(PRE_LN["modernbert"])
     ids = on_device(torch.cat(pre_ln_texts(model.config))[None])
     with pytest.raises(bertfn.InputError, match="Segments"):
-        bertfn.encoder(model, ids, Segments(LENGTHS), head_mask=on_device(torch.ones(2)))
+        bertfn.encoder(model, ids, Segments(LENGTHS), generator=torch.Generator())

@@ -35,9 +35,10 @@ import torch.nn.functional as F
 from ..errors import InputError
 from .embeddings import position_scores, relative_position_scores
 from .functional import dropout, layer_norm, linear, linears
-from .layout import Mask, Segments, causal_keep_mask, extended_mask, inference_only, with_keys
+from .layout import Mask, Segments, causal_scores, inference_only, with_keys
 from .params import Params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Trace
+from .segment_points import PaddedView, on_padded_view, padded_view
 
 Tensor = torch.Tensor
 KV = tuple[Tensor, Tensor]
@@ -242,13 +243,14 @@ def attention(
         mask: the layout (:mod:`bertfn.model.layout`): the padded one's additive mask from
             :func:`~bertfn.model.layout.extended_mask`, broadcastable to (B, nh, S, S), or None; or
             :class:`~bertfn.model.layout.Segments`, texts laid end to end, each attending to itself alone (without
-            probabilities, head mask, dropout or trace; a decoder's texts see their earlier tokens).
+            probabilities or dropout; a decoder's texts see their earlier tokens; traced or head-masked on the padded
+            view, :mod:`bertfn.model.segment_points`).
         head_mask: (nh,), 1 keeps a head, 0 silences it (runs the eager path).
         impl: "eager" (reference) or "sdpa" (fused); eager runs anyway where the probabilities are needed.
         need_probs: return the probabilities (runs the eager path).
         generator: turns dropout on (training).
         trace: records (and edits) every step under its name (``query`` ... ``output``,
-            :func:`~bertfn.model.recorder.point_names`). Where it asks for ``head_outputs``
+            :func:`~bertfn.model.recorder.point_names`), on segments in the padded layout's shapes. Where it asks for ``head_outputs``
             (:meth:`~bertfn.model.recorder.Trace.wants`: ``Trace(optional=...)`` or an edit naming it),
             the output projection is computed as the sum of :func:`head_outputs` plus the bias, so an edit
             of one head's write changes the pass; that sum equals the fused product to float rounding
@@ -263,22 +265,27 @@ def attention(
         InputError: the scope of a whole layer instead of its attention block, or an unknown ``impl``.
     """
     p, nh = block_scope(p)  # nh: fewer than the config's heads where this layer was pruned
-    inference_only(mask, {"head mask": head_mask is not None, "probabilities": need_probs,
-                          "dropout": generator is not None, "trace": bool(trace)})
+    inference_only(mask, {"probabilities": need_probs, "dropout": generator is not None})
+    trace = trace.on(mask)  # on segments: each point in the padded layout's shape
 
     query, key, value = separate_projections(p, x)  # (B, S, nh*hd) each, one product where the kernel can
     query, key, value = trace("query", query), trace("key", key), trace("value", value)
     q, k, v = split_heads(query, nh), split_heads(key, nh), split_heads(value, nh)  # (B, nh, S, hd) each
     q, k, v = trace("q", q), trace("k", k), trace("v", v)
 
-    if isinstance(mask, Segments):  # each text attends to itself: the same attention on its slice
-        merged, probs = mask.attend(q, k, v, lambda *batch: text_attention(p, *batch)), None  # (1, T + pad, nh*hd)
-        merged, x = mask.rows(merged, x)  # (1, T or r, ...): the positions read
-    else:
-        bias = position_scores(p, q, k, 0, trace)  # relative positions' scores, or None
-        context, probs = attend(p, q, k, v, mask, bias, head_mask=head_mask, impl=impl, need_probs=need_probs,
-                                generator=generator, trace=trace)  # (B, nh, S, hd)
-        merged = merge_heads(context)  # (B, S, nh*hd)
+    segments = mask if isinstance(mask, Segments) else None
+    if segments is not None and not on_padded_view(segments, trace, head_mask):  # each text attends to itself alone
+        merged, probs = segments.attend(q, k, v, lambda *batch: text_attention(p, *batch)), None  # (1, T + pad, nh*hd)
+    else:  # on segments the texts as a padded batch (b, S): attention's points as the padded pass forms them
+        causal = causal_scores(max(segments.lengths), q.dtype, q.device) if segments and p.config.is_decoder else None
+        view = padded_view(segments, q, k, v, trace, causal) if segments else PaddedView(q, k, v, mask, trace)
+        context, probs = attend(p, *view[:4], position_scores(p, view.q, view.k, 0, view.trace), head_mask=head_mask,
+                                impl=impl, need_probs=need_probs or view.keeps, generator=generator,
+                                trace=view.trace)  # (B, nh, S, hd); bias: relative positions' scores, or None
+        merged = merge_heads(context) if segments is None else segments.laid(merge_heads(context))  # (B, S, nh*hd)
+    if segments is not None:
+        merged, x = segments.rows(merged, x)  # (1, T or r, ...): the positions read
+        probs = None
 
     out = attention_output(p, merged, x, generator, trace)  # (B, S, H)
     return AttentionOutput(out, probs, (k, v))
@@ -390,5 +397,5 @@ def text_attention(p: Params, q: Tensor, k: Tensor, v: Tensor, keys: Tensor | No
     if cfg.relative_positions:
         bias = relative_position_scores(q, k, p["self.distance_embedding.weight"], cfg.position_embedding_type, 0)
     if cfg.is_decoder:
-        mask = extended_mask(causal_keep_mask(torch.ones(1, m, device=q.device), m), q.dtype)  # (1, 1, m, m)
+        mask = causal_scores(m, q.dtype, q.device)  # (1, 1, m, m)
     return sdpa_attention(q, k, v, with_keys(mask, keys), bias)

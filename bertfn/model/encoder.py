@@ -127,6 +127,7 @@ def layer(
         The new hidden states (B, S, H) with the probabilities and keys/values (see :class:`LayerOutput`).
     """
     p = scoped(p, "layer()", "model.params.layer(0)")
+    trace = trace.on(mask)  # on segments: each point in the padded layout's shape
     a = attention(p.scope("attention"), x, mask, head_mask=head_mask, impl=impl, need_probs=need_probs,
                   generator=generator, trace=trace.scope("attention"))  # (B, S, H)
     h = chunked_feed_forward(p, a.hidden, p.config.chunk_size_feed_forward, generator, trace.scope("ffn"))  # (B, S, H)
@@ -248,25 +249,29 @@ def encoder(
     segments = attention_mask if isinstance(attention_mask, Segments) else None
     if segments is not None:
         check_segments((input_ids if input_ids is not None else inputs_embeds).shape, segments, cache=cache,
-                       use_cache=use_cache, encoder_hidden_states=encoder_hidden_states, trace=trace)
+                       use_cache=use_cache, encoder_hidden_states=encoder_hidden_states)
         if position_ids is None and input_ids is not None:
             position_ids = segment_positions(input_ids, segments, cfg)  # (1, T), restarting at each text
     own = {} if family.embeddings is None else {"attention_mask": attention_mask}  # the padding, or the texts (ESM's)
     x = (family.embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds,
-                                          past, generator, trace.scope("embeddings"), **own)  # (B, S, H)
+                                          past, generator, trace.on(segments).scope("embeddings"), **own)  # (B, S, H)
     if segments is not None:  # texts end to end: the layout is the mask, with the kernels' padding rows added
-        x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"))  # (1, T + pad, H)
+        x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"),
+                           every_row=bool(trace))  # (1, T + pad, H); traced: every row, the rows read at the end
         decoding = None
     else:
         warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
         mask, enc_mask = attention_masks(cfg, x, past, attention_mask, encoder_hidden_states, encoder_attention_mask)
         decoding = decoding_of(cache, encoder_hidden_states, enc_mask)  # None: no cache or encoder states to read
     head_mask = head_masks(cfg, head_mask, x.dtype)  # (L, nh) or None
-    # returned, kept or edited probabilities: every layer runs eager, the path that forms them (NO_TRACE keeps nothing);
-    # the points are listed (a dry run of the pass, once per config) only where an edit may name one
-    need_probs = output_attentions or trace.keep or (bool(trace.edits) and trace.edits_any(
+    # returned, kept or edited probabilities: every layer runs eager, the path that forms them (NO_TRACE keeps nothing;
+    # on segments attention's padded view forms them, segment_points.py); the points are listed (a dry run of the
+    # pass, once per config) only where an edit may name one
+    formed = trace.keep or (bool(trace.edits) and trace.edits_any(
         [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]))
-    ran = chosen_impl(impl, need_probs, head_mask, cfg.attention_probs_dropout_prob if generator is not None else 0.0)
+    need_probs = output_attentions or (formed and segments is None)
+    ran = chosen_impl(impl, output_attentions or formed, head_mask,
+                      cfg.attention_probs_dropout_prob if generator is not None else 0.0)
 
     run = layer_runner(p, family, mask, decoding, position_ids, head_mask, impl=impl, need_probs=need_probs,
                        generator=generator, trace=trace)
@@ -274,7 +279,9 @@ def encoder(
                        keep_hidden=output_hidden_states, keep_probs=output_attentions, keep_cache=use_cache)
     x = stack.last
     if family.final_norm is not None:  # pre-LN members (hidden_states keep the last layer's output before it)
-        x = family.final_norm(p, x, trace)
+        x = family.final_norm(p, x, trace.on(mask))
+    if segments is not None and segments.read is not None and mask.read is None:  # traced: the rows read, at last
+        x = x[:, segments.read]  # (1, r, H)
     return outputs(params, x, stack, trace, output_hidden_states=output_hidden_states,
                    output_attentions=output_attentions, use_cache=use_cache,
                    cross=encoder_hidden_states is not None, attn_impl=ran, segments=segments)

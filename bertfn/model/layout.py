@@ -87,6 +87,21 @@ def causal_keep_mask(mask: Tensor, seq: int) -> Tensor:
     return causal[None, :, :] * mask[:, None, :]  # (B, S, S_k)
 
 
+def causal_scores(seq: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> Tensor:
+    """A decoder's additive "no peeking ahead" mask of one text of ``seq`` tokens (:func:`causal_keep_mask` of no
+    padding, made additive).
+
+    Args:
+        seq: the text's tokens.
+        dtype: the scores'.
+        device: where they are.
+
+    Returns:
+        (1, 1, seq, seq): 0 where key j <= query i, ``finfo(dtype).min`` after.
+    """
+    return extended_mask(causal_keep_mask(torch.ones(1, seq, device=device), seq), dtype)
+
+
 @dataclass(frozen=True)
 class Segments:
     """Texts laid end to end in one sequence (1, T, H): the segments layout (module docstring).
@@ -197,6 +212,63 @@ class Segments:
             contexts.append(q.new_zeros(self.pad, nh, hd))  # the padding rows' context
         return torch.cat(contexts).view(1, -1, nh * hd)  # (1, T + pad, nh*hd): one copy merges the heads
 
+    def padding_mask(self, dtype: torch.dtype, device: torch.device | str = "cpu") -> Tensor:
+        """The additive mask of the texts as one padded batch (b, S), S the longest: the padded layout's
+        (:func:`extended_mask` of its 0/1 mask), what attention on the padded view adds (:mod:`bertfn.model.segment_points`).
+
+        Args:
+            dtype: the scores'.
+            device: the hidden states'.
+
+        Returns:
+            (b, 1, 1, S): 0 at a text's tokens, ``finfo(dtype).min`` at its padding.
+        """
+        n = torch.tensor(self.lengths, device=device)  # (b,)
+        return padding_keys(torch.arange(max(self.lengths), device=device)[None, :] < n[:, None], dtype)  # (b, S)
+
+    def padded(self, x: Tensor) -> Tensor:
+        """A tensor of the sequence in the padded layout's shape: each text's rows in its row of a batch (b, S), zeros
+        at the padding (no token is there); the sequence's padding rows (``pad``) left out.
+
+        Where a trace records or edits a point on this layout (:class:`~bertfn.model.recorder.Trace`): the shape the
+        padded pass shows there. The inverse is :meth:`laid`.
+
+        Args:
+            x: (1, N, F) or (1, nh, N, F): the tokens on axis 1 (hidden states, a block's outputs) or 2 (per head), N
+                the texts' T tokens, or T + pad.
+
+        Returns:
+            (b, S, F) or (b, nh, S, F), S the longest text.
+
+        Raises:
+            InputError: another shape (a point at the rows ``read`` names alone: a trace reads every row).
+        """
+        axis = token_axis(x, self)
+        b, S, T = len(self.lengths), max(self.lengths), self.tokens
+        rows = x.movedim(axis, 0)[:T]  # (T, 1, [nh,] F): the texts' tokens first
+        out = rows.new_zeros(b * S, *rows.shape[1:]).index_copy_(0, padded_places(self.lengths, x.device), rows)
+        return out.view(b, S, *rows.shape[2:]).movedim(1, axis)  # (b, S, F) or (b, nh, S, F)
+
+    def laid(self, y: Tensor, like: Tensor | None = None) -> Tensor:
+        """A tensor in the padded layout's shape back on the sequence, the inverse of :meth:`padded`: each text's rows
+        one after another; what ``y`` holds at the padding is dropped.
+
+        Args:
+            y: (b, S, F) or (b, nh, S, F).
+            like: the tensor of the sequence it stands for, (1, N, ...) as :meth:`padded` takes: its rows past the
+                texts' (the ``pad`` rows, N = T + pad) are kept; None: T + pad rows, those zero.
+
+        Returns:
+            (1, N, F) or (1, nh, N, F).
+        """
+        axis = y.dim() - 2  # the tokens' axis: 1 or 2
+        T, places = self.tokens, padded_places(self.lengths, y.device)
+        rows = y.movedim(axis, 1).flatten(0, 1).index_select(0, places)  # (T, [nh,] F)
+        out = rows[None].movedim(1, axis)  # (1, T, F) or (1, nh, T, F)
+        tail = like.narrow(axis, T, like.shape[axis] - T) if like is not None else \
+            out.new_zeros(*out.shape[:axis], self.pad, out.shape[-1])  # the padding rows
+        return torch.cat([out, tail], dim=axis) if tail.shape[axis] else out
+
     def reading(self, last: bool) -> Segments:
         """This layout for one layer: with ``read`` at the last layer, without it below.
 
@@ -244,6 +316,43 @@ def padded_batch(lengths: tuple[int, ...], start: int, device: torch.device,
     return rows.flatten().to(device), real.to(device), padding_keys(inside, dtype).to(device)
 
 
+def token_axis(x: Tensor, layout: Segments) -> int:
+    """The axis of the tokens of a tensor of the sequence, checked (:meth:`Segments.padded`).
+
+    Args:
+        x: (1, N, F) or (1, nh, N, F), N = T or T + pad.
+        layout: the layout.
+
+    Returns:
+        1 or 2.
+
+    Raises:
+        InputError: another shape.
+    """
+    axis = x.dim() - 2
+    if x.dim() not in (3, 4) or x.shape[0] != 1 or x.shape[axis] not in (layout.tokens, layout.tokens + layout.pad):
+        raise InputError(f"a traced point on texts laid end to end (Segments of {layout.tokens} tokens) is (1, T, F) "
+                         f"or (1, heads, T, F), T the tokens (or with the {layout.pad} padding rows), got "
+                         f"{tuple(x.shape)}; a trace reads every row: pass Segments without read= (the encoder does)")
+    return axis
+
+
+@lru_cache(maxsize=256)
+def padded_places(lengths: tuple[int, ...], device: torch.device) -> Tensor:
+    """Where each token of texts laid end to end sits in their padded batch (b, S) flattened: text i's token j at
+    ``i * S + j`` (:meth:`Segments.padded`); kept per layout, made once on the device.
+
+    Args:
+        lengths: the texts' tokens; S the longest.
+        device: the hidden states'.
+
+    Returns:
+        (T,) long.
+    """
+    S = max(lengths)
+    return torch.cat([torch.arange(n) + i * S for i, n in enumerate(lengths)]).to(device)
+
+
 def padding_keys(inside: Tensor, dtype: torch.dtype) -> Tensor:
     """The additive mask of a padded batch's keys: 0 at a text's tokens, ``finfo(dtype).min`` at its padding.
 
@@ -281,15 +390,17 @@ layout itself."""
 def inference_only(mask: Mask, given: dict[str, bool]) -> None:
     """Raise :class:`InputError` where attention meets the segments layout with what that layout does not run.
 
-    Texts laid end to end run inference's self-attention: no cache, cross-attention, head mask, probabilities (but
-    where a member's layer forms them per text), dropout or trace, each of which reads or writes the padded layout's
-    (B, nh, S, S) shapes.
+    Texts laid end to end run inference's self-attention: no dropout (training), and no probabilities returned but
+    where a member's layer forms them per text (the pre-LN members', for ESM-2's contact head). A trace and edits run
+    there, every point in the padded layout's shapes, and so does a head mask (:mod:`bertfn.model.segment_points`);
+    a decoder's cache and cross-attention the encoder refuses (:func:`~bertfn.model.masks.check_segments`).
 
     Args:
         mask: the layout's mask.
-        given: ``{what: whether the call asks for it}``, e.g. ``{"head mask": head_mask is not None}``.
+        given: ``{what: whether the call asks for it}``, e.g. ``{"dropout": generator is not None}``.
     """
     asked = [what for what, wanted in given.items() if wanted]
     if isinstance(mask, Segments) and asked:
         raise InputError(f"attention on texts laid end to end (Segments) runs inference alone, without "
-                         f"{', '.join(asked)}; pass a padded batch (B, S) with its mask for those")
+                         f"{', '.join(asked)}; pass a padded batch (B, S) with its mask for those (or, for the "
+                         f"probabilities, record layer.*.attention.probs with a trace, which runs on Segments)")

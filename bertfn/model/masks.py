@@ -30,7 +30,6 @@ from .functional import product_rows
 from .layout import Segments, causal_keep_mask, extended_mask
 from .config import BertConfig
 from .family import family_of
-from .recorder import Trace
 
 Tensor = torch.Tensor
 
@@ -135,9 +134,10 @@ def head_masks(config: BertConfig, head_mask: Tensor | None, dtype: torch.dtype)
 
 
 def check_segments(shape: tuple[int, ...], segments: Segments, *, cache: object, use_cache: bool,
-                   encoder_hidden_states: Tensor | None, trace: Trace) -> None:
+                   encoder_hidden_states: Tensor | None) -> None:
     """Raise :class:`InputError` unless the input is texts laid end to end as ``segments`` says, in a pass that layout
-    runs: one row (1, T) of the texts' T tokens, no decoding cache, cross-attention or trace.
+    runs: one row (1, T) of the texts' T tokens, no decoding cache or cross-attention (a trace and edits run there,
+    in the padded layout's shapes: :mod:`bertfn.model.recorder`).
 
     Args:
         shape: the input ids' (1, T) (or the input embeddings' (1, T, H)).
@@ -145,17 +145,16 @@ def check_segments(shape: tuple[int, ...], segments: Segments, *, cache: object,
         cache: the decoding cache passed, which this layout does not take.
         use_cache: whether the keys and values are asked for, which it does not keep.
         encoder_hidden_states: the cross-attention states passed, which it does not take.
-        trace: the pass's trace, which it does not take (it records the padded layout's shapes).
     """
     if len(shape) < 2 or shape[0] != 1 or shape[1] != segments.tokens:
         raise InputError(f"texts laid end to end come as one row (1, T) with T the sum of their lengths "
                          f"({segments.tokens}), got input of shape {tuple(shape[:2])}; lay them out with torch.cat")
-    if cache is not None or use_cache or encoder_hidden_states is not None or trace:
-        raise InputError("texts laid end to end (Segments) run the encoder without cache, cross-attention or trace; "
-                         "pass a padded batch (B, S) with its attention_mask for those")
+    if cache is not None or use_cache or encoder_hidden_states is not None:
+        raise InputError("texts laid end to end (Segments) run the encoder without cache or cross-attention (a "
+                         "decoder's steps); pass a padded batch (B, S) with its attention_mask for those")
 
 
-def laid_out(x: Tensor, segments: Segments, weight: Tensor | None) -> tuple[Tensor, Segments]:
+def laid_out(x: Tensor, segments: Segments, weight: Tensor | None, every_row: bool = False) -> tuple[Tensor, Segments]:
     """The embeddings of texts laid end to end with the kernels' padding rows added.
 
     A kernel that pads a product's rows to one of a few counts (oneDNN: :func:`~bertfn.model.functional.product_rows`)
@@ -166,14 +165,16 @@ def laid_out(x: Tensor, segments: Segments, weight: Tensor | None) -> tuple[Tens
         x: (1, T, H), the embeddings (:func:`check_segments` checked).
         segments: the layout the caller gave (its lengths and the rows it reads).
         weight: a weight of the first layer's products, or None (then no rows are added).
+        every_row: run the last layer at every row, not those ``read`` names (a traced pass: its points are the
+            padded pass's; the encoder reads the rows after the last layer).
 
     Returns:
-        ``(x, segments)``: (1, T + pad, H) and the layout with its ``pad``.
+        ``(x, segments)``: (1, T + pad, H) and the layout with its ``pad`` (without ``read`` for ``every_row``).
     """
     pad = product_rows(x, weight) - x.shape[1] if weight is not None else 0
     if pad:
         x = torch.cat([x, x.new_zeros(1, pad, x.shape[2])], dim=1)  # (1, T + pad, H)
-    return x, replace(segments, pad=pad)
+    return x, replace(segments, pad=pad, read=None if every_row else segments.read)
 
 
 def segment_positions(input_ids: Tensor, segments: Segments, config: BertConfig) -> Tensor:

@@ -17,6 +17,15 @@ Edit names may use ``*`` for any run of characters (``layer.*.attention.context`
 one edit or to a list of them, applied in the list's order; where several names or patterns match one
 point, their edits run in the dict's order (:func:`merge_edits` joins dicts that way, never dropping one).
 
+On texts laid end to end (the segments layout, :class:`~bertfn.model.layout.Segments`) a trace shows and edits every
+point in the padded layout's shapes all the same: a Trace told the pass's layout (:meth:`Trace.on`, which the encoder
+and each layer call) scatters the sequence's tensor (1, T, ...) into the texts' padded batch (b, S, ...), zeros at
+the padding (no token is there), before it is kept or edited, and gathers the edited tensor back
+(:meth:`~bertfn.model.layout.Segments.padded`, :meth:`~bertfn.model.layout.Segments.laid`); a point no trace keeps or
+edits costs nothing more. So an edit written for a padded batch runs unchanged on segments (what it writes at a
+padding position is dropped there). The points inside attention are formed in the padded shapes themselves
+(:mod:`bertfn.model.segment_points`).
+
 Some points cost memory a pass does not otherwise spend (:data:`OPTIONAL_POINTS`, e.g. each head's
 write into the residual stream); they are computed only where a trace asks for them
 (``Trace(optional=...)``) or an edit names them.
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import copy
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -34,6 +44,7 @@ import torch
 
 from ..errors import InputError
 from .config import BertConfig
+from .layout import Segments
 
 
 class Point(NamedTuple):
@@ -69,28 +80,62 @@ class Trace:
         keep: whether to store the tensors (False for a pass that only edits).
         optional: names or patterns of :data:`OPTIONAL_POINTS` to compute (e.g.
             ``"layer.*.attention.head_outputs"``); an edit naming one computes it too.
+        layout: the pass's layout where it is texts laid end to end (:meth:`on`), else None.
 
     Raises:
         InputError: an edit that is not a function of ``(tensor, point)``, or a name that is not a string.
     """
 
     def __init__(self, store: dict[str, torch.Tensor] | None = None, prefix: str = "", *,
-                 edits: Edits | None = None, keep: bool = True, optional: Iterable[str] = ()):
+                 edits: Edits | None = None, keep: bool = True, optional: Iterable[str] = (),
+                 layout: Segments | None = None):
         self.store = {} if store is None else store
         self.prefix = prefix
         self.edits = {pattern: edit_list(pattern, edit) for pattern, edit in dict(edits or {}).items()}
         self.keep = keep
         self.optional = tuple(optional)
+        self.layout = layout
 
     def scope(self, name: str) -> Trace:
-        return Trace(self.store, f"{self.prefix}{name}.", edits=self.edits, keep=self.keep, optional=self.optional)
+        return Trace(self.store, f"{self.prefix}{name}.", edits=self.edits, keep=self.keep, optional=self.optional,
+                     layout=self.layout)
+
+    def on(self, layout: object) -> Trace:
+        """This trace for a pass on ``layout``: told a :class:`~bertfn.model.layout.Segments`, it keeps and edits each
+        point in the padded layout's shape (module docstring); told anything else (the padded layout's mask, None),
+        each point as it comes.
+
+        Args:
+            layout: the ``mask`` a step of the pass takes.
+
+        Returns:
+            This trace where it has that layout already, else a copy with it (sharing the store and the edits).
+        """
+        laid = layout if isinstance(layout, Segments) else None
+        if laid is self.layout:
+            return self
+        out = copy.copy(self)
+        out.layout = laid
+        return out
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
         full = self.prefix + name
-        for pattern, edits in self.edits.items():
-            if fnmatch.fnmatchcase(full, pattern):
-                for edit in edits:
-                    x = edited(edit, x, Point(full, layer_of(full)))
+        edits = [edit for pattern, many in self.edits.items() if fnmatch.fnmatchcase(full, pattern) for edit in many]
+        if self.layout is None or not (edits or self.keep):
+            return self.at(full, x, edits)
+        y = self.at(full, self.layout.padded(x), edits)  # (b, S, ...): the texts as the padded pass has them
+        return self.layout.laid(y, like=x) if edits else x  # (1, T + pad, ...) again
+
+    def at(self, full: str, x: torch.Tensor, edits: list[Edit]) -> torch.Tensor:
+        """``x`` at the point ``full`` after ``edits``, kept where the trace keeps.
+
+        Args:
+            full: the point's full name.
+            x: the tensor that reached it, in the padded layout's shape.
+            edits: the edits whose patterns match it, in order.
+        """
+        for edit in edits:
+            x = edited(edit, x, Point(full, layer_of(full)))
         if self.keep:
             self.store[full] = x
         return x
@@ -130,6 +175,9 @@ class _NoTrace(Trace):
         super().__init__(keep=False)
 
     def scope(self, name: str) -> Trace:
+        return self
+
+    def on(self, layout: object) -> Trace:
         return self
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -334,4 +382,4 @@ def with_edits(trace: Trace, edits: Edits | None, config: BertConfig) -> Trace:
     if not edits:
         return trace
     return Trace(trace.store, trace.prefix, edits=merge_edits(trace.edits, edits), keep=trace.keep,
-                 optional=trace.optional)
+                 optional=trace.optional, layout=trace.layout)

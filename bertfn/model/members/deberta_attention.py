@@ -40,6 +40,7 @@ from ..functional import ACTIVATIONS, dropout, layer_norm, linear
 from ..layout import Mask, Segments, inference_only, with_keys
 from ..params import Params
 from ..recorder import NO_TRACE, Trace
+from ..segment_points import PaddedView, on_padded_view, padded_view
 
 Tensor = torch.Tensor
 
@@ -262,13 +263,13 @@ def disentangled_attention(p: Params, x: Tensor, mask: Mask, rel: Tensor | None,
         ``(hidden (B, S, H), probs (B, nh, S, S) or None, (k, v))``; on segments hidden is (1, T + pad or r, H).
 
     Raises:
-        InputError: segments with a head mask, probabilities, dropout or trace.
+        InputError: segments with probabilities or dropout.
     """
     cfg = p.config
     hd = cfg.head_dim
     segments = mask if isinstance(mask, Segments) else None
-    inference_only(mask, {"head mask": head_mask is not None, "probabilities": need_probs,
-                          "dropout": generator is not None, "trace": bool(trace)})
+    inference_only(mask, {"probabilities": need_probs, "dropout": generator is not None})
+    trace = trace.on(mask)  # on segments: each point in the padded layout's shape
     names = ("query", "key", "value")
     query, key, value = (trace(n, t) for n, t in zip(names, separate_projections(p, x)))  # (B, S, nh*hd) each
     nh = query.shape[-1] // hd
@@ -277,25 +278,29 @@ def disentangled_attention(p: Params, x: Tensor, mask: Mask, rel: Tensor | None,
     scale = torch.sqrt(torch.tensor(hd, dtype=torch.float) * scale_factor(cfg))  # sqrt(hd * (1 + terms))
     S = max(segments.lengths) if segments is not None else x.shape[1]  # the longest text's tokens
     terms = positional_terms(p, rel, relative_positions(S, cfg, x.device), nh) if cfg.relative_attention else {}
-    if segments is not None:  # each text as a batch of one with nothing to pad, its distances from its start
+    view = on_padded_view(mask, trace, head_mask)
+    if segments is not None and not view:  # each text as a batch with nothing to pad, its distances from its start
         merged = segments.attend(q, k, v, lambda qi, ki, vi, keys:  # (c, nh, m, hd) each: c texts, their keys' mask
                                  with_keys(disentangled_scores(qi, ki, terms, scale), keys).softmax(-1) @ vi)
-        merged, x = segments.rows(merged, x)  # (1, T + pad or r, nh*hd), (1, ..., H): the positions read
         probs = None
-    else:
-        scores = disentangled_scores(q, k, terms, scale, trace)  # (B, nh, S, S)
-        keep = keep_mask(mask)
+    else:  # on segments the texts as a padded batch (b, S): the padded pass's points
+        inner = padded_view(segments, q, k, v, trace) if view else PaddedView(q, k, v, mask, trace)  # (b, nh, S, hd)
+        scores = disentangled_scores(inner.q, inner.k, terms, scale, inner.trace)  # (B, nh, S, S)
+        keep = keep_mask(inner.mask)
         if keep is not None:
             scores = scores.masked_fill(~keep, torch.finfo(q.dtype).min)  # set, not shifted: a padding row is uniform
-        scores = trace("masked_scores", scores)
+        scores = inner.trace("masked_scores", scores)
         probs = torch.softmax(scores, dim=-1)  # (B, nh, S, S)
         p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
         probs = dropout(probs, p_drop, generator)
         if head_mask is not None:
             probs = probs * head_mask.view(-1, 1, 1)
-        probs = trace("probs", probs)
-        context = trace("context", probs @ v)  # (B, nh, S, hd)
-        merged = trace("merged", merge_heads(context))  # (B, S, nh*hd)
+        probs = inner.trace("probs", probs)
+        merged = merge_heads(inner.trace("context", probs @ inner.v))  # (B, S, nh*hd)
+    if segments is not None:  # on the sequence again, at the positions read
+        merged, x = segments.rows(segments.laid(merged) if view else merged, x)  # (1, T + pad or r, ...)
+        probs = None
+    merged = trace("merged", merged)
     if trace.wants("head_outputs"):
         heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S, H)
         out = heads.sum(dim=1) + p["output.dense.bias"]
@@ -335,13 +340,19 @@ def conv_layer(p: Params, embedded: Tensor, h: Tensor, mask: Mask, generator: to
         embedded: (B, S, H) the first layer's input, or (1, T + pad, H) on the segments layout.
         h: (B, S, H) the first layer's output, or (1, T + pad, H).
         mask: the encoder's additive mask (:func:`input_mask` reads the real tokens) or None; or
-            :class:`~bertfn.model.layout.Segments`: each text's convolution on its slice, padded at its own ends.
+            :class:`~bertfn.model.layout.Segments`: each text's convolution on its slice, padded at its own ends
+            (traced: the texts as a padded batch, so that ``conv`` is the padded pass's).
         generator: turns dropout on (training).
         trace: records (and edits) ``conv``, the convolution's activated output.
 
     Returns:
         (B, S, H), or (1, T + pad, H) on segments (the padding rows as ``h`` has them: nothing reads them).
     """
+    if isinstance(mask, Segments) and trace:  # the texts as a padded batch (b, S, H), zeros at the padding, as its
+        # embeddings are in the padded pass
+        out = conv_layer(p, mask.padded(embedded), mask.padded(h), mask.padding_mask(h.dtype, h.device), generator,
+                         trace.on(None))  # (b, S, H)
+        return mask.laid(out, like=h)  # (1, T + pad, H)
     if isinstance(mask, Segments):  # each text as a batch of one with nothing to pad
         spans = [*mask.lengths, mask.pad]
         texts = zip(embedded.split(spans, dim=1), h.split(spans, dim=1), mask.lengths)  # each (1, n, H)
@@ -382,6 +393,7 @@ def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor 
         :class:`~bertfn.model.encoder.LayerOutput`.
     """
     cfg = p.config
+    trace = trace.on(mask)  # on segments: each point in the padded layout's shape
     base = Params(p.state, cfg, p.prefix.split("encoder.layer.")[0])  # the base model's scope, "bert."
     rel = relative_embeddings(base, generator) if cfg.relative_attention else None  # (2k, H)
     conv = index == 0 and cfg.conv_kernel_size > 0

@@ -39,6 +39,7 @@ from ..functional import dropout, layer_norm, linear
 from ..layout import Mask, Segments, inference_only, with_keys
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
+from ..segment_points import on_padded_view, padded_view
 from .roberta import CLASSIFIER, count_positions
 
 Tensor = torch.Tensor
@@ -193,20 +194,25 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
     """
     cfg = p.config
     hd = cfg.head_dim
+    inference_only(mask, {"probabilities": need_probs, "dropout": generator is not None})
+    trace = trace.on(mask)  # on segments: each point in the padded layout's shape
     names = ("query", "key", "value")
     query, key, value = (trace(n, t) for n, t in zip(names, separate_projections(p, x)))  # (B, S, nh*hd) each
     nh = query.shape[-1] // hd
     q, k, v = (trace(n, split_heads(t, nh)) for n, t in (("q", query), ("k", key), ("v", value)))  # (B, nh, S, hd)
 
-    inference_only(mask, {"head mask": head_mask is not None, "probabilities": need_probs,
-                          "dropout": generator is not None, "trace": bool(trace)})
     p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
     need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
+    segments, outer, kv = (mask if isinstance(mask, Segments) else None), trace, (k, v)
+    view = on_padded_view(mask, trace, head_mask)
+    if view:  # the texts as a padded batch (b, S): the padded pass's points
+        q, k, v, mask, trace, _ = padded_view(segments, q, k, v, trace)  # (b, nh, S, hd) each; mask (b, 1, 1, S)
+        need_probs = need_probs or trace.keep
     if isinstance(mask, Segments):  # each text attends to itself, its bias counted from its start
         def one(qi: Tensor, ki: Tensor, vi: Tensor, keys: Tensor | None) -> Tensor:  # (c, nh, m, hd): c texts
             m = qi.shape[2]
-            return F.scaled_dot_product_attention(qi, ki, vi, attn_mask=with_keys(bias[..., :m, :m], keys))
-        merged, x = mask.rows(mask.attend(q, k, v, one), x)  # (1, T + pad or r, nh*hd), (1, ..., H)
+            return F.scaled_dot_product_attention(qi, ki, vi, attn_mask=with_keys(bias[:1, :, :m, :m], keys))
+        merged = mask.attend(q, k, v, one)  # (1, T + pad, nh*hd)
         probs = None
     elif chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
         scores = trace("scores", q @ k.transpose(-1, -2))  # (B, nh, S, S)
@@ -225,6 +231,9 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
         context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=full), None
     if not isinstance(mask, Segments):
         merged = merge_heads(trace("context", context))  # (B, S, nh*hd)
+    if segments is not None:  # on the sequence again, at the positions read
+        merged, x = segments.rows(segments.laid(merged) if view else merged, x)  # (1, T + pad or r, ...)
+        trace, probs = outer, None
     merged = trace("merged", merged)
     if trace.wants("head_outputs"):
         heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S, H)
@@ -233,7 +242,7 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
         out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
     out = trace("dense", dropout(out, cfg.hidden_dropout_prob, generator))
     out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
-    return trace("output", out), probs, (k, v)
+    return trace("output", out), probs, kv
 
 
 def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor | None = None,
@@ -252,14 +261,16 @@ def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor 
         need_probs: return the probabilities.
         generator: turns dropout on (training).
         trace: records (and edits) ``attention.position_bias`` (B, nh, S, S), the attention block's points,
-            ``ffn.*`` and ``output``.
+            ``ffn.*`` and ``output`` (on segments in the padded layout's shapes, :mod:`bertfn.model.segment_points`).
 
     Returns:
         :class:`~bertfn.model.encoder.LayerOutput`.
     """
-    B, S = x.shape[:2]
-    bias = layer_bias(p, max(mask.lengths) if isinstance(mask, Segments) else S).to(x.dtype)  # (1, nh, S, S)
-    bias = trace("attention.position_bias", bias.expand(B, -1, -1, -1))  # (B, nh, S, S)
+    trace = trace.on(mask)  # on segments: each point in the padded layout's shape
+    B, S = (len(mask.lengths), max(mask.lengths)) if isinstance(mask, Segments) else x.shape[:2]  # on segments: the
+    # texts as a padded batch
+    bias = layer_bias(p, S).to(x.dtype)  # (1, nh, S, S)
+    bias = trace.on(None)("attention.position_bias", bias.expand(B, -1, -1, -1))  # (B, nh, S, S)
     h, probs, kv = attention(p.scope("attention"), x, mask, bias, head_mask=head_mask, impl=impl,
                              need_probs=need_probs, generator=generator, trace=trace.scope("attention"))
     h = chunked_feed_forward(p, h, p.config.chunk_size_feed_forward, generator, trace.scope("ffn"))

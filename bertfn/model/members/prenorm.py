@@ -42,6 +42,7 @@ from ..functional import dropout, layer_norm, linear
 from ..layout import Mask, Segments, inference_only, with_keys
 from ..params import Params
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
+from ..segment_points import on_padded_view, padded_view, text_probs
 from .rotary import rotate
 
 Tensor = torch.Tensor
@@ -108,7 +109,8 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
         p: one attention block's scope.
         x: (B, S, H), the block's normalized input; or (1, T + pad, H) on the segments layout.
         mask: additive, broadcastable to (B, nh, S, S) (ModernBERT's local layers: the window's), or None; or
-            :class:`~bertfn.model.layout.Segments` (inference: no head mask, dropout or trace).
+            :class:`~bertfn.model.layout.Segments` (inference: no dropout; traced or head-masked on the padded view,
+            :mod:`bertfn.model.segment_points`).
         cos: (B or 1, 1, S, hd), :func:`~bertfn.model.members.rotary.rotary_tables`, or None (no turn).
         sin: the same.
         project: ``(p, x) -> (query, key, value)``.
@@ -127,12 +129,13 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
         (1, nh, n, n), a tuple in the texts' order), the rotated keys and the values.
 
     Raises:
-        InputError: the segments layout with a head mask, dropout or a trace.
+        InputError: the segments layout with dropout.
     """
     cfg = p.config
     hd = cfg.head_dim
     segments = mask if isinstance(mask, Segments) else None
-    inference_only(mask, {"head mask": head_mask is not None, "dropout": generator is not None, "trace": bool(trace)})
+    inference_only(mask, {"dropout": generator is not None})
+    trace = trace.on(mask)  # on segments: each point in the padded layout's shape
     query, key, value = project(p, x)  # (B, S, nh*hd) each
     query, key, value = trace("query", query), trace("key", key), trace("value", value)
     nh = query.shape[-1] // hd
@@ -142,7 +145,14 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
         q = trace("q_rotated", rotate(q, cos, sin))  # each pair of q turned by its position's angle
         k = trace("k_rotated", rotate(k, cos, sin))
 
-    if segments is not None:  # each text attends to itself
+    p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
+    if on_padded_view(mask, trace, head_mask):  # the texts as a padded batch (b, S): the padded pass's points
+        q_, k_, v_, mask, inner, _ = padded_view(segments, q, k, v, trace, text_mask)  # (b, nh, S, hd) each
+        context, probs = attend(q_, k_, v_, mask, head_mask, impl, need_probs or inner.keep, p_drop, generator,
+                                inner)  # (b, nh, S, hd)
+        (merged,) = segments.rows(segments.laid(merge_heads(context)))  # (1, T + pad or r, nh*hd)
+        probs = text_probs(segments, probs) if need_probs else None  # each text's (1, nh, n, n)
+    elif segments is not None:  # each text attends to itself
         maps: list[Tensor] = []  # with need_probs, each call's (c, nh, m, m)
 
         def one(qi: Tensor, ki: Tensor, vi: Tensor, keys: Tensor | None) -> Tensor:  # (c, nh, m, hd): c texts
@@ -158,13 +168,7 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
         probs = tuple(call[j:j + 1, :, :n, :n] for call, ns in zip(maps, segments.calls()) for j, n in enumerate(ns)) \
             if need_probs else None  # each text's (1, nh, n, n)
     else:
-        p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
-        need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
-        if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
-            context, probs = eager_attention(q, k, v, mask, None, head_mask, p_drop, generator, trace)
-        else:
-            context, probs = sdpa_attention(q, k, v, mask), None
-        context = trace("context", context)  # (B, nh, S, hd)
+        context, probs = attend(q, k, v, mask, head_mask, impl, need_probs, p_drop, generator, trace)  # (B, nh, S, hd)
         merged = merge_heads(context)  # (B, S, nh*hd)
     merged = trace("merged", merged)
     weight, bias = p["output.dense.weight"], p.get("output.dense.bias")
@@ -175,6 +179,36 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
         out = linear(merged, weight, bias)  # (B, S, H)
     out = dropout(out, cfg.hidden_dropout_prob, generator)
     return AttentionOutput(trace("dense", out), probs, (k, v))
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, head_mask: Tensor | None, impl: str,
+           need_probs: bool, p_drop: float, generator: torch.Generator | None,
+           trace: Trace) -> tuple[Tensor, Tensor | None]:
+    """The heads' attention on the padded layout (or the padded view of segments), through the path that runs:
+    eager where the probabilities are needed (returned, edited, head-masked or dropped out), else ``impl``
+    (:func:`~bertfn.model.attention.chosen_impl`), as ``EsmSelfAttention`` and ``ModernBertAttention`` attend.
+
+    Args:
+        q: (B, nh, S, hd), rotated.
+        k: (B, nh, S, hd), rotated.
+        v: (B, nh, S, hd).
+        mask: additive, broadcastable to (B, nh, S, S), or None.
+        head_mask: (nh,), or None.
+        impl: "eager" or "sdpa".
+        need_probs: return the probabilities.
+        p_drop: the attention dropout probability in effect.
+        generator: turns dropout on (training).
+        trace: records (and edits) the eager path's points and ``context``.
+
+    Returns:
+        ``(context (B, nh, S, hd), probs (B, nh, S, S) or None)``.
+    """
+    need_probs = need_probs or trace.edits_any(WEIGHT_POINTS)
+    if chosen_impl(impl, need_probs, head_mask, p_drop) == "eager":
+        context, probs = eager_attention(q, k, v, mask, None, head_mask, p_drop, generator, trace)
+    else:
+        context, probs = sdpa_attention(q, k, v, mask), None
+    return trace("context", context), probs
 
 
 def mlp(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
@@ -227,6 +261,7 @@ def pre_ln_layer(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor, *, 
         The new hidden states (B, S, H) (on segments (1, T + pad or r, H)) with the probabilities and keys/values
         (:class:`LayerOutput`).
     """
+    trace = trace.on(mask)  # on segments: each point in the padded layout's shape
     h = trace("attention.norm", norm(p, "attention_norm", x)) if "attention_norm.weight" in p else x
     a = rotary_attention(p.scope("attention"), h, mask, cos, sin, project=project, text_mask=text_mask,
                          head_mask=head_mask, impl=impl, need_probs=need_probs, generator=generator,
