@@ -5,7 +5,7 @@ checkpoints all read their texts this way: :func:`text_groups` sorts them by len
 most :data:`GROUP_TOKENS` tokens, :func:`end_to_end` lays a group's tokens one after another without padding,
 :func:`encoded_groups` runs each group through :func:`~bertfn.model.encoder.encoder` on that layout
 (:class:`~bertfn.model.layout.Segments`, its texts attending in the calls :mod:`bertfn.fast.attention_batches` chose
-for the device), and
+for the device; a task's ``edits=`` run there too, each seeing the padded layout's shapes), and
 :func:`head_outputs` runs a task's head on what it gives.
 """
 
@@ -75,7 +75,7 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
                    points: Trace = NO_TRACE) -> Iterator[tuple[list[int], torch.Tensor | None, torch.Tensor]]:
     """The texts of ``enc`` through the encoder on the fast path, a group at a time (:func:`text_groups`).
 
-    Either way each text's tokens sit where :func:`end_to_end` put them. Call it under
+    Each text's tokens sit where :func:`end_to_end` put them, with edits too. Call it under
     ``torch.inference_mode()`` (or ``torch.no_grad()``).
 
     Args:
@@ -87,10 +87,10 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
         read: ``read(rows, ids)``: the positions of a group whose last hidden states the caller wants,
             (N,) indices into its input ids end to end ``ids`` (1, T); the encoder's last layer runs at
             those alone.
-        points: a :class:`~bertfn.model.recorder.Trace` with edits: then each group runs through the
-            reference :func:`~bertfn.model.encoder.encoder` instead, as a padded batch (b, S) of its texts, so
-            that the edits see the named tensors with the shapes :func:`bertfn.trace` shows (b <= batch_size
-            texts, sorted by length).
+        points: a :class:`~bertfn.model.recorder.Trace` with edits, run on the same layout: each group's edits see
+            the named tensors with the shapes :func:`bertfn.trace` shows, the group's texts as a padded batch (b, S)
+            (b <= batch_size texts, sorted by length; :mod:`bertfn.model.segment_points`), and the last layer runs at
+            every position.
 
     Yields:
         ``(rows, where, h)`` per group: the texts' indices in ``enc``, those positions (N,) and the last
@@ -101,37 +101,9 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
     for rows in text_groups(lengths, batch_size, group_tokens):
         ids, types = (t.to(m.device) for t in end_to_end(enc, rows, lengths))
         where = read(rows, ids) if read is not None else None  # (N,) or all T
-        ns = [lengths[i] for i in rows]
-        if points:
-            h = padded_encoder(m, enc, rows, ns, points)  # (T, H)
-            yield rows, where, h if where is None else h[where]
-        else:
-            segments = Segments(tuple(ns), read=where, batches=batches(tuple(ns), m.device, m.dtype))  # read at where
-            yield rows, where, encoder(m.params, ids, segments, types).last_hidden_state[0]
-
-
-def padded_encoder(m: Model, enc: Encoding, rows: list[int], ns: list[int], points: Trace) -> torch.Tensor:
-    """The last hidden states of texts ``rows`` by the reference encoder, with ``points``' edits.
-
-    On a padded batch (b, S), laid end to end as :func:`end_to_end` lays them.
-
-    Args:
-        m: the model.
-        enc: the texts as a padded batch.
-        rows: the texts, by index.
-        ns: their first ``ns`` tokens are read.
-        points: the Trace with the edits.
-
-    Returns:
-        (T, H).
-    """
-    S = max(ns)
-    keep = (torch.arange(S)[None, :] < torch.tensor(ns)[:, None]).long()  # (b, S): 1 for each text's tokens
-    pad = m.config.pad_token_id if m.config.pad_token_id is not None else 0
-    ids = enc.input_ids[rows, :S].masked_fill(keep == 0, pad)  # (b, S): each text, then padding
-    types = enc.token_type_ids[rows, :S] * keep  # (b, S)
-    out = encoder(m.params, ids.to(m.device), keep.to(m.device), types.to(m.device), trace=points)
-    return torch.cat([h[:n] for h, n in zip(out.last_hidden_state, ns)])  # (T, H)
+        ns = tuple(lengths[i] for i in rows)
+        segments = Segments(ns, read=where, batches=batches(ns, m.device, m.dtype))  # read at where
+        yield rows, where, encoder(m.params, ids, segments, types, trace=points).last_hidden_state[0]
 
 
 def head_outputs(m: Model, enc: Encoding, lengths: list[int], task: str, batch_size: int,

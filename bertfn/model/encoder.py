@@ -199,8 +199,8 @@ def encoder(
         attention_mask: 0/1 (B, S_k) padding mask (S_k = cached + S), or a full (B, S, S_k) /
             (B, 1|nh, S, S_k) 0/1 mask; or :class:`~bertfn.model.layout.Segments`: ``input_ids`` (1, T) hold texts laid
             end to end, each attending to itself alone (:mod:`bertfn.model.layout`; positions restart at each text;
-            inference without cache, cross-attention, head mask, dropout or trace; probabilities where the layer forms
-            them per text, the pre-LN members' for ESM-2's contact head). Then
+            inference without cache, cross-attention or dropout; a trace and edits in the padded layout's shapes;
+            probabilities where the layer forms them per text, the pre-LN members' for ESM-2's contact head). Then
             ``last_hidden_state`` is (1, T, H), or (1, r, H) at the rows ``Segments.read`` names, and
             ``pooler_output`` (b, H) reads each text's first token.
         token_type_ids: (B, S), default all zeros.
@@ -224,7 +224,8 @@ def encoder(
         edits: ``{point name: edit(tensor, point) -> tensor}`` replaces the tensor at those points (names
             as :func:`bertfn.trace` records them, ``*`` matching any run of characters; see
             :mod:`bertfn.model.recorder` and :mod:`bertfn.interventions`). An edit of the attention scores or
-            probabilities makes every layer run the eager path, which forms them.
+            probabilities makes every layer run the eager path, which forms them. On segments both address the
+            padded layout's shapes (B texts, S the longest; :mod:`bertfn.model.segment_points`).
         config: the config of a bare state_dict (a BertConfig or config.json dict).
 
     Returns:
@@ -256,22 +257,19 @@ def encoder(
     x = (family.embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds,
                                           past, generator, trace.on(segments).scope("embeddings"), **own)  # (B, S, H)
     if segments is not None:  # texts end to end: the layout is the mask, with the kernels' padding rows added
-        x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"),
-                           every_row=bool(trace))  # (1, T + pad, H); traced: every row, the rows read at the end
+        x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"), bool(trace))  # (1, T + pad, H)
         decoding = None
     else:
         warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
         mask, enc_mask = attention_masks(cfg, x, past, attention_mask, encoder_hidden_states, encoder_attention_mask)
         decoding = decoding_of(cache, encoder_hidden_states, enc_mask)  # None: no cache or encoder states to read
     head_mask = head_masks(cfg, head_mask, x.dtype)  # (L, nh) or None
-    # returned, kept or edited probabilities: every layer runs eager, the path that forms them (NO_TRACE keeps nothing;
-    # on segments attention's padded view forms them, segment_points.py); the points are listed (a dry run of the
-    # pass, once per config) only where an edit may name one
+    # returned, kept or edited probabilities: every layer runs eager, which forms them (NO_TRACE keeps nothing; on
+    # segments attention's padded view does); the points are listed (a dry run, once per config) where edits may name one
     formed = trace.keep or (bool(trace.edits) and trace.edits_any(
         [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]))
-    need_probs = output_attentions or (formed and segments is None)
-    ran = chosen_impl(impl, output_attentions or formed, head_mask,
-                      cfg.attention_probs_dropout_prob if generator is not None else 0.0)
+    need_probs, p_drop = output_attentions or (formed and segments is None), cfg.attention_probs_dropout_prob
+    ran = chosen_impl(impl, output_attentions or formed, head_mask, p_drop if generator is not None else 0.0)
 
     run = layer_runner(p, family, mask, decoding, position_ids, head_mask, impl=impl, need_probs=need_probs,
                        generator=generator, trace=trace)
@@ -280,8 +278,8 @@ def encoder(
     x = stack.last
     if family.final_norm is not None:  # pre-LN members (hidden_states keep the last layer's output before it)
         x = family.final_norm(p, x, trace.on(mask))
-    if segments is not None and segments.read is not None and mask.read is None:  # traced: the rows read, at last
-        x = x[:, segments.read]  # (1, r, H)
+    if segments is not None and segments.read is not None and mask.read is None:  # traced: every row ran (laid_out)
+        x = x[:, segments.read]  # (1, r, H): the rows read
     return outputs(params, x, stack, trace, output_hidden_states=output_hidden_states,
                    output_attentions=output_attentions, use_cache=use_cache,
                    cross=encoder_hidden_states is not None, attn_impl=ran, segments=segments)
