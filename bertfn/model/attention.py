@@ -35,10 +35,10 @@ import torch.nn.functional as F
 from ..errors import InputError
 from .embeddings import position_scores, relative_position_scores
 from .functional import dropout, layer_norm, linear, linears
-from .layout import Mask, Segments, causal_scores, inference_only, with_keys
+from .layout import Mask, Segments, causal_scores, with_keys
 from .params import Params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Trace
-from .segment_points import PaddedView, on_padded_view, padded_view
+from .segment_points import PaddedView, inference_only, on_padded_view, padded_view
 
 Tensor = torch.Tensor
 KV = tuple[Tensor, Tensor]
@@ -242,9 +242,8 @@ def attention(
         x: (B, S, H), or (1, T + pad, H) on the segments layout.
         mask: the layout (:mod:`bertfn.model.layout`): the padded one's additive mask from
             :func:`~bertfn.model.layout.extended_mask`, broadcastable to (B, nh, S, S), or None; or
-            :class:`~bertfn.model.layout.Segments`, texts laid end to end, each attending to itself alone (without
-            probabilities or dropout; a decoder's texts see their earlier tokens; traced or head-masked on the padded
-            view, :mod:`bertfn.model.segment_points`).
+            :class:`~bertfn.model.layout.Segments`, texts laid end to end, each attending to itself alone (no
+            probabilities or dropout; a decoder's see their earlier tokens; :mod:`bertfn.model.segment_points`).
         head_mask: (nh,), 1 keeps a head, 0 silences it (runs the eager path).
         impl: "eager" (reference) or "sdpa" (fused); eager runs anyway where the probabilities are needed.
         need_probs: return the probabilities (runs the eager path).

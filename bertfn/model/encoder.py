@@ -224,8 +224,7 @@ def encoder(
         edits: ``{point name: edit(tensor, point) -> tensor}`` replaces the tensor at those points (names
             as :func:`bertfn.trace` records them, ``*`` matching any run of characters; see
             :mod:`bertfn.model.recorder` and :mod:`bertfn.interventions`). An edit of the attention scores or
-            probabilities makes every layer run the eager path, which forms them. On segments both address the
-            padded layout's shapes (B texts, S the longest; :mod:`bertfn.model.segment_points`).
+            probabilities makes every layer run the eager path, which forms them.
         config: the config of a bare state_dict (a BertConfig or config.json dict).
 
     Returns:
@@ -257,17 +256,15 @@ def encoder(
     x = (family.embeddings or embeddings)(p.scope("embeddings"), input_ids, token_type_ids, position_ids, inputs_embeds,
                                           past, generator, trace.on(segments).scope("embeddings"), **own)  # (B, S, H)
     if segments is not None:  # texts end to end: the layout is the mask, with the kernels' padding rows added
-        x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"), bool(trace))  # (1, T + pad, H)
+        x, mask = laid_out(x, segments, p.get("encoder.layer.0.attention.output.dense.weight"), trace)  # (1, T + pad, H)
         decoding = None
     else:
         warn_if_padding_without_mask(input_ids, attention_mask, cfg.pad_token_id)
         mask, enc_mask = attention_masks(cfg, x, past, attention_mask, encoder_hidden_states, encoder_attention_mask)
         decoding = decoding_of(cache, encoder_hidden_states, enc_mask)  # None: no cache or encoder states to read
     head_mask = head_masks(cfg, head_mask, x.dtype)  # (L, nh) or None
-    # returned, kept or edited probabilities: every layer runs eager, which forms them (NO_TRACE keeps nothing; on
-    # segments attention's padded view does); the points are listed (a dry run, once per config) where edits may name one
-    formed = trace.keep or (bool(trace.edits) and trace.edits_any(
-        [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]))
+    formed = trace.keep or (bool(trace.edits) and trace.edits_any(  # kept or edited probabilities: formed by eager
+        [n for n in point_names(cfg) if n.rpartition(".")[2] in WEIGHT_POINTS]))  # (on segments: the padded view)
     need_probs, p_drop = output_attentions or (formed and segments is None), cfg.attention_probs_dropout_prob
     ran = chosen_impl(impl, output_attentions or formed, head_mask, p_drop if generator is not None else 0.0)
 

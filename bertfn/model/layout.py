@@ -2,8 +2,8 @@
 
 * **Padded** (B, S): texts one per row, each padded to the longest; a 0/1 mask of the real tokens, made additive
   (:func:`extended_mask`: 0 where a key is read, ``finfo(dtype).min`` where not) and added to every score. This is
-  the layout transformers runs, the one ``trace`` records and edits address, and the only one a decoder's cache or
-  cross-attention takes.
+  the layout transformers runs, the one whose shapes ``trace`` records and edits address (on either layout), and the
+  only one a decoder's cache or cross-attention takes.
 * **Segments** (1, T): texts laid end to end, T the sum of their lengths, positions restarting at each text's start
   (:class:`Segments`). Every step that treats tokens one at a time (embeddings, every product, LayerNorm, the
   feed-forward) runs on the T real rows alone; attention runs on each text's slice as if the text were a padded
@@ -23,7 +23,10 @@ by measurement on the device at hand). Either way each text attends to itself al
 layout's.
 
 A step of the forward pass takes either: its ``mask`` argument is the padded layout's additive mask (or None) or a
-:class:`Segments`.
+:class:`Segments`. A trace sees a pass on segments in the padded layout's shapes: :meth:`Segments.padded` scatters a
+tensor of the sequence into the texts' padded batch (b, S, ...), zeros where a text has no token, and
+:meth:`Segments.laid` gathers it back (:class:`~bertfn.model.recorder.Trace`; attention's own points:
+:mod:`bertfn.model.segment_points`).
 """
 
 from __future__ import annotations
@@ -385,22 +388,3 @@ def with_keys(mask: Tensor | None, keys: Tensor | None) -> Tensor | None:
 Mask = Tensor | Segments | None
 """What attention reads of a layout: the padded layout's additive mask (B, 1|nh, S_q, S_k) or None, or the segments
 layout itself."""
-
-
-def inference_only(mask: Mask, given: dict[str, bool]) -> None:
-    """Raise :class:`InputError` where attention meets the segments layout with what that layout does not run.
-
-    Texts laid end to end run inference's self-attention: no dropout (training), and no probabilities returned but
-    where a member's layer forms them per text (the pre-LN members', for ESM-2's contact head). A trace and edits run
-    there, every point in the padded layout's shapes, and so does a head mask (:mod:`bertfn.model.segment_points`);
-    a decoder's cache and cross-attention the encoder refuses (:func:`~bertfn.model.masks.check_segments`).
-
-    Args:
-        mask: the layout's mask.
-        given: ``{what: whether the call asks for it}``, e.g. ``{"dropout": generator is not None}``.
-    """
-    asked = [what for what, wanted in given.items() if wanted]
-    if isinstance(mask, Segments) and asked:
-        raise InputError(f"attention on texts laid end to end (Segments) runs inference alone, without "
-                         f"{', '.join(asked)}; pass a padded batch (B, S) with its mask for those (or, for the "
-                         f"probabilities, record layer.*.attention.probs with a trace, which runs on Segments)")

@@ -30,6 +30,7 @@ from .functional import product_rows
 from .layout import Segments, causal_keep_mask, extended_mask
 from .config import BertConfig
 from .family import family_of
+from .recorder import NO_TRACE, Trace
 
 Tensor = torch.Tensor
 
@@ -154,7 +155,7 @@ def check_segments(shape: tuple[int, ...], segments: Segments, *, cache: object,
                          "decoder's steps); pass a padded batch (B, S) with its attention_mask for those")
 
 
-def laid_out(x: Tensor, segments: Segments, weight: Tensor | None, every_row: bool = False) -> tuple[Tensor, Segments]:
+def laid_out(x: Tensor, segments: Segments, weight: Tensor | None, trace: Trace = NO_TRACE) -> tuple[Tensor, Segments]:
     """The embeddings of texts laid end to end with the kernels' padding rows added.
 
     A kernel that pads a product's rows to one of a few counts (oneDNN: :func:`~bertfn.model.functional.product_rows`)
@@ -165,16 +166,16 @@ def laid_out(x: Tensor, segments: Segments, weight: Tensor | None, every_row: bo
         x: (1, T, H), the embeddings (:func:`check_segments` checked).
         segments: the layout the caller gave (its lengths and the rows it reads).
         weight: a weight of the first layer's products, or None (then no rows are added).
-        every_row: run the last layer at every row, not those ``read`` names (a traced pass: its points are the
-            padded pass's; the encoder reads the rows after the last layer).
+        trace: the pass's; where there is one, the last layer runs at every row, not those ``read`` names (its points
+            are the padded pass's), and the encoder reads the rows after it.
 
     Returns:
-        ``(x, segments)``: (1, T + pad, H) and the layout with its ``pad`` (without ``read`` for ``every_row``).
+        ``(x, segments)``: (1, T + pad, H) and the layout with its ``pad`` (without ``read`` where traced).
     """
     pad = product_rows(x, weight) - x.shape[1] if weight is not None else 0
     if pad:
         x = torch.cat([x, x.new_zeros(1, pad, x.shape[2])], dim=1)  # (1, T + pad, H)
-    return x, replace(segments, pad=pad, read=None if every_row else segments.read)
+    return x, replace(segments, pad=pad, read=None if trace else segments.read)
 
 
 def segment_positions(input_ids: Tensor, segments: Segments, config: BertConfig) -> Tensor:

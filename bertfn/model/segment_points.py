@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..errors import InputError
 from .layout import Mask, Segments, with_keys
 from .recorder import WEIGHT_POINTS, Trace
 
@@ -90,3 +91,22 @@ def text_probs(layout: Segments, probs: Tensor) -> tuple[Tensor, ...]:
         probs: (b, nh, S, S).
     """
     return tuple(probs[j:j + 1, :, :n, :n] for j, n in enumerate(layout.lengths))
+
+
+def inference_only(mask: Mask, given: dict[str, bool]) -> None:
+    """Raise :class:`InputError` where attention meets the segments layout with what that layout does not run.
+
+    Texts laid end to end run inference's self-attention: no dropout (training), and no probabilities returned but
+    where a member's layer forms them per text (the pre-LN members', for ESM-2's contact head). A trace and edits run
+    there, every point in the padded layout's shapes, and so does a head mask (:mod:`bertfn.model.segment_points`);
+    a decoder's cache and cross-attention the encoder refuses (:func:`~bertfn.model.masks.check_segments`).
+
+    Args:
+        mask: the layout's mask.
+        given: ``{what: whether the call asks for it}``, e.g. ``{"dropout": generator is not None}``.
+    """
+    asked = [what for what, wanted in given.items() if wanted]
+    if isinstance(mask, Segments) and asked:
+        raise InputError(f"attention on texts laid end to end (Segments) runs inference alone, without "
+                         f"{', '.join(asked)}; pass a padded batch (B, S) with its mask for those (or, for the "
+                         f"probabilities, record layer.*.attention.probs with a trace, which runs on Segments)")

@@ -21,9 +21,9 @@ DeBERTa is BERT except, in its layers:
 
 The attention output, the feed-forward block and their post-LN residuals are BERT's
 (:func:`~bertfn.model.encoder.feed_forward`). The layer takes both layouts (:mod:`bertfn.model.layout`) as BERT's
-does: on texts laid end to end each text attends to itself, its distances counted from its start, and the
-convolution runs on each text's slice; either way the positional keys and queries are formed once per layer, at the
-table's rows the longest text reaches (:func:`positional_terms`). Trace points are BERT's where the step is the
+does: on texts laid end to end each text attends to itself from its start and convolves its own slice (traced, on
+their padded batch: :mod:`bertfn.model.segment_points`); the positional keys and queries are formed once per layer, at
+the table's rows the longest text reaches (:func:`positional_terms`). Trace points are BERT's where the step is the
 same (``query`` ... ``v``, ``masked_scores``, ``probs``, ``context``, ``merged``, ``dense``, ``output``) and DeBERTa's
 own for its terms: ``scores`` is the content-to-content term as transformers forms it (already divided by the scale),
 ``c2p_scores`` and ``p2c_scores`` the positional terms (each divided), ``scaled_scores`` their sum.
@@ -37,10 +37,10 @@ from ..attention import AttentionOutput, head_outputs, merge_heads, separate_pro
 from ..config import BertConfig
 from ..encoder import LayerOutput, chunked_feed_forward
 from ..functional import ACTIVATIONS, dropout, layer_norm, linear
-from ..layout import Mask, Segments, inference_only, with_keys
+from ..layout import Mask, Segments, with_keys
 from ..params import Params
 from ..recorder import NO_TRACE, Trace
-from ..segment_points import PaddedView, on_padded_view, padded_view
+from ..segment_points import PaddedView, inference_only, on_padded_view, padded_view
 
 Tensor = torch.Tensor
 
@@ -59,12 +59,11 @@ def log_bucket_position(relative_pos: Tensor, bucket_size: int, max_position: in
     Returns:
         (S_q, S_k) float buckets.
     """
-    sign = torch.sign(relative_pos)
     mid = bucket_size // 2
     abs_pos = torch.where((relative_pos < mid) & (relative_pos > -mid), torch.tensor(mid - 1).type_as(relative_pos),
                           torch.abs(relative_pos))
     log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)) + mid
-    return torch.where(abs_pos <= mid, relative_pos.type_as(log_pos), log_pos * sign)
+    return torch.where(abs_pos <= mid, relative_pos.type_as(log_pos), log_pos * torch.sign(relative_pos))
 
 
 def relative_positions(S: int, config: BertConfig, device: torch.device | None = None) -> Tensor:
@@ -265,8 +264,7 @@ def disentangled_attention(p: Params, x: Tensor, mask: Mask, rel: Tensor | None,
     Raises:
         InputError: segments with probabilities or dropout.
     """
-    cfg = p.config
-    hd = cfg.head_dim
+    cfg, hd = p.config, p.config.head_dim
     segments = mask if isinstance(mask, Segments) else None
     inference_only(mask, {"probabilities": need_probs, "dropout": generator is not None})
     trace = trace.on(mask)  # on segments: each point in the padded layout's shape
@@ -290,16 +288,14 @@ def disentangled_attention(p: Params, x: Tensor, mask: Mask, rel: Tensor | None,
         if keep is not None:
             scores = scores.masked_fill(~keep, torch.finfo(q.dtype).min)  # set, not shifted: a padding row is uniform
         scores = inner.trace("masked_scores", scores)
-        probs = torch.softmax(scores, dim=-1)  # (B, nh, S, S)
         p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
-        probs = dropout(probs, p_drop, generator)
+        probs = dropout(torch.softmax(scores, dim=-1), p_drop, generator)  # (B, nh, S, S)
         if head_mask is not None:
             probs = probs * head_mask.view(-1, 1, 1)
         probs = inner.trace("probs", probs)
         merged = merge_heads(inner.trace("context", probs @ inner.v))  # (B, S, nh*hd)
     if segments is not None:  # on the sequence again, at the positions read
         merged, x = segments.rows(segments.laid(merged) if view else merged, x)  # (1, T + pad or r, ...)
-        probs = None
     merged = trace("merged", merged)
     if trace.wants("head_outputs"):
         heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S, H)
@@ -323,9 +319,8 @@ def input_mask(mask: Tensor | None, x: Tensor) -> Tensor:
     """
     if mask is None:
         return torch.ones(x.shape[:2], dtype=x.dtype, device=x.device)
-    keep = mask == 0
-    keep = keep[:, 0, 0] if keep.shape[-2] == 1 else keep[:, 0].sum(-2) > 0  # (B, S)
-    return keep.to(x.dtype)
+    keep = mask == 0  # (B, 1, 1, S) or (B, 1|nh, S, S)
+    return (keep[:, 0, 0] if keep.shape[-2] == 1 else keep[:, 0].sum(-2) > 0).to(x.dtype)  # (B, S)
 
 
 def conv_layer(p: Params, embedded: Tensor, h: Tensor, mask: Mask, generator: torch.Generator | None = None,
@@ -341,18 +336,16 @@ def conv_layer(p: Params, embedded: Tensor, h: Tensor, mask: Mask, generator: to
         h: (B, S, H) the first layer's output, or (1, T + pad, H).
         mask: the encoder's additive mask (:func:`input_mask` reads the real tokens) or None; or
             :class:`~bertfn.model.layout.Segments`: each text's convolution on its slice, padded at its own ends
-            (traced: the texts as a padded batch, so that ``conv`` is the padded pass's).
+            (traced: on the texts' padded batch, ``conv`` the padded pass's).
         generator: turns dropout on (training).
         trace: records (and edits) ``conv``, the convolution's activated output.
 
     Returns:
         (B, S, H), or (1, T + pad, H) on segments (the padding rows as ``h`` has them: nothing reads them).
     """
-    if isinstance(mask, Segments) and trace:  # the texts as a padded batch (b, S, H), zeros at the padding, as its
-        # embeddings are in the padded pass
-        out = conv_layer(p, mask.padded(embedded), mask.padded(h), mask.padding_mask(h.dtype, h.device), generator,
-                         trace.on(None))  # (b, S, H)
-        return mask.laid(out, like=h)  # (1, T + pad, H)
+    if isinstance(mask, Segments) and trace:  # the texts as a padded batch (b, S, H), zeros at the padding as there
+        padded = mask.padded(embedded), mask.padded(h), mask.padding_mask(h.dtype, h.device)
+        return mask.laid(conv_layer(p, *padded, generator, trace.on(None)), like=h)  # (1, T + pad, H)
     if isinstance(mask, Segments):  # each text as a batch of one with nothing to pad
         spans = [*mask.lengths, mask.pad]
         texts = zip(embedded.split(spans, dim=1), h.split(spans, dim=1), mask.lengths)  # each (1, n, H)
@@ -392,8 +385,7 @@ def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor 
     Returns:
         :class:`~bertfn.model.encoder.LayerOutput`.
     """
-    cfg = p.config
-    trace = trace.on(mask)  # on segments: each point in the padded layout's shape
+    cfg, trace = p.config, trace.on(mask)  # on segments: each point in the padded layout's shape
     base = Params(p.state, cfg, p.prefix.split("encoder.layer.")[0])  # the base model's scope, "bert."
     rel = relative_embeddings(base, generator) if cfg.relative_attention else None  # (2k, H)
     conv = index == 0 and cfg.conv_kernel_size > 0

@@ -36,10 +36,10 @@ from ..embeddings import check_ids, word_vectors
 from ..encoder import LayerOutput, chunked_feed_forward
 from ..family import Family, normalizer, register
 from ..functional import dropout, layer_norm, linear
-from ..layout import Mask, Segments, inference_only, with_keys
+from ..layout import Mask, Segments, with_keys
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
-from ..segment_points import on_padded_view, padded_view
+from ..segment_points import inference_only, on_padded_view, padded_view
 from .roberta import CLASSIFIER, count_positions
 
 Tensor = torch.Tensor
@@ -179,8 +179,9 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
         p: one layer's ``attention.`` scope (BERT's names; ``attention.attn.q|k|v|o`` in the checkpoint).
         x: (B, S, H), or (1, T + pad, H) on the segments layout.
         mask: additive, broadcastable to (B, nh, S, S), or None; or :class:`~bertfn.model.layout.Segments` (each text
-            attends to itself, its bias the top-left (n, n) of ``bias``).
-        bias: (B or 1, nh, S, S), :func:`position_bias` (on segments, of the longest text's length).
+            attends to itself, its bias the top-left (n, n) of ``bias``; traced or head-masked, on the texts' padded
+            view: :mod:`bertfn.model.segment_points`).
+        bias: (B or 1, nh, S, S), :func:`position_bias` (on segments, of the longest text's length, B the texts).
         head_mask: (nh,), 1 keeps a head (runs the eager path).
         impl: "eager" or "sdpa" (fused; the bias and the mask are its additive mask); eager runs wherever the
             probabilities are needed.

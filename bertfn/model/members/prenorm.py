@@ -26,7 +26,8 @@ Names by which these layers are read (BERT's names; each member's key table maps
 Both layouts of a pass (:mod:`bertfn.model.layout`) run here: on the segments layout (texts laid end to end) every
 step is the same but attention, which each text runs on its own slice (:meth:`~bertfn.model.layout.Segments.attend`):
 its own rotary positions from its start, its own window (ModernBERT's local layers), and where they are asked for
-(ESM-2's contact head) its own probabilities.
+(ESM-2's contact head) its own probabilities; traced (or head-masked), on the texts' padded view, so that its points
+are the padded pass's (:mod:`bertfn.model.segment_points`).
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ import torch.nn.functional as F
 from ..attention import AttentionOutput, chosen_impl, eager_attention, head_outputs, merge_heads, sdpa_attention, split_heads
 from ..encoder import LayerOutput
 from ..functional import dropout, layer_norm, linear
-from ..layout import Mask, Segments, inference_only, with_keys
+from ..layout import Mask, Segments, with_keys
 from ..params import Params
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
-from ..segment_points import on_padded_view, padded_view, text_probs
+from ..segment_points import inference_only, on_padded_view, padded_view, text_probs
 from .rotary import rotate
 
 Tensor = torch.Tensor
