@@ -279,7 +279,7 @@ def attention(
         causal = causal_scores(max(segments.lengths), q.dtype, q.device) if segments and p.config.is_decoder else None
         view = padded_view(segments, q, k, v, trace, causal) if segments else PaddedView(q, k, v, mask, trace)
         context, probs = attend(p, *view[:4], position_scores(p, view.q, view.k, 0, view.trace), head_mask=head_mask,
-                                impl=impl, need_probs=need_probs or view.keeps, generator=generator,
+                                impl=impl, need_probs=need_probs or bool(segments and trace.keep), generator=generator,
                                 trace=view.trace)  # (B, nh, S, hd); bias: relative positions' scores, or None
         merged = merge_heads(context) if segments is None else segments.laid(merge_heads(context))  # (B, S, nh*hd)
     if segments is not None:

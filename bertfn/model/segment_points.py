@@ -55,8 +55,6 @@ class PaddedView(NamedTuple):
     v: Tensor  # (b, nh, S, hd)
     mask: Tensor  # (b, 1, 1 or S, S) additive: the padding's keys, with the member's own mask
     trace: Trace  # the attention block's trace, keeping the points as they come (already padded)
-    keeps: bool = False  # whether the trace keeps the probabilities: they are formed (the eager path), as in the
-    # padded pass, where the encoder asks for them of a trace that keeps
 
 
 def padded_view(layout: Segments, q: Tensor, k: Tensor, v: Tensor, trace: Trace,
@@ -79,8 +77,7 @@ def padded_view(layout: Segments, q: Tensor, k: Tensor, v: Tensor, trace: Trace,
         :class:`PaddedView`; the context it gives goes back by :meth:`~bertfn.model.layout.Segments.laid`.
     """
     keys = layout.padding_mask(q.dtype, q.device)  # (b, 1, 1, S)
-    return PaddedView(layout.padded(q), layout.padded(k), layout.padded(v), with_keys(own, keys), trace.on(None),
-                      trace.keep)
+    return PaddedView(layout.padded(q), layout.padded(k), layout.padded(v), with_keys(own, keys), trace.on(None))
 
 
 def text_probs(layout: Segments, probs: Tensor) -> tuple[Tensor, ...]:

@@ -207,7 +207,7 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
     segments, outer, kv = (mask if isinstance(mask, Segments) else None), trace, (k, v)
     view = on_padded_view(mask, trace, head_mask)
     if view:  # the texts as a padded batch (b, S): the padded pass's points
-        q, k, v, mask, trace, _ = padded_view(segments, q, k, v, trace)  # (b, nh, S, hd) each; mask (b, 1, 1, S)
+        q, k, v, mask, trace = padded_view(segments, q, k, v, trace)  # (b, nh, S, hd) each; mask (b, 1, 1, S)
         need_probs = need_probs or trace.keep
     if isinstance(mask, Segments):  # each text attends to itself, its bias counted from its start
         def one(qi: Tensor, ki: Tensor, vi: Tensor, keys: Tensor | None) -> Tensor:  # (c, nh, m, hd): c texts

@@ -148,7 +148,7 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
 
     p_drop = cfg.attention_probs_dropout_prob if generator is not None else 0.0
     if on_padded_view(mask, trace, head_mask):  # the texts as a padded batch (b, S): the padded pass's points
-        q_, k_, v_, mask, inner, _ = padded_view(segments, q, k, v, trace, text_mask)  # (b, nh, S, hd) each
+        q_, k_, v_, mask, inner = padded_view(segments, q, k, v, trace, text_mask)  # (b, nh, S, hd) each
         context, probs = attend(q_, k_, v_, mask, head_mask, impl, need_probs or inner.keep, p_drop, generator,
                                 inner)  # (b, nh, S, hd)
         (merged,) = segments.rows(segments.laid(merge_heads(context)))  # (1, T + pad or r, nh*hd)
