@@ -125,7 +125,7 @@ def test_tasks_take_edits(tiny):
     for a, b in zip(bertfn.score(plain, tiny, edits=edits), bertfn.score(plain, pruned)):
         assert abs(a["pll"] - b["pll"]) < 1e-4
     torch.testing.assert_close(bertfn.embed(plain, tiny, edits=edits), bertfn.embed(plain, pruned), **TOL)
-    # an identity edit takes the reference path: the fast path's numbers again
+    # an identity edit at every point (each point scattered into the padded shape and back): the plain numbers again
     torch.testing.assert_close(bertfn.embed(plain, tiny, edits={"*": identity}), bertfn.embed(plain, tiny), **TOL)
     steered = bertfn.fill_mask(texts[0], tiny, edits=iv.steer("mlm.transform", torch.full((48,), 5.0)))
     assert steered != bertfn.fill_mask(texts[0], tiny)
