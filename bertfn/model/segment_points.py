@@ -15,6 +15,10 @@ There the points are the padded pass's at every real query: ``scores`` ... ``pro
 (b, nh, S, hd), a member's own (``relative_scores``, MPNet's ``position_bias``, DeBERTa's ``c2p_scores`` ...). A
 padding query's row holds what a query of zeros gives (a row of zero scores where they are q . k), the padded pass's
 what its padding token's query gives: neither reaches a real token; the keys of padding are masked in both.
+
+What the segments layout does not run, :func:`inference_only` refuses: dropout (training), and probabilities returned
+but where a member's layer forms them per text (the pre-LN members'); a decoder's cache and cross-attention the
+encoder refuses (:func:`~bertfn.model.masks.check_segments`).
 """
 
 from __future__ import annotations
