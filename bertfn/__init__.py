@@ -47,7 +47,8 @@ from .model.attention import attention, eager_attention, sdpa_attention
 from .model.layout import Segments, extended_mask
 from .model.config import BertConfig
 from .model.embeddings import embeddings
-from .model.encoder import Cache, EncoderOutput, encoder, feed_forward, layer
+from .model.encoder import Cache, EncoderOutput, encoder, layer
+from .model.feed_forward import feed_forward
 from .model.functional import gelu, layer_norm, linear
 from .model.heads import (
     mlm_head,

@@ -178,3 +178,24 @@ def test_a_layer_traced_on_segments_reads_every_row_and_dropout_stays_refused():
         with pytest.raises(bertfn.InputError, match="without dropout"):
             bertfn.encoder(model, ends, Segments(LENGTHS), generator=torch.Generator())
     assert NO_TRACE.on(Segments(LENGTHS)) is NO_TRACE
+
+
+def test_a_chunked_feed_forward_traced_on_segments_records_the_padded_batch_s_chunks():
+    """``chunk_size_feed_forward`` slices the padded batch's positions (``ffn.chunk.{n}.*``); on segments a traced
+    pass slices the texts' padded batch the same way, so its chunk points and an edit of one are the padded pass's."""
+    model = random_member({**BERT_LAYER["bert"], "chunk_size_feed_forward": 4})
+    _, batch, mask, ends = texts(model)
+    edits = {"layer.0.ffn.chunk.1.intermediate": patch_neuron}  # positions 4-7 of every text
+    with torch.inference_mode():
+        padded_trace, laid_trace = bertfn.Trace(edits=edits), bertfn.Trace(edits=edits)
+        expected = bertfn.encoder(model, batch, mask, trace=padded_trace).last_hidden_state[mask.bool()]  # (T, H)
+        got = bertfn.encoder(model, ends, Segments(LENGTHS), trace=laid_trace).last_hidden_state[0]
+    torch.testing.assert_close(got, expected, **TOL)
+    assert list(laid_trace.store) == list(padded_trace.store)
+    assert "layer.0.ffn.chunk.2.output" in laid_trace.store  # S = 9: chunks of 4, 4 and 1 positions
+    for n, text in zip(LENGTHS, range(len(LENGTHS))):  # chunk c holds positions 4c to 4c + 3 of every text
+        for c in range(3):
+            point = f"layer.1.ffn.chunk.{c}.output"
+            real_rows = slice(0, max(0, min(4, n - 4 * c)))  # the chunk's positions the text has a token at
+            torch.testing.assert_close(laid_trace.store[point][text, real_rows],
+                                       padded_trace.store[point][text, real_rows], **TOL, msg=point)

@@ -6,7 +6,8 @@
     masks.py        the attention, cross-attention and head masks, checked       (get_extended_attention_mask, ...)
     stack.py        the layers run one after another: what a pass keeps, activation checkpointing
     decoding.py     a decoder's attention: over its cache of past keys and values, to encoder states (BertLMHeadModel)
-    encoder.py      the feed-forward block, one layer, the whole pass in named steps, a decoder's layer (BertModel)
+    feed_forward.py the feed-forward block, whole or in slices of positions          (BertIntermediate, BertOutput)
+    encoder.py      one layer, the whole pass in named steps, a decoder's layer (BertLayer, BertModel)
     heads.py        the pooler and the task heads on top: MLM, NSP, classification (BertPooler, BertLMPredictionHead, ...)
 
 and beside them, read by every step:

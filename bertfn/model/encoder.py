@@ -1,6 +1,4 @@
-"""The transformer stack: feed-forward block, one layer, and the whole encoder (``BertModel``).
-
-    h' = LayerNorm(a + W_2 act(W_1 a + b_1) + b_2),  a = attention block output   (BertIntermediate + BertOutput)
+"""The transformer stack: one layer (attention, then the feed-forward block), and the whole encoder (``BertModel``).
 
 :func:`encoder` runs its pass in named steps: the embeddings (BERT's or the member's), the masks checked and made
 additive (:mod:`bertfn.model.masks`), each layer with its share of the masks, cache and head mask
@@ -8,9 +6,8 @@ additive (:mod:`bertfn.model.masks`), each layer with its share of the masks, ca
 member's final norm, and the outputs (:func:`outputs`).
 
 A decoder's step (:func:`decoder_layer`, last) runs :mod:`bertfn.model.decoding`'s attention, then the same
-feed-forward. Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (see attention.py),
-``intermediate.dense.weight`` (I, H) and ``.bias``, ``output.dense.weight`` (H, I) and ``.bias``,
-``output.LayerNorm.weight|bias`` (H,).
+feed-forward. Keys read per layer (under ``bert.encoder.layer.{i}.``): ``attention.*`` (attention.py),
+``intermediate.*`` and ``output.*`` (feed_forward.py).
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from .config import BertConfig
 from .decoding import Cache, Decoding, cross_attention, decoding_of, self_attention
 from .embeddings import embeddings
 from .family import Family, family_of, member_name
-from .functional import dropout, layer_norm, linear
+from .feed_forward import chunked_feed_forward
 from .heads import pooler
 from .layout import Mask, Segments
 from .masks import (attention_masks, check_segments, head_masks, laid_out, segment_positions,
@@ -37,56 +34,6 @@ from .recorder import NO_TRACE, WEIGHT_POINTS, Edit, Trace, point_names, with_ed
 from .stack import Stack, run_layers
 
 Tensor = torch.Tensor
-
-
-def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None, trace: Trace = NO_TRACE) -> Tensor:
-    """Position-wise FFN with residual + LayerNorm (``BertIntermediate`` then ``BertOutput``).
-
-    ``h' = LayerNorm(a + W_2 act(W_1 a + b_1) + b_2)``. The hidden width I = ``config.intermediate_size``
-    (4H in BERT).
-
-    Args:
-        p: one layer's scope (reads ``intermediate.dense.*`` and ``output.*``), e.g. ``model.params.layer(0)``.
-        x: (B, S, H), the attention block's output.
-        generator: turns dropout on (training).
-        trace: records (and edits) ``intermediate``, ``dense`` and ``output``.
-
-    Returns:
-        (B, S, H).
-    """
-    p = scoped(p, "feed_forward()", "model.params.layer(0)")
-    cfg = p.config
-    h = linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"], cfg.hidden_act)  # act(x W_1^T + b_1): (B, S, I)
-    h = trace("intermediate", h)
-    h = linear(h, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
-    h = dropout(h, cfg.hidden_dropout_prob, generator)
-    h = trace("dense", h)
-    h = layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
-    return trace("output", h)
-
-
-def chunked_feed_forward(p: Params, x: Tensor, chunk_size: int, generator: torch.Generator | None = None,
-                         trace: Trace = NO_TRACE) -> Tensor:
-    """:func:`feed_forward` over slices of ``chunk_size`` positions (HF ``apply_chunking_to_forward``).
-
-    The FFN treats each position alone, so slicing the sequence gives the same result while only
-    one slice's (chunk, I) intermediate is alive at a time.
-
-    Args:
-        p: one layer's scope.
-        x: (B, S, H).
-        chunk_size: positions per slice; 0 means one slice.
-        generator: turns dropout on (training).
-        trace: records slice n under ``chunk.{n}.`` (e.g. ``ffn.chunk.0.intermediate``).
-
-    Returns:
-        (B, S, H).
-    """
-    if chunk_size <= 0 or chunk_size >= x.shape[1]:
-        return feed_forward(p, x, generator, trace)
-    parts = x.split(chunk_size, dim=1)  # ceil(S / chunk_size) of (B, <=chunk_size, H)
-    return torch.cat([feed_forward(p, part, generator, trace.scope(f"chunk.{n}")) for n, part in enumerate(parts)],
-                     dim=1)
 
 
 class LayerOutput(NamedTuple):

@@ -244,8 +244,8 @@ class Segments:
             (b, S, F) or (b, nh, S, F), S the longest text.
 
         Raises:
-            InputError: another shape (a point at the rows ``read`` names alone, or a feed-forward chunk's: a trace
-                reads every row in one piece).
+            InputError: another shape (a point at the rows ``read`` names alone: a trace reads every row; a chunked
+                feed-forward is sliced on the padded batch itself, :func:`~bertfn.model.feed_forward.chunked_feed_forward`).
         """
         axis = token_axis(x, self)
         b, S, T = len(self.lengths), max(self.lengths), self.tokens
@@ -337,8 +337,8 @@ def token_axis(x: Tensor, layout: Segments) -> int:
     if x.dim() not in (3, 4) or x.shape[0] != 1 or x.shape[axis] not in (layout.tokens, layout.tokens + layout.pad):
         raise InputError(f"a traced point on texts laid end to end (Segments of {layout.tokens} tokens) is (1, T, F) "
                          f"or (1, heads, T, F), T the tokens (or with the {layout.pad} padding rows), got "
-                         f"{tuple(x.shape)}; a trace reads every row in one piece: pass Segments without read= (the "
-                         f"encoder does) and a config without chunk_size_feed_forward, or a padded batch (B, S)")
+                         f"{tuple(x.shape)}; a trace reads every row: pass Segments without read= (the encoder does so "
+                         f"where it traces), or a padded batch (B, S)")
     return axis
 
 

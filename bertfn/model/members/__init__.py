@@ -12,6 +12,7 @@
     mpnet.py             MPNet: no token types, RoBERTa's positions, a relative position bias shared by every layer
     deberta.py           DeBERTa-v2/v3: embeddings (mask, no token types), names, ContextPooler heads
     deberta_attention.py DeBERTa's disentangled attention (c2p, p2c, log buckets) and its layer
+    deberta_conv.py      DeBERTa-v2's convolution after the first layer
 
 and what only the members share: rotary.py (rotary positions) and prenorm.py (the pre-LN layer, rotary
 attention). BERT's pass (the modules one folder up) reads a member through its record in ../family.py

@@ -19,7 +19,7 @@ MPNet is BERT except:
 
 Its tokenizer (WordPiece, lowercased, with ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3 and ``<mask>`` (30526) and the
 template ``<s> A </s></s> B </s>``) is the tokenizer's business. The layer is BERT's post-LN layer (the feed-forward is
-BERT's own, :func:`~bertfn.model.encoder.chunked_feed_forward`); only its attention is MPNet's.
+BERT's own, :func:`~bertfn.model.feed_forward.chunked_feed_forward`); only its attention is MPNet's.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import torch.nn.functional as F
 from ..attention import chosen_impl, head_outputs, merge_heads, separate_projections, split_heads
 from ..config import BertConfig
 from ..embeddings import check_ids, word_vectors
-from ..encoder import LayerOutput, chunked_feed_forward
+from ..encoder import LayerOutput
+from ..feed_forward import chunked_feed_forward
 from ..family import Family, normalizer, register
 from ..functional import dropout, layer_norm, linear
 from ..layout import Mask, Segments, with_keys
