@@ -19,6 +19,8 @@ exception the forward pass reads are:
 * **layer**, **final_norm**, **window**: a layer other than BERT's post-LN one (ESM-2's and ModernBERT's pre-LN
   layers with rotary attention, :mod:`bertfn.model.members.prenorm`), the LayerNorm after the last layer, and which
   layers attend within a window (ModernBERT's local ones).
+* **variant**: the model a config describes, where one record reads several under one ``model_type`` (ESM-1b
+  beside ESM-2: :func:`member_name`).
 
 A member's checkpoint names are not here: its key table (``roberta.encoder.layer.0...``), the shapes its config
 implies where they differ from BERT's, what loading does to its state and which tasks transformers has a head for
