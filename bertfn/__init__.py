@@ -7,7 +7,9 @@ The house, one room per part a reader would name, each importing only the rooms 
                   encoder -> heads (config.py, params.py and recorder.py beside them; layout.py: padded batches
                   or texts laid end to end; members/: what each of BERT's family changes)
     checkpoint/   a hub id or a folder becomes a Model: loading, state checks, tokenizer; new Models
-                  made by pruning or from scratch; sentence-transformers folders
+                  made by pruning or from scratch; sentence-transformers folders; names/: how each member's
+                  checkpoints name BERT's weights, which model/ reads through the registry names/ fills on
+                  import (model/naming.py), as fast/ installs its kernels beneath model/ without model/ importing it
     fast/         speed beneath that one pass: the kernel each product runs on (chosen per CPU), texts grouped
                   by length and laid end to end
     tasks/        the pipelines: fill-mask, scoring (PLL, mutation effects), joint filling, embeddings, and the

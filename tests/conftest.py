@@ -322,7 +322,7 @@ def hf_params(model, requires_grad: bool = False) -> "bertfn.Params":
     """
     import bertfn
     from bertfn.checkpoint.state import check_state
-    from bertfn.model.params import normalize_keys
+    from bertfn.checkpoint.names.bert import normalize_keys
 
     config = bertfn.BertConfig.from_dict(model.config.to_dict())
     state = dict(model.state_dict())

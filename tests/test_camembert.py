@@ -13,7 +13,9 @@ import torch
 from family_checkpoints import member_tokenizer, save_member
 
 import bertfn
+from bertfn.checkpoint.names.roberta import ROBERTA as ROBERTA_NAMES
 from bertfn.model.members.roberta import ROBERTA, CamembertConfig
+from bertfn.model.naming import names_of
 
 pytestmark = pytest.mark.needs_transformers
 
@@ -22,7 +24,7 @@ def test_camembert_reads_as_roberta_with_camembert_bases_ids(tmp_path):
     hf = save_member("camembert", tmp_path)
     model = bertfn.load(tmp_path)
     assert isinstance(model.config, CamembertConfig) and model.family.name == "CamemBERT"
-    assert model.family.key is ROBERTA.key and model.family.position_ids is ROBERTA.position_ids
+    assert names_of(model.config) is ROBERTA_NAMES and model.family.position_ids is ROBERTA.position_ids
     assert all(k.startswith(("roberta.", "lm_head.")) for k in model.state)
     tok, theirs = model.tokenizer, member_tokenizer("camembert")
     assert [tok.id_to_token(i) for i in range(7)] == ["<s>NOTUSED", "<pad>", "</s>NOTUSED", "<unk>", "<unk>NOTUSED",

@@ -190,7 +190,7 @@ def test_the_reference_documents_many_functions_and_classes():
     assert len(entries()) > 50
     assert len(DOCUMENTED) > 120  # the entries and their members: a broken walk would find few
     for path in ("bertfn.fill_mask", "bertfn.Tokenizer.from_path", "bertfn.interventions.sweep",
-                 "bertfn.model.family.normalizer", "bertfn.plots.attention_heads", "bertfn.corpus.Mapper"):
+                 "bertfn.checkpoint.names.record.normalizer", "bertfn.plots.attention_heads", "bertfn.corpus.Mapper"):
         assert path in DOCUMENTED
 
 

@@ -35,7 +35,7 @@ from bertfn.checkpoint.fresh_head import CUTOFF, drawn, init_std
 from bertfn.checkpoint.state import as_stored
 from bertfn.checkpoint.tokenizer import Tokenizer
 from bertfn.errors import InputError
-from bertfn.model.family import renamer
+from bertfn.model.naming import names_of
 from bertfn.model.task_heads import run_head, task_head
 
 pytestmark = pytest.mark.needs_transformers  # transformers is the oracle of every test here
@@ -313,7 +313,7 @@ def test_with_head_draws_what_transformers_initializes_and_the_result_is_read_by
         _, info = quiet(lambda: cls.from_pretrained(src, output_loading_info=True, **num_labels))
         fresh = {k for k, t in model.state.items() if all(t is not u for u in pretrained.state.values())}
         assert fresh == set(info["missing_keys"])
-        rename = renamer(model.config) or (lambda n: n)
+        rename = names_of(model.config).renamer(model.config) or (lambda n: n)
         heads = {rename(n): s for n, s in task_head(model.config, task).shapes(model.config).items()}
         assert fresh <= set(heads) and all(tuple(model.state[k].shape) == s for k, s in heads.items())
         if task in PIPELINES:

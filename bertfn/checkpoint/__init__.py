@@ -1,5 +1,7 @@
 """From a hub id or a folder to a :class:`~bertfn.checkpoint.loading.Model`, and new Models made from one.
 
+    names/          how each member's checkpoints name BERT's weights: key tables, shapes, what loading does to a
+                    state (filling bertfn.model.naming's registry, through which the model reads them)
     dtypes.py       the precisions a model runs in, as Python and the CLI spell them
     tokenizer.py    text -> ids: vocab.txt or tokenizer.json through the tokenizers library
     weights.py      one weights file read safely: safetensors, or torch.load(weights_only=True)
@@ -14,3 +16,5 @@
 
 Each module imports only those above it (and bertfn/model/, errors.py).
 """
+
+from . import names  # noqa: F401  fills bertfn.model.naming's registry: every member's checkpoint names

@@ -25,7 +25,7 @@ import torch
 
 from ..errors import InputError
 from ..model.config import BertConfig, PROBLEM_TYPES
-from ..model.family import named_shapes, renamer
+from ..model.naming import names_of
 from ..model.params import Params
 from ..model.task_heads import TASKS, task_head
 from .model import Model
@@ -125,8 +125,9 @@ def with_head(model: Model, task: str, labels: Sequence[str] | None = None, *, p
     replaced = set()  # an earlier task head's own weights (not the pooler: the base model's), drawn anew
     if model.head.task in TASKS:
         replaced = {n for n in task_head(model.config, model.head.task).shapes(model.config) if not n.startswith("bert.")}
-    base = {n for n in named_shapes(config, old) if n.startswith("bert.") and not n.startswith("bert.pooler.")}
-    rename = renamer(config) or (lambda n: n)
+    names = names_of(config)
+    base = {n for n in names.named_shapes(config, old) if n.startswith("bert.") and not n.startswith("bert.pooler.")}
+    rename = names.renamer(config) or (lambda n: n)
     state = {rename(n): old[n] for n in base}  # the encoder (ESM-2's contact head with it), without the pooler
     new = {}
     for n, shape in task_head(config, task).shapes(config).items():

@@ -28,7 +28,7 @@ import torch
 from ..errors import (CheckpointError, InputError, ModelLoadError, UnusedWeightsWarning,
                       syntax, unreadable)
 from ..model.config import BertConfig
-from ..model.params import normalized
+from ..model.naming import names_of
 from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
@@ -278,7 +278,7 @@ def load(
         raise InputError(f"config= takes a BertConfig, a dict or the path of a config.json, got {type(config).__name__}")
 
     kept = prepare is as_stored and device is None and dtype is None  # nothing will copy the weights: map the file
-    state = normalized(read_weights(weights, mapped=kept), config)
+    state = names_of(config).normalize(read_weights(weights, mapped=kept), config)
     check_state(state, config, strict, str(weights), str(config_file) if config_file is not None else None)
     unused = unused_keys(state, config)
     if unused:

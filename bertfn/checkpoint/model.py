@@ -15,6 +15,7 @@ import torch
 from ..errors import InputError, MissingPartError, syntax
 from ..model.config import BertConfig
 from ..model.family import family_of, member_name
+from ..model.naming import names_of
 from ..model.params import Params
 from ..model.task_heads import Head, head_of
 from .dtypes import resolve_dtype
@@ -130,7 +131,7 @@ class Model:
         unique = {id(t): t for t in self.state.values()}  # tied weights count once
         root = self.params  # asked by BERT's names, whatever the family calls them
         parts = [name for name, key in (("MLM head", "cls.predictions.decoder.weight"), ("pooler", "bert.pooler.dense.weight"),
-                                        ("NSP head", "cls.seq_relationship.weight"), *(self.family.heads or {}).items(),
+                                        ("NSP head", "cls.seq_relationship.weight"), *(names_of(c).heads or {}).items(),
                                         ("contact head", "bert.contact_head.regression.weight")) if key in root]
         if self.head.task not in ("masked-lm", "pretraining", "causal-lm", "encoder", "next-sentence"):
             parts.append(f"{self.head.task.replace('-', ' ')} head")

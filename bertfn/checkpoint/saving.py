@@ -31,8 +31,9 @@ from tokenizers import Tokenizer as _HFTokenizer
 from ..errors import BertfnError, InputError
 from ..model.config import BertConfig
 from ..model.members.esm import ROTARY_BASE
-from ..model.family import family_of, longest_input
-from ..model.params import Params, normalized
+from ..model.family import longest_input
+from ..model.naming import names_of
+from ..model.params import Params
 from ..model.members.rotary import inverse_frequencies
 from ..model.task_heads import SUFFIXES, head_of
 from .model import Model
@@ -131,7 +132,7 @@ def config_json(config: BertConfig, state: dict[str, torch.Tensor]) -> dict:
 
 def stored_state(model: Model) -> dict[str, torch.Tensor]:
     """The weights as ``save_pretrained`` stores them: the model's state less each second name of a tied weight that
-    loading gives back (:func:`~bertfn.model.params.normalized`), with the buffers the member's class stores
+    loading gives back (the member's ``normalize``, :mod:`bertfn.checkpoint.names`), with the buffers the member's class stores
     (:data:`BUFFERS`), bare base-model keys for a model with no head on
     its encoder (``BertModel``'s ``embeddings...``), every tensor detached, on the CPU and contiguous.
 
@@ -139,19 +140,20 @@ def stored_state(model: Model) -> dict[str, torch.Tensor]:
         model: the model.
     """
     config, state = model.config, dict(model.state)
+    naming = names_of(config)
     names: dict[int, int] = {}
     for t in state.values():
         names[id(t)] = names.get(id(t), 0) + 1
     for k in reversed(list(state)):  # loading appends the second names: try them first
         t = state[k]
-        if names[id(t)] > 1 and normalized({j: u for j, u in state.items() if j != k}, config).get(k) is t:
+        if names[id(t)] > 1 and naming.normalize({j: u for j, u in state.items() if j != k}, config).get(k) is t:
             del state[k]
             names[id(t)] -= 1
     buffers = BUFFERS[config.model_type](config) if config.model_type in BUFFERS else {}
-    prefix = family_of(config).prefix
+    prefix = naming.prefix
     if head_of(config, state).task == "encoder":  # transformers' *Model stores its keys without the prefix
         bare = {k.removeprefix(prefix): t for k, t in state.items()}
-        if normalized(bare, config).keys() == state.keys():
+        if naming.normalize(bare, config).keys() == state.keys():
             state, buffers = bare, {k.removeprefix(prefix): t for k, t in buffers.items()}
     state.update(buffers)
     out, storages = {}, set()

@@ -1,6 +1,6 @@
 """A BERT from its config alone: the parameter count, and fresh weights for training from scratch.
 
-Both start from the shapes the config implies (:func:`~bertfn.model.family.named_shapes`: BERT's table as the
+Both start from the shapes the config implies (:meth:`~bertfn.checkpoint.names.record.Names.named_shapes`: BERT's table as the
 config's family member changes it, the same table that checks a loaded checkpoint), so nothing here needs a
 checkpoint or transformers.
 
@@ -20,7 +20,7 @@ import torch
 from ..errors import InputError
 from ..model.config import BertConfig
 from .model import Model
-from ..model.family import named_shapes, renamer
+from ..model.naming import names_of
 from .tokenizer import Tokenizer
 
 PARTS = {
@@ -50,7 +50,7 @@ def model_shapes(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         raise InputError(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
-    return named_shapes(config, {PARTS[p]: None for p in parts})
+    return names_of(config).named_shapes(config, {PARTS[p]: None for p in parts})
 
 
 def part_of(key: str) -> str:
@@ -145,7 +145,7 @@ def init_model(config: BertConfig, parts: Iterable[str] = ("pooler", "mlm"), *,
         for key, same in TIED.items():
             if same in state:
                 state[key] = state[same]
-    rename = renamer(config)  # a family member's checkpoint names (ALBERT's shared layers: one key for several)
+    rename = names_of(config).renamer(config)  # a family member's checkpoint names (ALBERT's shared layers: one key for several)
     if rename is not None:
         state = {rename(k): t for k, t in state.items()}
     return Model(config, state, tokenizer, "init_model")

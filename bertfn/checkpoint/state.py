@@ -1,7 +1,8 @@
 """Checking and laying out a checkpoint's flat state: HF key names, expected shapes, the matmul layout.
 
 What :func:`~bertfn.checkpoint.loading.load` does to the tensors once they are read:
-:func:`~bertfn.model.params.normalize_keys` renames them to ``BertForPreTraining``'s names, :func:`check_state` compares them with the shapes
+the member's ``normalize`` (:mod:`bertfn.checkpoint.names`; BERT's :func:`~bertfn.checkpoint.names.bert.normalize_keys`)
+renames them to the names the model reads, :func:`check_state` compares them with the shapes
 the config implies (:func:`expected_shapes`), :func:`unused_keys` finds the ones no BERT part reads,
 and :func:`matmul_layout` lays the linear weights out for faster products.
 """
@@ -16,7 +17,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..model.config import BertConfig
-from ..model.family import family_of, named_shapes
+from ..model.naming import names_of
 from ..model.params import Params
 from ..model.shapes import expected_shapes  # noqa: F401  (BERT's table, re-exported: tests read it here)
 from ..model.task_heads import head_shapes
@@ -129,7 +130,7 @@ def extra_heads(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str,
     """
     if "bert.pooler.dense.weight" not in Params(state, config):
         return {}
-    read, base = set(part_shapes(config, state)), family_of(config).prefix
+    read, base = set(part_shapes(config, state)), names_of(config).prefix
     unread = [k for k in state if k not in read and not k.startswith(base)]
 
     def linear(name: str) -> bool:  # P.weight (n, H) and P.bias (n,), and nothing else under P
@@ -156,7 +157,7 @@ def part_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str,
     """Every key the encoder, its heads and the task head of a model of ``config`` read, as its checkpoint names it,
     with its shape.
 
-    BERT's table as the model's family changes it (:func:`~bertfn.model.family.named_shapes`) and the keys of the
+    BERT's table as the member's checkpoint names change it (:meth:`~bertfn.checkpoint.names.record.Names.named_shapes`) and the keys of the
     task head the checkpoint carries (:func:`~bertfn.model.task_heads.head_shapes`), each name turned into the
     family's key (several of ALBERT's layers read one key).
 
@@ -165,7 +166,7 @@ def part_shapes(config: BertConfig, state: dict[str, torch.Tensor]) -> dict[str,
         state: the weights at hand (their optional parts count).
     """
     root = Params(state, config)
-    table = {**named_shapes(config, root), **head_shapes(config, state)}
+    table = {**names_of(config).named_shapes(config, root), **head_shapes(config, state)}
     return {root.key(k): shape for k, shape in table.items()}
 
 
@@ -231,7 +232,7 @@ def unused_keys(state: dict[str, torch.Tensor], config: BertConfig) -> list[str]
         config: the model's config.
     """
     read = set(checkpoint_shapes(config, state))
-    prefix = family_of(config).prefix
+    prefix = names_of(config).prefix
     return sorted(k for k in state if k not in read and not k.startswith(prefix))
 
 

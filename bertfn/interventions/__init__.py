@@ -18,6 +18,9 @@ and measures what they change:
     head_metrics.py        metrics of a fine-tuned head: label_logit, label_probability, label_difference,
                            entity_score, span_score
     residual_parts.py      the last hidden state as a sum of parts: each head's write, each layer's, the biases
+    linearized.py          a head's steps on such parts, its activations and LayerNorms frozen at one run; BERT's
+                           heads on parts
+    head_parts.py          each member's task head on parts, and which one a model's head has
     logit_attribution.py   direct logit attribution per head and per layer: a masked LM's logits at a mask, or
     class_attribution.py   a fine-tuned head's logits of its labels (ClassAttribution)
     paths.py       path patching: a sender's clean output into chosen receivers only (path_patch)

@@ -5,8 +5,8 @@
 
 What :func:`~bertfn.interventions.logit_attribution` does on a checkpoint with a task head (:attr:`Model.head`). The
 last hidden states the head reads are sums of parts (:func:`~bertfn.interventions.residual_parts.stream_parts`), and
-each member's head runs on the parts with its nonlinearities frozen at this run (``TaskHead.linearized``, beside the
-member's head: :mod:`bertfn.model.linearized` has the steps):
+each member's head runs on the parts with its nonlinearities frozen at this run (:mod:`bertfn.interventions.head_parts`
+finds the head's; :mod:`bertfn.interventions.linearized` has the steps):
 
 =========================  ===================================================================================
 head                       on the parts
@@ -44,9 +44,10 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits
 from ..errors import InputError
 from ..inspect.trace import trace
-from ..model.linearized import pooled_classifier_parts
 from ..model.task_heads import task_head
 from .head_metrics import extra_head_logits, label_index
+from .head_parts import head_on_parts
+from .linearized import pooled_classifier_parts
 from .residual_parts import Contributions, check_position, split, stream_parts
 
 Tensor = torch.Tensor
@@ -117,8 +118,9 @@ def class_attribution(m: Model, text: str, labels: int | str | Sequence[int | st
     per-head, per-layer and bias parts.
 
     The parts of the last hidden states at the positions the head reads (the first token; every token for
-    ModernBERT's mean pooling; ``position`` for a tagger or a reader) through ``TaskHead.linearized`` (module
-    docstring), or for ``head`` through :func:`~bertfn.model.linearized.pooled_classifier_parts` with its weights.
+    ModernBERT's mean pooling; ``position`` for a tagger or a reader) through the head's run on parts
+    (:func:`~bertfn.interventions.head_parts.head_on_parts`, module docstring), or for ``head`` through
+    :func:`~bertfn.interventions.linearized.pooled_classifier_parts` with its weights.
 
     Args:
         m: a model with a task head (:attr:`Model.head`), or with the extra head ``head``, and a tokenizer.
@@ -142,7 +144,8 @@ def class_attribution(m: Model, text: str, labels: int | str | Sequence[int | st
     cfg = m.config
     task = m.head.task if head is None else "sequence-classification"  # an extra head: one row of logits per text
     own = task_head(cfg, task) if head is None else None  # the checkpoint's task head
-    if own is not None and own.linearized is None:
+    on_parts = head_on_parts(cfg, task) if head is None else None
+    if own is not None and on_parts is None:
         raise InputError(f"logit_attribution splits a sequence classifier's, a tagger's or a reader's logits, and "
                          f"{fits(m)}, whose scores are one per (text, choice) pair; split a choice's score by studying "
                          "it with iv.sweep and a metric of classifier.logits")
@@ -162,7 +165,7 @@ def class_attribution(m: Model, text: str, labels: int | str | Sequence[int | st
     positions = [position] if per_token else [0] if head is not None or own.reads_first(cfg) else list(range(S))
     parts = stream_parts(rec, m.params, positions)  # (K, P, H)
     ones = torch.ones(parts.shape[:2], dtype=torch.long)
-    out = own.linearized(m.params, parts, ones) if head is None else \
+    out = on_parts(m.params, parts, ones) if head is None else \
         pooled_classifier_parts(m.params, parts, ones, head)  # (K, ...)
     if head is not None:
         actual = extra_head_logits(rec, head)  # (n,)

@@ -8,7 +8,7 @@
 The last hidden state the head reads is a sum of parts (:mod:`bertfn.interventions.residual_parts`: the embeddings,
 each head's write, each layer's attention bias and feed-forward write, the biases, through the LayerNorms frozen at
 this run). The head pushes each part through alone once its own nonlinearities are frozen at this run too
-(:mod:`bertfn.model.linearized`: an activation as a gate, a LayerNorm's 1/sigma fixed); its biases and the
+(:mod:`bertfn.interventions.linearized`: an activation as a gate, a LayerNorm's 1/sigma fixed); its biases and the
 activations' remainders go to the bias part.
 
 For a masked LM (this module) the head is the MLM head at the position of a [MASK], ``BertLMPredictionHead``::
@@ -34,10 +34,10 @@ from ..checkpoint.resolve import fits, get_model, require_mlm_head, require_toke
 from ..errors import InputError
 from ..inspect.trace import trace
 from ..model.heads import head_act
-from ..model.linearized import through_activation, through_linear, through_norm
 from ..model.task_heads import TASKS
 from .class_attribution import class_attribution
 from .head_metrics import head_labels
+from .linearized import through_activation, through_linear, through_norm
 from .residual_parts import Contributions, split, stream_parts
 
 Tensor = torch.Tensor

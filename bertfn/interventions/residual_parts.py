@@ -3,7 +3,7 @@
 What direct attribution (:mod:`bertfn.interventions.logit_attribution`, :mod:`bertfn.interventions.class_attribution`)
 starts from. BERT is post-LN: every sublayer's write passes through a LayerNorm before the next one reads it. Each
 LayerNorm is affine once its 1/sigma (this run's, of this token) is fixed
-(:func:`~bertfn.model.linearized.frozen_norm`), so the residual stream, a sum of writes, goes through it part by part.
+(:func:`~bertfn.interventions.linearized.frozen_norm`), so the residual stream, a sum of writes, goes through it part by part.
 Everything after the attention's mixing of positions is position-wise, so a position's parts need only that
 position's recorded tensors. Layer i, with x_i its input at the position (``x_0`` = the embeddings' last point,
 ``embeddings.output`` or ELECTRA's and ALBERT's ``embeddings.projected``)::
@@ -35,9 +35,9 @@ import torch
 from ..errors import InputError
 from ..inspect.trace import Recording
 from ..model.family import family_of
-from ..model.linearized import frozen_norm
 from ..model.params import Params
 from ..model.recorder import layer_input
+from .linearized import frozen_norm
 
 Tensor = torch.Tensor
 

@@ -14,6 +14,7 @@ and beside them, read by every step:
 
     config.py       BertConfig: the sizes and settings of config.json
     params.py       Params: a read-only view of the flat HF-keyed state_dict, scoped to one part
+    naming.py       how a member's checkpoint names BERT's weights: a registry that checkpoint/names/ fills
     recorder.py     Trace: where each step writes what it computes, under its name (bertfn.trace reads it)
     dry_run.py      the names of a config's points, read from its pass run on the meta device (no values)
 
@@ -29,7 +30,10 @@ Sizes are named by the same letters everywhere, in shapes and comments:
     T    tokens of several texts laid end to end (the fast path, bertfn/fast/)
 
 BERT's family lives in members/, each member a small module of what it changes from BERT (``family.py``,
-here, is the record of the kinds of change that BERT's pass reads): members/__init__.py lists them.
+here, is the record of the kinds of change that BERT's pass reads): members/__init__.py lists them. A member's
+checkpoint names (its key table, its shapes, what loading does to its file's keys) are checkpoint code, in
+checkpoint/names/; this folder never imports it, and reads them through naming.py's registry, which the checkpoint
+room fills on import (``import bertfn``, or any of its modules, imports it first).
 
 Nothing here loads a file or tokenizes text (checkpoint/ does), and nothing here is tuned for speed
 (fast/ is): this folder is the definition the rest of bertfn is tested against.

@@ -4,7 +4,7 @@
 list is written by hand: :func:`dry_run` runs the steps :func:`bertfn.trace` runs (the encoder, the MLM head, the
 task head the config's ``architectures`` names, a member's own head on the attention maps: ESM-2's contacts), in
 their order, into a :class:`~bertfn.model.recorder.Trace`, and the names it recorded are the list. The weights are
-the config's shapes (:func:`~bertfn.model.family.named_shapes` with every optional part, the task head's
+the config's shapes (the member's :meth:`~bertfn.model.naming.CheckpointNames.named_shapes` with every optional part, the task head's
 :attr:`~bertfn.model.family.TaskHead.shapes`) as tensors on PyTorch's ``meta`` device, which have a shape and a dtype
 but no memory and no values: the pass computes nothing, it only follows the code. Every member runs there as it
 is (the input checks skip the values a meta tensor has not; DeBERTa's farthest bucket is counted on the host).
@@ -23,8 +23,9 @@ import torch
 
 from .config import BertConfig
 from .encoder import encoder
-from .family import family_of, named_shapes, renamer
+from .family import family_of
 from .heads import mlm_head
+from .naming import names_of
 from .params import Params
 from .recorder import DRY_RUN, OPTIONAL_POINTS, Trace
 from .task_heads import TASKS, named_task, run_head, task_head
@@ -38,7 +39,7 @@ its ``<cls>`` and ``<eos>``)."""
 
 class EveryPart(Mapping):
     """The weights a dry run asks about: every optional part counts as there (pooler, MLM head, a member's own
-    heads), so that the table (:func:`~bertfn.model.family.named_shapes`) holds each part the config allows.
+    heads), so that the table (:meth:`~bertfn.model.naming.CheckpointNames.named_shapes`) holds each part the config allows.
 
     A mapping whose ``in`` is always true and that holds no tensor (``get`` gives the default): a task head's number
     of labels is then the config's.
@@ -67,10 +68,11 @@ def meta_params(config: BertConfig, task: str | None) -> Params:
     Returns:
         The root :class:`~bertfn.model.params.Params` over ``{key: empty tensor of its shape on "meta"}``.
     """
-    table = named_shapes(config, EveryPart())
+    names = names_of(config)
+    table = names.named_shapes(config, EveryPart())
     if task is not None:
         table.update(task_head(config, task).shapes(config))
-    rename = renamer(config)
+    rename = names.renamer(config)
     return Params({(rename(k) if rename else k): torch.empty(shape, device="meta") for k, shape in table.items()},
                   config)
 
@@ -106,7 +108,7 @@ def dry_run(config: BertConfig) -> tuple[str, ...]:
     """
     family = family_of(config)
     task = named_task(config)
-    task = task if task in TASKS and task in (family.tasks or TASKS) else None
+    task = task if task in TASKS and task in (names_of(config).tasks or TASKS) else None
     params = meta_params(config, task)
     record = Trace(optional=[f"*.{n}" for n in OPTIONAL_POINTS])
     S = tokens(config)

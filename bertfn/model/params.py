@@ -7,8 +7,10 @@ the full key it touched is ``p.key("self.query.weight")`` (candle's ``vb.pp(...)
 The view also carries the model's :class:`~bertfn.model.config.BertConfig`.
 
 Functions always ask for BERT's names. A family member's checkpoint keeps its own
-(``roberta.encoder.layer.0...``): its view turns each name into the member's key as it reads
-(:func:`~bertfn.model.family.renamer`), so the state is never renamed.
+(``roberta.encoder.layer.0...``): its view turns each name into the member's key as it reads, so the state is never
+renamed. The member's key tables are checkpoint code (:mod:`bertfn.checkpoint.names`, a room above this one); the view
+reads them through the registry the checkpoint room fills on import (:func:`~bertfn.model.naming.names_of`: the seam
+:mod:`bertfn.model.naming` describes), so this module imports nothing from it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 
 from ..errors import CheckpointError, InputError
 from .config import BertConfig
-from .family import family_of, named_shapes, renamer
+from .naming import names_of
 
 
 class Params(Mapping):
@@ -40,7 +42,7 @@ class Params(Mapping):
         self.state = state
         self.config = config
         self.prefix = prefix
-        self.rename = renamer(config)  # None for BERT: the names are the keys
+        self.rename = names_of(config).renamer(config)  # None for BERT: the names are the keys
 
     def key(self, name: str) -> str:
         """Full HF key of a name relative to this scope, as the checkpoint names it.
@@ -106,7 +108,7 @@ class Params(Mapping):
         if self.rename is None:
             return (k[n:] for k in self.state if k.startswith(self.prefix))
         root = Params(self.state, self.config)  # a member's keys, by the BERT names that read them
-        names = named_shapes(self.config, root)
+        names = names_of(self.config).named_shapes(self.config, root)
         return (k[n:] for k in names if k.startswith(self.prefix) and k in root)
 
     def __len__(self) -> int:
@@ -122,7 +124,7 @@ def as_params(model: object, config: BertConfig | dict | None = None, what: str 
     Args:
         model: a loaded ``Model``, its ``Params``, or a bare flat state_dict keyed by HF names.
         config: the state_dict's config (a BertConfig or a config.json dict); its keys are normalised as
-            at load (``bert.`` prefix, gamma/beta, tied decoder).
+            at load (``bert.`` prefix, gamma/beta, tied decoder: the member's ``normalize``).
         what: the calling function, for the message.
 
     Raises:
@@ -138,7 +140,7 @@ def as_params(model: object, config: BertConfig | dict | None = None, what: str 
                              "'config.json') (or the dict), or wrap both as bertfn.Params(state, config), or pass "
                              "the Model from bertfn.load(...)")
         config = config if isinstance(config, BertConfig) else BertConfig.from_dict(config)
-        return Params(normalized(dict(model), config), config)
+        return Params(names_of(config).normalize(dict(model), config), config)
     raise InputError(f"{what} takes a Model from bertfn.load(...), its .params, or a state_dict with config=...; "
                      f"got {type(model).__name__}")
 
@@ -159,50 +161,3 @@ def scoped(p: object, what: str, example: str) -> Params:
     got = "the whole model" if isinstance(p, (Params, Mapping)) or hasattr(p, "params") else type(p).__name__
     raise InputError(f"{what} reads one part of the weights, so it takes the Params of that part, e.g. {example}; "
                      f"got {got}")
-
-
-BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")  # non-weights some files carry
-
-
-def normalized(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
-    """``state`` as loading leaves it: BERT's :func:`normalize_keys`, or a family member's own ``normalize``.
-
-    Args:
-        state: a flat state_dict as read from a file.
-        config: the model's config.
-    """
-    family = family_of(config)
-    return (family.normalize or normalize_keys)(state, config)
-
-
-def normalize_keys(state: dict[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
-    """Rename to ``BertForPreTraining`` names and tie the decoder; returns a new dict (same tensors).
-
-    * bare ``BertModel`` keys (``embeddings.…``, ``encoder.…``, ``pooler.…``) get the ``bert.`` prefix;
-    * TF-era ``LayerNorm.gamma`` / ``LayerNorm.beta`` become ``LayerNorm.weight`` / ``LayerNorm.bias``;
-    * buffers (``position_ids``, ``token_type_ids``) are dropped: bertfn computes them;
-    * a missing ``cls.predictions.decoder.weight`` is the word embeddings (tied), and
-      ``cls.predictions.decoder.bias`` and ``cls.predictions.bias`` are one tensor.
-
-    Args:
-        state: a flat state_dict as read from a file.
-        config: the model's config.
-    """
-    out = {}
-    for k, t in state.items():
-        if k.startswith(("embeddings.", "encoder.", "pooler.")):
-            k = "bert." + k
-        if k.endswith(".gamma"):
-            k = k[: -len("gamma")] + "weight"
-        elif k.endswith(".beta"):
-            k = k[: -len("beta")] + "bias"
-        if k not in BUFFERS:
-            out[k] = t
-    if "cls.predictions.transform.dense.weight" in out:
-        if "cls.predictions.decoder.weight" not in out and "bert.embeddings.word_embeddings.weight" in out:
-            out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
-        if "cls.predictions.bias" not in out and "cls.predictions.decoder.bias" in out:
-            out["cls.predictions.bias"] = out["cls.predictions.decoder.bias"]
-        if "cls.predictions.decoder.bias" not in out and "cls.predictions.bias" in out:
-            out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
-    return out

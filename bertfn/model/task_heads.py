@@ -13,7 +13,8 @@ names the task; the head turns the last hidden states h (B, S, H) into that task
 
 BERT's heads are below (:data:`BERT_HEADS`): a classifier on the pooler's output, a linear layer on every
 token, ``qa_outputs`` on every token. A member whose head is not BERT's holds its own in its module, listed in
-its :class:`~bertfn.model.family.Family` record's ``task_heads`` (RoBERTa's classifier reads ``<s>`` through
+its :class:`~bertfn.model.family.Family` record's ``task_heads`` (which tasks a member has at all is its checkpoint
+names' ``tasks``, :mod:`bertfn.model.naming`) (RoBERTa's classifier reads ``<s>`` through
 dense, tanh and ``out_proj``; DistilBERT's through ``pre_classifier`` and ReLU; ModernBERT's through its
 prediction head), and :func:`task_head` finds the one a config's member uses. Every head takes the same
 arguments, ``(params, h, mask, *, generator=None, trace=NO_TRACE)``, and passes what it computes through named
@@ -35,7 +36,7 @@ from ..errors import CheckpointError, InputError
 from .config import BertConfig
 from .family import TaskHead, family_of, member_name
 from .heads import multiple_choice, pooler, question_answering, sequence_classification, token_classification
-from .linearized import pooled_classifier_parts, span_reader_parts, token_classifier_parts
+from .naming import names_of
 from .params import Params
 from .recorder import NO_TRACE, Trace
 
@@ -172,10 +173,10 @@ def head_of(config: BertConfig, state: Mapping[str, Tensor]) -> Head:
     task = named_task(config)
     if task is None:
         task = task_of_keys(state, config)
-    family = family_of(config)
-    if task in TASKS and task not in (family.tasks or TASKS):
+    tasks = names_of(config).tasks or TASKS
+    if task in TASKS and task not in tasks:
         raise CheckpointError(f"config.json names {architecture}, but transformers has no {task} head for "
-                              f"{member_name(config)} and neither has bertfn; its heads are {', '.join(family.tasks or TASKS)}")
+                              f"{member_name(config)} and neither has bertfn; its heads are {', '.join(tasks)}")
     classifying = task in ("sequence-classification", "token-classification")
     return Head(task, architecture, config.labels if classifying else (),
                 problem_type(config) if task == "sequence-classification" else None)
@@ -193,11 +194,11 @@ def task_head(config: BertConfig, task: str) -> TaskHead:
     """
     if task not in TASKS:
         raise InputError(f"task must be one of {', '.join(map(repr, TASKS))}, got {task!r}")
-    family = family_of(config)
-    if task not in (family.tasks or TASKS):
+    tasks = names_of(config).tasks or TASKS
+    if task not in tasks:
         raise InputError(f"{member_name(config)} has no {task} head (transformers has none either); its heads are "
-                         f"{', '.join(family.tasks or TASKS)}")
-    return (family.task_heads or {}).get(task) or BERT_HEADS[task]
+                         f"{', '.join(tasks)}")
+    return (family_of(config).task_heads or {}).get(task) or BERT_HEADS[task]
 
 
 def head_shapes(config: BertConfig, state: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
@@ -334,12 +335,10 @@ def pooler_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
 BERT_HEADS: dict[str, TaskHead] = {
     "sequence-classification": TaskHead(
         pooled_classifier, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", c.num_labels, c.hidden_size)},
-        True, pooled_classifier_parts),
+        True),
     "token-classification": TaskHead(
-        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size),
-        linearized=token_classifier_parts),
-    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size),
-                                   linearized=span_reader_parts),
+        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size)),
+    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size)),
     "multiple-choice": TaskHead(
         choice_scorer, lambda c: {**pooler_shapes(c), **linear_shapes("classifier", 1, c.hidden_size)},
         True),

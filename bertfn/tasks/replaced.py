@@ -19,7 +19,8 @@ import torch
 from ..checkpoint.model import Model
 from ..errors import MissingPartError
 from ..fast.batching import encoded_groups
-from ..model.members.electra import DISCRIMINATOR, discriminator_head
+from ..checkpoint.names.electra import DISCRIMINATOR
+from ..model.members.electra import discriminator_head
 from ..model.recorder import Edit
 from ..model.family import longest_input
 from .checks import count, too_long

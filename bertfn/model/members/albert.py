@@ -4,13 +4,15 @@ ALBERT is BERT except:
 
 * **one layer's weights for every layer**: the checkpoint holds ``num_hidden_groups`` layers (1 in every
   released ALBERT) under ``albert.encoder.albert_layer_groups.{g}.albert_layers.0``, and layer i reads
-  group ``i * groups // L`` (:func:`key`). The pass still has L layers, each with its own activations:
+  group ``i * groups // L``: its key table, built per config, sends every layer's names to its group's
+  (:mod:`bertfn.checkpoint.names.albert`). The pass still has L layers, each with its own activations:
   an edit at layer 3 (``layer.3.attention.probs``) changes layer 3 only;
 * **factorized embeddings**, as ELECTRA's: E wide, then ``embedding_hidden_mapping_in`` (H, E) to the
   hidden size (:func:`~bertfn.model.members.electra.factorized_embeddings`), and an MLM head at width E
   (``predictions.dense`` (E, H), ``predictions.LayerNorm``, ``predictions.decoder`` (V, E) tied);
 * **names** inside a layer: ``attention.query|key|value|dense|LayerNorm``, ``ffn``, ``ffn_output``,
-  ``full_layer_layer_norm``; the pooler is ``albert.pooler`` (one linear, then tanh as BERT's);
+  ``full_layer_layer_norm``; the pooler is ``albert.pooler`` (one linear, then tanh as BERT's); the checkpoint side
+  has them (:mod:`bertfn.checkpoint.names.albert`);
 * **its config**: ``embedding_size``, ``num_hidden_groups``, ``inner_group_num`` and ALBERT's defaults
   (``gelu_new``, no dropout; the classifiers' dropout is ``classifier_dropout_prob``: :class:`AlbertConfig`).
 
@@ -22,14 +24,13 @@ layer; bertfn applies row i at layer i, as BERT does.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
 from ..config import BertConfig
-from .electra import factorized_embeddings, factorized_shapes
-from ..family import Family, normalizer, register, renamed
+from .electra import factorized_embeddings
+from ..family import Family, register
 
 
 @dataclass(frozen=True)
@@ -87,58 +88,7 @@ class AlbertConfig(BertConfig):
                               "layer per group (inner_group_num 1), as every released ALBERT is")
 
 
-def group(layer: int, config: BertConfig) -> int:
-    """The layer group whose weights layer ``layer`` reads: ``int(i / (L / groups))`` (``AlbertTransformer``).
-
-    Args:
-        layer: i.
-        config: the model's config.
-    """
-    return int(layer / (config.num_hidden_layers / config.num_hidden_groups))
-
-
-IN_LAYER = (
-    (r"attention\.self\.(query|key|value|distance_embedding)\.", r"attention.\1."),
-    (r"attention\.output\.dense\.", "attention.dense."),
-    (r"attention\.output\.LayerNorm\.", "attention.LayerNorm."),
-    (r"intermediate\.dense\.", "ffn."),
-    (r"output\.dense\.", "ffn_output."),
-    (r"output\.LayerNorm\.", "full_layer_layer_norm."),
-)
-"""Names within one layer, BERT's -> ALBERT's."""
-
-KEYS = (
-    (r"bert\.embeddings\.project\.", "albert.encoder.embedding_hidden_mapping_in."),
-    (r"bert\.pooler\.dense\.", "albert.pooler."),
-    (r"bert\.", "albert."),
-    (r"cls\.predictions\.transform\.", "predictions."),
-    (r"cls\.predictions\.", "predictions."),
-    (r"cls\.seq_relationship\.", "sop_classifier.classifier."),
-)
-"""BERT's names outside the layers -> ALBERT's, first match wins (:func:`~bertfn.model.family.renamed`)."""
-
-LAYER = re.compile(r"bert\.encoder\.layer\.(\d+)\.(.*)")
-
-
-def key(name: str, config: BertConfig) -> str:
-    """The ALBERT checkpoint key that holds BERT's ``name``: a layer's weights are its group's (:func:`group`).
-
-    Args:
-        name: a BERT name.
-        config: the model's config (its layers and groups).
-    """
-    m = LAYER.fullmatch(name)
-    if m is None:
-        return renamed(name, KEYS)
-    g = group(int(m.group(1)), config)
-    return f"albert.encoder.albert_layer_groups.{g}.albert_layers.0.{renamed(m.group(2), IN_LAYER)}"
-
-
 ALBERT = register(Family(
-    name="ALBERT", model_type="albert", prefix="albert.", key=key,
-    shapes=lambda config, table, present: factorized_shapes(config, table, present, project=True),
-    normalize=normalizer("albert.", ("embeddings.", "encoder.", "pooler."),
-                         (("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight"),
-                          ("predictions.decoder.bias", "predictions.bias"))),
+    name="ALBERT", model_type="albert",
     embeddings=factorized_embeddings,
 ))

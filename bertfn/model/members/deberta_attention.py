@@ -15,9 +15,10 @@ DeBERTa is BERT except, in its layers:
   each term is divided by ``sqrt(hd * (1 + len(pos_att_type)))``;
 * **its mask**: a padding query's row is masked too (the 2D mask's outer product with itself), and masked scores
   are *set* to finfo.min (``masked_fill``) rather than shifted by it, so a padding row's probabilities are uniform;
-* **names**: ``attention.self.query_proj|key_proj|value_proj|pos_key_proj|pos_query_proj`` (the module's
-  ``KEYS`` in deberta.py);
-* **a convolution after the first layer** where ``conv_kernel_size`` is set (``ConvLayer``, :func:`~bertfn.model.members.deberta_conv.conv_layer`).
+* **names**: ``attention.self.query_proj|key_proj|value_proj|pos_key_proj|pos_query_proj`` (the key table in
+  :mod:`bertfn.checkpoint.names.deberta`);
+* **a convolution after the first layer** where ``conv_kernel_size`` is set (``ConvLayer``,
+  :func:`~bertfn.model.members.deberta_conv.conv_layer`).
 
 The attention output, the feed-forward block and their post-LN residuals are BERT's
 (:func:`~bertfn.model.feed_forward.feed_forward`). The layer takes both layouts (:mod:`bertfn.model.layout`) as BERT's

@@ -6,14 +6,14 @@ DistilBERT is BERT except:
   second segment is told apart by ``[SEP]`` alone, and there is no pooler;
 * **names**: ``distilbert.transformer.layer.{i}.attention.q_lin|k_lin|v_lin|out_lin``, ``sa_layer_norm``,
   ``ffn.lin1|lin2``, ``output_layer_norm``, and the MLM head ``vocab_transform``, ``vocab_layer_norm``,
-  ``vocab_projector`` (:data:`KEYS`);
+  ``vocab_projector`` (:mod:`bertfn.checkpoint.names.distilbert`, which also drops the token types from BERT's
+  table);
 * **its config.json names**: ``dim``, ``n_layers``, ``n_heads``, ``hidden_dim``, ``activation``,
   ``dropout``, ``attention_dropout``, ``seq_classif_dropout`` (:class:`DistilBertConfig`); every LayerNorm's
   eps is 1e-12;
 * **its classifiers** (sequence classification and multiple choice, :func:`pre_classifier_head`) read [CLS]
-  through ``pre_classifier`` (H, H) and ReLU, having no pooler (on parts, the ReLU frozen:
-  :func:`pre_classifier_parts`); its tagger and reader drop out at their own rates (``dropout``, ``qa_dropout``:
-  :func:`token_classifier`, :func:`span_reader`).
+  through ``pre_classifier`` (H, H) and ReLU, having no pooler; its tagger and reader drop out at their own rates
+  (``dropout``, ``qa_dropout``: :func:`token_classifier`, :func:`span_reader`).
 
 Its layers are BERT's: post-LN attention and feed-forward with the same residuals (transformers
 scales the queries before ``q k^T`` rather than the scores after it: the same numbers to float
@@ -29,10 +29,9 @@ import torch
 
 from ..config import BertConfig
 from ..embeddings import check_ids, default_position_ids, word_vectors
-from ..family import Family, TaskHead, normalizer, register
+from ..family import Family, TaskHead, register
 from ..functional import dropout, layer_norm, linear
 from ..heads import classifier_dropout, question_answering, token_classification
-from ..linearized import span_reader_parts, through_activation, through_linear, token_classifier_parts
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, Trace
 from ..task_heads import linear_shapes
@@ -135,23 +134,6 @@ def pre_classifier_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
     return trace("classifier.logits", linear(x, params["classifier.weight"], params["classifier.bias"]))
 
 
-def pre_classifier_parts(params: Params, parts: Tensor, mask: Tensor) -> Tensor:
-    """:func:`pre_classifier_head` on parts of the last hidden states (``TaskHead.linearized``,
-    :mod:`bertfn.model.linearized`): ``pre_classifier`` on each part of [CLS]'s vector, its ReLU frozen as a gate
-    (1 where this run's unit is positive, else 0), ``classifier``.
-
-    Args:
-        params: the root view (reads ``pre_classifier.*`` and ``classifier.*``).
-        parts: (K, S, H) the parts, the last the bias part.
-        mask: (K, S), unused.
-
-    Returns:
-        (K, num_labels).
-    """
-    x = through_linear(parts[:, 0], params["pre_classifier.weight"], params["pre_classifier.bias"])  # (K, H)
-    return through_linear(through_activation(x, "relu"), params["classifier.weight"], params["classifier.bias"])
-
-
 def token_classifier(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
                      trace: Trace = NO_TRACE) -> Tensor:
     """``DistilBertForTokenClassification``'s head: BERT's, dropping out at ``dropout`` (``hidden_dropout_prob``).
@@ -201,50 +183,16 @@ def pre_classifier_shapes(config: BertConfig, outputs: int) -> dict[str, tuple[i
 
 HEADS = {
     "sequence-classification": TaskHead(
-        pre_classifier_head, lambda c: pre_classifier_shapes(c, c.num_labels), True, pre_classifier_parts),
+        pre_classifier_head, lambda c: pre_classifier_shapes(c, c.num_labels), True),
     "token-classification": TaskHead(
-        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size),
-        linearized=token_classifier_parts),
-    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size),
-                                   linearized=span_reader_parts),
+        token_classifier, lambda c: linear_shapes("classifier", c.num_labels, c.hidden_size)),
+    "question-answering": TaskHead(span_reader, lambda c: linear_shapes("qa_outputs", 2, c.hidden_size)),
     "multiple-choice": TaskHead(pre_classifier_head, lambda c: pre_classifier_shapes(c, 1), True),
 }
 """DistilBERT's heads: every task's is its own."""
 
-LAYER = r"bert\.encoder\.layer\.(\d+)\."
-KEYS = (
-    (LAYER + r"attention\.self\.query\.", r"distilbert.transformer.layer.\1.attention.q_lin."),
-    (LAYER + r"attention\.self\.key\.", r"distilbert.transformer.layer.\1.attention.k_lin."),
-    (LAYER + r"attention\.self\.value\.", r"distilbert.transformer.layer.\1.attention.v_lin."),
-    (LAYER + r"attention\.output\.dense\.", r"distilbert.transformer.layer.\1.attention.out_lin."),
-    (LAYER + r"attention\.output\.LayerNorm\.", r"distilbert.transformer.layer.\1.sa_layer_norm."),
-    (LAYER + r"intermediate\.dense\.", r"distilbert.transformer.layer.\1.ffn.lin1."),
-    (LAYER + r"output\.dense\.", r"distilbert.transformer.layer.\1.ffn.lin2."),
-    (LAYER + r"output\.LayerNorm\.", r"distilbert.transformer.layer.\1.output_layer_norm."),
-    (r"bert\.", "distilbert."),
-    (r"cls\.predictions\.transform\.dense\.", "vocab_transform."),
-    (r"cls\.predictions\.transform\.LayerNorm\.", "vocab_layer_norm."),
-    (r"cls\.predictions\.decoder\.weight", "vocab_projector.weight"),
-    (r"cls\.predictions\.(decoder\.)?bias", "vocab_projector.bias"),
-)
-"""BERT's names -> DistilBERT's, first match wins (:func:`~bertfn.model.family.renamed`)."""
-
-
-def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
-    """BERT's table without the token-type embeddings.
-
-    Args:
-        config: the model's config.
-        table: BERT's table of keys and shapes.
-        present (Mapping[str, Tensor]): the weights at hand (unused).
-    """
-    return {k: s for k, s in table.items() if k != "bert.embeddings.token_type_embeddings.weight"}
-
-
 DISTILBERT = register(Family(
-    name="DistilBERT", model_type="distilbert", prefix="distilbert.", key=KEYS, shapes=shapes,
-    normalize=normalizer("distilbert.", ("embeddings.", "transformer."),
-                         (("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight"),)),
+    name="DistilBERT", model_type="distilbert",
     embeddings=embeddings,
     task_heads=HEADS,
 ))

@@ -9,10 +9,11 @@ ELECTRA is BERT except:
   ``generator_predictions.LayerNorm`` (E,), ``generator_lm_head`` (V, E) tied to the word embeddings) with
   exact GELU; the discriminator's (:func:`discriminator_head`) gives one logit per token, "was this token
   replaced?" (``ElectraForPreTraining``, read by :func:`bertfn.tasks.replaced.replaced_tokens`);
-* **names**: ``electra.*``; no pooler;
+* **names**: ``electra.*``, the projection ``embeddings_project``; no pooler (the checkpoint side:
+  :mod:`bertfn.checkpoint.names.electra`, which also widens BERT's table to E);
 * **its classifiers**: the sequence classifier is RoBERTa's (``<s>`` through a dense layer and ``out_proj``) with
-  GELU for tanh (:func:`classification_head`; on parts, its GELU frozen: :func:`classification_parts`); the
-  multiple-choice head sums the text up first (``ElectraSequenceSummary``: :func:`summary_scorer`).
+  GELU for tanh (:func:`classification_head`); the multiple-choice head sums the text up first
+  (``ElectraSequenceSummary``: :func:`summary_scorer`).
 
 The layers are BERT's.
 """
@@ -26,12 +27,11 @@ import torch
 from ...errors import ConfigError
 from ..config import BertConfig
 from ..embeddings import embeddings as bert_embeddings
-from ..family import Family, TaskHead, normalizer, register
+from ..family import Family, TaskHead, register
 from ..functional import ACTIVATIONS, dropout, linear
 from ..params import Params, as_params
 from ..recorder import NO_TRACE, Trace
 from .roberta import classification_head as roberta_classification_head
-from .roberta import classification_parts as roberta_classification_parts
 from .roberta import classification_shapes
 from ..task_heads import linear_shapes
 
@@ -113,53 +113,6 @@ def factorized_embeddings(p: Params, input_ids: Tensor | None = None, token_type
     return x
 
 
-def factorized_shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present,
-                      project: bool) -> dict[str, tuple[int, ...]]:
-    """BERT's table with the embeddings and the MLM head's transform at width E, plus the (H, E) projection.
-
-    The part ELECTRA and ALBERT share.
-
-    Args:
-        config: the model's config.
-        table: BERT's table of keys and shapes.
-        present (Mapping[str, Tensor]): the weights at hand (unused).
-        project: add the (H, E) projection.
-    """
-    E, H = config.embedding_size, config.hidden_size
-    out = {}
-    for k, shape in table.items():
-        if k.startswith("bert.embeddings.") or k.startswith("cls.predictions.transform.LayerNorm."):
-            shape = shape[:-1] + (E,)  # the tables' rows, LayerNorm: E wide
-        elif k == "cls.predictions.decoder.weight":
-            shape = (shape[0], E)
-        elif k.startswith("cls.predictions.transform.dense."):
-            shape = (E, H) if k.endswith("weight") else (E,)
-        out[k] = shape
-    if project:
-        out["bert.embeddings.project.weight"] = (H, E)
-        out["bert.embeddings.project.bias"] = (H,)
-    return out
-
-
-def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
-    """ELECTRA's keys: :func:`factorized_shapes`, and the discriminator head where the checkpoint has one.
-
-    Args:
-        config: the model's config.
-        table: BERT's table of keys and shapes.
-        present (Mapping[str, Tensor]): the weights at hand.
-    """
-    H = config.hidden_size
-    out = factorized_shapes(config, table, present, config.embedding_size != H)
-    if any(k in present for k in DISCRIMINATOR):
-        out.update(zip(DISCRIMINATOR, ((H, H), (H,), (1, H), (1,))))
-    return out
-
-
-DISCRIMINATOR = ("discriminator_predictions.dense.weight", "discriminator_predictions.dense.bias",
-                 "discriminator_predictions.dense_prediction.weight", "discriminator_predictions.dense_prediction.bias")
-
-
 def discriminator_head(params: Params, h: Tensor, *, config: BertConfig | dict | None = None) -> Tensor:
     """One logit per token: was it replaced? ``dense_prediction(act(dense h))`` (``ElectraDiscriminatorPredictions``).
 
@@ -194,21 +147,6 @@ def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
         (B, num_labels).
     """
     return roberta_classification_head(params, h, mask, generator=generator, trace=trace, activation="gelu")
-
-
-def classification_parts(params: Params, parts: Tensor, mask: Tensor) -> Tensor:
-    """:func:`classification_head` on parts of the last hidden states: RoBERTa's
-    (:func:`~bertfn.model.members.roberta.classification_parts`) with its GELU frozen as a gate.
-
-    Args:
-        params: the root view (reads ``classifier.dense.*`` and ``classifier.out_proj.*``).
-        parts: (K, S, H) the parts, the last the bias part.
-        mask: (K, S), unused.
-
-    Returns:
-        (K, num_labels).
-    """
-    return roberta_classification_parts(params, parts, mask, activation="gelu")
 
 
 def summary_scorer(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
@@ -250,25 +188,12 @@ def summary_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     return {**summary, **linear_shapes("classifier", 1, H)}
 
 
-KEYS = (
-    (r"bert\.embeddings\.project\.", "electra.embeddings_project."),
-    (r"bert\.", "electra."),
-    (r"cls\.predictions\.transform\.dense\.", "generator_predictions.dense."),
-    (r"cls\.predictions\.transform\.LayerNorm\.", "generator_predictions.LayerNorm."),
-    (r"cls\.predictions\.decoder\.weight", "generator_lm_head.weight"),
-    (r"cls\.predictions\.(decoder\.)?bias", "generator_lm_head.bias"),
-)
-"""BERT's names -> ELECTRA's, first match wins (:func:`~bertfn.model.family.renamed`)."""
-
+CLASSIFIER = TaskHead(classification_head, classification_shapes, True)
+"""ELECTRA's sequence-classification head."""
 
 ELECTRA = register(Family(
-    name="ELECTRA", model_type="electra", prefix="electra.", key=KEYS, shapes=shapes,
-    normalize=normalizer("electra.", ("embeddings.", "embeddings_project.", "encoder."),
-                         (("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight"),)),
+    name="ELECTRA", model_type="electra",
     embeddings=factorized_embeddings,
     head_act="gelu",
-    heads={"discriminator head": DISCRIMINATOR[2]},
-    task_heads={"sequence-classification": TaskHead(classification_head, classification_shapes, True,
-                                                    classification_parts),
-                "multiple-choice": TaskHead(summary_scorer, summary_shapes, True)},
+    task_heads={"sequence-classification": CLASSIFIER, "multiple-choice": TaskHead(summary_scorer, summary_shapes, True)},
 ))

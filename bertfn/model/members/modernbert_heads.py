@@ -9,10 +9,8 @@ has too (``head.dense``, ``classifier_activation``, ``head.norm``: :func:`predic
 * the tagger and the reader run it on every token, then ``classifier`` (num_labels, H), the reader's 2 columns
   being the answer's start and end (:func:`token_head`, :func:`span_reader`).
 
-On parts of the last hidden states (direct attribution into a class), each head is its ``*_parts`` function: the
-pooling is linear, and the prediction head's activation and LayerNorm are frozen at this run
-(:func:`prediction_parts`); with "mean" pooling each part is the mean of that part over the text's tokens, each
-token's part having passed through the final LayerNorm frozen at that token.
+On parts of the last hidden states (direct attribution into a class) each head has its linearization beside the
+interventions (:mod:`bertfn.interventions.head_parts`).
 
 transformers' sequence classifier takes position 0 as the "cls" token even where a left-padded text has padding
 there; its multiple-choice head takes each text's first real token. bertfn takes the first real token in both
@@ -27,7 +25,6 @@ from ..config import BertConfig
 from ..family import TaskHead
 from ..functional import ACTIVATIONS, dropout, linear
 from ..heads import classifier_dropout
-from ..linearized import through_activation, through_linear, through_norm
 from ..params import Params
 from .prenorm import norm
 from ..recorder import NO_TRACE, Trace
@@ -52,23 +49,6 @@ def prediction_head(params: Params, x: Tensor, trace: Trace = NO_TRACE) -> Tenso
     x = trace("classifier.dense", linear(x, p["dense.weight"], p.get("dense.bias")))  # (..., H)
     x = trace("classifier.activation", ACTIVATIONS[params.config.classifier_activation](x))
     return trace("classifier.norm", norm(p, "norm", x))
-
-
-def prediction_parts(params: Params, parts: Tensor) -> Tensor:
-    """:func:`prediction_head` on parts (:mod:`bertfn.model.linearized`): ``dense`` on each, the activation frozen as
-    a gate and the LayerNorm's 1/sigma fixed at the parts' sum.
-
-    Args:
-        params: the root view (reads ``head.dense.*`` and ``head.norm.*``).
-        parts: (K, ..., H), the last the bias part.
-
-    Returns:
-        (K, ..., H).
-    """
-    p = params.scope("head")
-    x = through_activation(through_linear(parts, p["dense.weight"], p.get("dense.bias")),
-                           params.config.classifier_activation)
-    return through_norm(x, p["norm.weight"], p.get("norm.bias"), params.config.layer_norm_eps)
 
 
 def pooled(h: Tensor, mask: Tensor, pooling: str) -> Tensor:
@@ -107,52 +87,6 @@ def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
     x = trace("classifier.input", pooled(h, mask, params.config.classifier_pooling))  # (B, H)
     x = dropout(prediction_head(params, x, trace), classifier_dropout(params.config), generator)
     return trace("classifier.logits", linear(x, params["classifier.weight"], params.get("classifier.bias")))
-
-
-def classification_parts(params: Params, parts: Tensor, mask: Tensor) -> Tensor:
-    """:func:`classification_head` on parts of the last hidden states (``TaskHead.linearized``): each part pooled as
-    the run's states are (:func:`pooled`: the first token's, or the mean over the real tokens), the prediction head
-    frozen (:func:`prediction_parts`), ``classifier``.
-
-    Args:
-        params: the root view (reads ``head.*`` and ``classifier.*``).
-        parts: (K, S, H) the parts, the last the bias part.
-        mask: (K, S) 1 for real tokens.
-
-    Returns:
-        (K, num_labels).
-    """
-    x = prediction_parts(params, pooled(parts, mask, params.config.classifier_pooling))  # (K, H)
-    return through_linear(x, params["classifier.weight"], params.get("classifier.bias"))
-
-
-def token_parts(params: Params, parts: Tensor, mask: Tensor) -> Tensor:
-    """:func:`token_head` on parts of the last hidden states: the prediction head frozen at each token, ``classifier``.
-
-    Args:
-        params: the root view (reads ``head.*`` and ``classifier.*``).
-        parts: (K, S, H) the parts, the last the bias part.
-        mask: (K, S), unused.
-
-    Returns:
-        (K, S, num_labels).
-    """
-    return through_linear(prediction_parts(params, parts), params["classifier.weight"], params.get("classifier.bias"))
-
-
-def span_parts(params: Params, parts: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`span_reader` on parts of the last hidden states: :func:`token_parts` with two outputs.
-
-    Args:
-        params: the root view (reads ``head.*`` and ``classifier.*`` (2, H)).
-        parts: (K, S, H) the parts, the last the bias part.
-        mask: (K, S), unused.
-
-    Returns:
-        start: (K, S); end: (K, S).
-    """
-    start, end = token_parts(params, parts, mask).unbind(dim=-1)
-    return start, end
 
 
 def token_head(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
@@ -220,9 +154,9 @@ def reads_first(config: BertConfig) -> bool:
 
 HEADS = {
     "sequence-classification": TaskHead(
-        classification_head, lambda c: head_shapes(c, c.num_labels), reads_first, classification_parts),
-    "token-classification": TaskHead(token_head, lambda c: head_shapes(c, c.num_labels), linearized=token_parts),
-    "question-answering": TaskHead(span_reader, lambda c: head_shapes(c, 2), linearized=span_parts),
+        classification_head, lambda c: head_shapes(c, c.num_labels), reads_first),
+    "token-classification": TaskHead(token_head, lambda c: head_shapes(c, c.num_labels)),
+    "question-answering": TaskHead(span_reader, lambda c: head_shapes(c, 2)),
     "multiple-choice": TaskHead(
         classification_head, lambda c: head_shapes(c, 1), reads_first),
 }

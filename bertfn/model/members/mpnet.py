@@ -13,7 +13,7 @@ MPNet is BERT except:
   ``MPNetEncoder.compute_position_bias``); a key's offset from a query is the same wherever padding puts the text,
   so a left-padded text gets the bias it gets alone;
 * **names**: ``mpnet.*``; the attention block is ``attention.attn.q|k|v|o`` and ``attention.LayerNorm``; the MLM head
-  is RoBERTa's ``lm_head.*``, its activation exact GELU (:data:`KEYS`);
+  is RoBERTa's ``lm_head.*``, its activation exact GELU (:mod:`bertfn.checkpoint.names.mpnet`);
 * **its sequence classifier** is RoBERTa's (``classifier.dense``, tanh, ``classifier.out_proj`` on ``<s>``); its
   tagger, reader and multiple-choice head (on the pooler) are BERT's.
 
@@ -34,8 +34,8 @@ from ..attention import chosen_impl, head_outputs, merge_heads, separate_project
 from ..config import BertConfig
 from ..embeddings import check_ids, word_vectors
 from ..encoder import LayerOutput
+from ..family import Family, register
 from ..feed_forward import chunked_feed_forward
-from ..family import Family, normalizer, register
 from ..functional import dropout, layer_norm, linear
 from ..layout import Mask, Segments, with_keys
 from ..params import Params, scoped
@@ -279,43 +279,8 @@ def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor 
     return LayerOutput(trace("output", h), probs, None, kv, None)
 
 
-LAYER = r"bert\.encoder\.layer\.(\d+)\."
-KEYS = (
-    (LAYER + r"attention\.relative_attention_bias\.", "mpnet.encoder.relative_attention_bias."),
-    (LAYER + r"attention\.self\.query\.", r"mpnet.encoder.layer.\1.attention.attn.q."),
-    (LAYER + r"attention\.self\.key\.", r"mpnet.encoder.layer.\1.attention.attn.k."),
-    (LAYER + r"attention\.self\.value\.", r"mpnet.encoder.layer.\1.attention.attn.v."),
-    (LAYER + r"attention\.output\.dense\.", r"mpnet.encoder.layer.\1.attention.attn.o."),
-    (LAYER + r"attention\.output\.LayerNorm\.", r"mpnet.encoder.layer.\1.attention.LayerNorm."),
-    (r"bert\.", "mpnet."),
-    (r"cls\.predictions\.transform\.dense\.", "lm_head.dense."),
-    (r"cls\.predictions\.transform\.LayerNorm\.", "lm_head.layer_norm."),
-    (r"cls\.predictions\.decoder\.", "lm_head.decoder."),
-    (r"cls\.predictions\.bias", "lm_head.bias"),
-)
-"""BERT's names -> MPNet's, first match wins (:func:`~bertfn.model.family.renamed`): every layer's
-``attention.relative_attention_bias`` is the one shared table."""
-
-
-def shapes(config: BertConfig, table: dict[str, tuple[int, ...]], present) -> dict[str, tuple[int, ...]]:
-    """BERT's table without the token-type embeddings, with the shared bias table (buckets, nh).
-
-    Args:
-        config: the model's config.
-        table: BERT's table of keys and shapes.
-        present (Mapping[str, Tensor]): the weights at hand (unused).
-    """
-    out = {k: s for k, s in table.items() if k != "bert.embeddings.token_type_embeddings.weight"}
-    out["bert.encoder.relative_attention_bias.weight"] = (config.relative_attention_num_buckets,
-                                                          config.num_attention_heads)
-    return out
-
-
 MPNET = register(Family(
-    name="MPNet", model_type="mpnet", prefix="mpnet.", key=KEYS, shapes=shapes,
-    normalize=normalizer("mpnet.", ("embeddings.", "encoder.", "pooler."),
-                         (("lm_head.decoder.weight", "mpnet.embeddings.word_embeddings.weight"),
-                          ("lm_head.decoder.bias", "lm_head.bias"))),
+    name="MPNet", model_type="mpnet",
     embeddings=embeddings,
     position_ids=lambda ids, pad, past: count_positions(ids, PADDING_IDX, past), head_act="gelu",
     layer=layer, task_heads={"sequence-classification": CLASSIFIER},

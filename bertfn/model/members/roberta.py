@@ -6,15 +6,15 @@ RoBERTa is BERT except:
   :func:`count_positions`): padding keeps position ``padding_idx``, so a left-padded text gets the same
   positions as alone, and the table has two rows more than the longest text (514 for 512 tokens);
 * **names**: its weights are ``roberta.*`` and its MLM head is ``lm_head.dense``, ``lm_head.layer_norm``,
-  ``lm_head.decoder`` (the word embeddings, stored once) and ``lm_head.bias`` (:func:`key`);
+  ``lm_head.decoder`` (the word embeddings, stored once) and ``lm_head.bias``, as the checkpoint side has them
+  (:mod:`bertfn.checkpoint.names.roberta`);
 * **the MLM head's activation** is exact GELU whatever ``hidden_act`` says (``RobertaLMHead``);
 * **its config's defaults**: pad 1, ``<s>`` 0, ``</s>`` 2 (:class:`RobertaConfig`); checkpoints have
   one token type;
 * **its sequence classifier** (:func:`classification_head`) reads ``<s>`` through a dense layer of its own, tanh and
   ``out_proj``, where BERT's reads the pooler: RoBERTa was pretrained without next-sentence prediction, so no
   trained pooler comes with it, and its classifier checkpoints hold none (its multiple-choice head is BERT's,
-  on a pooler trained with the task); :func:`classification_parts` is it on parts of ``<s>``'s vector, its tanh
-  frozen (direct attribution into a class).
+  on a pooler trained with the task).
 
 Its tokenizer (byte-level BPE, ``<s> A </s></s> B </s>``, ``<mask>``) is the tokenizer's business
 (bertfn/checkpoint/tokenizer.py). XLM-RoBERTa is RoBERTa with a SentencePiece vocabulary of 250,002
@@ -33,10 +33,9 @@ import torch
 
 from ..config import BertConfig
 from ..embeddings import embeddings as bert_embeddings
-from ..family import Family, TaskHead, normalizer, register
+from ..family import Family, TaskHead, register
 from ..functional import ACTIVATIONS, dropout, linear
 from ..heads import classifier_dropout
-from ..linearized import through_activation, through_linear
 from ..params import Params
 from ..recorder import NO_TRACE, Trace
 from ..task_heads import linear_shapes
@@ -158,24 +157,6 @@ def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
     return trace("classifier.logits", linear(x, p["out_proj.weight"], p["out_proj.bias"]))  # (B, num_labels)
 
 
-def classification_parts(params: Params, parts: Tensor, mask: Tensor, *, activation: str = "tanh") -> Tensor:
-    """:func:`classification_head` on parts of the last hidden states (``TaskHead.linearized``,
-    :mod:`bertfn.model.linearized`): ``dense`` on each part of ``<s>``'s vector, its tanh frozen as a gate, ``out_proj``.
-
-    Args:
-        params: the root view (reads ``classifier.dense.*`` and ``classifier.out_proj.*``).
-        parts: (K, S, H) the parts, the last the bias part.
-        mask: (K, S), unused.
-        activation: the dense layer's activation (ELECTRA's: GELU).
-
-    Returns:
-        (K, num_labels).
-    """
-    p = params.scope("classifier")
-    x = through_activation(through_linear(parts[:, 0], p["dense.weight"], p["dense.bias"]), activation)  # (K, H)
-    return through_linear(x, p["out_proj.weight"], p["out_proj.bias"])  # (K, num_labels)
-
-
 def classification_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     """The keys of :func:`classification_head`: ``classifier.dense`` (H, H), ``classifier.out_proj`` (num_labels, H).
 
@@ -186,25 +167,11 @@ def classification_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     return {**linear_shapes("classifier.dense", H, H), **linear_shapes("classifier.out_proj", config.num_labels, H)}
 
 
-CLASSIFIER = TaskHead(classification_head, classification_shapes, True, classification_parts)
+CLASSIFIER = TaskHead(classification_head, classification_shapes, True)
 """RoBERTa's sequence-classification head, shared with ESM-2."""
 
-KEYS = (
-    (r"bert\.", "roberta."),
-    (r"cls\.predictions\.transform\.dense\.", "lm_head.dense."),
-    (r"cls\.predictions\.transform\.LayerNorm\.", "lm_head.layer_norm."),
-    (r"cls\.predictions\.decoder\.", "lm_head.decoder."),
-    (r"cls\.predictions\.bias", "lm_head.bias"),
-)
-"""BERT's names -> RoBERTa's, first match wins (:func:`~bertfn.model.family.renamed`); the layers' own
-names are BERT's."""
-
-
 ROBERTA = register(Family(
-    name="RoBERTa", model_type="roberta", prefix="roberta.", key=KEYS,
-    normalize=normalizer("roberta.", ("embeddings.", "encoder.", "pooler."),
-                         (("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight"),
-                          ("lm_head.decoder.bias", "lm_head.bias"))),
+    name="RoBERTa", model_type="roberta",
     embeddings=embeddings, position_ids=count_positions, head_act="gelu",
     task_heads={"sequence-classification": CLASSIFIER},
 ))

@@ -16,16 +16,16 @@ The parts are a tensor (K, ..., D) whose last row is the *bias part*: what no wr
 LayerNorms' betas, the layers' biases, the remainders). The ``through_*`` functions are a head's steps on such
 parts, each taking the run's value of its input to be the parts' sum, so that a head written with them gives parts
 that sum to its output. BERT's heads written with them are at the end (:func:`pooled_classifier_parts`, ...: each
-the ``TaskHead.linearized`` of the head it names, in :mod:`bertfn.model.task_heads`); a member whose head is not
-BERT's has its own beside that head (:func:`bertfn.model.members.roberta.classification_parts`, ...).
+the linearization of the head it names in :mod:`bertfn.model.task_heads`); the members' heads whose heads are not
+BERT's have theirs in :mod:`bertfn.interventions.head_parts`, which also finds the one a model's head has.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .functional import ACTIVATIONS
-from .params import Params
+from ..model.functional import ACTIVATIONS
+from ..model.params import Params
 
 Tensor = torch.Tensor
 
