@@ -168,7 +168,7 @@ def zero_shot(
     count("batch_size", batch_size)
 
     called = syntax(python="zero_shot", cli="zero-shot")  # the messages name the call as the caller wrote it
-    m, _, points = loaded(called, model, device, dtype, edits, head="sequence-classification")
+    m, _, points = loaded(TASK, model, device, dtype, edits, head="sequence-classification", called=called)
     entailment, contradiction = nli_outputs(m.config)
     alone = multi_label or len(labels) == 1
     if entailment is None or alone and contradiction is None:
