@@ -31,7 +31,7 @@ from ..model.recorder import Edit
 from .answer_spans import best_answers
 from .answer_windows import Pairs, answerable, context_windows, option, window_batch
 from .checks import count, flag
-from .runner import head_logits, loaded
+from .runner import finished, head_logits, loaded
 from .task import Task
 
 DEFAULT_READER = "distilbert/distilbert-base-cased-distilled-squad"
@@ -236,8 +236,7 @@ def answer(
                                     max_answer_len=max_answer_len, align_to_words=align_to_words))
         first += len(ws)
     results = flag_unknown(results, unknown)  # per pair; an item of several pairs gets the list of theirs
-    out = [results[i] if isinstance(i, int) else [results[j] for j in i] for i in shape]
-    return out[0] if single else out
+    return finished([results[i] if isinstance(i, int) else [results[j] for j in i] for i in shape], None, single)
 
 
 TASK = Task("answer", answer, probe={"question": "a", "context": "a"}, inputs=("question", "context"), fast=True)

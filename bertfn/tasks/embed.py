@@ -47,7 +47,7 @@ from ..model.family import longest_input
 from ..model.recorder import Edit
 from .checks import count
 from .pooling import after_pooling, exclude_prompt, pool
-from .runner import loaded, per_text, texts_in
+from .runner import finished, loaded, per_text, texts_in
 from .task import Task
 
 Tensor = torch.Tensor
@@ -251,7 +251,7 @@ def embed(
         vectors = vectors[:, :cut_to]  # (N, truncate_dim), as sentence-transformers cuts them: after every module
     if normalize is True:
         vectors = F.normalize(vectors, p=2.0, dim=1)  # (N, D), each of length 1
-    return vectors[0] if single else vectors
+    return finished(vectors, None, single)
 
 
 TASK = Task("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
