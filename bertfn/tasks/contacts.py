@@ -176,8 +176,9 @@ def contacts(
 
     def step(ids: Tensor, attentions: Tensor, mask: Tensor) -> list[Tensor]:  # per row, its (r, r) map on the CPU
         probs = contact_head(m.params, ids, attentions, mask, points).float().cpu()  # (b, S - 2, S - 2)
-        rs = (mask.sum(dim=1) - 2).tolist()  # each row's residues: <cls> and <eos> left out
-        return [p if len(probs) == 1 and r == len(p) else p[:r, :r].clone() for p, r in zip(probs, rs)]
+        if len(probs) == 1:  # a row alone has no padding: its map is the whole
+            return [probs[0]]
+        return [p[:r, :r].clone() for p, r in zip(probs, (mask.sum(dim=1) - 2).tolist())]  # r: <cls>, <eos> left out
 
     maps = attention_maps(m, enc, lengths, step, batch_size=batch_size, points=points)
     if top is not None:
