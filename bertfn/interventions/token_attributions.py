@@ -53,7 +53,7 @@ from ..errors import InputError, MissingPartError
 from ..inspect.batch import padded_batch
 from ..model.family import longest_input
 from ..model.recorder import Point
-from ..tasks.checks import count, one_of, too_long
+from ..tasks.checks import count, one_of, refuse_long
 from ..tasks.runner import finished, loaded
 from .gradients import batches, pass_with_grad
 from .head_metrics import entity_score, head_labels, label_index, label_logit
@@ -269,9 +269,7 @@ def token_attributions(texts: str | Sequence[str], model: Model | str | Path, ta
     ids, types, mask, tokens = padded_batch(tok, texts, None if pair is None else [pair] if single else pair)
     lengths = [len(t) for t in tokens]
     limit = longest_input(m.config)
-    for i, n in enumerate(lengths):
-        if n > limit:
-            raise too_long(f"text {i}", n, limit)
+    refuse_long(lengths, limit)
     metrics, reads = zip(*(target_metric(t, m, tokens[i], ids[i, :lengths[i]], head, names)
                            for i, t in enumerate(targets)))
     keep = None if None in reads else set().union(*reads)

@@ -32,7 +32,7 @@ from ..checkpoint.tokenizer import check_text, warn_texts
 from ..errors import InputError, UnknownTokensWarning
 from ..model.family import longest_input
 from ..model.recorder import NO_TRACE, Edit, Trace
-from .checks import count, too_long
+from .checks import count, refuse_long
 from .runner import finished, head_logits, loaded
 from .task import Task
 
@@ -137,10 +137,8 @@ def choice_logits(m: Model, items: list[Item], batch_size: int = 32,
         unknown.setdefault(rows[row][0], said)
     lengths = enc.attention_mask.sum(dim=1).tolist()
     limit = longest_input(m.config)
-    for (i, j), n in zip(rows, lengths):
-        if n > limit:
-            raise too_long(f"text {i} with choice {j}", n, limit, "shorten the prompt (each choice is read with all "
-                           "of it)")
+    refuse_long(lengths, limit, "shorten the prompt (each choice is read with all of it)",
+                named=lambda r: f"text {rows[r][0]} with choice {rows[r][1]}")
     scores = head_logits(m, enc, lengths, "multiple-choice", batch_size=batch_size, points=points)  # per row: (1,)
     flat = torch.cat(scores).float()  # (N,)
     return list(flat.split([len(choices) for _, choices in items])), unknown  # per item: (C,)

@@ -43,7 +43,7 @@ from ..model.functional import linear
 from ..model.family import longest_input
 from ..model.heads import pooler
 from ..model.recorder import NO_TRACE, Edit, Trace
-from .checks import count, flag, one_of, too_long, truncate
+from .checks import count, flag, one_of, refuse_long, truncate
 from .pairs import cut_pairs, longest_pair
 from .runner import finished, head_logits, loaded, per_text
 from .task import Task
@@ -262,11 +262,10 @@ def classify(
         enc = tok(firsts, seconds)
         unknown.update({rows[j]: said for j, said in (enc.unknown or {}).items()})
         lengths = enc.attention_mask.sum(dim=1).tolist()
-        long = [j for j, n in enumerate(lengths) if n > limit]
-        if long and not truncation:
-            raise too_long(f"text {rows[long[0]]}", lengths[long[0]], limit,
-                           truncate("to cut it as transformers' pipeline does"), paired=paired)
-        if long:
+        if not truncation:
+            refuse_long(lengths, limit, truncate("to cut it as transformers' pipeline does"),
+                        named=lambda j: f"text {rows[j]}", paired=paired)
+        elif max(lengths) > limit:
             enc = cut_pairs(tok, firsts, seconds, limit, "longest_first")
             lengths = enc.attention_mask.sum(dim=1).tolist()
         if head is None:

@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..model.family import longest_input
 from ..model.heads import mlm_head
 from ..model.recorder import Edit
-from .checks import count, flag, too_long, truncate
+from .checks import count, flag, refuse_long, truncate
 from .joint import joint_fill
 from .runner import finished, loaded, per_text, texts_in
 from .scoring import word_log_probs
@@ -191,10 +191,9 @@ def fill_mask(
     for i, n in enumerate(lengths):  # every text's masks first, as the command checks them before loading
         if not (enc.input_ids[i, :n] == tok.mask_token_id).any():
             raise missing_mask(tok, i, texts[i])
-    for i, n in enumerate(lengths):
-        if n > P and not truncation:
-            raise too_long(f"text {i}", n, P, truncate(f"to keep a {P}-token window around its masks"))
-    if truncation and max(lengths) > P:
+    if not truncation:
+        refuse_long(lengths, P, truncate(f"to keep a {P}-token window around its masks"))
+    elif max(lengths) > P:
         enc = mask_windows(tok, enc, lengths, P)
         lengths = enc.attention_mask.sum(dim=1).tolist()
 

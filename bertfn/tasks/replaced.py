@@ -21,7 +21,7 @@ from ..errors import MissingPartError
 from ..model.members.electra import DISCRIMINATOR, discriminator_head
 from ..model.recorder import Edit
 from ..model.family import longest_input
-from .checks import count, too_long
+from .checks import count, refuse_long
 from .runner import finished, loaded, per_text, texts_in
 
 
@@ -67,9 +67,7 @@ def replaced_tokens(
     P = longest_input(m.config)
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
-    for i, n in enumerate(lengths):
-        if n > P:
-            raise too_long(f"text {i}", n, P)
+    refuse_long(lengths, P)
     specials = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
     def step(rows: list[int], _, h: torch.Tensor) -> list:  # h: (T, H), the group's texts end to end
         probs = torch.sigmoid(discriminator_head(m.params, h).float())  # (T,)
