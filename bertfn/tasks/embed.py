@@ -210,7 +210,7 @@ def embed(
         UserWarning: texts longer than ``max_length`` tokens, cut.
         BertfnWarning: ``pooling`` or ``normalize`` overriding the folder's (once per folder).
     """
-    batch, single, model = texts_in(texts, model, "embed", blank=True)  # "" and "   ", as SentenceTransformer embeds them
+    batch, single, model = texts_in(texts, model, TASK, blank=True)  # "" and "   ", as SentenceTransformer embeds them
     count("batch_size", batch_size)
     count("truncate_dim", truncate_dim, none="the folder's")
 

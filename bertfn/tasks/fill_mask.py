@@ -168,7 +168,7 @@ def fill_mask(
     Warns:
         UnknownTokensWarning: texts whose tokens are mostly [UNK].
     """
-    texts, single, model = texts_in(inputs, model, "fill_mask")
+    texts, single, model = texts_in(inputs, model, TASK)
     flag("truncation", truncation)
     count("top_k", top_k)
     count("batch_size", batch_size)

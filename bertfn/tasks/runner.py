@@ -1,9 +1,9 @@
 """The one runner: every step of a pipeline but its own, written once.
 
-    texts, single, model = texts_in(texts, model, "tag", blank=True)    the texts, whether one came, the model
+    texts, single, model = texts_in(texts, model, TASK, blank=True)     the texts, whether one came, the model
     ... the options checked (bertfn/tasks/checks.py) ...
     m, tok, points = loaded(TASK, model, device, dtype, edits, head="token-classification")
-    ... the texts tokenized, their lengths checked ...
+    ... the texts tokenized, their lengths checked (checks.refuse_long) ...
     per_text(m, enc, lengths, step, batch_size=..., points=points)      the task's step on each group of texts
     head_logits(m, enc, lengths, "token-classification", ...)           or its head's logits per text
     attention_maps(m, enc, lengths, step, ...)                          or its step on every layer's attention maps
@@ -50,14 +50,20 @@ class Loaded(NamedTuple):
     points: Trace
 
 
-def texts_in(texts, model, what: str, *, blank: bool = False) -> tuple[list[str], bool, object]:
-    """``(texts, single, model)`` of a pipeline written ``what(texts, model)``: its texts as a list, whether one text
-    came (its result alone), and the model, with the order checked.
+def name_of(task: Task | str) -> str:
+    """The call as the messages name it: a task's function's name (``"fill_mask"``), or the name of a call that is no
+    task, as given (``"replaced_tokens"``)."""
+    return task.function.__name__ if isinstance(task, Task) else task
+
+
+def texts_in(texts, model, task: Task | str, *, blank: bool = False) -> tuple[list[str], bool, object]:
+    """``(texts, single, model)`` of a pipeline written ``fill_mask(texts, model)``: its texts as a list, whether one
+    text came (its result alone), and the model, with the order checked.
 
     Args:
         texts (str | Sequence[str]): what the caller passed first.
         model (object): what it passed second.
-        what: the call, for the messages (``"fill_mask"``).
+        task: the pipeline's task, or the name of a call that is no task (:func:`name_of`: the messages' name).
         blank: take an empty or blank text, as the task's transformers pipeline answers one
             (:func:`~bertfn.checkpoint.resolve.text_list`).
 
@@ -65,6 +71,7 @@ def texts_in(texts, model, what: str, *, blank: bool = False) -> tuple[list[str]
         InputError: the model first (:func:`~bertfn.checkpoint.resolve.texts_and_model`), no texts, or a text that is
             no string (or, without ``blank``, a blank one).
     """
+    what = name_of(task)
     texts, model = texts_and_model(texts, model, what)
     batch, single = text_list(texts, what, blank=blank)
     return batch, single, model
@@ -97,7 +104,7 @@ def loaded(task: Task | str, model: Model | str | Path | None, device: str | tor
         edits: ``{point name: edit(tensor, point) -> tensor}`` (:mod:`bertfn.interventions`), or None.
         head: the head the call reads (a task of :data:`~bertfn.model.task_heads.TASKS`,
             ``"token-classification"``); None: no check here (the caller checks its own part).
-        called: the call as the messages name it; None: the task's function's name (``"fill_mask"``), or ``task``.
+        called: the call as the messages name it; None: :func:`name_of` the task.
 
     Returns:
         ``(model, tokenizer, points)``.
@@ -106,11 +113,8 @@ def loaded(task: Task | str, model: Model | str | Path | None, device: str | tor
         InputError: a ``model`` that is no model (:func:`~bertfn.checkpoint.resolve.get_model`).
         MissingPartError: a model without a tokenizer, or without ``head``.
     """
-    if isinstance(task, Task):
-        what, prepare = called or task.function.__name__, packing(task, edits)
-    else:
-        what, prepare = called or task, None
-    m = get_model(model, device, dtype, prepare=prepare)
+    what = called or name_of(task)
+    m = get_model(model, device, dtype, prepare=packing(task, edits) if isinstance(task, Task) else None)
     tok = require_tokenizer(m, what)
     if head is not None:
         require_head(m, head, what)

@@ -250,7 +250,7 @@ def score(
             cannot be scored (:func:`check_scorable`).
         MissingPartError: a model without a tokenizer or without the masked-LM head.
     """
-    texts, single, model = texts_in(texts, model, "score")
+    texts, single, model = texts_in(texts, model, TASK)
     one_of("method", method, METHODS)
     count("batch_size", batch_size)
     m, tok, points = loaded(TASK, model, device, dtype, edits)

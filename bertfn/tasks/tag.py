@@ -287,7 +287,7 @@ def tag(
         UserWarning: texts longer than the model reads, without a stride.
         UnknownTokensWarning: texts whose tokens are mostly [UNK] (their entities hold ``"warning"``).
     """
-    batch, single, model = texts_in(texts, model, "tag", blank=True)  # "" and "   ": no entities, as the pipeline says
+    batch, single, model = texts_in(texts, model, TASK, blank=True)  # "" and "   ": no entities, as the pipeline says
     strategy, ignored = check_options(aggregation_strategy, ignore_labels, stride, batch_size)
 
     m, tok, points = loaded(TASK, model, device, dtype, edits, head="token-classification")

@@ -156,7 +156,7 @@ def zero_shot(
         UserWarning: texts cut to fit the model with their hypothesis.
         UnknownTokensWarning: texts whose pairs are mostly [UNK].
     """
-    batch, single, model = texts_in(texts, model, "zero_shot", blank=True)
+    batch, single, model = texts_in(texts, model, TASK, blank=True)
     if isinstance(model, (list, tuple)):
         raise InputError("zero_shot takes the model second and the labels as a keyword: "
                          "zero_shot(texts, model, candidate_labels=[...])")
