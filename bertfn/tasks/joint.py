@@ -69,6 +69,11 @@ def beam_search(m: Model, rows: list[list[int]], types: list[list[int]], masks: 
     """
     mask_id, pad_id = m.tokenizer.mask_token_id, m.tokenizer.pad_token_id
     beams: list[list[tuple[tuple[int, ...], float]]] = [[((), 0.0)] for _ in rows]
+
+    def best(group: list[int], lp: torch.Tensor) -> list:  # per copy: its width best (log P, token ids)
+        values, picks = lp.topk(min(width, lp.shape[-1]), dim=-1)  # (n, width) each
+        return list(zip(values.tolist(), picks.tolist()))
+
     for step in range(max(len(ms) for ms in masks)):
         owners, copy_rows, copy_types, target = [], [], [], []  # one copy per (text, beam) still going
         for i, ms in enumerate(masks):
@@ -77,10 +82,6 @@ def beam_search(m: Model, rows: list[list[int]], types: list[list[int]], masks: 
                     owners.append((i, tokens, s))
                     copy_rows.append(filled(rows[i], ms, tokens)), copy_types.append(types[i]), target.append(ms[step])
         copies = copies_of(copy_rows, copy_types, target, [mask_id] * len(target), pad_id)
-        def best(group: list[int], lp: torch.Tensor) -> list:  # per copy: its width best (log P, token ids)
-            values, picks = lp.topk(min(width, lp.shape[-1]), dim=-1)  # (n, width) each
-            return list(zip(values.tolist(), picks.tolist()))
-
         grown: dict[int, list] = {i: [] for i, _, _ in owners}
         for (i, tokens, s), (values, ids) in zip(owners, target_log_softmax(m, copies, best, batch_size, points)):
             grown[i] += [(tokens + (t,), s + v) for v, t in zip(values, ids)]
