@@ -32,9 +32,12 @@ What every pipeline shares:
                     edits; its texts through the model in groups, the layout chosen here; the [UNK] warnings and
                     one result or a list
 
-A task is its module: one that declares ``TASK = Task(...)`` is found here (:data:`TASKS`), and the corpus
-(:mod:`bertfn.corpus.registry`), the command line (:data:`bertfn.cli.COMMANDS`, from ``bertfn/cli/<name>.py``) and
-``bertfn``'s exports (checked by tests/test_task_list.py) follow.
+A task is its module: one that declares ``TASK = Task(...)`` is found here (:func:`declared`, :data:`TASKS`), and the
+corpus (:mod:`bertfn.corpus.registry`) and the command line (:func:`bertfn.cli.commands`, from
+``bertfn/cli/<name>.py``) follow. Written out still, for readers that do not import (the docs' griffe, editors), and
+held to this list by tests/test_task_list.py: ``bertfn``'s import of the task's function, the corpus's name for its
+class (``FillMask = MAPPERS["fill-mask"]`` in registry.py, imported in bertfn/corpus/__init__.py), and the
+reference pages' entries (docs/reference/tasks.md, corpus.md).
 """
 
 from __future__ import annotations
