@@ -66,3 +66,13 @@ def test_truncate_spells_the_option_as_the_caller_writes_it():
         assert truncate("to cut it") == "shorten it, or pass --truncation to cut it"
     finally:
         SURFACE.reset(token)
+
+
+def test_refuse_long_names_the_first_text_over_the_limit():
+    from bertfn.tasks.checks import refuse_long
+
+    refuse_long([3, 64, 10], 64)
+    with pytest.raises(bertfn.InputError, match=r"^text 1 is 70 tokens long but the model reads at most 64; shorten it$"):
+        refuse_long([3, 70, 80], 64)
+    with pytest.raises(bertfn.InputError, match=r"^text 7 with choice 0 is 65 tokens long with its pair but .* 64; cut$"):
+        refuse_long([65], 64, "cut", named=lambda r: "text 7 with choice 0", paired=True)

@@ -53,3 +53,72 @@ def test_bertfn_exports_every_tasks_function():
 
 def test_the_fast_tasks_are_those_that_pack_their_weights():
     assert {t.name for t in TASKS if not t.fast} == {"embed", "score-mutations"}
+
+
+TOY_TASK = '''
+from bertfn.tasks.task import Task
+
+
+def shout(texts, model=None, *, batch_size=8):
+    """Each text in capitals."""
+    return [t.upper() for t in texts]
+
+
+TASK = Task("shout", shout, probe="a")
+'''
+
+TOY_COMMAND = '''
+def add(sub):
+    sub.add_parser("shout").add_argument("text", nargs="+")
+
+
+def run(args):
+    from toytasks.shout import shout
+
+    print(" ".join(shout(args.text)))
+    return 0
+'''
+
+
+def test_a_new_task_is_its_module_and_the_corpus_and_the_command_line_follow(tmp_path, monkeypatch, request, tiny_folder,
+                                                                              capsys):
+    """A package holding one module that declares a TASK, and the subcommand module named after it: the list of tasks
+    finds it, the command line runs it and the corpus streams it, nothing else written for it."""
+    import sys
+
+    import bertfn.cli
+    from bertfn.cli import commands, main
+    from bertfn.corpus.registry import mapper
+    from bertfn.corpus.runner import stream
+    from bertfn.tasks import declared
+
+    (tmp_path / "toytasks").mkdir()
+    (tmp_path / "toytasks" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "toytasks" / "shout.py").write_text(TOY_TASK, encoding="utf-8")
+    (tmp_path / "commands").mkdir()
+    (tmp_path / "commands" / "shout.py").write_text(TOY_COMMAND, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(bertfn.cli, "__path__", [*bertfn.cli.__path__, str(tmp_path / "commands")])
+
+    def forget() -> None:  # the toy modules, imported below, are no module of bertfn's after the test
+        for name in ("toytasks", "toytasks.shout", "bertfn.cli.shout"):
+            sys.modules.pop(name, None)
+        vars(bertfn.cli).pop("shout", None)
+
+    request.addfinalizer(forget)
+
+    import toytasks
+
+    (toy,) = declared(toytasks.__path__, "toytasks")
+    assert toy.name == "shout" and toy.class_name == "Shout" and toy.function.__module__ == "toytasks.shout"
+
+    monkeypatch.setattr(bertfn.cli, "COMMANDS", commands((*TASKS, toy)))
+    assert list(bertfn.cli.COMMANDS)[-3:] == ["shout", "view", "attention"]
+    assert main(["shout", "hello", "world"]) == 0
+    assert capsys.readouterr().out == "HELLO WORLD\n"
+
+    monkeypatch.setitem(REGISTERED, "shout", toy)  # taken out again after the test
+    Shout = mapper(toy)
+    assert Shout.__name__ == "Shout" and issubclass(Shout, Mapper) and REGISTERED["shout"] is toy
+    assert list(stream(["a", "b c"], bertfn.load(tiny_folder), task="shout", batch_size=2)) == ["A", "B C"]
+    assert Shout(bertfn.load(tiny_folder))({"text": ["x"]})["result"] == ['"X"']

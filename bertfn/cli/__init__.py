@@ -42,7 +42,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..errors import SURFACE, BertfnError, InputError
 from ..tasks import TASKS
@@ -62,14 +62,23 @@ def task_command(task: Task) -> tuple[Callable, Callable[[argparse.Namespace], i
     return module.add, module.run
 
 
-COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
-    **{task.name: task_command(task) for task in TASKS if task.command},
-    "view": (view.add_view, view.run_view),
-    "attention": (view.add_attention, view.run_attention),
-}
-"""Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments): each task's that has a
-subcommand (:attr:`~bertfn.tasks.task.Task.command`), from the module named after it (``bertfn/cli/fill_mask.py``),
-then the explorer's and the attention plot's, which are no task (view.py)."""
+def commands(tasks: Iterable[Task]) -> dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]]:
+    """Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments): each of ``tasks`` that
+    has a subcommand (:attr:`~bertfn.tasks.task.Task.command`), from the module named after it (:func:`task_command`),
+    then the explorer's and the attention plot's, which are no task (view.py).
+
+    Args:
+        tasks: the tasks, in the order their subcommands are listed.
+    """
+    return {
+        **{task.name: task_command(task) for task in tasks if task.command},
+        "view": (view.add_view, view.run_view),
+        "attention": (view.add_attention, view.run_attention),
+    }
+
+
+COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = commands(TASKS)
+"""Every subcommand (:func:`commands`): one per task of :data:`bertfn.tasks.TASKS` that has one, and view's two."""
 
 
 class _Parser(argparse.ArgumentParser):

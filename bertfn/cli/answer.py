@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
-from ..fast.choice import pack_state
-from ..tasks.answer import DEFAULT_READER, answer
+from ..tasks.answer import DEFAULT_READER, TASK, answer
+from ..tasks.runner import packing
 from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
 
 
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if context is None:
         raise InputError("pass the context the answers are taken from: --context TEXT or --context-file FILE")
     questions = list(args.text)
-    results = answer(questions, context, model_from_args(args, pack_state), **options)
+    results = answer(questions, context, model_from_args(args, packing(TASK)), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:

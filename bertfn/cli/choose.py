@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..errors import InputError
-from ..fast.choice import pack_state
+from ..tasks.runner import packing
 from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
@@ -36,7 +36,7 @@ def table(result: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the scores of ``--choices`` after each prompt: a table, or JSON as bertfn.choose returns it."""
-    from ..tasks.choose import choice_items, choose
+    from ..tasks.choose import TASK, choice_items, choose
 
     if args.input is not None:
         if args.choices is not None:
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.choices is None:
         raise InputError("pass the choices after the prompt: --choices A B C")
     items, _ = choice_items(list(args.text), args.choices)  # bad prompts or choices fail before the model loads
-    results = choose([{"prompt": p, "choices": c} for p, c in items], model_from_args(args, pack_state), batch_size=args.batch_size)
+    results = choose([{"prompt": p, "choices": c} for p, c in items], model_from_args(args, packing(TASK)), batch_size=args.batch_size)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..errors import InputError
-from ..fast.choice import pack_state
+from ..tasks.runner import packing
 from .options import (add_file_options, add_head_options, add_model_options, emit, model_from_args, no_texts,
                       run_file_command, subcommand)
 
@@ -55,7 +55,7 @@ def ranked_table(text: str, result: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tasks.classify import classify
+    from ..tasks.classify import TASK, classify
 
     top_k = None if args.all_labels else 1 if args.top_k is None else args.top_k
     options = dict(top_k=top_k, function_to_apply=args.function, truncation=args.truncation,
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         raise no_texts(args, "pass at least one text, or --input FILE; see 'bertfn classify --help'")
     texts = list(args.text)
     pairs = args.pair if args.pair is None or len(args.pair) > 1 else args.pair * len(texts)
-    results = classify(texts, model_from_args(args, pack_state), text_pair=pairs, **options)
+    results = classify(texts, model_from_args(args, packing(TASK)), text_pair=pairs, **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
         return 0

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..errors import InputError
-from ..fast.choice import pack_state
+from ..tasks.runner import packing
 from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
 
 
@@ -68,7 +68,7 @@ def write(path: str, probs, sequence: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print each protein's most likely contacts (a table), its map or contacts as JSON, or write its map to --out."""
-    from ..tasks.contacts import check_top, contacts
+    from ..tasks.contacts import TASK, check_top, contacts
 
     top = top_option(args.top)
     check_top(top, args.min_separation)  # before the model loads
@@ -87,16 +87,16 @@ def run(args: argparse.Namespace) -> int:
             from ..inspect.plots import require_matplotlib
 
             require_matplotlib()  # before the model loads: a missing matplotlib is known at once
-        probs = contacts(texts[0], model_from_args(args, pack_state), batch_size=args.batch_size)  # (r, r)
+        probs = contacts(texts[0], model_from_args(args, packing(TASK)), batch_size=args.batch_size)  # (r, r)
         write(args.out, probs, texts[0])
         emit(f"wrote {args.out} ({len(probs)} x {len(probs)} residues)")
         return 0
     if args.json:
         from ..corpus.runner import jsonable
 
-        results = contacts(texts, model_from_args(args, pack_state), **options)
+        results = contacts(texts, model_from_args(args, packing(TASK)), **options)
         emit(json.dumps(jsonable(results[0] if len(texts) == 1 else results)))  # floats at float32 precision
         return 0
-    pairs = contacts(texts, model_from_args(args, pack_state), **{**options, "top": top or "L/5"})
+    pairs = contacts(texts, model_from_args(args, packing(TASK)), **{**options, "top": top or "L/5"})
     emit("\n\n".join(table(t, p) for t, p in zip(texts, pairs)))
     return 0

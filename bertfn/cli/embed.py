@@ -7,6 +7,7 @@ import json
 
 from ..checkpoint.sentence_folder import POOLINGS
 from ..errors import InputError
+from ..tasks.runner import packing
 from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
 
 
@@ -34,7 +35,7 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the embeddings of ``args.text``: one line of H numbers per text, or JSON as bertfn.embed(...).tolist()."""
-    from ..tasks.embed import embed
+    from ..tasks.embed import TASK, embed
 
     options = dict(pooling=args.pooling, normalize=args.normalize,
                    prompt_name=args.prompt_name, prompt=args.prompt, truncate_dim=args.truncate_dim,
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.text:
         raise InputError("pass at least one text, or --input FILE; see 'bertfn embed --help'")
     texts = list(args.text)
-    vectors = embed(texts, model_from_args(args), **options).cpu()  # (N, H)
+    vectors = embed(texts, model_from_args(args, packing(TASK)), **options).cpu()  # (N, H)
     if args.json:
         emit(json.dumps(vectors[0].tolist() if len(texts) == 1 else vectors.tolist()))
     else:

@@ -6,7 +6,7 @@ import argparse
 import json
 import warnings
 
-from ..fast.choice import pack_state
+from ..tasks.runner import packing
 from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
@@ -53,7 +53,7 @@ def joint_table(text: str, fills: list) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..checkpoint.resolve import text_list
-    from ..tasks.fill_mask import fill_mask, require_masks
+    from ..tasks.fill_mask import TASK, fill_mask, require_masks
 
     options = dict(top_k=args.top_k, targets=args.targets, truncation=args.truncation, batch_size=args.batch_size,
                    joint=args.joint, beam_width=args.beam_width)
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     # The mask token is the tokenizer's, which loads with the weights: the load's warnings (a checkpoint's
     # unused keys, ...) wait until the texts are checked, so that a text the model cannot fill gets its error alone.
     with warnings.catch_warnings(record=True) as loading:
-        model = model_from_args(args, pack_state)
+        model = model_from_args(args, packing(TASK))
     if model.tokenizer:  # without one, fill_mask says so, after the load's warning that tells where one may be
         require_masks(model.tokenizer, texts)
     for w in loading:

@@ -97,7 +97,9 @@ def add_head_options(parser: argparse.ArgumentParser, doing: str) -> None:
 
 
 def model_from_args(args: argparse.Namespace, prepare: Callable[[dict], bool] | None = None):
-    """The :class:`~bertfn.checkpoint.loading.Model` the model options name, loaded anew with ``load``'s ``prepare``.
+    """The :class:`~bertfn.checkpoint.loading.Model` the model options name, loaded anew with ``load``'s ``prepare``
+    (a task's subcommand passes :func:`~bertfn.tasks.runner.packing` of its task: the weights packed where it runs on
+    the fast path).
 
     Raises:
         InputError: file options without ``--input`` (:func:`refuse_file_options`), before the model loads.

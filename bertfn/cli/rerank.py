@@ -7,7 +7,7 @@ import json
 
 from ..errors import InputError
 from ..tasks.rerank import ACTIVATIONS
-from ..fast.choice import pack_state
+from ..tasks.runner import packing
 from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
 
 
@@ -43,7 +43,7 @@ def table(query: str, ranking: list[dict]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the passages' ranking: a table, or JSON as bertfn.rerank(..., return_documents=True) gives it."""
-    from ..tasks.rerank import rerank
+    from ..tasks.rerank import TASK, rerank
 
     options = dict(top_k=args.top_k, activation=args.activation, batch_size=args.batch_size)
     args.text = [args.query, *args.passages] if args.query is not None else []  # what run_file_command checks
@@ -52,6 +52,6 @@ def run(args: argparse.Namespace) -> int:
     if args.query is None or not args.passages:
         raise InputError("pass a query and at least one passage (bertfn rerank QUERY PASSAGE ...), or --input FILE; "
                          "see 'bertfn rerank --help'")
-    ranking = rerank(args.query, list(args.passages), model_from_args(args, pack_state), return_documents=True, **options)
+    ranking = rerank(args.query, list(args.passages), model_from_args(args, packing(TASK)), return_documents=True, **options)
     emit(json.dumps(ranking, indent=2, ensure_ascii=False) if args.json else table(args.query, ranking))
     return 0

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from ..errors import InputError
-from ..fast.choice import pack_state
+from ..tasks.runner import packing
 from .options import (add_file_options, add_model_options, emit, model_from_args, one_line, run_file_command,
                       subcommand)
 
@@ -44,7 +44,7 @@ def table(r: dict, per_token: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tasks.scoring import score
+    from ..tasks.scoring import TASK, score
 
     if args.reference is None and (given := next((f for f in ("pll_change", "wt_marginal", "matrix") if getattr(args, f)), 0)):
         raise InputError(f"--{given.replace('_', '-')} goes with --reference TEXT, the text the others are variants of")
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return run_file_command(args, "score", method=args.method)
     if not args.text:
         raise InputError("pass at least one text to score, or --input FILE; see 'bertfn score --help'")
-    results = score(list(args.text), model_from_args(args, pack_state), method=args.method)
+    results = score(list(args.text), model_from_args(args, packing(TASK)), method=args.method)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:

@@ -7,7 +7,7 @@ import json
 
 from ..errors import InputError
 from ..tasks.entities import STRATEGIES
-from ..fast.choice import pack_state
+from ..tasks.runner import packing
 from .options import (
     add_file_options,
     add_model_options,
@@ -51,7 +51,7 @@ def table(text: str, entities: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tasks.tag import tag
+    from ..tasks.tag import TASK, tag
 
     options = {"aggregation_strategy": args.aggregation, "stride": args.stride, "batch_size": args.batch_size,
                "ignore_labels": tuple(x for x in args.ignore_labels.split(",") if x)}
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return run_file_command(args, "tag", **options)
     if not args.text:
         raise InputError("pass at least one text, or --input FILE; see 'bertfn tag --help'")
-    results = tag(list(args.text), model_from_args(args, pack_state), **options)
+    results = tag(list(args.text), model_from_args(args, packing(TASK)), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:

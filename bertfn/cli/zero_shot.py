@@ -7,7 +7,7 @@ import json
 
 from ..errors import InputError
 from ..tasks.zero_shot import DEFAULT_TEMPLATE
-from ..fast.choice import pack_state
+from ..tasks.runner import packing
 from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
@@ -40,7 +40,7 @@ def table(result: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print each text's labels, best first: a table, or the results as JSON."""
-    from ..tasks.zero_shot import candidate_list, zero_shot
+    from ..tasks.zero_shot import TASK, candidate_list, zero_shot
 
     if not args.labels:
         raise InputError("pass the candidate labels: --labels LABEL ...; see 'bertfn zero-shot --help'")
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         return run_file_command(args, "zero-shot", **options)
     if not args.text:
         raise no_texts(args, "pass at least one text, or --input FILE; see 'bertfn zero-shot --help'")
-    results = zero_shot(list(args.text), model_from_args(args, pack_state), **options)
+    results = zero_shot(list(args.text), model_from_args(args, packing(TASK)), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:

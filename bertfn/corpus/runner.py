@@ -35,9 +35,9 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..checkpoint.state import release_memory
 from ..errors import InputError, MissingPartError
-from ..fast.choice import pack_state
 from ..model.family import longest_input
 from ..tasks.checks import count
+from ..tasks.runner import packing
 from ..tasks.task import Task
 
 CHUNK = 256
@@ -78,8 +78,8 @@ def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None
         device: where the model runs.
         dtype: its precision.
         prepare: ``load``'s, for a model loaded here; a run on the fast path alone passes
-            :func:`~bertfn.fast.choice.pack_state`, so the model holds each linear weight once, in the
-            layout the fast path's kernel reads.
+            :func:`~bertfn.fast.choice.pack_state` (:func:`~bertfn.tasks.runner.packing`), so the model holds each
+            linear weight once, in the layout the fast path's kernel reads.
         fresh: load it anew instead of sharing get_model's (a command line's model).
     """
     if tokenizer is None and lowercase is None and not fresh or isinstance(model, Model):
@@ -145,9 +145,8 @@ class Runner:
                  lowercase: bool | None = None, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, probe: bool = True, **options) -> None:
         self.task = task_named(task)
-        fast_only = self.task.fast and not options.get("edits")  # no edits: the fast path alone
         self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
-                                prepare=pack_state if fast_only else None)
+                                prepare=packing(self.task, options.get("edits")))
         self.options = options
         self.limit = self.task.max_tokens(self.model, options) if self.task.max_tokens else None
         if probe:

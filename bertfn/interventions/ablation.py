@@ -21,10 +21,11 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import get_model, require_tokenizer, text_list
+from ..checkpoint.resolve import get_model, text_list
 from ..errors import InputError
 from ..model.encoder import encoder
 from ..model.recorder import Edit, Point, Trace
+from ..tasks.runner import loaded
 from .points import select
 
 Tensor = torch.Tensor
@@ -174,8 +175,8 @@ def activation_means(texts: str | Sequence[str], model: Model | str | Path, name
         Per name, the mean: the tensor's shape without its batch and position axes.
     """
     texts, _ = text_list(texts, "activation_means")
-    m = get_model(model)
-    enc = require_tokenizer(m, "activation_means")(list(texts))
+    m, tok, _ = loaded("activation_means", model)
+    enc = tok(list(texts))
     kept: dict[str, Tensor] = {}
 
     def keep(x: Tensor, point: Point) -> Tensor:  # only the points asked for (a whole trace would run eager)

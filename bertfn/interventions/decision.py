@@ -33,13 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import fits, get_model, require_tokenizer
+from ..checkpoint.resolve import fits
 from ..errors import InputError, MissingPartError
 from ..inspect.decision_panel import Decision, contact_codes
 from ..tasks.answer import answer
 from ..tasks.checks import count
 from ..tasks.classify import classify, default_function
 from ..tasks.contacts import contacts
+from ..tasks.runner import loaded
 from ..tasks.tag import tag
 from .head_metrics import head_labels
 from .logit_attribution import logit_attribution
@@ -100,8 +101,7 @@ def decision(text: str, model: Model | str | Path, *, pair: str | None = None, s
             and ``labels`` as :func:`bertfn.classify` refuses them.
         MissingPartError: a model without a tokenizer, with none of the heads the panel explains, or without ``head``.
     """
-    m = get_model(model)
-    tok = require_tokenizer(m, "decision")
+    m, tok, _ = loaded("decision", model)
     count("steps", steps)
     count("max_targets", max_targets)
     names = None if head is None and labels is None else head_labels(m, head, labels, "decision")

@@ -25,13 +25,14 @@ from typing import NamedTuple
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import get_model, require_tokenizer, text_list
+from ..checkpoint.resolve import text_list
 from ..errors import InputError
 from ..inspect.batch import checkpoint_head, padded_batch, text_tensors
 from ..inspect.trace import Recording
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import Edits, Point, Trace, check_edits, merge_edits, point_names
+from ..tasks.runner import finished, loaded
 from .copies import Kept
 from .patching import Metric
 
@@ -209,8 +210,7 @@ def gradients(texts: str | Sequence[str], model: Model | str | Path, metric: Met
         MissingPartError: a model without a tokenizer.
     """
     texts, single = text_list(texts, "gradients")
-    m = get_model(model)
-    require_tokenizer(m, "gradients")
+    m = loaded("gradients", model).model
     full = resolve_names(names, m.config)
     out = run_with_grad(m, texts, metric, full, edits=edits)
-    return out[0] if single else out
+    return finished(out, None, single)

@@ -30,11 +30,12 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import fits, get_model, require_mlm_head, require_tokenizer
+from ..checkpoint.resolve import fits, require_mlm_head
 from ..errors import InputError
 from ..inspect.trace import trace
 from ..model.heads import head_act
 from ..model.task_heads import TASKS
+from ..tasks.runner import loaded
 from .class_attribution import class_attribution
 from .head_metrics import head_labels
 from .linearized import through_activation, through_linear, through_norm
@@ -153,8 +154,7 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
             :func:`bertfn.classify` refuses them.
         MissingPartError: a model without a tokenizer, with neither an MLM head nor a task head, or without ``head``.
     """
-    m = get_model(model)
-    require_tokenizer(m, "logit_attribution")
+    m = loaded("logit_attribution", model).model
     names = None if head is None and labels is None else head_labels(m, head, labels, "logit_attribution")
     if head is not None or m.head.task in TASKS:
         return class_attribution(m, text, tokens, position=position, pair=pair, head=head, names=names)

@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import get_model, require_tokenizer
 from ..errors import InputError
 from ..inspect.trace import trace
 from ..model.config import BertConfig
 from ..model.recorder import layer_of, merge_edits, point_names
+from ..tasks.runner import loaded
 from .patching import Metric, patch
 from .points import as_list, per_head
 
@@ -122,8 +122,7 @@ def path_patch(clean_text: str, corrupted_text: str, model: Model | str | Path, 
             or a metric that gives no scalar.
         MissingPartError: a model without a tokenizer.
     """
-    m = get_model(model)
-    require_tokenizer(m, "path_patch")
+    m = loaded("path_patch", model).model
     cfg = m.config
     L = cfg.num_hidden_layers
     if not (isinstance(sender, (tuple, list)) and len(sender) == 2 and isinstance(sender[0], int)

@@ -36,10 +36,10 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import get_model, require_tokenizer
 from ..errors import InputError
 from ..inspect.trace import Recording
 from ..model.recorder import check_edits
+from ..tasks.runner import loaded
 from .copies import OVER, patched_metrics, slice_shape
 from .gradients import run_with_grad
 from .pairs import pairs_of, prepared
@@ -125,8 +125,7 @@ class Sweep:
 def _setup(clean, corrupted, model, metric, over, name, layers, what):
     """Checks common to :func:`sweep` and :func:`attribution`: the pairs, the model, the points, the layers."""
     pairs = pairs_of(clean, corrupted, what)
-    m = get_model(model)
-    require_tokenizer(m, what)
+    m = loaded(what, model).model
     if over not in OVER:
         raise InputError(f"over must be one of {', '.join(map(repr, OVER))}, got {over!r}")
     template = name or OVER[over]

@@ -47,13 +47,14 @@ import numpy as np
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import fits, get_model, require_tokenizer, text_list
+from ..checkpoint.resolve import fits, text_list
 from ..checkpoint.tokenizer import Tokenizer
 from ..errors import InputError, MissingPartError
 from ..inspect.batch import padded_batch
 from ..model.family import longest_input
 from ..model.recorder import Point
-from ..tasks.checks import count, one_of, too_long
+from ..tasks.checks import count, one_of, refuse_long
+from ..tasks.runner import finished, loaded
 from .gradients import batches, pass_with_grad
 from .head_metrics import entity_score, head_labels, label_index, label_logit
 from .patching import Metric, at_masks
@@ -263,15 +264,12 @@ def token_attributions(texts: str | Sequence[str], model: Model | str | Path, ta
     if len(targets) != len(texts) or (single and isinstance(target, list)):
         raise InputError(f"target is one for every text or a list of one per text: got {len(targets)} targets for "
                          f"{len(texts)} text{'s' * (len(texts) > 1)}")
-    m = get_model(model)
-    tok = require_tokenizer(m, "token_attributions")
+    m, tok, _ = loaded("token_attributions", model)
     names = None if head is None and labels is None else head_labels(m, head, labels, "token_attributions")
     ids, types, mask, tokens = padded_batch(tok, texts, None if pair is None else [pair] if single else pair)
     lengths = [len(t) for t in tokens]
     limit = longest_input(m.config)
-    for i, n in enumerate(lengths):
-        if n > limit:
-            raise too_long(f"text {i}", n, limit)
+    refuse_long(lengths, limit)
     metrics, reads = zip(*(target_metric(t, m, tokens[i], ids[i, :lengths[i]], head, names)
                            for i, t in enumerate(targets)))
     keep = None if None in reads else set().union(*reads)
@@ -315,4 +313,4 @@ def token_attributions(texts: str | Sequence[str], model: Model | str | Path, ta
         attributions = ((x - b) * summed[t]).sum(-1)  # (S_t,)
         delta = attributions.sum().item() - (value - baseline_value)
         results.append(TokenAttributions(tokens[t], attributions, value, baseline_value, delta, method))
-    return results[0] if single else results
+    return finished(results, None, single)

@@ -28,23 +28,40 @@ What every pipeline shares:
 
     task.py         Task: a pipeline declared once, as its module's TASK; TASKS below lists them all
     checks.py       the option checks (a positive integer, True or False, one of a set) and the too-long refusal
-    runner.py       what every pipeline does before and after its own step: the model, its tokenizer and edits;
-                    the [UNK] warnings and one result or a list
+    runner.py       every step of a pipeline but its own: the model (packed as its TASK says), its tokenizer and
+                    edits; its texts through the model in groups, the layout chosen here; the [UNK] warnings and
+                    one result or a list
 
-A task is its module: one that declares ``TASK = Task(...)`` is found here (:data:`TASKS`), and the corpus
-(:mod:`bertfn.corpus.registry`), the command line (:data:`bertfn.cli.COMMANDS`, from ``bertfn/cli/<name>.py``) and
-``bertfn``'s exports (checked by tests/test_task_list.py) follow.
+A task is its module: one that declares ``TASK = Task(...)`` is found here (:func:`declared`, :data:`TASKS`), and the
+corpus (:mod:`bertfn.corpus.registry`) and the command line (:func:`bertfn.cli.commands`, from
+``bertfn/cli/<name>.py``) follow. Written out still, for readers that do not import (the docs' griffe, editors), and
+held to this list by tests/test_task_list.py: ``bertfn``'s import of the task's function, the corpus's name for its
+class (``FillMask = MAPPERS["fill-mask"]`` in registry.py, imported in bertfn/corpus/__init__.py), and the
+reference pages' entries (docs/reference/tasks.md, corpus.md).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Iterable
 
 from .task import Task
 
-TASKS: tuple[Task, ...] = tuple(
-    module.TASK for module in (importlib.import_module(f"{__name__}.{found.name}") for found in pkgutil.iter_modules(__path__))
-    if isinstance(getattr(module, "TASK", None), Task))
+
+
+def declared(path: Iterable[str], package: str) -> tuple[Task, ...]:
+    """The tasks the modules of a package declare: the ``TASK`` of each module that has one, in the order of the
+    modules' names (each module imported).
+
+    Args:
+        path: the package's folders (its ``__path__``).
+        package: its name (``"bertfn.tasks"``).
+    """
+    modules = (importlib.import_module(f"{package}.{found.name}") for found in pkgutil.iter_modules(path))
+    return tuple(module.TASK for module in modules if isinstance(getattr(module, "TASK", None), Task))
+
+
+TASKS: tuple[Task, ...] = declared(__path__, __name__)
 """Every task, in the order of its module's name: the ``TASK`` of each module of this package that declares one."""
 

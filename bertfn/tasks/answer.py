@@ -7,7 +7,7 @@ The pipeline, one named step a function:
     windows      [CLS] question [SEP] context [SEP], the context cut into windows of at most max_seq_len tokens that
                  overlap by doc_stride tokens, as the fast tokenizer cuts them (:mod:`bertfn.tasks.answer_windows`)
     reader       the checkpoint's question-answering head on every window, on the fast path: start and end logits
-                 (:func:`~bertfn.fast.batching.head_outputs`)
+                 (:func:`~bertfn.tasks.runner.head_logits`)
     spans        the best spans of each window, in characters of the context, the best over the windows
                  (:mod:`bertfn.tasks.answer_spans`)
 
@@ -26,13 +26,12 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import flag_unknown, refuse_empty, texts_and_model
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError
-from ..fast.batching import head_outputs
 from ..model.family import longest_input
 from ..model.recorder import Edit
 from .answer_spans import best_answers
 from .answer_windows import Pairs, answerable, context_windows, option, window_batch
 from .checks import count, flag
-from .runner import loaded
+from .runner import finished, head_logits, loaded
 from .task import Task
 
 DEFAULT_READER = "distilbert/distilbert-base-cased-distilled-squad"
@@ -181,8 +180,8 @@ def answer(
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in (``"bfloat16"``: the faster bf16 mode; the softmax runs in float32).
         edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder` takes them,
-            the head's ``qa.start_logits`` and ``qa.end_logits`` included; with edits the windows run through the
-            reference functions as padded batches instead of the fast path.
+            the head's ``qa.start_logits`` and ``qa.end_logits`` included; the edits see each point in the shape of its
+            group's padded batch (:func:`~bertfn.tasks.runner.head_logits`).
 
     Returns:
         Per question, its best answer ``{"score", "start", "end", "answer"}`` (``start``/``end`` index the
@@ -211,7 +210,7 @@ def answer(
     flag("handle_impossible_answer", handle_impossible_answer)
     flag("align_to_words", align_to_words)
 
-    m, tok, points = loaded("answer", model if model is not None else DEFAULT_READER, device, dtype, edits,
+    m, tok, points = loaded(TASK, model if model is not None else DEFAULT_READER, device, dtype, edits,
                             head="question-answering")
     longest = longest_input(m.config)
     if max_seq_len is None:
@@ -228,8 +227,7 @@ def answer(
     windows, unknown = context_windows(tok, pairs, labels, max_seq_len, doc_stride)
     flat = [w for ws in windows for w in ws]
     enc, lengths = window_batch(tok, flat, m.config.type_vocab_size > 1)
-    with torch.inference_mode():
-        logits = head_outputs(m, enc, lengths, "question-answering", batch_size, points)
+    logits = head_logits(m, enc, lengths, "question-answering", batch_size=batch_size, points=points)
     logits = [(start.float().cpu().numpy(), end.float().cpu().numpy()) for start, end in logits]  # (n,) each
     results, first = [], 0
     for (_, c), ws in zip(pairs, windows):
@@ -238,8 +236,7 @@ def answer(
                                     max_answer_len=max_answer_len, align_to_words=align_to_words))
         first += len(ws)
     results = flag_unknown(results, unknown)  # per pair; an item of several pairs gets the list of theirs
-    out = [results[i] if isinstance(i, int) else [results[j] for j in i] for i in shape]
-    return out[0] if single else out
+    return finished([results[i] if isinstance(i, int) else [results[j] for j in i] for i in shape], None, single)
 
 
 TASK = Task("answer", answer, probe={"question": "a", "context": "a"}, inputs=("question", "context"), fast=True)

@@ -116,7 +116,7 @@ def context_windows(tok: Tokenizer, pairs: Pairs, labels: list[str], max_seq_len
 
 
 def window_batch(tok: Tokenizer, windows: list[WindowEncoding], segments: bool) -> tuple[Encoding, list[int]]:
-    """The windows as one padded batch, for :func:`~bertfn.fast.batching.head_outputs`.
+    """The windows as one padded batch, for :func:`~bertfn.tasks.runner.head_logits`.
 
     A model of one segment type reads every token as type 0, as transformers gives it no token types (RoBERTa's
     kind): the windows after the first of a pair may hold type 1 for the context, as ``tokenizers`` leaves them

@@ -6,6 +6,7 @@
     flag("truncation", truncation)                     True or False
     one_of("method", method, METHODS)                  one of a set of names
     too_long(f"text {i}", n, limit, TRUNCATE)          the InputError of a text longer than the model reads
+    refuse_long(lengths, limit, TRUNCATE)              ... raised for the first of the texts that is
 
 Each raises (or, for :func:`too_long`, returns) :class:`~bertfn.errors.InputError` with the message the caller's
 option names: ``batch_size must be a positive integer, got 0``.
@@ -13,7 +14,7 @@ option names: ``batch_size must be a positive integer, got 0``.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 
 from ..errors import InputError, syntax
 
@@ -100,3 +101,22 @@ def too_long(what: str, n: int, limit: int, advice: str = "shorten it", *, paire
     """
     return InputError(f"{what} is {n} tokens long{' with its pair' if paired else ''} but the model reads at most "
                       f"{limit}; {advice}")
+
+
+def refuse_long(lengths: Sequence[int], limit: int, advice: str = "shorten it", *,
+                named: Callable[[int], str] = lambda i: f"text {i}", paired: bool = False) -> None:
+    """Raise :func:`too_long`'s error for the first of the texts longer than ``limit`` tokens, if any.
+
+    Args:
+        lengths: each text's tokens, the template's special tokens included.
+        limit: the tokens the model reads at most.
+        advice: what to do about it.
+        named: the i-th text as the message names it (``"text 3"``; choose's ``"text 3 with choice 1"``).
+        paired: the texts were read with their pairs.
+
+    Raises:
+        InputError: ``"text 3 is 70 tokens long but the model reads at most 64; shorten it"``.
+    """
+    for i, n in enumerate(lengths):
+        if n > limit:
+            raise too_long(named(i), n, limit, advice, paired=paired)

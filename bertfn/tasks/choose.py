@@ -12,7 +12,7 @@ The steps, as a SWAG-style model reads its inputs (transformers' ``examples/pyto
               ``{Prefix}ForMultipleChoice(**enc)`` computes the same on the rows padded to (B, C, S)
     scores    softmax over each prompt's C logits, choices sorted best first (:func:`ranked`)
 
-The rows run on the fast path (:func:`~bertfn.fast.batching.head_outputs`: sorted by length, laid end to end, the
+The rows run on the fast path (:func:`~bertfn.tasks.runner.head_logits`: sorted by length, laid end to end, the
 last layer at each row's first token alone where the head reads only that), so prompts may have different numbers
 of choices and one long choice costs nothing to the short ones. A row longer than the model's positions is refused
 (:class:`~bertfn.errors.InputError` naming the prompt and the choice); run_swag cuts such rows to
@@ -30,11 +30,10 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import check_text, warn_texts
 from ..errors import InputError, UnknownTokensWarning
-from ..fast.batching import head_outputs
 from ..model.family import longest_input
 from ..model.recorder import NO_TRACE, Edit, Trace
-from .checks import count, too_long
-from .runner import finished, loaded
+from .checks import count, refuse_long
+from .runner import finished, head_logits, loaded
 from .task import Task
 
 Tensor = torch.Tensor
@@ -111,15 +110,15 @@ def choice_logits(m: Model, items: list[Item], batch_size: int = 32,
 
     ``{Prefix}ForMultipleChoice(input_ids (B, C, S), ...).logits`` (B, C) for B prompts of C choices each, the rows
     tokenized as text pairs (run_swag's ``tokenizer(first_sentences, second_sentences)``); here the prompts may have
-    different numbers of choices, and the rows run on the fast path (:func:`~bertfn.fast.batching.head_outputs`).
+    different numbers of choices, and the rows run on the fast path (:func:`~bertfn.tasks.runner.head_logits`).
     Call it with the model's tokenizer and head checked (:func:`choose` does).
 
     Args:
         m: a model with a multiple-choice head and its tokenizer.
         items: ``(prompt, choices)`` per question (:func:`choice_items`).
         batch_size: rows per encoder pass, at most.
-        points: a :class:`~bertfn.model.recorder.Trace` with edits (then the rows run as padded batches through the
-            reference functions, and edits of ``classifier.logits`` apply).
+        points: a :class:`~bertfn.model.recorder.Trace` with edits (each point in the shape of its group's padded
+            batch, and edits of ``classifier.logits`` apply).
 
     Returns:
         Per item, (C,) float32 logits in the order of its choices, on the model's device; and ``{item: what the
@@ -138,12 +137,9 @@ def choice_logits(m: Model, items: list[Item], batch_size: int = 32,
         unknown.setdefault(rows[row][0], said)
     lengths = enc.attention_mask.sum(dim=1).tolist()
     limit = longest_input(m.config)
-    for (i, j), n in zip(rows, lengths):
-        if n > limit:
-            raise too_long(f"text {i} with choice {j}", n, limit, "shorten the prompt (each choice is read with all "
-                           "of it)")
-    with torch.inference_mode():
-        scores = head_outputs(m, enc, lengths, "multiple-choice", batch_size, points)  # per row: (1,)
+    refuse_long(lengths, limit, "shorten the prompt (each choice is read with all of it)",
+                named=lambda r: f"text {rows[r][0]} with choice {rows[r][1]}")
+    scores = head_logits(m, enc, lengths, "multiple-choice", batch_size=batch_size, points=points)  # per row: (1,)
     flat = torch.cat(scores).float()  # (N,)
     return list(flat.split([len(choices) for _, choices in items])), unknown  # per item: (C,)
 
@@ -193,8 +189,8 @@ def choose(
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in (``"bfloat16"``: the bf16 mode; scores are computed in float32).
         edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder` takes them;
-            with edits the rows run through the reference functions as padded batches instead of the fast path, and
-            edits of the head's points (``pooler``, ``classifier.logits``) apply too.
+            the edits see each point in the shape of its group's padded batch, and edits of the head's points (``pooler``,
+            ``classifier.logits``) apply too.
 
     Returns:
         For one prompt ``{"prompt": str, "choices": [str, ...] best first, "scores": [float, ...] best first}`` (the
@@ -220,7 +216,7 @@ def choose(
     items, single = choice_items(prompts, choices)
     count("batch_size", batch_size)
 
-    m, _, points = loaded("choose", model, device, dtype, edits, head="multiple-choice")
+    m, _, points = loaded(TASK, model, device, dtype, edits, head="multiple-choice")
     logits, unknown = choice_logits(m, items, batch_size, points)
     warn_texts(unknown, UnknownTokensWarning)
     return finished([ranked(p, c, x) for (p, c), x in zip(items, logits)], unknown, single)

@@ -3,7 +3,7 @@
 The whole pipeline is: tokenize (a text, or a text and its pair: ``[CLS] A [SEP] B [SEP]``) -> the encoder -> the
 checkpoint's sequence classifier (:func:`~bertfn.model.task_heads.run_head`) -> a function of the logits
 (:func:`class_scores`: softmax, sigmoid or none, as the config's ``problem_type`` says: :func:`default_function`)
--> labels ranked by score (:func:`ranked`). It runs on the fast path (:func:`~bertfn.fast.batching.head_outputs`:
+-> labels ranked by score (:func:`ranked`). It runs on the fast path (:func:`~bertfn.tasks.runner.head_logits`:
 the texts end to end, the last layer at their first tokens alone); with ``edits`` on the reference functions.
 
 Beyond the pipeline, ``head="cls.species"`` runs a linear head that a checkpoint stores beside its own parts
@@ -39,14 +39,13 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import head_labels, text_list, texts_and_model
 from ..checkpoint.tokenizer import Encoding, check_text
 from ..errors import InputError, syntax
-from ..fast.batching import encoded_groups, head_outputs
 from ..model.functional import linear
 from ..model.family import longest_input
 from ..model.heads import pooler
 from ..model.recorder import NO_TRACE, Edit, Trace
-from .checks import count, flag, one_of, too_long, truncate
+from .checks import count, flag, one_of, refuse_long, truncate
 from .pairs import cut_pairs, longest_pair
-from .runner import finished, loaded
+from .runner import finished, head_logits, loaded, per_text
 from .task import Task
 
 Tensor = torch.Tensor
@@ -158,11 +157,11 @@ def inputs_of(inputs, text_pair: str | Sequence[str] | None) -> tuple[list[str],
 
 
 def pooled_linear_outputs(m: Model, enc: Encoding, lengths: list[int], head: str, batch_size: int,
-                          points: Trace = NO_TRACE) -> list[Tensor]:
+                          points: Trace = NO_TRACE) -> Tensor:
     """A linear head stored under ``head`` on the pooler's output, per text, on the fast path.
 
     Mirrors AntiBERTy's ``AntiBERTyHeads`` (``self.species(pooled_output)``): ``W tanh(W_p h_[CLS] + b_p) + b``.
-    The encoder's last layer runs at each text's first token alone (:func:`~bertfn.fast.batching.encoded_groups`).
+    The encoder's last layer runs at each text's first token alone (:func:`~bertfn.tasks.runner.per_text`).
 
     Args:
         m: the model (reads ``bert.pooler.dense.*``, ``{head}.weight`` (n, H) and ``{head}.bias`` (n,)).
@@ -173,19 +172,17 @@ def pooled_linear_outputs(m: Model, enc: Encoding, lengths: list[int], head: str
         points: a Trace with edits (of the encoder's points and ``pooler``).
 
     Returns:
-        Per text, in the order of ``enc``: (n,) logits.
+        (N, n) logits, row i text i's.
     """
     w, b = m.state[f"{head}.weight"], m.state[f"{head}.bias"]  # (n, H), (n,)
-    out: list = [None] * len(lengths)
 
     def firsts(rows: list[int], ids: Tensor) -> Tensor:  # (b,): where each text of the group starts, end to end
         return torch.tensor([0, *[lengths[i] for i in rows[:-1]]], device=ids.device).cumsum(0)
 
-    for rows, _, h in encoded_groups(m, enc, lengths, batch_size, firsts, points):  # h: (b, H) at each [CLS]
-        logits = linear(pooler(m.params, h[:, None], points), w, b)  # (b, n)
-        for j, i in enumerate(rows):
-            out[i] = logits[j]
-    return out
+    def step(rows: list[int], _, h: Tensor) -> Tensor:  # h: (b, H) at each [CLS] -> (b, n)
+        return linear(pooler(m.params, h[:, None], points), w, b)
+
+    return per_text(m, enc, lengths, step, batch_size=batch_size, points=points, read=firsts)
 
 
 def classify(
@@ -222,9 +219,9 @@ def classify(
         batch_size: texts per encoder pass, at most.
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in (the scores are float32 whatever it is).
-        edits: ``{point name: edit(tensor, point) -> tensor}`` (:mod:`bertfn.interventions`); with edits the texts
-            run through the reference functions, each group as a padded batch, and edits of the head's points
-            (``pooler``, ``classifier.logits``) apply too.
+        edits: ``{point name: edit(tensor, point) -> tensor}`` (:mod:`bertfn.interventions`); the edits see each
+            point in the shape of its group's padded batch, and edits of the head's points (``pooler``,
+            ``classifier.logits``) apply too.
         head: None: the checkpoint's classifier; a key prefix of :attr:`Model.extra_heads`
             (``"cls.species"``): that linear head on the pooler's output, whose logits are no named point.
         labels: the names of the head's outputs, in order (default: the config's ``id2label``; for an extra
@@ -248,7 +245,7 @@ def classify(
     flag("truncation", truncation)
     count("batch_size", batch_size)
 
-    m, tok, points = loaded("classify", model, device, dtype, edits)
+    m, tok, points = loaded(TASK, model, device, dtype, edits)
     names = head_labels(m, head, labels, "classify")
     function = default_function(m.config.problem_type, m.config.num_labels) if head is None \
         else default_function(None, m.extra_heads[head])
@@ -265,19 +262,18 @@ def classify(
         enc = tok(firsts, seconds)
         unknown.update({rows[j]: said for j, said in (enc.unknown or {}).items()})
         lengths = enc.attention_mask.sum(dim=1).tolist()
-        long = [j for j, n in enumerate(lengths) if n > limit]
-        if long and not truncation:
-            raise too_long(f"text {rows[long[0]]}", lengths[long[0]], limit,
-                           truncate("to cut it as transformers' pipeline does"), paired=paired)
-        if long:
+        if not truncation:
+            refuse_long(lengths, limit, truncate("to cut it as transformers' pipeline does"),
+                        named=lambda j: f"text {rows[j]}", paired=paired)
+        elif max(lengths) > limit:
             enc = cut_pairs(tok, firsts, seconds, limit, "longest_first")
             lengths = enc.attention_mask.sum(dim=1).tolist()
-        with torch.inference_mode():
-            if head is None:
-                logits = head_outputs(m, enc, lengths, "sequence-classification", batch_size, points)
-            else:
-                logits = pooled_linear_outputs(m, enc, lengths, head, batch_size, points)
-            scores = class_scores(torch.stack(logits), function).tolist()  # (b, L)
+        if head is None:
+            logits = torch.stack(head_logits(m, enc, lengths, "sequence-classification", batch_size=batch_size,
+                                             points=points))  # (b, L)
+        else:
+            logits = pooled_linear_outputs(m, enc, lengths, head, batch_size, points)  # (b, L)
+        scores = class_scores(logits, function).tolist()  # (b, L)
         for i, row in zip(rows, scores):
             results[i] = ranked(row, names, top_k)
     out = finished(results, unknown, kind != "list")

@@ -7,10 +7,10 @@ the folded protein; a logistic regression over every layer's and head's maps (Ra
 language models are unsupervised structure learners") turns them into contact probabilities. :func:`contacts` is
 ``EsmForMaskedLM.predict_contacts(tokens, attention_mask)``: every layer's attention probabilities, stacked (B, L, nh,
 S, S), and :func:`~bertfn.model.members.esm.contact_head` (which leaves out ``<cls>``, ``<eos>`` and padding,
-symmetrizes, corrects by APC, and weighs the L * nh maps). The probabilities come from the fast path
-(:func:`unpadded_maps`: the proteins end to end, no padding, the products on the kernels chosen for this machine, each
-protein's attention on its own slice), or with edits from the reference encoder (:func:`padded_maps`:
-:func:`~bertfn.model.encoder.encoder` with ``output_attentions`` on padded batches).
+symmetrizes, corrects by APC, and weighs the L * nh maps). The probabilities come from the runner
+(:func:`~bertfn.tasks.runner.attention_maps`): the fast path (the proteins end to end, no padding, the products on the
+kernels chosen for this machine, each protein's attention on its own slice), or with edits the encoder
+(:func:`~bertfn.model.encoder.encoder` with ``output_attentions`` on padded batches).
 
 A corpus of long proteins would write a million numbers a line for the whole maps of 1000-residue chains, so
 ``top=`` gives instead the most likely contacts as ``(i, j, probability)`` triples, the pairs that far apart in the
@@ -31,15 +31,11 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import text_list, texts_and_model
 from ..errors import InputError, MissingPartError
-from ..fast.attention_batches import batches
-from ..fast.batching import GROUP_TOKENS, end_to_end, text_groups
-from ..model.encoder import encoder
 from ..model.family import longest_input, member_name
-from ..model.layout import Segments
 from ..model.members.esm import contact_head
 from ..model.recorder import Edit
 from .checks import count
-from .runner import finished, loaded
+from .runner import attention_maps, finished, loaded
 from .task import Task
 
 Tensor = torch.Tensor
@@ -127,7 +123,7 @@ def contacts(
     """Contact maps of proteins from ESM-2's contact head (``EsmForMaskedLM.predict_contacts``).
 
     Sequences run ``batch_size`` at a time, sorted by length, laid end to end on the fast path (with ``edits``: as
-    padded batches through the reference encoder); the contact head reads every layer's attention probabilities (see
+    padded batches through the encoder); the contact head reads every layer's attention probabilities (see
     the module docstring). Each protein's map is its own: the same as run alone.
 
     Args:
@@ -168,7 +164,7 @@ def contacts(
     check_top(top, min_separation)
     count("batch_size", batch_size)
 
-    m, tok, points = loaded("contacts", model, device, dtype, edits)
+    m, tok, points = loaded(TASK, model, device, dtype, edits)
     require_contact_head(m)
     enc = tok(list(batch))  # (N, S): <cls> residues <eos>, padded
     lengths = enc.attention_mask.sum(dim=1).tolist()
@@ -178,8 +174,13 @@ def contacts(
             raise InputError(f"text {i} has {n - 2} residues, but the model reads at most {P - 2} (with <cls> and "
                              f"<eos>, {P} tokens); cut it into overlapping pieces of at most {P - 2} residues")
 
-    with torch.inference_mode():
-        maps = padded_maps(m, enc, lengths, batch_size, points) if points else unpadded_maps(m, enc, lengths, batch_size)
+    def step(ids: Tensor, attentions: Tensor, mask: Tensor) -> list[Tensor]:  # per row, its (r, r) map on the CPU
+        probs = contact_head(m.params, ids, attentions, mask, points).float().cpu()  # (b, S - 2, S - 2)
+        if len(probs) == 1:  # a row alone has no padding: its map is the whole
+            return [probs[0]]
+        return [p[:r, :r].clone() for p, r in zip(probs, (mask.sum(dim=1) - 2).tolist())]  # r: <cls>, <eos> left out
+
+    maps = attention_maps(m, enc, lengths, step, batch_size=batch_size, points=points)
     if top is not None:
         maps = [top_contacts(p, top_count(top, len(p)), min_separation) for p in maps]
     return finished(maps, None, single)  # a map holds no "warning": the tokenizer's is the one said
@@ -187,64 +188,3 @@ def contacts(
 
 TASK = Task("contacts", contacts, probe="MKTAYIAKQR", fast=True)
 """The task (:mod:`bertfn.tasks.task`) :func:`contacts` is: ``bertfn contacts``, the corpus's ``Contacts``."""
-
-
-def unpadded_maps(m: Model, enc, lengths: list[int], batch_size: int) -> list[Tensor]:
-    """Each protein's contact map on the fast path: the proteins of a group laid end to end with no padding
-    (:func:`~bertfn.fast.batching.end_to_end`) through :func:`~bertfn.model.encoder.encoder` on that layout
-    (:class:`~bertfn.model.layout.Segments`) with ``output_attentions``, which gives every layer's probabilities of
-    each protein formed on its own slice, the contact head run on each protein's maps. No hidden state is read: the
-    last layer's output projection and feed-forward run at one row alone. Call it under ``torch.inference_mode()``.
-
-    Args:
-        m: an ESM model with its contact head.
-        enc: the proteins as a padded batch (N, S).
-        lengths: each protein's tokens, ``<cls>`` and ``<eos>`` included.
-        batch_size: proteins per group at most (a group's maps are held together).
-
-    Returns:
-        Per protein of r residues, its (r, r) float32 map on the CPU.
-    """
-    maps: list = [None] * len(lengths)
-    first = torch.zeros(1, dtype=torch.long, device=m.device)  # the one row read
-    for rows in text_groups(lengths, batch_size, GROUP_TOKENS):
-        ids = end_to_end(enc, rows, lengths)[0].to(m.device)  # (1, T)
-        ns = [lengths[i] for i in rows]
-        layout = Segments(tuple(ns), read=first, batches=batches(tuple(ns), m.device, m.dtype))
-        out = encoder(m.params, ids, layout, output_attentions=True)  # L of b (1, nh, n, n)
-        for t, (i, ids_i) in enumerate(zip(rows, ids.split(ns, dim=1))):
-            att = torch.cat([layer[t] for layer in out.attentions])  # (L, nh, n, n)
-            keep = torch.ones_like(ids_i)  # (1, n): every token real
-            maps[i] = contact_head(m.params, ids_i, att[None], keep).float().cpu()[0]  # (r, r), r = n - 2
-    return maps
-
-
-def padded_maps(m: Model, enc, lengths: list[int], batch_size: int, points) -> list[Tensor]:
-    """Each protein's contact map by the reference encoder, with ``points``' edits: padded batches of up to
-    ``batch_size`` proteins, sorted by length, their maps as :func:`~bertfn.model.encoder.encoder` returns them with
-    ``output_attentions``, so that the edits see the tensors :func:`bertfn.trace` names. Call it under
-    ``torch.inference_mode()``.
-
-    Args:
-        m: an ESM model with its contact head.
-        enc: the proteins as a padded batch (N, S).
-        lengths: each protein's tokens, ``<cls>`` and ``<eos>`` included.
-        batch_size: proteins per encoder pass at most.
-        points: the Trace with the edits.
-
-    Returns:
-        Per protein of r residues, its (r, r) float32 map on the CPU.
-    """
-    maps: list = [None] * len(lengths)
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # similar lengths together: little padding
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        S = max(lengths[i] for i in rows)
-        ids, mask = enc.input_ids[rows, :S].to(m.device), enc.attention_mask[rows, :S].to(m.device)  # (b, S)
-        out = encoder(m.params, ids, mask, output_attentions=True, trace=points)
-        attentions = torch.stack(out.attentions, dim=1)  # (b, L, nh, S, S)
-        probs = contact_head(m.params, ids, attentions, mask, points).float().cpu()  # (b, S - 2, S - 2)
-        for b, i in enumerate(rows):
-            r = lengths[i] - 2  # the residues: <cls> and <eos> left out
-            maps[i] = probs[b, :r, :r].clone()  # (r, r)
-    return maps

@@ -10,7 +10,7 @@ the [CLS] vector normalized, a folder with a Dense module vectors of its width. 
 is pooled by the mean, with nothing after it, as sentence-transformers reads a plain transformers folder.
 ``pooling=`` and ``normalize=`` override the folder (with a warning, once: the vectors are then not those the model
 was trained to give). The encoder runs on the fast path, as fill_mask's does: texts sorted by length and laid end to
-end without padding (:func:`~bertfn.fast.batching.encoded_groups`), with the numbers of
+end without padding (:func:`~bertfn.tasks.runner.per_text`), with the numbers of
 :func:`~bertfn.model.encoder.encoder` (tests/test_fast_path.py).
 
 Prompts, as ``encode(prompt_name=, prompt=)`` takes them: ``prompt_name="query"`` puts the folder's query prompt
@@ -43,12 +43,11 @@ from ..checkpoint.resolve import get_model
 from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder
 from ..checkpoint.tokenizer import Tokenizer
 from ..errors import BertfnWarning, InputError, syntax
-from ..fast.batching import encoded_groups
 from ..model.family import longest_input
 from ..model.recorder import Edit
 from .checks import count
 from .pooling import after_pooling, exclude_prompt, pool
-from .runner import loaded, texts_in
+from .runner import finished, loaded, per_text, texts_in
 from .task import Task
 
 Tensor = torch.Tensor
@@ -195,8 +194,8 @@ def embed(
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in.
         edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
-            takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the texts run through
-            the reference functions, each group of texts as a padded batch, instead of the fast path.
+            takes them (:mod:`bertfn.interventions` makes the usual ones); the edits see each point in the
+            shape of its group's padded batch (:func:`~bertfn.tasks.runner.per_text`).
 
     Returns:
         (N, D) float32 for a list of N texts, (D,) for one string (D: the hidden size, the pooling modes times it,
@@ -211,11 +210,11 @@ def embed(
         UserWarning: texts longer than ``max_length`` tokens, cut.
         BertfnWarning: ``pooling`` or ``normalize`` overriding the folder's (once per folder).
     """
-    batch, single, model = texts_in(texts, model, "embed", blank=True)  # "" and "   ", as SentenceTransformer embeds them
+    batch, single, model = texts_in(texts, model, TASK, blank=True)  # "" and "   ", as SentenceTransformer embeds them
     count("batch_size", batch_size)
     count("truncate_dim", truncate_dim, none="the folder's")
 
-    m, tok, points = loaded("embed", model, device, dtype, edits, fast=False)
+    m, tok, points = loaded(TASK, model, device, dtype, edits)
     P = longest_input(m.config)
     folder = sentence_modules(m.sentence_folder, pooling, normalize)
     before = chosen_prompt(folder, prompt, prompt_name)
@@ -237,18 +236,14 @@ def embed(
     for i in cut:
         ids[i, max_length - 1] = tok.sep_token_id  # ... and ends in [SEP], as sentence-transformers cuts it
     enc = enc._replace(input_ids=ids)
-    out: list[Tensor | None] = [None] * len(batch)
-    with torch.inference_mode():
-        for rows, _, h in encoded_groups(m, enc, lengths, batch_size, points=points):  # h: (T, H), the group's texts end to end
-            pieces = h.float().split([lengths[i] for i in rows])  # each text's (n, H)
-            padded = torch.nn.utils.rnn.pad_sequence(list(pieces), batch_first=True)  # (b, S, H)
-            mask = (torch.arange(padded.shape[1], device=h.device)[None, :]
-                    < torch.tensor([len(p) for p in pieces], device=h.device)[:, None]).long()  # (b, S)
-            vectors = after_pooling(pool(padded, exclude_prompt(mask, skip) if skip else mask, folder.pooling),
-                                    folder.after)  # (b, D)
-            for j, i in enumerate(rows):
-                out[i] = vectors[j]
-    vectors = torch.stack(out)  # (N, D)
+    def step(rows: list[int], _, h: Tensor) -> Tensor:  # h: (T, H), the group's texts end to end -> (b, D)
+        pieces = h.float().split([lengths[i] for i in rows])  # each text's (n, H)
+        padded = torch.nn.utils.rnn.pad_sequence(list(pieces), batch_first=True)  # (b, S, H)
+        mask = (torch.arange(padded.shape[1], device=h.device)[None, :]
+                < torch.tensor([len(p) for p in pieces], device=h.device)[:, None]).long()  # (b, S)
+        return after_pooling(pool(padded, exclude_prompt(mask, skip) if skip else mask, folder.pooling), folder.after)
+
+    vectors = per_text(m, enc, lengths, step, batch_size=batch_size, points=points)  # (N, D)
     cut_to = truncate_dim if truncate_dim is not None else folder.truncate_dim
     if cut_to is not None:
         if truncate_dim is not None and truncate_dim > vectors.shape[1]:
@@ -256,7 +251,7 @@ def embed(
         vectors = vectors[:, :cut_to]  # (N, truncate_dim), as sentence-transformers cuts them: after every module
     if normalize is True:
         vectors = F.normalize(vectors, p=2.0, dim=1)  # (N, D), each of length 1
-    return vectors[0] if single else vectors
+    return finished(vectors, None, single)
 
 
 TASK = Task("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))

@@ -3,7 +3,7 @@
 The whole pipeline is: tokenize -> :func:`~bertfn.model.encoder.encoder` -> take the hidden states at
 the ``[MASK]`` positions -> :func:`~bertfn.model.heads.mlm_head` -> softmax -> top k. It runs on the
 fast path: the texts of a batch sorted by length and laid end to end without padding
-(:func:`~bertfn.fast.batching.encoded_groups`), the same numbers as those reference functions.
+(:func:`~bertfn.tasks.runner.per_text`), the same numbers as those reference functions.
 Beyond transformers' pipeline, and each in its own module: targets of several word pieces scored as
 whole words (:func:`bertfn.tasks.scoring.word_log_probs`), and all the masks of a text filled
 together (``joint=True``, :mod:`bertfn.tasks.joint`).
@@ -21,13 +21,12 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
 from ..errors import InputError
-from ..fast.batching import encoded_groups
 from ..model.family import longest_input
 from ..model.heads import mlm_head
 from ..model.recorder import Edit
-from .checks import count, flag, too_long, truncate
+from .checks import count, flag, refuse_long, truncate
 from .joint import joint_fill
-from .runner import finished, loaded, texts_in
+from .runner import finished, loaded, per_text, texts_in
 from .scoring import word_log_probs
 from .task import Task
 
@@ -135,7 +134,7 @@ def fill_mask(
             pieces' probabilities; its answer has ``"token"`` a list of ids and ``"pieces": k``. Single-piece
             answers are transformers' (which scores a longer word by its first piece; see :func:`target_pieces`).
         batch_size: texts per encoder pass, at most (sorted by length and laid end to end without padding;
-            :func:`~bertfn.fast.batching.encoded_groups`); the masked copies that score whole-word targets
+            :func:`~bertfn.tasks.runner.per_text`); the masked copies that score whole-word targets
             and joint fills run this many at a time too.
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in; ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the faster bf16
@@ -154,8 +153,8 @@ def fill_mask(
             Takes no ``targets``.
         beam_width: the width of joint filling's beam search (with ``top_k``, see ``joint``), at least 1.
         edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
-            takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the texts run through
-            the reference functions, each group of texts as a padded batch, instead of the fast path.
+            takes them (:mod:`bertfn.interventions` makes the usual ones); the edits see each point in the
+            shape of its group's padded batch (:func:`~bertfn.tasks.runner.per_text`).
 
     Returns:
         What ``transformers.pipeline("fill-mask")`` returns: for a text with one mask, a list of
@@ -169,7 +168,7 @@ def fill_mask(
     Warns:
         UnknownTokensWarning: texts whose tokens are mostly [UNK].
     """
-    texts, single, model = texts_in(inputs, model, "fill_mask")
+    texts, single, model = texts_in(inputs, model, TASK)
     flag("truncation", truncation)
     count("top_k", top_k)
     count("batch_size", batch_size)
@@ -179,7 +178,7 @@ def fill_mask(
         raise InputError("joint filling searches the whole vocabulary at every mask, so it takes no targets; "
                          "drop targets, or fill without joint")
 
-    m, tok, points = loaded("fill_mask", model, device, dtype, edits)
+    m, tok, points = loaded(TASK, model, device, dtype, edits)
     require_mlm_head(m, "fill_mask")
     pieces = target_pieces(m, targets) if targets is not None else None
     wanted = [p[0] for p in pieces if len(p) == 1] if pieces is not None else None  # single-piece targets
@@ -192,34 +191,35 @@ def fill_mask(
     for i, n in enumerate(lengths):  # every text's masks first, as the command checks them before loading
         if not (enc.input_ids[i, :n] == tok.mask_token_id).any():
             raise missing_mask(tok, i, texts[i])
-    for i, n in enumerate(lengths):
-        if n > P and not truncation:
-            raise too_long(f"text {i}", n, P, truncate(f"to keep a {P}-token window around its masks"))
-    if truncation and max(lengths) > P:
+    if not truncation:
+        refuse_long(lengths, P, truncate(f"to keep a {P}-token window around its masks"))
+    elif max(lengths) > P:
         enc = mask_windows(tok, enc, lengths, P)
         lengths = enc.attention_mask.sum(dim=1).tolist()
 
     if joint:
         return finished(joint_fill(m, enc, lengths, top_k, beam_width, batch_size, points), unknown, single)
 
-    answers: list = [None] * len(texts)  # per text: [(mask position, [(score, pieces), ...] best first), ...]
-    with torch.inference_mode():
-        def masks(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (N,): the position of every [MASK]
-            return (ids[0] == tok.mask_token_id).nonzero()[:, 0]
+    def masks(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (N,): the position of every [MASK]
+        return (ids[0] == tok.mask_token_id).nonzero()[:, 0]
 
-        for rows, where, h in encoded_groups(m, enc, lengths, batch_size, masks, points):
-            logits = mlm_head(m.params, h, points)  # (N, V): at the masks only
-            probs = logits.float().softmax(dim=-1)
-            if wanted is not None:
-                probs = probs[:, wanted]  # (N, len(single-piece targets))
-            scores, picks = probs.topk(min(k, probs.shape[-1]), dim=-1)  # (N, k) each
-            scores, picks, where = scores.tolist(), picks.tolist(), where.tolist()
-            start = 0
-            for i in rows:
-                n = lengths[i]
-                answers[i] = [(pos - start, [(s, (wanted[p] if wanted is not None else p,)) for s, p in zip(sc, pk)])
-                              for pos, sc, pk in zip(where, scores, picks) if start <= pos < start + n]
-                start += n
+    def step(rows: list[int], where: torch.Tensor, h: torch.Tensor) -> list:  # per text, its masks' candidates
+        logits = mlm_head(m.params, h, points)  # (N, V): at the masks only
+        probs = logits.float().softmax(dim=-1)
+        if wanted is not None:
+            probs = probs[:, wanted]  # (N, len(single-piece targets))
+        scores, picks = probs.topk(min(k, probs.shape[-1]), dim=-1)  # (N, k) each
+        scores, picks, where = scores.tolist(), picks.tolist(), where.tolist()
+        found, start = [], 0
+        for i in rows:
+            n = lengths[i]
+            found.append([(pos - start, [(s, (wanted[p] if wanted is not None else p,)) for s, p in zip(sc, pk)])
+                          for pos, sc, pk in zip(where, scores, picks) if start <= pos < start + n])
+            start += n
+        return found
+
+    # per text: [(mask position, [(score, pieces), ...] best first), ...]
+    answers = per_text(m, enc, lengths, step, batch_size=batch_size, points=points, read=masks)
     if words:
         where = [(i, pos) for i, per_mask in enumerate(answers) for pos, _ in per_mask]
         probs = word_log_probs(m, enc, lengths, where, words, batch_size, points).exp().tolist()  # (masks, words)

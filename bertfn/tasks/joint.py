@@ -69,6 +69,11 @@ def beam_search(m: Model, rows: list[list[int]], types: list[list[int]], masks: 
     """
     mask_id, pad_id = m.tokenizer.mask_token_id, m.tokenizer.pad_token_id
     beams: list[list[tuple[tuple[int, ...], float]]] = [[((), 0.0)] for _ in rows]
+
+    def best(group: list[int], lp: torch.Tensor) -> list:  # per copy: its width best (log P, token ids)
+        values, picks = lp.topk(min(width, lp.shape[-1]), dim=-1)  # (n, width) each
+        return list(zip(values.tolist(), picks.tolist()))
+
     for step in range(max(len(ms) for ms in masks)):
         owners, copy_rows, copy_types, target = [], [], [], []  # one copy per (text, beam) still going
         for i, ms in enumerate(masks):
@@ -78,12 +83,8 @@ def beam_search(m: Model, rows: list[list[int]], types: list[list[int]], masks: 
                     copy_rows.append(filled(rows[i], ms, tokens)), copy_types.append(types[i]), target.append(ms[step])
         copies = copies_of(copy_rows, copy_types, target, [mask_id] * len(target), pad_id)
         grown: dict[int, list] = {i: [] for i, _, _ in owners}
-        with torch.inference_mode():
-            for group, lp in target_log_softmax(m, copies, batch_size, points):
-                best, picks = lp.topk(min(width, lp.shape[-1]), dim=-1)  # (n, width) each
-                for c, values, ids in zip(group, best.tolist(), picks.tolist()):
-                    i, tokens, s = owners[c]
-                    grown[i] += [(tokens + (t,), s + v) for v, t in zip(values, ids)]
+        for (i, tokens, s), (values, ids) in zip(owners, target_log_softmax(m, copies, best, batch_size, points)):
+            grown[i] += [(tokens + (t,), s + v) for v, t in zip(values, ids)]
         for i, extensions in grown.items():
             beams[i] = sorted(extensions, key=lambda b: -b[1])[:width]
     return beams

@@ -167,12 +167,11 @@ def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = Tru
     except InputError as e:
         raise InputError(re.sub(r"\btext 0\b", "the reference", str(e), count=1)) from None
     copies, _ = masked_copies(enc, [n], tok.mask_token_id, "original", tok.pad_token_id)
-    out = torch.empty(len(copies.target), m.config.vocab_size)
-    with torch.inference_mode():
-        if masked:
-            for rows, lp in target_log_softmax(m, copies, batch_size):
-                out[rows] = lp.cpu()
-        else:  # one pass of the reference as it is, read at every scored token
+    if masked:
+        out = target_log_softmax(m, copies, lambda rows, lp: lp.cpu(), batch_size)  # (L, V)
+    else:  # one pass of the reference as it is, read at every scored token
+        out = torch.empty(len(copies.target), m.config.vocab_size)
+        with torch.inference_mode():
             ids, mask, types = (t.to(m.device) for t in (enc.input_ids, enc.attention_mask, enc.token_type_ids))
             h = encoder(m.params, ids, mask, types).last_hidden_state[0, copies.target]  # (L, H)
             out[:] = mlm_head(m.params, h).float().log_softmax(dim=-1).cpu()  # (L, V)

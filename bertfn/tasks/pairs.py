@@ -5,7 +5,7 @@ reranking reads (query, passage) pairs through a cross-encoder (:mod:`bertfn.tas
 ``*ForSequenceClassification`` run on the pair as the member's template joins it (``[CLS] A [SEP] B [SEP]``,
 RoBERTa's ``<s> A </s></s> B </s>``); only what they make of the logits differs. This module is the part they share:
 :func:`pair_logits` tokenizes the pairs, cuts those longer than the model reads, and runs the head on the fast path
-(:func:`~bertfn.fast.batching.head_outputs`: the pairs sorted by length and laid end to end, no padding).
+(:func:`~bertfn.tasks.runner.head_logits`: the pairs sorted by length and laid end to end, no padding).
 
 A pair longer than the model reads (:func:`longest_pair` tokens) is cut as the ``tokenizers`` library cuts it for
 transformers' fast tokenizers (:func:`cut_pairs`), by one of :data:`TRUNCATIONS`:
@@ -30,9 +30,9 @@ from ..checkpoint.model import Model, source_folders
 from ..checkpoint.tokenizer import Encoding, Tokenizer, warn_texts
 from ..checkpoint.tokenizer_files import read_json
 from ..errors import InputError, UnknownTokensWarning
-from ..fast.batching import head_outputs
 from ..model.family import longest_input
 from ..model.recorder import NO_TRACE, Trace
+from .runner import head_logits
 
 Tensor = torch.Tensor
 
@@ -117,7 +117,7 @@ def pair_logits(m: Model, firsts: list[str], seconds: list[str], owners: list[in
         owners: (N,) the item (text, query) each pair belongs to, by index, for the messages.
         truncation: how a pair longer than :func:`longest_pair` is cut, one of :data:`TRUNCATIONS`.
         batch_size: pairs per encoder pass, at most.
-        points: a Trace with edits (:func:`~bertfn.fast.batching.head_outputs` then runs the reference path).
+        points: a Trace with edits (:func:`~bertfn.tasks.runner.head_logits` then runs the reference path).
         named: pair index -> how the messages name its second text (``"the hypothesis 'This example is sports.'"``,
             ``"passage 12"``).
 
@@ -154,6 +154,5 @@ def pair_logits(m: Model, firsts: list[str], seconds: list[str], owners: list[in
                        f"{TRUNCATIONS[truncation]}" for i, ps in cut.items()}, UserWarning, stacklevel=3)
         enc = cut_pairs(tok, firsts, seconds, limit, truncation)
         lengths = enc.attention_mask.sum(dim=1).tolist()
-    with torch.inference_mode():
-        rows = head_outputs(m, enc, lengths, "sequence-classification", batch_size, points)  # N of (num_labels,)
+    rows = head_logits(m, enc, lengths, "sequence-classification", batch_size=batch_size, points=points)  # N of (L,)
     return torch.stack(rows).float(), dict(sorted(unknown.items()))  # (N, num_labels)

@@ -5,7 +5,7 @@
 ELECTRA trains its discriminator to spot the tokens its generator put in place of the originals, so
 the score reads as "how out of place is this token here": a word that does not fit its context
 scores near 1. :func:`replaced_tokens` tokenizes, runs the encoder on the fast path (the texts end to
-end, :func:`~bertfn.fast.batching.encoded_groups`) and applies the discriminator's head
+end, :func:`~bertfn.tasks.runner.per_text`) and applies the discriminator's head
 (:func:`~bertfn.model.members.electra.discriminator_head`) at every token, as ``ElectraForPreTraining`` does.
 """
 
@@ -18,13 +18,12 @@ import torch
 
 from ..checkpoint.model import Model
 from ..errors import MissingPartError
-from ..fast.batching import encoded_groups
 from ..checkpoint.names.electra import DISCRIMINATOR
 from ..model.members.electra import discriminator_head
 from ..model.recorder import Edit
 from ..model.family import longest_input
-from .checks import count, too_long
-from .runner import finished, loaded, texts_in
+from .checks import count, refuse_long
+from .runner import finished, loaded, per_text, texts_in
 
 
 def replaced_tokens(
@@ -61,7 +60,7 @@ def replaced_tokens(
     """
     texts, single, model = texts_in(inputs, model, "replaced_tokens")
     count("batch_size", batch_size)
-    m, tok, points = loaded("replaced_tokens", model, device, dtype, edits, fast=False)
+    m, tok, points = loaded("replaced_tokens", model, device, dtype, edits)
     if DISCRIMINATOR[2] not in m.params:
         raise MissingPartError(f"replaced_tokens needs ELECTRA's discriminator head (discriminator_predictions.*), and "
                                f"model {m.name!r} ({m.family.name}) has none; load an ElectraForPreTraining checkpoint "
@@ -69,17 +68,17 @@ def replaced_tokens(
     P = longest_input(m.config)
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
-    for i, n in enumerate(lengths):
-        if n > P:
-            raise too_long(f"text {i}", n, P)
+    refuse_long(lengths, P)
     specials = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
-    results: list = [None] * len(texts)
-    with torch.inference_mode():
-        for rows, _, h in encoded_groups(m, enc, lengths, batch_size, points=points):  # h: (T, H), texts end to end
-            probs = torch.sigmoid(discriminator_head(m.params, h).float())  # (T,)
-            for i, p in zip(rows, probs.split([lengths[i] for i in rows])):  # text i's (n,)
-                ids = enc.input_ids[i, :lengths[i]].tolist()
-                results[i] = [{"token": enc.tokens[i][j], "index": j, "start": enc.offsets[i][j][0],
-                               "end": enc.offsets[i][j][1], "score": float(p[j]), "replaced": bool(p[j] > 0.5)}
-                              for j in range(len(ids)) if ids[j] not in specials]
+    def step(rows: list[int], _, h: torch.Tensor) -> list:  # h: (T, H), the group's texts end to end
+        probs = torch.sigmoid(discriminator_head(m.params, h).float())  # (T,)
+        found = []
+        for i, p in zip(rows, probs.split([lengths[i] for i in rows])):  # text i's (n,)
+            ids = enc.input_ids[i, :lengths[i]].tolist()
+            found.append([{"token": enc.tokens[i][j], "index": j, "start": enc.offsets[i][j][0],
+                           "end": enc.offsets[i][j][1], "score": float(p[j]), "replaced": bool(p[j] > 0.5)}
+                          for j in range(len(ids)) if ids[j] not in specials])
+        return found
+
+    results = per_text(m, enc, lengths, step, batch_size=batch_size, points=points)
     return finished(results, enc.unknown, single)

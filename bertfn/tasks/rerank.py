@@ -177,7 +177,7 @@ def rerank(
     one_of("activation", activation, ACTIVATIONS, none="the model's own")
     count("batch_size", batch_size)
 
-    m, _, points = loaded("rerank", model, device, dtype, edits, head="sequence-classification")
+    m, _, points = loaded(TASK, model, device, dtype, edits, head="sequence-classification")
     if m.config.num_labels != 1:
         raise MissingPartError(f"rerank needs a cross-encoder, a sequence classifier with one output (a relevance "
                                f"score), and {fits(m)}; with an NLI model, "

@@ -17,7 +17,7 @@ not scored. Each score comes from a *masked copy* of its text (:class:`Copies`, 
 :func:`log_probs_reference` runs the copies as a padded batch through
 :func:`~bertfn.model.encoder.encoder` and :func:`~bertfn.model.heads.mlm_head`, the definition read straight;
 :func:`log_probs` gets the same numbers on fill_mask's fast path: the copies laid end to end
-without padding (:func:`~bertfn.fast.batching.encoded_groups`), the last layer and the head only at the
+without padding (:func:`~bertfn.tasks.runner.per_text`), the last layer and the head only at the
 one position each copy scores (tests/test_scoring.py checks that the two agree, and both against
 transformers).
 
@@ -28,7 +28,7 @@ filling (:mod:`bertfn.tasks.joint`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -38,13 +38,12 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError
-from ..fast.batching import encoded_groups
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import NO_TRACE, Edit, Trace
 from ..model.family import longest_input
 from .checks import count, one_of, too_long
-from .runner import finished, loaded, texts_in
+from .runner import finished, loaded, per_text, texts_in
 from .task import Task
 
 METHODS = ("original", "within_word_l2r")
@@ -157,22 +156,23 @@ def log_probs_reference(m: Model, copies: Copies, batch_size: int = BATCH_SIZE) 
     return torch.cat(out)
 
 
-def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE,
-                       points: Trace = NO_TRACE) -> Iterator[tuple[list[int], torch.Tensor]]:
-    """The fast path, a group of copies at a time: ``(rows, log-softmax (len(rows), V) at each copy's target)``.
+def target_log_softmax(m: Model, copies: Copies, step: Callable[[list[int], torch.Tensor], torch.Tensor | Sequence],
+                       batch_size: int = BATCH_SIZE, points: Trace = NO_TRACE) -> list | torch.Tensor:
+    """Each copy's result of ``step`` on the log-softmax over the vocabulary at its target, on the fast path.
 
-    Copies are laid end to end without padding (:func:`~bertfn.fast.batching.encoded_groups`); the last
+    Copies are laid end to end without padding (:func:`~bertfn.tasks.runner.per_text`); the last
     layer's attention output and feed-forward, and the MLM head, run at one position per copy.
-    Call it under ``torch.inference_mode()``.
 
     Args:
         m: the model (with its masked-LM head).
         copies: the masked copies to score.
+        step: ``step(rows, log_softmax)`` -> one result per copy of ``rows`` (a tensor (n, ...) or a sequence of n):
+            a group's copies (indices into ``copies``) and (n, V) float32 at their targets.
         batch_size: copies per encoder pass, at most.
         points: a Trace with edits runs the copies through the reference functions with them instead.
 
-    Yields:
-        ``(rows, log_softmax)`` per group: the copies' indices, and (len(rows), V) float32 at their targets.
+    Returns:
+        (N, ...) where ``step`` gives tensors, else a list of N results, in the order of ``copies``.
     """
     def targets(rows: list[int], ids: torch.Tensor) -> torch.Tensor:  # (n,): each copy's scored position, end to end
         starts = [0]
@@ -180,9 +180,11 @@ def target_log_softmax(m: Model, copies: Copies, batch_size: int = BATCH_SIZE,
             starts.append(starts[-1] + copies.lengths[i])
         return torch.tensor([s + copies.target[i] for s, i in zip(starts, rows)], device=ids.device)
 
-    for rows, _, h in encoded_groups(m, copies.enc, copies.lengths, batch_size, targets, points):
+    def scored(rows: list[int], where: torch.Tensor, h: torch.Tensor) -> torch.Tensor | Sequence:
         logits = mlm_head(m.params, h, points)  # (n, V)
-        yield rows, logits.float().log_softmax(dim=-1)
+        return step(rows, logits.float().log_softmax(dim=-1))
+
+    return per_text(m, copies.enc, copies.lengths, scored, batch_size=batch_size, points=points, read=targets)
 
 
 def log_probs(m: Model, copies: Copies, batch_size: int = BATCH_SIZE, points: Trace = NO_TRACE) -> torch.Tensor:
@@ -197,12 +199,10 @@ def log_probs(m: Model, copies: Copies, batch_size: int = BATCH_SIZE, points: Tr
     Returns:
         (N,) float32, CPU.
     """
-    out = torch.empty(len(copies.lengths))
-    with torch.inference_mode():
-        for rows, lp in target_log_softmax(m, copies, batch_size, points):
-            truth = torch.tensor([copies.truth[i] for i in rows], device=lp.device)[:, None]  # (n, 1)
-            out[rows] = lp.gather(1, truth)[:, 0].cpu()
-    return out
+    def truth(rows: list[int], lp: torch.Tensor) -> torch.Tensor:  # (n,): log P(truth) of each copy of the group
+        return lp.gather(1, torch.tensor([copies.truth[i] for i in rows], device=lp.device)[:, None])[:, 0].cpu()
+
+    return target_log_softmax(m, copies, truth, batch_size, points)
 
 
 def score(
@@ -239,8 +239,8 @@ def score(
         dtype: as in :func:`~bertfn.tasks.fill_mask.fill_mask` (``dtype="bfloat16"`` is the
             faster bf16 mode; its scores are within about 1% of fp32's, bench/README.md).
         edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder`
-            takes them (:mod:`bertfn.interventions` makes the usual ones); with edits the masked copies run through
-            the reference functions, each group of copies as a padded batch, instead of the fast path.
+            takes them (:mod:`bertfn.interventions` makes the usual ones); the edits see each point in the
+            shape of its group's padded batch of copies (:func:`~bertfn.tasks.runner.per_text`).
 
     Returns:
         Per text, a dict as above; a list of texts gives a list of such dicts, in order.
@@ -250,10 +250,10 @@ def score(
             cannot be scored (:func:`check_scorable`).
         MissingPartError: a model without a tokenizer or without the masked-LM head.
     """
-    texts, single, model = texts_in(texts, model, "score")
+    texts, single, model = texts_in(texts, model, TASK)
     one_of("method", method, METHODS)
     count("batch_size", batch_size)
-    m, tok, points = loaded("score", model, device, dtype, edits)
+    m, tok, points = loaded(TASK, model, device, dtype, edits)
     require_mlm_head(m, "score")
 
     enc = tok(list(texts))

@@ -7,7 +7,7 @@ transformers' ``pipeline("token-classification")`` (``TokenClassificationPipelin
          --ignore_labels--> (several windows: merge_windows) --> the text's entities
 
 The encoder and the checkpoint's head (``classifier`` on every token; ModernBERT's prediction head first) run as
-:func:`~bertfn.fast.batching.head_outputs` runs them: the texts end to end without padding, or with ``edits`` the
+:func:`~bertfn.tasks.runner.head_logits` runs them: the texts end to end without padding, or with ``edits`` the
 reference functions. The strategies that turn tokens into entities are :mod:`bertfn.tasks.entities`.
 
 A text longer than the model reads (:func:`~bertfn.model.family.longest_input`: 512 tokens for bert-base and roberta-base) is tagged,
@@ -36,12 +36,11 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError, syntax
-from ..fast.batching import head_outputs
 from ..model.family import longest_input
 from ..model.recorder import NO_TRACE, Edit, Trace
 from .checks import count, one_of
 from .entities import STRATEGIES, PreEntity, aggregate, merge_windows
-from .runner import finished, loaded, texts_in
+from .runner import finished, head_logits, loaded, texts_in
 from .task import Task
 
 Tensor = torch.Tensor
@@ -111,7 +110,7 @@ def text_windows(e: tokenizers.Encoding, limit: int, stride: int | None) -> list
 
 def window_scores(m: Model, windows: list[Window], batch_size: int, points: Trace = NO_TRACE) -> list[Tensor]:
     """The label scores of every token of each window: the tagger head's logits on the fast path
-    (:func:`~bertfn.fast.batching.head_outputs`), softmax in float32.
+    (:func:`~bertfn.tasks.runner.head_logits`), softmax in float32.
 
     Args:
         m: the model, with a token-classification head.
@@ -129,9 +128,8 @@ def window_scores(m: Model, windows: list[Window], batch_size: int, points: Trac
     types = torch.tensor([w.types + [0] * (S - len(w.types)) for w in windows])  # (R, S)
     mask = (torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]).long()  # (R, S)
     enc = Encoding(ids, types, mask, [w.tokens for w in windows], [w.offsets for w in windows])
-    with torch.inference_mode():
-        logits = head_outputs(m, enc, lengths, "token-classification", batch_size, points)  # per window (n, L)
-        return [t.float().softmax(dim=-1).cpu() for t in logits]
+    logits = head_logits(m, enc, lengths, "token-classification", batch_size=batch_size, points=points)  # per window (n, L)
+    return [t.float().softmax(dim=-1).cpu() for t in logits]
 
 
 def subword_rule(tok: Tokenizer) -> str:
@@ -289,10 +287,10 @@ def tag(
         UserWarning: texts longer than the model reads, without a stride.
         UnknownTokensWarning: texts whose tokens are mostly [UNK] (their entities hold ``"warning"``).
     """
-    batch, single, model = texts_in(texts, model, "tag", blank=True)  # "" and "   ": no entities, as the pipeline says
+    batch, single, model = texts_in(texts, model, TASK, blank=True)  # "" and "   ": no entities, as the pipeline says
     strategy, ignored = check_options(aggregation_strategy, ignore_labels, stride, batch_size)
 
-    m, tok, points = loaded("tag", model, device, dtype, edits, head="token-classification")
+    m, tok, points = loaded(TASK, model, device, dtype, edits, head="token-classification")
     limit = longest_input(m.config)
     width = limit - tok.backend.num_special_tokens_to_add(False)  # the text's tokens in a window
     if stride is not None and stride >= width:

@@ -35,7 +35,8 @@ class Task:
             a dict of them, as a JSON Lines file's fields give it (:mod:`bertfn.corpus.inputs`).
         optional: those of ``inputs`` an item may leave out.
         fast: without edits the task runs on the fast path alone, so a model loaded for it holds its layers'
-            weights packed once, as that path reads them (:func:`~bertfn.fast.choice.pack_state`).
+            weights packed once, as that path reads them (:func:`~bertfn.fast.choice.pack_state`); said here alone:
+            :func:`~bertfn.tasks.runner.packing` reads it for the pipeline, the corpus and the command line.
         command: the task has its own subcommand, ``bertfn/cli/<name, - as _>.py`` (its ``add`` and ``run``);
             False: another subcommand runs it (score-mutations: ``bertfn score --reference``).
     """

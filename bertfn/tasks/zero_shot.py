@@ -156,7 +156,7 @@ def zero_shot(
         UserWarning: texts cut to fit the model with their hypothesis.
         UnknownTokensWarning: texts whose pairs are mostly [UNK].
     """
-    batch, single, model = texts_in(texts, model, "zero_shot", blank=True)
+    batch, single, model = texts_in(texts, model, TASK, blank=True)
     if isinstance(model, (list, tuple)):
         raise InputError("zero_shot takes the model second and the labels as a keyword: "
                          "zero_shot(texts, model, candidate_labels=[...])")
@@ -168,7 +168,7 @@ def zero_shot(
     count("batch_size", batch_size)
 
     called = syntax(python="zero_shot", cli="zero-shot")  # the messages name the call as the caller wrote it
-    m, _, points = loaded(called, model, device, dtype, edits, head="sequence-classification")
+    m, _, points = loaded(TASK, model, device, dtype, edits, head="sequence-classification", called=called)
     entailment, contradiction = nli_outputs(m.config)
     alone = multi_label or len(labels) == 1
     if entailment is None or alone and contradiction is None:
