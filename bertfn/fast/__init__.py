@@ -4,7 +4,7 @@
     choice.py       which of them runs, measured on this machine per dtype and row band (cached per CPU), installed
                     beneath bertfn/model/functional.linear (use_products); python -m bertfn.fast prints it (__main__.py)
     batching.py     texts sorted by length, cut into groups of up to 2048 tokens and laid end to end, each group one
-                    pass of the reference encoder on that layout (bertfn/model/layout.py: Segments)
+                    pass of bertfn's one encoder on that layout (bertfn/model/layout.py: Segments)
     attention_batches.py  how those texts attend: a call per run of one length, or padded batches of neighbours,
                     measured once per device and dtype
 

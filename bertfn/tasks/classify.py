@@ -4,7 +4,7 @@ The whole pipeline is: tokenize (a text, or a text and its pair: ``[CLS] A [SEP]
 checkpoint's sequence classifier (:func:`~bertfn.model.task_heads.run_head`) -> a function of the logits
 (:func:`class_scores`: softmax, sigmoid or none, as the config's ``problem_type`` says: :func:`default_function`)
 -> labels ranked by score (:func:`ranked`). It runs on the fast path (:func:`~bertfn.tasks.runner.head_logits`:
-the texts end to end, the last layer at their first tokens alone); with ``edits`` on the reference functions.
+the texts end to end, the last layer at their first tokens alone), with ``edits`` too (the last layer at every token).
 
 Beyond the pipeline, ``head="cls.species"`` runs a linear head that a checkpoint stores beside its own parts
 under any key prefix, on the pooler's output (:func:`pooled_linear_outputs`; AntiBERTy's species and chain heads:

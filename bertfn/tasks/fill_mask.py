@@ -3,7 +3,7 @@
 The whole pipeline is: tokenize -> :func:`~bertfn.model.encoder.encoder` -> take the hidden states at
 the ``[MASK]`` positions -> :func:`~bertfn.model.heads.mlm_head` -> softmax -> top k. It runs on the
 fast path: the texts of a batch sorted by length and laid end to end without padding
-(:func:`~bertfn.tasks.runner.per_text`), the same numbers as those reference functions.
+(:func:`~bertfn.tasks.runner.per_text`), the same numbers as a padded batch gives.
 Beyond transformers' pipeline, and each in its own module: targets of several word pieces scored as
 whole words (:func:`bertfn.tasks.scoring.word_log_probs`), and all the masks of a text filled
 together (``joint=True``, :mod:`bertfn.tasks.joint`).

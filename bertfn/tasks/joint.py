@@ -62,7 +62,7 @@ def beam_search(m: Model, rows: list[list[int]], types: list[list[int]], masks: 
         masks: each text's [MASK] positions, in order.
         width: beams kept per text.
         batch_size: masked copies per encoder pass, at most.
-        points: a Trace with edits: the copies run through the reference functions with them.
+        points: a Trace with edits (each seeing its group of copies as a padded batch's shapes).
 
     Returns:
         Per text, ``width`` complete fills ``(tokens, search score)``, best first.
@@ -101,7 +101,7 @@ def joint_fill(m: Model, enc: Encoding, lengths: list[int], top_k: int, beam_wid
         top_k: fills per text.
         beam_width: the beam's width; the search keeps ``max(beam_width, top_k)`` fills.
         batch_size: masked copies per encoder pass, at most.
-        points: a Trace with edits: the copies run through the reference functions with them.
+        points: a Trace with edits (each seeing its group of copies as a padded batch's shapes).
 
     Returns:
         Per text a list of dicts, best first: ``{"score": PLL of the masked positions,

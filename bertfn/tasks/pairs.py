@@ -117,7 +117,7 @@ def pair_logits(m: Model, firsts: list[str], seconds: list[str], owners: list[in
         owners: (N,) the item (text, query) each pair belongs to, by index, for the messages.
         truncation: how a pair longer than :func:`longest_pair` is cut, one of :data:`TRUNCATIONS`.
         batch_size: pairs per encoder pass, at most.
-        points: a Trace with edits (:func:`~bertfn.tasks.runner.head_logits` then runs the reference path).
+        points: a Trace with edits (each seeing its group of pairs as a padded batch's shapes).
         named: pair index -> how the messages name its second text (``"the hypothesis 'This example is sports.'"``,
             ``"passage 12"``).
 

@@ -149,7 +149,7 @@ def rerank(
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in (``"bfloat16"``: the bf16 mode).
         edits: ``{point name: edit(tensor, point) -> tensor}`` (:mod:`bertfn.interventions`), the head's points
-            (``classifier.logits``, ...) included; with edits the pairs run through the reference functions.
+            (``classifier.logits``, ...) included, each seeing its group's padded batch's shapes.
 
     Returns:
         For a query, ``rank()``'s list ``[{"corpus_id": i, "score": s[, "text": passage]}, ...]``, best first (ties in

@@ -85,7 +85,8 @@ def packing(task: Task, edits: Mapping[str, Edit] | None = None) -> Callable[[di
 
     Args:
         task: the task's declaration.
-        edits: the caller's edits, if any (they run the reference path, which reads the weights as stored).
+        edits: the caller's edits, if any: a pass with edits may multiply by a layer's weight outside the chosen
+            kernels (each head's write, ``head_outputs``), which a packed weight cannot be, so they keep them as stored.
     """
     return pack_state if task.fast and not edits else None
 
@@ -157,7 +158,8 @@ def per_text(m: Model, enc: Encoding, lengths: list[int],
             group's texts (indices into ``enc``), the positions read (N,) (None without ``read``) and the last hidden
             states there (N, H), or every position's, the texts end to end (T, H).
         batch_size: texts per group at most.
-        points: a :class:`~bertfn.model.recorder.Trace` with edits (the reference path), or none (the fast path).
+        points: a :class:`~bertfn.model.recorder.Trace` with edits (each seeing its group's padded batch's shapes), or
+            none.
         read: ``read(rows, ids)``: the positions of a group, (N,) indices into its ids end to end (1, T), whose last
             hidden states ``step`` reads (the encoder's last layer runs at those alone).
 

@@ -169,7 +169,7 @@ def target_log_softmax(m: Model, copies: Copies, step: Callable[[list[int], torc
         step: ``step(rows, log_softmax)`` -> one result per copy of ``rows`` (a tensor (n, ...) or a sequence of n):
             a group's copies (indices into ``copies``) and (n, V) float32 at their targets.
         batch_size: copies per encoder pass, at most.
-        points: a Trace with edits runs the copies through the reference functions with them instead.
+        points: a Trace with edits (each seeing its group of copies as a padded batch's shapes).
 
     Returns:
         (N, ...) where ``step`` gives tensors, else a list of N results, in the order of ``copies``.
@@ -194,7 +194,7 @@ def log_probs(m: Model, copies: Copies, batch_size: int = BATCH_SIZE, points: Tr
         m: the model (with its masked-LM head).
         copies: the masked copies to score.
         batch_size: copies per encoder pass, at most.
-        points: a Trace with edits: the copies run through the reference functions with them.
+        points: a Trace with edits (each seeing its group of copies as a padded batch's shapes).
 
     Returns:
         (N,) float32, CPU.
@@ -317,7 +317,7 @@ def word_log_probs(m: Model, enc: Encoding, lengths: list[int], where: list[tupl
         where: ``(text, position)`` of each [MASK] to score the words at.
         words: the word pieces of each word.
         batch_size: masked copies per encoder pass, at most.
-        points: a Trace with edits: the copies run through the reference functions with them.
+        points: a Trace with edits (each seeing its group of copies as a padded batch's shapes).
 
     Returns:
         (len(where), len(words)) float32 on the CPU.

@@ -7,8 +7,7 @@ transformers' ``pipeline("token-classification")`` (``TokenClassificationPipelin
          --ignore_labels--> (several windows: merge_windows) --> the text's entities
 
 The encoder and the checkpoint's head (``classifier`` on every token; ModernBERT's prediction head first) run as
-:func:`~bertfn.tasks.runner.head_logits` runs them: the texts end to end without padding, or with ``edits`` the
-reference functions. The strategies that turn tokens into entities are :mod:`bertfn.tasks.entities`.
+:func:`~bertfn.tasks.runner.head_logits` runs them: the texts end to end without padding, with ``edits`` too. The strategies that turn tokens into entities are :mod:`bertfn.tasks.entities`.
 
 A text longer than the model reads (:func:`~bertfn.model.family.longest_input`: 512 tokens for bert-base and roberta-base) is tagged,
 as the pipeline tags it, on its first window only, with a warning; with ``stride`` it is read in overlapping windows
@@ -116,7 +115,7 @@ def window_scores(m: Model, windows: list[Window], batch_size: int, points: Trac
         m: the model, with a token-classification head.
         windows: the encoder's inputs.
         batch_size: windows per encoder pass, at most.
-        points: a trace with edits (then the reference functions run, the edits applied).
+        points: a trace with edits (each seeing its group of windows as a padded batch's shapes).
 
     Returns:
         Per window, (n, L) float32 on the CPU.
@@ -271,7 +270,7 @@ def tag(
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in (``"bfloat16"``: the faster bf16 mode); scores are softmax in float32.
         edits: ``{point name: edit(tensor, point) -> tensor}``, as :func:`~bertfn.model.encoder.encoder` takes
-            them, the head's ``classifier.logits`` too; then the reference functions run instead of the fast path.
+            them, the head's ``classifier.logits`` too, each seeing its group's padded batch's shapes.
 
     Returns:
         For one text, a list of its entities in order: with "none",
