@@ -1,5 +1,5 @@
 """bertfn/tasks/runner.py: the steps every pipeline shares, written once: the packing its declaration says, the
-results of groups put back in the texts' order, the layouts chosen on the edits."""
+results of groups put back in the texts' order, each text's own states with edits or without."""
 
 import torch
 
@@ -26,7 +26,8 @@ def test_groups_results_come_back_in_the_texts_order():
 
 
 def test_per_text_gives_each_text_its_step_on_either_layout(tiny_folder):
-    """The fast path (no edits) and the reference one (an edit that changes nothing) give each text its own states."""
+    """Without edits and with one that changes nothing (its points in the groups' padded shapes), each text gets its
+    own states, as alone."""
     m, tok, _ = loaded("test", bertfn.load(tiny_folder))
     texts = ["the cat sat on the mat .", "a dog", "the man went to the store ."]
     enc = tok(texts)
@@ -37,7 +38,7 @@ def test_per_text_gives_each_text_its_step_on_either_layout(tiny_folder):
 
     fast = per_text(m, enc, lengths, means(lengths), batch_size=2)
     _, _, points = loaded("test", m, edits={"layer.0.output": lambda x, point: x})
-    reference = per_text(m, enc, lengths, means(lengths), batch_size=2, points=points)
+    edited = per_text(m, enc, lengths, means(lengths), batch_size=2, points=points)
     alone = [per_text(m, tok([t]), [n], means([n]), batch_size=1)[0] for t, n in zip(texts, lengths)]
-    torch.testing.assert_close(fast, reference, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(fast, edited, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(fast, torch.stack(alone), atol=1e-5, rtol=1e-4)

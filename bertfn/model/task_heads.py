@@ -13,10 +13,10 @@ names the task; the head turns the last hidden states h (B, S, H) into that task
 
 BERT's heads are below (:data:`BERT_HEADS`): a classifier on the pooler's output, a linear layer on every
 token, ``qa_outputs`` on every token. A member whose head is not BERT's holds its own in its module, listed in
-its :class:`~bertfn.model.family.Family` record's ``task_heads`` (which tasks a member has at all is its checkpoint
-names' ``tasks``, :mod:`bertfn.model.naming`) (RoBERTa's classifier reads ``<s>`` through
+its :class:`~bertfn.model.family.Family` record's ``task_heads`` (RoBERTa's classifier reads ``<s>`` through
 dense, tanh and ``out_proj``; DistilBERT's through ``pre_classifier`` and ReLU; ModernBERT's through its
-prediction head), and :func:`task_head` finds the one a config's member uses. Every head takes the same
+prediction head), and :func:`task_head` finds the one a config's member uses; which tasks a member has a head for at
+all, as transformers has classes for them, its checkpoint names say (``tasks``, read through :mod:`bertfn.model.naming`). Every head takes the same
 arguments, ``(params, h, mask, *, generator=None, trace=NO_TRACE)``, and passes what it computes through named
 points of the trace (``pooler`` or ``classifier.input``, ``classifier.dense``, ``classifier.activation``,
 ``classifier.logits``; ``qa.start_logits``, ``qa.end_logits``).
