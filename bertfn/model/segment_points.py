@@ -52,13 +52,21 @@ def on_padded_view(mask: Mask, trace: Trace, head_mask: Tensor | None) -> bool:
 
 
 class PaddedView(NamedTuple):
-    """The texts' attention inputs as the padded pass has them (:func:`padded_view`)."""
+    """The texts' attention inputs as the padded pass has them (:func:`padded_view`).
+
+    Attributes:
+        q: (b, nh, S, hd) the queries, zeros at the padding.
+        k: (b, nh, S, hd) the keys.
+        v: (b, nh, S, hd) the values.
+        mask: (b, 1, 1 or S, S) additive: the padding's keys, with the member's own mask.
+        trace: the attention block's trace, keeping the points as they come (already padded).
+    """
 
     q: Tensor  # (b, nh, S, hd)
     k: Tensor  # (b, nh, S, hd)
     v: Tensor  # (b, nh, S, hd)
-    mask: Tensor  # (b, 1, 1 or S, S) additive: the padding's keys, with the member's own mask
-    trace: Trace  # the attention block's trace, keeping the points as they come (already padded)
+    mask: Tensor  # (b, 1, 1 or S, S) additive
+    trace: Trace  # the attention block's trace
 
 
 def padded_view(layout: Segments, q: Tensor, k: Tensor, v: Tensor, trace: Trace,
