@@ -179,3 +179,30 @@ def test_the_cli_counts_texts_from_one_and_a_file_run_by_its_lines(mlm_checkpoin
     assert main(["fill-mask", "--input", str(src), "--output", str(out), "--model", str(folder), "--no-progress"]) == 2
     assert json.loads(out.read_text(encoding="utf-8").splitlines()[1])["error"].startswith("line 2 has no [MASK]")
 
+
+
+def test_every_subcommand_whose_pipeline_batches_takes_batch_size(mlm_checkpoint, capsys):
+    """A task whose function takes ``batch_size`` offers ``--batch-size`` on its subcommand, and the option reaches the
+    function (``bertfn embed`` and ``bertfn score`` had none): a memory-bound user can make each pass smaller."""
+    import inspect
+
+    import torch
+
+    from bertfn.tasks import TASKS
+
+    choices = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for task in TASKS:
+        if task.command and "batch_size" in inspect.signature(task.function).parameters:
+            assert any("--batch-size" in a.option_strings for a in choices[task.name]._actions), task.name
+    folder, _ = mlm_checkpoint
+    texts = ["i love you very well", "the cat", "you sat on the cat"]
+    assert main(["embed", *texts, "--model", str(folder), "--json", "--batch-size", "1"]) == 0
+    printed = torch.tensor(json.loads(capsys.readouterr().out))
+    torch.testing.assert_close(printed, bertfn.embed(texts, str(folder)), atol=1e-5, rtol=0)
+    assert main(["score", *texts, "--model", str(folder), "--json", "--batch-size", "2"]) == 0
+    assert [r["pll"] for r in json.loads(capsys.readouterr().out)] == pytest.approx(
+        [r["pll"] for r in bertfn.score(texts, str(folder))], abs=1e-4)
+    assert main(["embed", "a", "--model", str(folder), "--batch-size", "0"]) == bertfn.InputError.exit_code
+    assert "batch_size must be a positive integer, got 0" in capsys.readouterr().err
+    assert main(["score", "a b", "--reference", "a c", "--batch-size", "2", "--model", str(folder)]) == bertfn.InputError.exit_code
+    assert "--batch-size are options of the PLL" in capsys.readouterr().err

@@ -27,6 +27,7 @@ def add(sub) -> None:
                     help="cut each vector to its first D values (Matryoshka models; default: the folder's, else none)")
     em.add_argument("--max-length", type=int, default=None,
                     help="tokens per text at most; longer texts are cut (default: the model's max_seq_length or positions)")
+    em.add_argument("--batch-size", type=int, default=32, help="texts per encoder pass, at most (default 32)")
     em.add_argument("--json", action="store_true",
                     help="print JSON: the vector of one text, or a list of vectors (default: one line of numbers per text)")
     add_model_options(em)
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = dict(pooling=args.pooling, normalize=args.normalize,
                    prompt_name=args.prompt_name, prompt=args.prompt, truncate_dim=args.truncate_dim,
-                   max_length=args.max_length)
+                   max_length=args.max_length, batch_size=args.batch_size)
     if args.input is not None:
         return run_file_command(args, "embed", **options)
     if not args.text:

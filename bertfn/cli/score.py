@@ -8,6 +8,7 @@ import json
 
 from ..errors import InputError
 from ..tasks.runner import packing
+from ..tasks.scoring import BATCH_SIZE
 from .options import (add_file_options, add_model_options, emit, model_from_args, one_line, run_file_command,
                       subcommand)
 
@@ -20,6 +21,8 @@ def add(sub) -> None:
                     help="original: each token masked alone; within_word_l2r: also the later pieces of its word")
     sc.add_argument("--per-token", action="store_true", help="list every token's log-probability")
     sc.add_argument("--json", action="store_true", help="print the results of bertfn.score as JSON")
+    sc.add_argument("--batch-size", type=int, default=None, metavar="N",
+                    help=f"masked copies per encoder pass, at most (default {BATCH_SIZE})")
     mut = sc.add_argument_group("mutations (the texts are variants of a reference)")
     mut.add_argument("--reference", metavar="TEXT",
                      help="score each text against TEXT by masked marginals: TEXT's positions masked once each, a "
@@ -50,11 +53,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--{given.replace('_', '-')} goes with --reference TEXT, the text the others are variants of")
     if args.reference is not None:
         return run_mutations(args)
+    options = dict(method=args.method, batch_size=BATCH_SIZE if args.batch_size is None else args.batch_size)
     if args.input is not None:
-        return run_file_command(args, "score", method=args.method)
+        return run_file_command(args, "score", **options)
     if not args.text:
         raise InputError("pass at least one text to score, or --input FILE; see 'bertfn score --help'")
-    results = score(list(args.text), model_from_args(args, packing(TASK)), method=args.method)
+    results = score(list(args.text), model_from_args(args, packing(TASK)), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:
@@ -67,9 +71,9 @@ def run_mutations(args: argparse.Namespace) -> int:
     (and :func:`bertfn.substitution_matrix`'s ``save``)."""
     from ..tasks.mutations import score_mutations, substitution_matrix
 
-    if args.method != "original" or args.per_token or not (args.text or args.input or args.matrix):
-        raise InputError("with --reference pass its variants (texts, or --input FILE) or --matrix FILE; --method and "
-                         "--per-token are options of the PLL (for a variant's PLL change pass --pll-change)")
+    if args.method != "original" or args.per_token or args.batch_size is not None or not (args.text or args.input or args.matrix):
+        raise InputError("with --reference pass its variants (texts, or --input FILE) or --matrix FILE; --method, "
+                         "--per-token and --batch-size are options of the PLL (for a variant's PLL change pass --pll-change)")
     model = model_from_args(args) if args.text or args.matrix else None
     if args.matrix:
         wrote = f"wrote {substitution_matrix(args.reference, model).save(args.matrix)}"
