@@ -542,6 +542,10 @@ def test_score_file_and_mapper(tiny_folder, model, tmp_path, capsys):
     mapped = Score(model, method="within_word_l2r")(batch)
     assert list(mapped.columns) == ["id", "text", "result", "error"] and mapped["error"][1].startswith("the text ")
     assert json.loads(mapped["result"][2])["pll"] == pytest.approx(expected[1]["pll"], abs=1e-4)
+    with pytest.raises(bertfn.InputError, match=r"Score takes the task's options once, with the model "
+                       r"\(map_batches\(\.\.\., fn_constructor_kwargs=\{'model': \.\.\., 'method': \.\.\.\}\)\); got "
+                       r"'method' with each batch \(fn_kwargs\)"):
+        Score(model)(batch, method="within_word_l2r")  # map_batches(Score, fn_kwargs={"method": ...}) calls it so
 
 
 # --- compact outputs, warnings ----------------------------------------------------------------------

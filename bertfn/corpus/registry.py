@@ -122,7 +122,11 @@ class Mapper:
         """Where the model runs: ``cuda:0`` on a Ray worker with one GPU assigned, ``cpu`` elsewhere."""
         return self.runner.model.device
 
-    def __call__(self, batch):
+    def __call__(self, batch, **given):
+        if given:  # map_batches' fn_kwargs: options that belong to the class, where the model loads once
+            raise InputError(f"{type(self).__name__} takes the task's options once, with the model "
+                             f"(map_batches(..., fn_constructor_kwargs={{'model': ..., {', '.join(f'{k!r}: ...' for k in given)}}})"
+                             f"); got {', '.join(map(repr, given))} with each batch (fn_kwargs)")
         values = {}
         for name, column in self.columns.items():
             try:
