@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from ..attention import AttentionOutput, head_outputs, merge_heads, separate_projections, split_heads
+from ..attention import AttentionOutput, attention_output, merge_heads, separate_projections, split_heads
 from ..config import BertConfig
 from ..encoder import LayerOutput
 from ..feed_forward import chunked_feed_forward
@@ -299,15 +299,8 @@ def disentangled_attention(p: Params, x: Tensor, mask: Mask, rel: Tensor | None,
         merged = merge_heads(inner.trace("context", probs @ inner.v))  # (B, S, nh*hd)
     if segments is not None:  # on the sequence again, at the positions read
         merged, x = segments.rows(segments.laid(merged) if view else merged, x)  # (1, T + pad or r, ...)
-    merged = trace("merged", merged)
-    if trace.wants("head_outputs"):
-        heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S, H)
-        out = heads.sum(dim=1) + p["output.dense.bias"]
-    else:
-        out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
-    out = trace("dense", dropout(out, cfg.hidden_dropout_prob, generator))
-    out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
-    return AttentionOutput(trace("output", out), probs if need_probs else None, (k, v))
+    out = attention_output(p, merged, x, generator, trace)  # BERT's output block (BertSelfOutput)
+    return AttentionOutput(out, probs if need_probs else None, (k, v))
 
 
 def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor | None = None,

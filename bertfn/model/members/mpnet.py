@@ -30,13 +30,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..attention import chosen_impl, head_outputs, merge_heads, separate_projections, split_heads
+from ..attention import attention_output, chosen_impl, merge_heads, separate_projections, split_heads
 from ..config import BertConfig
 from ..embeddings import check_ids, word_vectors
 from ..encoder import LayerOutput
 from ..family import Family, register
 from ..feed_forward import chunked_feed_forward
-from ..functional import dropout, layer_norm, linear
+from ..functional import dropout, layer_norm
 from ..layout import Mask, Segments, with_keys
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
@@ -236,15 +236,8 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
     if segments is not None:  # on the sequence again, at the positions read
         merged, x = segments.rows(segments.laid(merged) if view else merged, x)  # (1, T + pad or r, ...)
         trace, probs = outer, None
-    merged = trace("merged", merged)
-    if trace.wants("head_outputs"):
-        heads = trace("head_outputs", head_outputs(merged, p["output.dense.weight"], nh))  # (B, nh, S, H)
-        out = heads.sum(dim=1) + p["output.dense.bias"]
-    else:
-        out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
-    out = trace("dense", dropout(out, cfg.hidden_dropout_prob, generator))
-    out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
-    return trace("output", out), probs, kv
+    out = attention_output(p, merged, x, generator, trace)  # BERT's output block (BertSelfOutput)
+    return out, probs, kv
 
 
 def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor | None = None,
