@@ -251,6 +251,33 @@ def test_output_named_npy_is_refused_where_results_are_not_vectors(tiny_folder, 
     assert np.load(tmp_path / "e.npy").shape == (2, 48) and len(pd.read_parquet(tmp_path / "e.parquet")) == 2
 
 
+def test_output_named_as_a_format_not_written_or_in_no_folder_is_refused_before_the_model_loads(tmp_path, capsys):
+    """``--output out.csv`` wrote JSON Lines under a CSV's name, and an output in a missing folder failed after the
+    model loaded with "unexpected FileNotFoundError ... a bug in bertfn": both are refused first (a missing model
+    would say so otherwise), naming what to write instead; nothing is written. From Python, as Python spells it."""
+    from bertfn import InputError
+    from bertfn.corpus import run_file
+
+    src = tmp_path / "in.txt"
+    src.write_text("the cat sat\n", encoding="utf-8")
+    nowhere = ["--model", str(tmp_path / "no-such-model")]
+    assert main(["embed", "--input", str(src), "--output", str(tmp_path / "v.csv"), *nowhere]) == 2
+    v = tmp_path / "v"
+    assert capsys.readouterr().err == (
+        f"bertfn: error: --output {v}.csv names CSV, which bertfn does not write; name {v}.npy (an array of the "
+        f"vectors), {v}.parquet (a table pandas reads, a row per line) or {v}.jsonl (JSON Lines, a line per line)\n")
+    assert main(["classify", "--input", str(src), "--output", str(tmp_path / "c.TSV"), *nowhere]) == 2
+    assert "c.TSV names a tab-separated table, which bertfn does not write; name " \
+           f"{tmp_path / 'c.parquet'} (a table" in capsys.readouterr().err  # no .npy: labels are no vectors
+    missing = tmp_path / "no" / "such"
+    assert main(["score", "--input", str(src), "--output", str(missing / "s.jsonl"), *nowhere]) == 2
+    assert capsys.readouterr().err == (f"bertfn: error: --output {missing / 's.jsonl'}: its folder {missing} does not "
+                                       f"exist; create it (mkdir -p {missing}) or name a file in a folder that does\n")
+    assert list(tmp_path.iterdir()) == [src]
+    with pytest.raises(InputError, match=r"^target .*v\.json names one JSON document, which bertfn does not write"):
+        run_file(src, tmp_path / "v.json", tmp_path / "no-such-model", task="embed", progress=False)
+
+
 def test_interrupted_run_of_an_npy_output_resumes(tiny_folder, tmp_path, capsys, monkeypatch):
     """A run of --output v.npy --format parquet stopped part-way (Ctrl-C in its sixth piece), its log then cut in
     mid-line and its array given half a row, as a kill in mid-write leaves them: --resume makes v.npy and v.parquet

@@ -36,6 +36,11 @@ from ..errors import DependencyError, InputError, syntax
 from .record import OWN_KEYS, InputPrint, write_record
 
 FORMATS = ("jsonl", "npy", "parquet")
+NOT_WRITTEN = {"csv": "CSV", "tsv": "a tab-separated table", "json": "one JSON document", "xlsx": "an Excel workbook",
+               "npz": "a NumPy archive", "pt": "a torch file", "pkl": "a pickle", "feather": "Feather",
+               "arrow": "Arrow IPC"}
+"""Output suffixes that name a format bertfn does not write (a run writes :data:`FORMATS`): refused, where JSON Lines
+under that name would pass for it."""
 PART_SECONDS = 60.0
 """A Parquet part is written at the first flush this many seconds after the last one (and at the end)."""
 PART_ROWS = 16384
@@ -68,14 +73,23 @@ def output_files(target: Path, formats: Iterable[str], vectors: bool) -> tuple[P
         The log's path, and the formats: ``target``'s own first, then ``formats``, each once.
 
     Raises:
-        InputError: ``out.npy`` for a task whose results are not vectors.
+        InputError: ``out.npy`` for a task whose results are not vectors; a name whose suffix says a format bertfn
+            does not write (``out.csv``: :data:`NOT_WRITTEN`); a folder that does not exist.
     """
+    output = syntax(python="target", cli="--output")
     fmt = target.suffix[1:]
+    if fmt.lower() in NOT_WRITTEN:
+        npy = f"{target.with_suffix('.npy')} (an array of the vectors), " if vectors else ""
+        raise InputError(f"{output} {target} names {NOT_WRITTEN[fmt.lower()]}, which bertfn does not write; name "
+                         f"{npy}{target.with_suffix('.parquet')} (a table pandas reads, a row per line) or "
+                         f"{target.with_suffix('.jsonl')} (JSON Lines, a line per line)")
+    if not target.parent.is_dir():
+        raise InputError(f"{output} {target}: its folder {target.parent} does not exist; create it "
+                         f"(mkdir -p {target.parent}) or name a file in a folder that does")
     if fmt not in FORMATS or fmt == "jsonl":
         return target, tuple(formats)
     if fmt == "npy" and not vectors:
-        output, parquet = syntax(python="target", cli="--output"), syntax(python="formats=('parquet',)",
-                                                                        cli="--format parquet")
+        parquet = syntax(python="formats=('parquet',)", cli="--format parquet")
         raise InputError(f"{output} {target} asks for an .npy array of one vector per line, which only embed gives; "
                          f"for these results name a Parquet output ({output} {target.with_suffix('.parquet')}) or "
                          f"JSON Lines ({output} {target.with_suffix('.jsonl')}, with {parquet} for Parquet beside it)")
