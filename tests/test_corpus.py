@@ -246,16 +246,26 @@ def test_command_line_mistakes(tiny_folder, tmp_path, capsys):
     folder = tiny_folder
     src = tmp_path / "in.txt"
     src.write_text(GOOD[0] + "\n", encoding="utf-8")
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_text(GOOD[0] + "\n", encoding="utf-16")
     for argv, message in [
         (["fill-mask"], "at least one text"),
         (["fill-mask", GOOD[0], "--input", str(src)], "not both"),
         (["fill-mask", "--input", str(tmp_path / "missing.txt")], "does not exist"),
         (["fill-mask", "--input", str(src), "--resume"], "needs an output file"),
         (["fill-mask", "--input", str(src), "--top-k", "0"], "top_k must be a positive integer"),
+        (["fill-mask", "--input", str(tmp_path)], f"input file {tmp_path} is a folder; pass --input with a text"),
+        (["fill-mask", "--input", str(src), "--output", str(tmp_path)],
+         f"--output {tmp_path} is a folder; name a file in it ({tmp_path / 'results.jsonl'})"),
+        (["embed", "--input", str(folder / "model.safetensors")], "model.safetensors is not text: its first line "
+         "holds a NUL byte (at byte "),  # not a run of thousands of "not valid UTF-8" lines
+        (["embed", "--input", str(utf16)], "utf16.txt is not text: its first line holds a NUL byte (at byte 3), as a "
+         "binary file or a UTF-16 one does; nothing was run: pass a text, JSON Lines, .csv or .tsv file in UTF-8"),
     ]:
         assert main([*argv, "--model", str(folder)]) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, (argv, err)
+    assert sorted(tmp_path.iterdir()) == [src, utf16]  # nothing written
 
 
 def test_stdin_to_stdout(tiny_folder):

@@ -237,7 +237,8 @@ def run_file(
     started = time.perf_counter()
     to_stdout = str(target) == "-"
     if str(source) != "-" and not Path(source).is_file():
-        raise InputError(f"input file {source} does not exist; pass --input with a text, JSON Lines, .csv or .tsv "
+        what = "is a folder" if Path(source).is_dir() else "does not exist"
+        raise InputError(f"input file {source} {what}; pass --input with a text, JSON Lines, .csv or .tsv "
                          "file, or - for stdin")
     named = task_named(task)
     inputs = Inputs.of(named.inputs, named.optional, field, source)

@@ -281,11 +281,17 @@ class Inputs:
             source: the input, for the message; a table is read again from it.
 
         Raises:
-            InputError: the first line lacks a field; what :meth:`rows` refuses in a table.
+            InputError: the first line holds a NUL byte (no text does) or lacks a field; what :meth:`rows` refuses in
+                a table.
         """
         if self.table is not None:
             deque(self.rows(source), maxlen=0)
             return
+        nul = -1 if first is None else first.find(0)  # no text holds a NUL byte: a binary file, or UTF-16 / UTF-32
+        if nul >= 0:
+            raise InputError(f"{'standard input' if str(source) == '-' else source} is not text: its first line holds "
+                             f"a NUL byte (at byte {nul}), as a binary file or a UTF-16 one does; nothing "
+                             "was run: pass a text, JSON Lines, .csv or .tsv file in UTF-8")
         if self.fields is None or first is None:
             return
         _, record, bad = self.parse(1, first)
