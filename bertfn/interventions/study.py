@@ -258,20 +258,29 @@ def _slice_sums(delta: Tensor, name: str, over: str) -> Tensor:
         else delta[0]
 
 
-def correlation(a: Sweep, b: Sweep) -> float:
+def correlation(a: Sweep | Tensor, b: Sweep | Tensor) -> float:
     """Pearson's r between two mean maps (e.g. :func:`attribution` against the exact :func:`sweep`).
 
     Cells that either map lacks (NaN: positions only some pairs have) are left out.
 
     Args:
-        a: one map.
+        a: one map: a :class:`Sweep` (its ``values``) or a tensor.
         b: the other, of the same shape.
 
+    Returns:
+        r, a float.
+
     Raises:
-        InputError: maps of different shapes.
+        InputError: maps of different shapes, or something that is neither a Sweep nor a tensor.
     """
-    if a.values.shape != b.values.shape:
-        raise InputError(f"correlation compares maps of one shape, got {tuple(a.values.shape)} and {tuple(b.values.shape)}")
-    x, y = a.values.flatten(), b.values.flatten()
+    maps = []
+    for v in (a, b):
+        if not isinstance(v, (Sweep, Tensor)):
+            raise InputError(f"correlation compares two maps, each a Sweep (iv.sweep, iv.attribution) or a tensor, "
+                             f"got {type(v).__name__}")
+        maps.append(v.values if isinstance(v, Sweep) else v)
+    if maps[0].shape != maps[1].shape:
+        raise InputError(f"correlation compares maps of one shape, got {tuple(maps[0].shape)} and {tuple(maps[1].shape)}")
+    x, y = (v.detach().float().flatten().cpu() for v in maps)
     both = ~(torch.isnan(x) | torch.isnan(y))
     return torch.corrcoef(torch.stack([x[both], y[both]]))[0, 1].item()
