@@ -279,4 +279,6 @@ def test_mistakes_get_errors_that_say_what_differs(tiny, metric):
         iv.merge_edits({"layer.0.output": lambda x, p: x}, [lambda x, p: x])
     assert math.isfinite(iv.sweep(CLEAN[0], CORRUPTED[0], tiny, metric, layers=1, progress=False).values.sum().item())
     study = iv.sweep(CLEAN[0], CORRUPTED[0], tiny, metric, layers=1, progress=False)
+    same = iv.sweep(CLEAN[0], CLEAN[0], tiny, metric, layers=1, progress=False)  # no gap to scale by: NaN, not +-inf
+    assert same.normalized.isnan().all() and same.normalized_per_example.isnan().all()
     assert iv.correlation(study, study.values * 2 + 1) == pytest.approx(1.0)  # a tensor is a map too (an AttributeError)

@@ -94,15 +94,18 @@ class Sweep:
 
     @property
     def normalized(self) -> Tensor:
-        """The mean map with the corrupted runs' mean at 0 and the clean runs' at 1."""
-        return (self.values - self.corrupted) / (self.clean - self.corrupted)
+        """The mean map with the corrupted runs' mean at 0 and the clean runs' at 1; NaN where the two means are equal
+        (no scale to put the map on: a pair of texts the metric does not tell apart)."""
+        gap = self.clean - self.corrupted
+        return (self.values - self.corrupted) / (gap if gap != 0 else float("nan"))
 
     @property
     def normalized_per_example(self) -> Tensor:
-        """(P, L, ...) each pair's map with its own corrupted run at 0 and its clean run at 1."""
+        """(P, L, ...) each pair's map with its own corrupted run at 0 and its clean run at 1 (NaN where they are equal)."""
         shape = (-1,) + (1,) * (self.per_example.dim() - 1)
         low, high = self.corrupted_runs.view(shape), self.clean_runs.view(shape)
-        return (self.per_example - low) / (high - low)
+        gap = high - low
+        return (self.per_example - low) / torch.where(gap != 0, gap, float("nan"))
 
     @property
     def count(self) -> Tensor:
