@@ -149,3 +149,17 @@ def test_refusals_are_classifys(antiberty):
             with pytest.raises(error) as ours:
                 call(**options)
             assert str(ours.value) == str(theirs.value).replace("classify", what), (what, options)
+
+
+def test_logit_attribution_of_an_extra_head_takes_one_text(antiberty):
+    """A list of chains was split as its first chain alone, said of none."""
+    vh = heavy_chain("rituximab")
+    with pytest.raises(bertfn.InputError, match="one text, got a list of 2 texts; call it once per text"):
+        iv.logit_attribution([vh, vh], antiberty, "Mouse", **HEAD)
+
+
+def test_the_decision_panel_takes_one_text(antiberty):
+    """A list of chains was a TypeError of Python's (list indices must be integers)."""
+    vh = heavy_chain("rituximab")
+    with pytest.raises(bertfn.InputError, match="one text, the one a page shows, got a list of 2 texts"):
+        iv.decision([vh, vh], antiberty, **HEAD, steps=1)

@@ -219,6 +219,26 @@ def test_mean_ablation_with_means_of_the_same_text(tiny):
     assert neurons.shape == (2, 80)
 
 
+def test_mean_ablation_and_steering_refuse_means_and_vectors_of_another_shape(tiny):
+    """Each was an IndexError or a RuntimeError of torch's: means of another layer count, another kind or width,
+    a steering vector that does not broadcast; and names activation_means cannot average were a KeyError."""
+    ids = tiny.tokenizer(["the cat sat ."]).input_ids
+    heads, neurons = torch.zeros(2, 3, 16), torch.zeros(2, 80)
+    with pytest.raises(bertfn.InputError, match="layer 5 has no means; the means hold layers 0 to 1"):
+        iv.mean_heads({5: [0]}, heads)
+    with pytest.raises(bertfn.InputError, match=r"mean_heads takes means of shape \(L, nh, hd\).*got shape \(2, 80\)"):
+        iv.mean_heads({0: [0]}, neurons)
+    with pytest.raises(bertfn.InputError, match=r"mean_neurons takes means of shape \(L, I\).*got shape \(2, 3, 16\)"):
+        iv.mean_neurons({0: [0]}, heads)
+    with pytest.raises(bertfn.InputError, match=r"shape \(1, 3, 1, 10\), which does not broadcast to layer\.0\.attention"):
+        bertfn.encoder(tiny, ids, edits=iv.mean_heads({0: [0]}, heads[..., :10]))
+    with pytest.raises(bertfn.InputError, match=r"steer's vector has shape \(3, 48\), which does not broadcast"):
+        bertfn.encoder(tiny, ids, edits=iv.steer("layer.0.output", torch.ones(3, 48)))
+    for name in ("layer.0.outptu", "layer.*.output", "pooler", "mlm.logits"):
+        with pytest.raises(bertfn.InputError, match=f"activation_means averages .*{name.replace('*', '.')!s}"):
+            iv.activation_means(["the cat sat ."], tiny, [name])
+
+
 def test_point_names_cover_relative_positions_and_cross_attention():
     cfg = bertfn.BertConfig(vocab_size=20, hidden_size=8, num_attention_heads=2, num_hidden_layers=1, intermediate_size=8,
                             position_embedding_type="relative_key", is_decoder=True, add_cross_attention=True)

@@ -198,6 +198,13 @@ def test_bad_inputs_get_bertfn_errors(tiny, tmp_path):
         hidden_contributions(bertfn.trace("the cat sat on the mat .", tiny), 1)
     with pytest.raises(InputError, match="position"):
         hidden_contributions(bertfn.trace("the cat sat .", tiny, head_outputs=True), 9)
+    with pytest.raises(InputError, match="one text, got a list of 2 texts"):  # was an AttributeError
+        logit_attribution(["the cat sat on the [MASK] .", "a [MASK] ."], tiny, "mat")
+    batch = bertfn.trace(["the cat sat .", "a dog ."], tiny, head_outputs=True)
+    with pytest.raises(InputError, match="batch of 2 texts"):  # was text 0's parts, said of none
+        hidden_contributions(batch, 1)
+    with pytest.raises(InputError, match="got str"):  # was an AttributeError
+        hidden_contributions("the cat sat .", 1)
     encoder_only = bertfn.load(write_folder(random_model(bertfn.BertConfig(**TINY), mlm=False), tmp_path / "enc"))
     with pytest.raises(MissingPartError, match="masked-LM head"):
         logit_attribution("the cat sat on the [MASK] .", encoder_only, "mat")

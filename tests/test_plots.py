@@ -56,6 +56,13 @@ def test_bad_plot_input_raises_input_error(rec):
         plots.attention_heatmap(rec.attention(0), rec.tokens)
     with pytest.raises(bertfn.InputError, match="unknown activation"):
         plots.activation_curves(["swishy"])
+    with pytest.raises(bertfn.InputError, match="got 3 tokens for 9 rows/columns"):  # was drawn with 3 labels
+        plots.attention_heads(rec.attention(0), rec.tokens[:3])
+    with pytest.raises(bertfn.InputError, match=r"got shape \(3, 9, 4\)"):
+        plots.attention_heads(rec.attention(0)[..., :4], rec.tokens)
+    batch = bertfn.trace([TEXT, "a cat ."], rec.model)
+    with pytest.raises(bertfn.InputError, match="got a batch of 2 texts' recordings; pick a text"):  # AttributeError
+        plots.attention_figure(batch, 0)
 
 
 def test_missing_matplotlib_is_a_dependency_error(monkeypatch):

@@ -17,7 +17,7 @@ import math
 
 import pytest
 import torch
-from conftest import ACCELERATOR, DEVICE
+from conftest import ACCELERATOR, DEVICE, VOCAB
 
 import bertfn
 from bertfn import interventions as iv
@@ -267,6 +267,18 @@ def test_mistakes_get_errors_that_say_what_differs(tiny, metric):
         iv.gradients(CLEAN[0], tiny, metric, "layer.0.outptu")
     with pytest.raises(bertfn.InputError, match="does not depend on the pass"):
         iv.gradients(CLEAN[0], tiny, lambda run: run["mlm.logits"].detach()[0, 0], "layer.0.output")
+    with pytest.raises(bertfn.InputError, match="the run has 1 \\[MASK\\]\\(s\\); pass mask= from 0 to 0"):  # IndexError
+        iv.sweep(CLEAN[0], CORRUPTED[0], tiny, iv.logit_difference(1, 2, mask=1), progress=False)
+    with pytest.raises(bertfn.InputError, match=f"vocabulary has {len(VOCAB)} \\(ids 0 to {len(VOCAB) - 1}\\)"):  # IndexError
+        iv.logit_difference(1, 500)(bertfn.trace(CLEAN[0], tiny))
+    with pytest.raises(bertfn.InputError, match="right must be an integer from 0 .*token_to_id"):  # was a TypeError
+        iv.logit_difference("romans", "people")
+    with pytest.raises(bertfn.InputError, match="each a Sweep .* or a tensor, got list"):  # was an AttributeError
+        iv.correlation([1.0, 2.0], [1.0, 2.0])
     with pytest.raises(bertfn.InputError, match="merge_edits joins dicts"):
         iv.merge_edits({"layer.0.output": lambda x, p: x}, [lambda x, p: x])
     assert math.isfinite(iv.sweep(CLEAN[0], CORRUPTED[0], tiny, metric, layers=1, progress=False).values.sum().item())
+    study = iv.sweep(CLEAN[0], CORRUPTED[0], tiny, metric, layers=1, progress=False)
+    same = iv.sweep(CLEAN[0], CLEAN[0], tiny, metric, layers=1, progress=False)  # no gap to scale by: NaN, not +-inf
+    assert same.normalized.isnan().all() and same.normalized_per_example.isnan().all()
+    assert iv.correlation(study, study.values * 2 + 1) == pytest.approx(1.0)  # a tensor is a map too (an AttributeError)

@@ -24,7 +24,7 @@ import torch
 from ..errors import DependencyError, InputError
 from ..model.functional import ACTIVATIONS
 from .page_arrays import layer_windows, out_of_reach
-from .trace import Recording
+from .trace import Recording, Recordings
 
 if TYPE_CHECKING:  # the annotations only: importing bertfn never imports matplotlib
     import matplotlib.figure
@@ -221,11 +221,14 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
         (matplotlib.figure.Figure): The figure.
 
     Raises:
-        InputError: ``probs`` that are not 3-D, or an unknown scale.
+        InputError: ``probs`` that are not (nh, S, S), tokens of another number than S, or an unknown scale.
     """
     probs = torch.as_tensor(probs).detach().float().cpu()
-    if probs.dim() != 3:
+    if probs.dim() != 3 or probs.shape[1] != probs.shape[2]:
         raise InputError(f"attention_heads takes (heads, S, S) probabilities, got shape {tuple(probs.shape)}")
+    if len(tokens) != probs.shape[1]:
+        raise InputError(f"attention_heads got {len(tokens)} tokens for {probs.shape[1]} rows/columns; pass one label "
+                         "each (rec.tokens of the recording the probabilities come from)")
     tops = color_limits(probs, scale)
     nh = probs.shape[0]
     cols = min(columns, nh)
@@ -270,8 +273,13 @@ def attention_figure(rec: Recording, layer: int, head: int | None = None, scale:
         (matplotlib.figure.Figure): The figure.
 
     Raises:
-        InputError: no such layer or head.
+        InputError: a batch's recordings (``bertfn.trace(list)``) or something else than a recording; no such layer
+            or head.
     """
+    if not isinstance(rec, Recording):
+        what = f"a batch of {len(rec)} texts' recordings" if isinstance(rec, Recordings) else type(rec).__name__
+        raise InputError(f"attention_figure draws one text's recording (bertfn.trace(text, model)), got {what}; "
+                         "pick a text of a batch as recs[i]")
     probs = rec.attention(layer, head)  # checks both indices
     layer %= rec.config.num_hidden_layers
     windows, out = layer_windows(rec.config), out_of_reach(rec.config, layer, len(rec.tokens))

@@ -15,6 +15,7 @@ place of the head's or neuron's own.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, text_list
 from ..errors import InputError
 from ..model.encoder import encoder
-from ..model.recorder import Edit, Point, Trace
+from ..model.recorder import Edit, Point, Trace, point_names
 from ..tasks.runner import loaded
 from .points import select
 
@@ -61,10 +62,33 @@ def replace_with(value: Tensor | float, *, positions=None, heads=None, neurons=N
     """
     def edit(x: Tensor, point: Point) -> Tensor:
         keep = select(x, point.name, positions, heads, neurons)
-        new = value.to(x.device, x.dtype) if isinstance(value, Tensor) else torch.full_like(x, value)
-        return torch.where(keep, new, x)
+        if not isinstance(value, Tensor):
+            return torch.where(keep, torch.full_like(x, value), x)
+        fits(value, x, point.name, "the value put")
+        return torch.where(keep, value.to(x.device, x.dtype), x)
 
     return edit
+
+
+def fits(value: Tensor, x: Tensor, name: str, what: str) -> None:
+    """Raise unless ``value`` broadcasts to ``x``'s shape without growing it (numpy's rules, as ``torch.where`` reads it).
+
+    Args:
+        value: the tensor an edit puts or adds.
+        x: the tensor at the point, (B, ...).
+        name: the point's name, for the message.
+        what: what ``value`` is, for the message.
+
+    Raises:
+        InputError: shapes that do not broadcast to ``x``'s.
+    """
+    try:
+        fitted = torch.broadcast_shapes(value.shape, x.shape) == x.shape
+    except RuntimeError:
+        fitted = False
+    if not fitted:
+        raise InputError(f"{what} has shape {tuple(value.shape)}, which does not broadcast to {name}'s "
+                         f"{tuple(x.shape)}: each of its axes, counted from the last, must be 1 or the point's")
 
 
 def zero_heads(heads: Mapping[int, Iterable[int]], *, positions: int | Sequence[int] | None = None) -> dict[str, Edit]:
@@ -109,10 +133,15 @@ def mean_heads(heads: Mapping[int, Iterable[int]], means: Tensor) -> dict[str, E
         means: (L, nh, hd), e.g. :func:`head_means` over texts like the ones studied.
 
     Returns:
-        ``{"layer.{i}.attention.context": edit}``.
+        ``{"layer.{i}.attention.context": edit}``; the edit raises :class:`InputError` where the means' heads or width
+            are not the point's.
+
+    Raises:
+        InputError: ``heads`` that is not such a dict, ``means`` that is not (L, nh, hd), or a layer it lacks.
     """
     out = {}
     for i, hs in _layers(heads, "mean_heads").items():
+        _check_means(means, i, 3, "mean_heads", "(L, nh, hd), e.g. iv.head_means(texts, model)")
         value = means[i][None, :, None, :]  # (1, nh, 1, hd): broadcasts over texts and positions
         out[f"layer.{i}.attention.context"] = replace_with(value, heads=hs)
     return out
@@ -126,10 +155,26 @@ def mean_neurons(neurons: Mapping[int, Iterable[int]], means: Tensor) -> dict[st
         means: (L, I), e.g. :func:`neuron_means`.
 
     Returns:
-        ``{"layer.{i}.ffn.intermediate": edit}``.
+        ``{"layer.{i}.ffn.intermediate": edit}``; the edit raises :class:`InputError` where the means' width is not the
+            point's.
+
+    Raises:
+        InputError: ``neurons`` that is not such a dict, ``means`` that is not (L, I), or a layer it lacks.
     """
-    return {f"layer.{i}.ffn.intermediate": replace_with(means[i], neurons=ns)
-            for i, ns in _layers(neurons, "mean_neurons").items()}
+    out = {}
+    for i, ns in _layers(neurons, "mean_neurons").items():
+        _check_means(means, i, 2, "mean_neurons", "(L, I), e.g. iv.neuron_means(texts, model)")
+        out[f"layer.{i}.ffn.intermediate"] = replace_with(means[i], neurons=ns)
+    return out
+
+
+def _check_means(means: Tensor, layer: int, dims: int, what: str, shape: str) -> None:
+    """Raise unless ``means`` is a ``dims``-axis tensor with a row for ``layer``."""
+    if not isinstance(means, Tensor) or means.dim() != dims:
+        got = f"shape {tuple(means.shape)}" if isinstance(means, Tensor) else type(means).__name__
+        raise InputError(f"{what} takes means of shape {shape}, got {got}")
+    if layer >= means.shape[0]:
+        raise InputError(f"{what}: layer {layer} has no means; the means hold layers 0 to {means.shape[0] - 1}")
 
 
 def steer(name: str, vector: Tensor, *, scale: float = 1.0, positions: int | Sequence[int] | None = None) -> dict[str, Edit]:
@@ -155,6 +200,7 @@ def steer(name: str, vector: Tensor, *, scale: float = 1.0, positions: int | Seq
         if width not in (1, x.shape[-1]):
             raise InputError(f"steer's vector has {width} values but {point.name} is {x.shape[-1]} wide "
                              f"(shape {tuple(x.shape)}); give a vector of {x.shape[-1]}, or steer another point")
+        fits(vector, x, point.name, "steer's vector")
         keep = select(x, point.name, positions=positions)
         return torch.where(keep, x + scale * vector.to(x.device, x.dtype), x)
 
@@ -173,9 +219,13 @@ def activation_means(texts: str | Sequence[str], model: Model | str | Path, name
 
     Returns:
         Per name, the mean: the tensor's shape without its batch and position axes.
+
+    Raises:
+        InputError: a name that is no point of the encoder's layers or embeddings (a pattern, ``pooler``, ``mlm.*``).
     """
     texts, _ = text_list(texts, "activation_means")
     m, tok, _ = loaded("activation_means", model)
+    _check_names(names, m)
     enc = tok(list(texts))
     kept: dict[str, Tensor] = {}
 
@@ -193,6 +243,19 @@ def activation_means(texts: str | Sequence[str], model: Model | str | Path, name
         x = x.transpose(1, 2) if x.dim() == 4 else x  # (B, nh, S, hd) -> (B, S, nh, hd)
         out[name] = x[real].mean(dim=0)  # the real tokens' mean
     return out
+
+
+def _check_names(names: list[str], m: Model) -> None:
+    """Raise unless every name is a point of ``m``'s embeddings or layers, one vector per token."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise InputError(f"names must be a list of point names, e.g. ['layer.3.output'], got {names!r:.60}")
+    valid = [n for n in point_names(m.config, optional=True) if n.split(".")[0] in ("embeddings", "layer", "final_norm")]
+    for name in names:
+        if name not in valid:
+            close = difflib.get_close_matches(str(name), valid, n=3, cutoff=0.5)
+            raise InputError(f"activation_means averages points of the embeddings and the layers, one vector per token, "
+                             f"by full name (no patterns, no pooler or mlm.*); {name!r} is none of them"
+                             + (f"; did you mean {', '.join(close)}?" if close else ""))
 
 
 def head_means(texts: str | Sequence[str], model: Model | str | Path) -> Tensor:

@@ -97,10 +97,14 @@ def decision(text: str, model: Model | str | Path, *, pair: str | None = None, s
         A :class:`~bertfn.inspect.decision_panel.Decision`, for ``Recording.save_html(..., decision=)``.
 
     Raises:
-        InputError: a bad ``steps`` or ``max_targets``, a pair given to a tagger or missing for a reader; ``head``
-            and ``labels`` as :func:`bertfn.classify` refuses them.
+        InputError: a text that is not a string (a list: the page shows one text), a bad ``steps`` or ``max_targets``,
+            a pair given to a tagger or missing for a reader; ``head`` and ``labels`` as :func:`bertfn.classify`
+            refuses them.
         MissingPartError: a model without a tokenizer, with none of the heads the panel explains, or without ``head``.
     """
+    if not isinstance(text, str):
+        many = f"a list of {len(text)} texts" if isinstance(text, (list, tuple)) else type(text).__name__
+        raise InputError(f"decision explains one text, the one a page shows, got {many}; call it once per text")
     m, tok, _ = loaded("decision", model)
     count("steps", steps)
     count("max_targets", max_targets)

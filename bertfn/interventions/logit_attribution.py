@@ -149,11 +149,14 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
         :class:`~bertfn.interventions.class_attribution.ClassAttribution`; every part (..., T) float64 on the CPU.
 
     Raises:
-        InputError: a masked LM's text without a mask, a ``mask`` out of range, tokens the vocabulary lacks; a label
-            the head lacks; a ``position`` or ``pair`` where the head takes none; ``head`` and ``labels`` as
-            :func:`bertfn.classify` refuses them.
+        InputError: a text that is not a string (a list: one text a call), a masked LM's text without a mask, a
+            ``mask`` out of range, tokens the vocabulary lacks; a label the head lacks; a ``position`` or ``pair``
+            where the head takes none; ``head`` and ``labels`` as :func:`bertfn.classify` refuses them.
         MissingPartError: a model without a tokenizer, with neither an MLM head nor a task head, or without ``head``.
     """
+    if not isinstance(text, str):
+        many = f"a list of {len(text)} texts" if isinstance(text, (list, tuple)) else type(text).__name__
+        raise InputError(f"logit_attribution splits the logits of one text, got {many}; call it once per text")
     m = loaded("logit_attribution", model).model
     names = None if head is None and labels is None else head_labels(m, head, labels, "logit_attribution")
     if head is not None or m.head.task in TASKS:

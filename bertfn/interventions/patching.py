@@ -86,9 +86,29 @@ def logit_difference(right: int, wrong: int, mask: int = 0) -> Metric:
         mask: which of the text's masks, from 0 (the rows of ``run["mlm.logits"]``).
 
     Returns:
-        ``metric(run) -> scalar tensor``.
+        ``metric(run) -> scalar tensor``; it raises :class:`InputError` where the run has no mask ``mask`` or the
+            vocabulary no id ``right`` or ``wrong``.
+
+    Raises:
+        InputError: ``right``, ``wrong`` or ``mask`` that is not an integer from 0 (a token string:
+            ``model.tokenizer.token_to_id("paris")`` is its id).
     """
-    return at_masks(lambda logits: logits[mask, right] - logits[mask, wrong])
+    for what, value in (("right", right), ("wrong", wrong), ("mask", mask)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            hint = " (a token's id: model.tokenizer.token_to_id(token))" if what != "mask" else ""
+            raise InputError(f"logit_difference's {what} must be an integer from 0{hint}, got {value!r}")
+
+    def difference(logits: Tensor) -> Tensor:  # (N, V) at the run's N masks
+        N, V = logits.shape
+        if mask >= N:
+            raise InputError(f"logit_difference reads mask {mask} (from 0) but the run has {N} [MASK](s); "
+                             f"pass mask= from 0 to {N - 1}, or put more masks in the text")
+        if max(right, wrong) >= V:
+            raise InputError(f"logit_difference reads token ids {right} and {wrong} but the vocabulary has {V} "
+                             f"(ids 0 to {V - 1}); model.tokenizer.token_to_id(token) gives a token's id")
+        return logits[mask, right] - logits[mask, wrong]
+
+    return at_masks(difference)
 
 
 def at_masks(of_logits: Callable[[Tensor], Tensor]) -> Metric:

@@ -88,7 +88,8 @@ def select(x: torch.Tensor, name: str, positions: int | Sequence[int] | None = N
     Args:
         x: the tensor at point ``name``.
         name: the point's full name.
-        positions: the positions to pick (None: all of that axis).
+        positions: the positions to pick (None: all of that axis); a negative one counts from the axis' end, in a
+            padded batch the longest text's (the shorter texts' padding there).
         heads: the heads to pick (None: all).
         neurons: the neurons to pick (None: all).
 

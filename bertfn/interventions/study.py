@@ -94,15 +94,18 @@ class Sweep:
 
     @property
     def normalized(self) -> Tensor:
-        """The mean map with the corrupted runs' mean at 0 and the clean runs' at 1."""
-        return (self.values - self.corrupted) / (self.clean - self.corrupted)
+        """The mean map with the corrupted runs' mean at 0 and the clean runs' at 1; NaN where the two means are equal
+        (no scale to put the map on: a pair of texts the metric does not tell apart)."""
+        gap = self.clean - self.corrupted
+        return (self.values - self.corrupted) / (gap if gap != 0 else float("nan"))
 
     @property
     def normalized_per_example(self) -> Tensor:
-        """(P, L, ...) each pair's map with its own corrupted run at 0 and its clean run at 1."""
+        """(P, L, ...) each pair's map with its own corrupted run at 0 and its clean run at 1 (NaN where they are equal)."""
         shape = (-1,) + (1,) * (self.per_example.dim() - 1)
         low, high = self.corrupted_runs.view(shape), self.clean_runs.view(shape)
-        return (self.per_example - low) / (high - low)
+        gap = high - low
+        return (self.per_example - low) / torch.where(gap != 0, gap, float("nan"))
 
     @property
     def count(self) -> Tensor:
@@ -258,20 +261,29 @@ def _slice_sums(delta: Tensor, name: str, over: str) -> Tensor:
         else delta[0]
 
 
-def correlation(a: Sweep, b: Sweep) -> float:
+def correlation(a: Sweep | Tensor, b: Sweep | Tensor) -> float:
     """Pearson's r between two mean maps (e.g. :func:`attribution` against the exact :func:`sweep`).
 
     Cells that either map lacks (NaN: positions only some pairs have) are left out.
 
     Args:
-        a: one map.
+        a: one map: a :class:`Sweep` (its ``values``) or a tensor.
         b: the other, of the same shape.
 
+    Returns:
+        r, a float.
+
     Raises:
-        InputError: maps of different shapes.
+        InputError: maps of different shapes, or something that is neither a Sweep nor a tensor.
     """
-    if a.values.shape != b.values.shape:
-        raise InputError(f"correlation compares maps of one shape, got {tuple(a.values.shape)} and {tuple(b.values.shape)}")
-    x, y = a.values.flatten(), b.values.flatten()
+    maps = []
+    for v in (a, b):
+        if not isinstance(v, (Sweep, Tensor)):
+            raise InputError(f"correlation compares two maps, each a Sweep (iv.sweep, iv.attribution) or a tensor, "
+                             f"got {type(v).__name__}")
+        maps.append(v.values if isinstance(v, Sweep) else v)
+    if maps[0].shape != maps[1].shape:
+        raise InputError(f"correlation compares maps of one shape, got {tuple(maps[0].shape)} and {tuple(maps[1].shape)}")
+    x, y = (v.detach().float().flatten().cpu() for v in maps)
     both = ~(torch.isnan(x) | torch.isnan(y))
     return torch.corrcoef(torch.stack([x[both], y[both]]))[0, 1].item()
