@@ -16,7 +16,7 @@ import bertfn
 from bertfn.model.config import BertConfig
 from bertfn.model.dry_run import task_points
 from bertfn.model.members.deberta_attention import farthest, relative_positions
-from bertfn.model.recorder import point_names
+from bertfn.model.point_names import point_names
 from family_checkpoints import (CORPUS, ESM_KINDS, HEAD_TASKS, MEMBERS, MODERN, PROTEINS, QUICK_KINDS, kind_params,
                                 save_head, save_member)
 

@@ -22,7 +22,7 @@ import bertfn
 from bertfn.errors import IgnoredConfigWarning
 from bertfn.model.config import BertConfig
 from bertfn.model.family import longest_input
-from bertfn.model.recorder import point_names
+from bertfn.model.point_names import point_names
 
 pytestmark = pytest.mark.needs_transformers
 

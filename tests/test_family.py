@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import bertfn
 from bertfn.fast.batching import end_to_end
 from bertfn.model.members.electra import discriminator_head
-from bertfn.model.recorder import point_names
+from bertfn.model.point_names import point_names
 
 pytestmark = pytest.mark.needs_transformers
 
@@ -153,7 +153,7 @@ def test_albert_shares_one_layers_weights_but_an_edit_changes_one_layer(tmp_path
         bertfn.encoder(model, ids, mask, impl="eager", trace=edited,
                        edits=bertfn.interventions.zero_heads({1: [0, 2]}))
     for name in plain.store:  # nothing before layer 1 changes, everything from its output on does
-        layer = bertfn.model.recorder.layer_of(name)
+        layer = bertfn.model.point_names.layer_of(name)
         if layer is None and name.startswith("embeddings.") or layer == 0:
             assert torch.equal(plain.store[name], edited.store[name]), name
         elif layer is not None and (layer > 1 or name == "layer.1.output"):

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 import bertfn
 from bertfn.model.family import member_name
 from bertfn.model.members.modernbert import is_local
-from bertfn.model.recorder import head_point_names, point_names
+from bertfn.model.point_names import head_point_names, point_names
 from bertfn.model.members.rotary import rotary_tables, rotate
 
 pytestmark = pytest.mark.needs_transformers

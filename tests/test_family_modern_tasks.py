@@ -26,7 +26,7 @@ from family_checkpoints import ESM_KINDS, MODERN, PROTEINS, kind_params, member_
 import bertfn
 from bertfn import interventions as iv
 from bertfn.cli import main
-from bertfn.model.recorder import point_names
+from bertfn.model.point_names import point_names
 from bertfn.model.members.rotary import rotary_tables, rotate
 
 pytestmark = pytest.mark.needs_transformers

@@ -207,7 +207,7 @@ def test_a_trace_records_the_head_and_edits_reach_it(case):
     """bertfn.trace runs the checkpoint's head after the encoder and records its points (those point_names lists for
     it); a batch's recs[i] equals the text traced alone; an edit of the logits replaces them."""
     from bertfn.model.dry_run import task_points
-    from bertfn.model.recorder import point_names
+    from bertfn.model.point_names import point_names
 
     kind, task, hf, model = case
     texts, _ = texts_of(kind)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import bertfn
 from bertfn import interventions as iv
-from bertfn.model.recorder import point_names
+from bertfn.model.point_names import point_names
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 

@@ -16,7 +16,7 @@ from family_checkpoints import member_tokenizer, save_member
 
 import bertfn
 from bertfn.model.members.mpnet import relative_buckets
-from bertfn.model.recorder import point_names
+from bertfn.model.point_names import point_names
 
 pytestmark = pytest.mark.needs_transformers
 

@@ -16,7 +16,7 @@ from conftest import TINY, random_model, write_folder
 
 import bertfn
 from bertfn.interventions import zero_heads
-from bertfn.model.recorder import point_names
+from bertfn.model.point_names import point_names
 
 TEXTS = ["the cat sat on the [MASK] .", "hello world", "when in rome do as the [MASK] do [MASK]", "a big red dog"]
 PAIRS = [None, "the dog sat on the mat .", None, "two"]  # texts 1 and 3 are sentence pairs: 9, 12, 11, 8 tokens

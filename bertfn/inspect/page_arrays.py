@@ -61,14 +61,14 @@ from ..model.family import family_of
 from ..model.heads import mlm_head
 from ..model.members.modernbert import window_mask
 from ..model.params import Params
-from ..model.recorder import layer_input, point_names
+from ..model.point_names import layer_input, point_names
 
 Tensor = torch.Tensor
 
 READS = re.compile(r"embeddings\.(output|projected)|layer\.(\d+)\.(attention\.(q|k|q_rotated|k_rotated|probs)|output)"
                    r"|mlm\.logits")
 """The recorded names the page reads (group 2: the layer; group 4: q, k, q_rotated, k_rotated or probs). Of the
-embeddings' points it keeps the one that is layer 0's input (:func:`~bertfn.model.recorder.layer_input`), of the
+embeddings' points it keeps the one that is layer 0's input (:func:`~bertfn.model.point_names.layer_input`), of the
 queries and keys those whose products are the scores (:func:`score_vectors`)."""
 
 _CHUNK_BYTES = 18 << 20

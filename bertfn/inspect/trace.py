@@ -63,7 +63,7 @@ record their points, the BERT classifier's being ``pooler`` and ``classifier.log
 (:mod:`bertfn.model.task_heads`); an ESM-2 checkpoint with its contact head records ``contacts.*``.
 
 The family's members record the same names (DistilBERT has no ``embeddings.token_type``; ELECTRA's and
-ALBERT's embeddings are E wide up to ``embeddings.projected``): :func:`~bertfn.model.recorder.point_names`
+ALBERT's embeddings are E wide up to ``embeddings.projected``): :func:`~bertfn.model.point_names.point_names`
 lists a model's. ESM-2 and ModernBERT, pre-LN with rotary attention (:mod:`bertfn.model.members.prenorm`), have no
 position, segment or sum points and add their own: ``embeddings.token_dropout`` (ESM-2: the masks' vectors
 zeroed, the rest rescaled), ``layer.{i}.attention.norm`` and ``layer.{i}.ffn.norm`` (the LayerNorm before

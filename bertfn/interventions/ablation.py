@@ -25,7 +25,8 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, text_list
 from ..errors import InputError
 from ..model.encoder import encoder
-from ..model.recorder import Edit, Point, Trace, point_names
+from ..model.point_names import point_names
+from ..model.recorder import Edit, Point, Trace
 from ..tasks.runner import loaded
 from .points import select
 

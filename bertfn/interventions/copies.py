@@ -36,7 +36,8 @@ from ..model.dry_run import task_points
 from ..model.encoder import layer
 from ..model.family import family_of
 from ..model.heads import mlm_head, pooler
-from ..model.recorder import WEIGHT_POINTS, Point, Trace, layer_input, layer_of
+from ..model.point_names import layer_input, layer_of
+from ..model.recorder import WEIGHT_POINTS, Point, Trace
 from ..model.task_heads import TASKS, task_head
 from .points import axes, per_head
 

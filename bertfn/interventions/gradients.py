@@ -31,7 +31,8 @@ from ..inspect.batch import checkpoint_head, padded_batch, text_tensors
 from ..inspect.trace import Recording
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
-from ..model.recorder import Edits, Point, Trace, check_edits, merge_edits, point_names
+from ..model.point_names import point_names
+from ..model.recorder import Edits, Point, Trace, check_edits, merge_edits
 from ..tasks.runner import finished, loaded
 from .copies import Kept
 from .patching import Metric

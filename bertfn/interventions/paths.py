@@ -29,7 +29,8 @@ from ..checkpoint.model import Model
 from ..errors import InputError
 from ..inspect.trace import trace
 from ..model.config import BertConfig
-from ..model.recorder import layer_of, merge_edits, point_names
+from ..model.point_names import layer_of, point_names
+from ..model.recorder import merge_edits
 from ..tasks.runner import loaded
 from .patching import Metric, patch
 from .points import as_list, per_head
@@ -80,7 +81,7 @@ def check_receivers(receivers: Mapping[str, int | Sequence[int] | None], sender_
     for name, heads in receivers.items():
         if name not in valid:
             close = difflib.get_close_matches(str(name), valid, n=3, cutoff=0.5)
-            hint = f"did you mean {', '.join(close)}?" if close else "bertfn.model.recorder.point_names lists them"
+            hint = f"did you mean {', '.join(close)}?" if close else "bertfn.model.point_names.point_names lists them"
             raise InputError(f"no point of this model is named {name!r}; {hint}")
         layer = layer_of(name)
         if layer is None or layer <= sender_layer:

@@ -1,6 +1,6 @@
 """Where in a named tensor a head, a position or a neuron sits: the selection every intervention shares.
 
-The points of a pass (:func:`~bertfn.model.recorder.point_names`) come in a few shapes:
+The points of a pass (:func:`~bertfn.model.point_names.point_names`) come in a few shapes:
 
 =================================================  =================  =================  ========  =========
 points                                             shape              positions          heads     neurons

@@ -36,7 +36,7 @@ from ..errors import InputError
 from ..inspect.trace import Recording, Recordings
 from ..model.family import family_of
 from ..model.params import Params
-from ..model.recorder import layer_input
+from ..model.point_names import layer_input
 from .linearized import frozen_norm
 
 Tensor = torch.Tensor

@@ -16,6 +16,7 @@ and beside them, read by every step:
     params.py       Params: a read-only view of the flat HF-keyed state_dict, scoped to one part
     naming.py       how a member's checkpoint names BERT's weights: a registry that checkpoint/names/ fills
     recorder.py     Trace: where each step writes what it computes, under its name (bertfn.trace reads it)
+    point_names.py  the points' names: those a config's pass has (dry_run.py finds them), the layer a name is in
     dry_run.py      the names of a config's points, read from its pass run on the meta device (no values)
 
 Sizes are named by the same letters everywhere, in shapes and comments:

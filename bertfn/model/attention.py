@@ -249,7 +249,7 @@ def attention(
         need_probs: return the probabilities (runs the eager path).
         generator: turns dropout on (training).
         trace: records (and edits) every step under its name (``query`` ... ``output``,
-            :func:`~bertfn.model.recorder.point_names`), on segments in the padded layout's shapes. Where it asks for ``head_outputs``
+            :func:`~bertfn.model.point_names.point_names`), on segments in the padded layout's shapes. Where it asks for ``head_outputs``
             (:meth:`~bertfn.model.recorder.Trace.wants`: ``Trace(optional=...)`` or an edit naming it),
             the output projection is computed as the sum of :func:`head_outputs` plus the bias, so an edit
             of one head's write changes the pass; that sum equals the fused product to float rounding

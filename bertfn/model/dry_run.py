@@ -1,6 +1,6 @@
 """The trace points of a config, found by running its pass on the meta device: the names come from the code.
 
-:func:`~bertfn.model.recorder.point_names` lists every point a pass of a model can pass through, in order. No
+:func:`~bertfn.model.point_names.point_names` lists every point a pass of a model can pass through, in order. No
 list is written by hand: :func:`dry_run` runs the steps :func:`bertfn.trace` runs (the encoder, the MLM head, the
 task head the config's ``architectures`` names, a member's own head on the attention maps: ESM-2's contacts), in
 their order, into a :class:`~bertfn.model.recorder.Trace`, and the names it recorded are the list. The weights are
@@ -27,7 +27,8 @@ from .family import family_of
 from .heads import mlm_head
 from .naming import names_of
 from .params import Params
-from .recorder import DRY_RUN, OPTIONAL_POINTS, Trace
+from .point_names import DRY_RUN
+from .recorder import OPTIONAL_POINTS, Trace
 from .task_heads import TASKS, named_task, run_head, task_head
 
 Tensor = torch.Tensor
@@ -163,7 +164,7 @@ _task_points: dict[tuple[str, str], tuple[str, ...]] = {}
 
 def recorded_points(config: BertConfig, optional: bool) -> tuple[str, ...]:
     """:func:`dry_run`'s names for ``config``, run once per config (the optional points asked for) and kept
-    (:data:`~bertfn.model.recorder.DRY_RUN`, read by :func:`~bertfn.model.recorder.point_names`).
+    (:data:`~bertfn.model.point_names.DRY_RUN`, read by :func:`~bertfn.model.point_names.point_names`).
 
     Args:
         config: the model's config.

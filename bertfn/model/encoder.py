@@ -30,7 +30,8 @@ from .layout import Mask, Segments
 from .masks import (attention_masks, check_segments, head_masks, laid_out, segment_positions,
                     warn_if_padding_without_mask)
 from .params import Params, as_params, scoped
-from .recorder import NO_TRACE, WEIGHT_POINTS, Edit, Trace, point_names, with_edits
+from .point_names import point_names
+from .recorder import NO_TRACE, WEIGHT_POINTS, Edit, Trace, with_edits
 from .stack import Stack, run_layers
 
 Tensor = torch.Tensor

@@ -27,7 +27,7 @@ implies where they differ from BERT's, what loading does to its state and which 
 in it live beside the checkpoint code (:mod:`bertfn.checkpoint.names`), and the model reads them through
 :mod:`bertfn.model.naming`. A head on parts of the last hidden states (direct attribution into a class) lives beside
 the interventions (:mod:`bertfn.interventions.head_parts`), and no record lists trace points: the names a member's
-steps pass come from running them (:func:`~bertfn.model.recorder.point_names`, :mod:`bertfn.model.dry_run`).
+steps pass come from running them (:func:`~bertfn.model.point_names.point_names`, :mod:`bertfn.model.dry_run`).
 
 :func:`family_of` gives a config's record. The encoder and the heads ask it at the
 few points where a member differs; nothing in BERT's functions names a member.

@@ -11,8 +11,9 @@ default that is :data:`NO_TRACE`, which hands every tensor back as it came and k
   ``f(tensor, point)`` returns the tensor to use instead, so one head, one neuron or one position can
   be changed inside the pass. What is kept is what the pass used, the edited tensor.
 
-The points are the same for reading and writing; :func:`point_names` lists them for a config, as a pass on
-the meta device records them (:mod:`bertfn.model.dry_run`): the names come from the code that passes them.
+The points are the same for reading and writing; :func:`~bertfn.model.point_names.point_names` lists them for a
+config, as a pass on the meta device records them (:mod:`bertfn.model.dry_run`): the names come from the code that
+passes them.
 Edit names may use ``*`` for any run of characters (``layer.*.attention.context``). A name may map to
 one edit or to a list of them, applied in the list's order; where several names or patterns match one
 point, their edits run in the dict's order (:func:`merge_edits` joins dicts that way, never dropping one).
@@ -45,6 +46,7 @@ import torch
 from ..errors import InputError
 from .config import BertConfig
 from .layout import Segments
+from .point_names import layer_of, point_names
 
 
 class Point(NamedTuple):
@@ -196,16 +198,6 @@ class _NoTrace(Trace):
 NO_TRACE: Trace = _NoTrace()
 
 
-def layer_of(name: str) -> int | None:
-    """The layer a point belongs to: 3 for ``layer.3.attention.probs``, None for ``embeddings.sum``.
-
-    Args:
-        name: a point's full name.
-    """
-    parts = name.split(".")
-    return int(parts[1]) if parts[0] == "layer" and len(parts) > 1 and parts[1].isdigit() else None
-
-
 def edit_list(name: object, edits: object) -> list[Edit]:
     """The edits given for one name as a list, each checked to be a function of ``(tensor, point)``.
 
@@ -290,53 +282,8 @@ OPTIONAL_POINTS = ("head_outputs",)
 WEIGHT_POINTS = ("scores", "scaled_scores", "masked_scores", "probs")
 """The attention points only the eager path forms (the fused SDPA kernel never does)."""
 
-DRY_RUN: list[Callable[[BertConfig, bool], tuple[str, ...]]] = []
-"""Who finds a config's points: :func:`bertfn.model.dry_run.recorded_points`, which runs the pass on the meta device
-and keeps what it recorded; its module adds it when it is imported (the pass sits above this module)."""
-
-
-def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
-    """Every point a full pass of a model with ``config`` can pass through, in the order the pass records them.
-
-    Read from the code: a pass on the meta device records them (:func:`bertfn.model.dry_run.dry_run`), once per
-    config. That pass runs what :func:`bertfn.trace` runs: the embeddings (the member's own where it has them:
-    ``embeddings.position`` only with absolute positions, ELECTRA's ``embeddings.projected``, ...), every layer
-    (``relative_scores`` only with relative positions, ``crossattention.*`` only for decoders with cross-attention;
-    ESM-2's and ModernBERT's pre-LN layers with their ``attention.norm``, ``attention.q_rotated``, ``ffn.gate``, ...),
-    ``final_norm`` where the member has one, ``pooler`` and ``mlm.*`` where the member has those parts (whatever the
-    weights hold), the task head the config's ``architectures`` names (``classifier.input`` ...
-    ``classifier.logits``, ``qa.start_logits``, ...) and a member's own head (ESM-2's ``contacts.*``).
-
-    Args:
-        config: the model's config.
-        optional: list the :data:`OPTIONAL_POINTS` too (a pass computes them only when asked).
-    """
-    return list(DRY_RUN[0](config, optional))
-
-
-def head_point_names(config: BertConfig) -> list[str]:
-    """The points above the encoder's layers: ``pooler``, the MLM head's, the task head's, a member's own head's.
-
-    Args:
-        config: the model's config.
-    """
-    return [n for n in point_names(config) if n.split(".")[0] not in ("embeddings", "layer", "final_norm")]
-
-
-def layer_input(config: BertConfig) -> str:
-    """The point whose tensor is layer 0's input (B, S, H): the embeddings' last.
-
-    ``embeddings.output`` in BERT, ``embeddings.projected`` in a member whose embeddings are narrower
-    than H (ELECTRA, ALBERT).
-
-    Args:
-        config: the model's config.
-    """
-    return [n for n in point_names(config) if n.startswith("embeddings.")][-1]
-
-
 def check_edits(edits: Edits | None, config: BertConfig) -> dict[str, list[Edit]]:
-    """``edits`` as a dict of lists, each name (or pattern) checked against :func:`point_names`.
+    """``edits`` as a dict of lists, each name (or pattern) checked against :func:`~bertfn.model.point_names.point_names`.
 
     Args:
         edits: ``{name or pattern: edit or [edits]}``, or None.
@@ -359,7 +306,7 @@ def check_edits(edits: Edits | None, config: BertConfig) -> dict[str, list[Edit]
             close = difflib.get_close_matches(str(pattern), valid, n=3, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}?" if close else \
                 "the points are embeddings.*, layer.{i}.attention.{query,...,probs,context,...}, layer.{i}.ffn.*, " \
-                "layer.{i}.output, pooler, mlm.transform, mlm.logits (bertfn.model.recorder.point_names)"
+                "layer.{i}.output, pooler, mlm.transform, mlm.logits (bertfn.model.point_names.point_names)"
             raise InputError(f"no point of this model is named {pattern!r} (layers 0-{config.num_hidden_layers - 1}); {hint}")
     return {pattern: edit_list(pattern, edit) for pattern, edit in edits.items()}
 
