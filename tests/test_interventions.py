@@ -114,6 +114,25 @@ def test_each_text_of_a_padded_batch_of_pairs_gets_what_it_gets_alone(tiny_folde
         torch.testing.assert_close(batch[i, :e.input_ids.shape[1]], alone[0], atol=1e-5 * scale, rtol=1e-5)
 
 
+def test_a_negative_position_counts_from_each_texts_own_end_in_a_batch(tiny):
+    """-1 is each text's last token ([SEP]), not the padded batch's last position (the shorter texts' padding): an
+    edit at negative positions gives each text of a padded batch, and of texts laid end to end (a task's groups), what
+    it gives the text alone; a position before a shorter text's start is refused."""
+    texts = ["when in rome do as the romans do , they say [MASK] .", "the cat sat on the [MASK] ."]
+    for edits in (iv.zero_heads({1: [0, 2]}, positions=-1), iv.zero_neurons({0: [3, 7]}, positions=[-2, 0]),
+                  iv.steer("layer.1.output", torch.linspace(-2, 2, 48), positions=-3)):
+        both = bertfn.trace(texts, tiny, edits=edits)
+        torch.testing.assert_close(both[1]["mlm.logits"], bertfn.trace(texts[1], tiny, edits=edits)["mlm.logits"], **TOL)
+        assert not torch.equal(both[1]["mlm.logits"], bertfn.trace(texts[1], tiny)["mlm.logits"])  # it edits
+        for ours, alone in zip(bertfn.fill_mask(texts, tiny, edits=edits), [bertfn.fill_mask(t, tiny, edits=edits)
+                                                                           for t in texts]):
+            assert [a["token"] for a in ours] == [a["token"] for a in alone]
+            assert all(abs(a["score"] - b["score"]) < 1e-5 for a, b in zip(ours, alone))
+    with pytest.raises(bertfn.InputError, match=r"position -10 is before the first token of text 1 at "
+                                                r"layer\.1\.attention\.context, which has 9 tokens"):
+        bertfn.trace(texts, tiny, edits=iv.zero_heads({1: [0]}, positions=-10))
+
+
 def test_tasks_take_edits(tiny):
     texts = ["the cat sat on the [MASK] .", "when in rome do as the [MASK] do"]
     edits = iv.zero_heads({0: [0, 1]})

@@ -62,7 +62,7 @@ def replace_with(value: Tensor | float, *, positions=None, heads=None, neurons=N
         ``edit(tensor, point) -> tensor``.
     """
     def edit(x: Tensor, point: Point) -> Tensor:
-        keep = select(x, point.name, positions, heads, neurons)
+        keep = select(x, point.name, positions, heads, neurons, lengths=point.lengths)
         if not isinstance(value, Tensor):
             return torch.where(keep, torch.full_like(x, value), x)
         fits(value, x, point.name, "the value put")
@@ -202,7 +202,7 @@ def steer(name: str, vector: Tensor, *, scale: float = 1.0, positions: int | Seq
             raise InputError(f"steer's vector has {width} values but {point.name} is {x.shape[-1]} wide "
                              f"(shape {tuple(x.shape)}); give a vector of {x.shape[-1]}, or steer another point")
         fits(vector, x, point.name, "steer's vector")
-        keep = select(x, point.name, positions=positions)
+        keep = select(x, point.name, positions=positions, lengths=point.lengths)
         return torch.where(keep, x + scale * vector.to(x.device, x.dtype), x)
 
     return {name: edit}

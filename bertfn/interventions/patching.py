@@ -55,7 +55,8 @@ def patch(clean: Recording | Mapping[str, Tensor], name: str, *, positions: int 
         source = tensors[point.name]
         if source.shape != x.shape:
             raise InputError(_mismatch(point.name, source.shape, x.shape))
-        return torch.where(select(x, point.name, positions, heads, neurons), source.to(x.device, x.dtype), x)
+        keep = select(x, point.name, positions, heads, neurons, lengths=point.lengths)
+        return torch.where(keep, source.to(x.device, x.dtype), x)
 
     return {name: edit}
 

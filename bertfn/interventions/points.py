@@ -82,19 +82,23 @@ def as_list(values: int | Sequence[int] | None, what: str) -> list[int] | None:
 
 
 def select(x: torch.Tensor, name: str, positions: int | Sequence[int] | None = None,
-           heads: int | Sequence[int] | None = None, neurons: int | Sequence[int] | None = None) -> torch.Tensor:
+           heads: int | Sequence[int] | None = None, neurons: int | Sequence[int] | None = None,
+           lengths: Sequence[int] | None = None) -> torch.Tensor:
     """A boolean tensor that broadcasts to ``x``'s shape, True at ``positions`` x ``heads`` x ``neurons``.
 
     Args:
         x: the tensor at point ``name``.
         name: the point's full name.
-        positions: the positions to pick (None: all of that axis); a negative one counts from the axis' end, in a
-            padded batch the longest text's (the shorter texts' padding there).
+        positions: the positions to pick (None: all of that axis); a negative one counts from the axis' end, or
+            given ``lengths``, from each text's own end (-1: its last token, not the padded batch's).
         heads: the heads to pick (None: all).
         neurons: the neurons to pick (None: all).
+        lengths: (B,) each text's tokens where ``x`` is a padded batch of B texts (:attr:`~bertfn.model.recorder.
+            Point.lengths`), or None.
 
     Raises:
-        InputError: an axis the point does not have, or an index out of its range (naming the range).
+        InputError: an axis the point does not have, or an index out of its range (naming the range; a negative
+            position before a text's first token).
     """
     keep = torch.ones([1] * x.dim(), dtype=torch.bool, device=x.device)
     where = axes(name)
@@ -112,9 +116,39 @@ def select(x: torch.Tensor, name: str, positions: int | Sequence[int] | None = N
         bad = [v for v in values if not -n <= v < n]
         if bad:
             raise InputError(f"{what} {bad} out of range at {name}, which has {n} {what} (0 to {n - 1})")
-        picked = torch.zeros(n, dtype=torch.bool, device=x.device)
-        picked[values] = True
         shape = [1] * x.dim()
         shape[axis] = n
+        if what == "positions" and min(values) < 0 and lengths is not None and axis > 0 and len(lengths) == len(x):
+            shape[0] = len(x)
+            keep = keep & from_each_end(values, lengths, n, name, x.device).view(shape)
+            continue
+        picked = torch.zeros(n, dtype=torch.bool, device=x.device)
+        picked[values] = True
         keep = keep & picked.view(shape)
     return keep
+
+
+def from_each_end(positions: list[int], lengths: Sequence[int], n: int, name: str, device: torch.device) -> torch.Tensor:
+    """Each text's positions in a padded batch, a negative one counted from that text's end (-1: its last token).
+
+    Args:
+        positions: the positions, each in -n .. n-1.
+        lengths: (B,) each text's tokens.
+        n: the batch's positions (the longest text's).
+        name: the point's full name, for the message.
+        device: where the selection goes.
+
+    Returns:
+        (B, n): True at each text's picked positions.
+
+    Raises:
+        InputError: a negative position before a text's first token.
+    """
+    ends = torch.tensor(list(lengths), device=device)  # (B,)
+    wanted = torch.tensor(positions, device=device)  # (k,)
+    at = torch.where(wanted < 0, ends[:, None] + wanted, wanted)  # (B, k): each text's own position
+    if (at < 0).any():
+        b, j = (int(i) for i in (at < 0).nonzero()[0])
+        raise InputError(f"position {positions[j]} is before the first token of text {b} at {name}, which has "
+                         f"{lengths[b]} tokens; a negative position counts from each text's end")
+    return torch.zeros(len(ends), n, dtype=torch.bool, device=device).scatter_(1, at, True)  # (B, n)

@@ -195,6 +195,8 @@ def encoder(
                          "cache=, use_cache=True and encoder_hidden_states= do not apply to it")
 
     segments = attention_mask if isinstance(attention_mask, Segments) else None
+    if trace.edits and isinstance(attention_mask, Tensor) and attention_mask.dim() == 2 and not past:  # padded texts
+        trace = trace.counted(attention_mask)  # where each ends, for its edits (Point.lengths)
     if segments is not None:
         check_segments((input_ids if input_ids is not None else inputs_embeds).shape, segments, cache=cache,
                        use_cache=use_cache, encoder_hidden_states=encoder_hidden_states)

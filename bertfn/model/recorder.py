@@ -50,15 +50,19 @@ from .point_names import layer_of, point_names
 
 
 class Point(NamedTuple):
-    """Where an edit runs: the point's full name and its layer (None outside the layers).
+    """Where an edit runs: the point's full name, its layer (None outside the layers) and, in a padded batch of
+    texts, where each text ends.
 
     Attributes:
         name: the full name, e.g. "layer.3.attention.probs".
         layer: its layer, 3 there; None outside the layers.
+        lengths: (B,) each text's tokens where the point's tensor is a padded batch of B texts (a text's position
+            -1 is its last token, ``lengths[b] - 1``, not the batch's); None where the pass does not say.
     """
 
     name: str  # e.g. "layer.3.attention.probs"
     layer: int | None  # 3
+    lengths: tuple[int, ...] | None = None
 
 
 Edit = Callable[[torch.Tensor, Point], torch.Tensor]
@@ -83,6 +87,8 @@ class Trace:
         optional: names or patterns of :data:`OPTIONAL_POINTS` to compute (e.g.
             ``"layer.*.attention.head_outputs"``); an edit naming one computes it too.
         layout: the pass's layout where it is texts laid end to end (:meth:`on`), else None.
+        lengths: each text's tokens in the pass's batch (:meth:`counted`, :meth:`on`), which edits read from their
+            :class:`Point`; None where the pass does not say (one text, or nothing edits).
 
     Raises:
         InputError: an edit that is not a function of ``(tensor, point)``, or a name that is not a string.
@@ -90,17 +96,34 @@ class Trace:
 
     def __init__(self, store: dict[str, torch.Tensor] | None = None, prefix: str = "", *,
                  edits: Edits | None = None, keep: bool = True, optional: Iterable[str] = (),
-                 layout: Segments | None = None):
+                 layout: Segments | None = None, lengths: tuple[int, ...] | None = None):
         self.store = {} if store is None else store
         self.prefix = prefix
         self.edits = {pattern: edit_list(pattern, edit) for pattern, edit in dict(edits or {}).items()}
         self.keep = keep
         self.optional = tuple(optional)
         self.layout = layout
+        self.lengths = lengths
 
     def scope(self, name: str) -> Trace:
         return Trace(self.store, f"{self.prefix}{name}.", edits=self.edits, keep=self.keep, optional=self.optional,
-                     layout=self.layout)
+                     layout=self.layout, lengths=self.lengths)
+
+    def counted(self, attention_mask: torch.Tensor) -> Trace:
+        """This trace for a padded batch whose 0/1 ``attention_mask`` (B, S) says where each text's tokens are: its
+        points tell their edits where each text ends (:attr:`Point.lengths`), the last real token + 1.
+
+        Args:
+            attention_mask: (B, S), nonzero at a text's tokens.
+
+        Returns:
+            A copy that says the texts' lengths (sharing the store and the edits).
+        """
+        real = attention_mask != 0  # (B, S)
+        ends = real.shape[1] - real.flip(1).int().argmax(1)  # (B,): past each text's last real token
+        out = copy.copy(self)
+        out.lengths = tuple(ends.tolist())
+        return out
 
     def on(self, layout: object) -> Trace:
         """This trace for a pass on ``layout``: told a :class:`~bertfn.model.layout.Segments`, it keeps and edits each
@@ -118,6 +141,8 @@ class Trace:
             return self
         out = copy.copy(self)
         out.layout = laid
+        if laid is not None:  # the texts' lengths, which the points' padded batch has (kept by a later on(None))
+            out.lengths = laid.lengths
         return out
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -137,7 +162,7 @@ class Trace:
             edits: the edits whose patterns match it, in order.
         """
         for edit in edits:
-            x = edited(edit, x, Point(full, layer_of(full)))
+            x = edited(edit, x, Point(full, layer_of(full), self.lengths))
         if self.keep:
             self.store[full] = x
         return x
@@ -180,6 +205,9 @@ class _NoTrace(Trace):
         return self
 
     def on(self, layout: object) -> Trace:
+        return self
+
+    def counted(self, attention_mask: torch.Tensor) -> Trace:
         return self
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -329,4 +357,4 @@ def with_edits(trace: Trace, edits: Edits | None, config: BertConfig) -> Trace:
     if not edits:
         return trace
     return Trace(trace.store, trace.prefix, edits=merge_edits(trace.edits, edits), keep=trace.keep,
-                 optional=trace.optional, layout=trace.layout)
+                 optional=trace.optional, layout=trace.layout, lengths=trace.lengths)
