@@ -234,3 +234,17 @@ def test_corpus_task_runs_a_file(bert_nli, tmp_path):
     rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
     assert [r["id"] for r in rows] == list(range(5))
     same([r["result"] for r in rows], zero_shot(list(CORPUS[:5]), model, candidate_labels=LABELS, multi_label=True))
+
+
+def test_file_run_says_a_truncation_warning_once_naming_lines(bert_nli, tmp_path, capsys):
+    """A warning about several texts of a piece names their lines, not their places in the piece ("(and texts 1, 2
+    like it)"), and is said once per run, however many pieces it comes back in (it came once per piece)."""
+    folder, _ = bert_nli
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    texts = ["Hi."] * 3 + [LONG, LONG, "Hi.", LONG] + ["Hi.", LONG]  # pieces of 1, 2, 4 lines, then the rest
+    src.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts)), encoding="utf-8")
+    assert main(["zero-shot", "--input", str(src), "--output", str(out), "--field", "text", "--labels", *LABELS,
+                 "--model", str(folder), "--no-progress", "--flush-every", "60"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertfn: warning:")]
+    assert len(said) == 1, said
+    assert re.match(r"bertfn: warning: line 4 \(id 't3'\) \(and lines 5, 7 like it\): with the hypothesis ", said[0])
