@@ -118,6 +118,17 @@ def test_stream_checks_options_and_model_first(model):
         stream(GOOD, model, task="translate")
 
 
+def test_the_command_line_spellings_of_options_name_options_of_their_tasks():
+    """What a resume's message calls an option on the command line (record.FLAGS) is said of an option the task has."""
+    import inspect
+
+    from bertfn.corpus.record import FLAGS
+    from bertfn.corpus.runner import task_named
+
+    for task, option in FLAGS:
+        assert option in inspect.signature(task_named(task).function).parameters, (task, option)
+
+
 def test_an_option_the_task_does_not_take_is_refused_before_the_model_loads(tmp_path):
     """A misspelled option (top_n for top_k) was Python's TypeError from inside the task, after the model loaded."""
     said = r"the fill-mask task has no option 'top_n'; its options are top_k, targets, "

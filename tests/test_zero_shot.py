@@ -248,3 +248,19 @@ def test_file_run_says_a_truncation_warning_once_naming_lines(bert_nli, tmp_path
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertfn: warning:")]
     assert len(said) == 1, said
     assert re.match(r"bertfn: warning: line 4 \(id 't3'\) \(and lines 5, 7 like it\): with the hypothesis ", said[0])
+
+
+def test_resume_names_the_options_as_the_command_line_spells_them(bert_nli, tmp_path, capsys):
+    """A resume with other labels or another template named --candidate-labels and --hypothesis-template, flags that
+    bertfn zero-shot does not have."""
+    folder, _ = bert_nli
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("a cat\nthe rain\n", encoding="utf-8")
+    run = ["zero-shot", "--input", str(src), "--output", str(out), "--model", str(folder), "--no-progress"]
+    assert main([*run, "--labels", *LABELS]) == 0
+    capsys.readouterr()
+    assert main([*run, "--labels", *LABELS[::-1], "--resume"]) == 2
+    assert f"was written with option --labels {LABELS!r}, and this run has {LABELS[::-1]!r}" in capsys.readouterr().err
+    assert main([*run, "--labels", *LABELS, "--template", "It is {}.", "--resume"]) == 2
+    assert "was written with option --template 'This example is {}.', and this run has 'It is {}.'" in \
+        capsys.readouterr().err
