@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy
 import pytest
 import torch
 
@@ -93,10 +94,14 @@ def test_matches_the_pipeline_on_every_member(member, device):
 def test_labels_as_the_pipeline_reads_them():
     assert candidate_list("politics, sports ,, the weather ") == ["politics", "sports", "the weather"]
     assert candidate_list(("a", "b")) == ["a", "b"]
+    # an array and a dataframe's column, as transformers' pipeline takes them: they were refused
+    assert candidate_list(numpy.array(["a", "b"])) == ["a", "b"]
     for bad, said in ((None, r"candidate_labels=\[...\]"), ([], "holds no label"), (" , ", "holds no label"),
                       (["a", " "], "label 1 is empty"), ({"a": 1}, "must be a list of strings")):
         with pytest.raises(bertfn.InputError, match=said):
             candidate_list(bad)
+    pd = pytest.importorskip("pandas")  # in the test extra, not in a plain install
+    assert candidate_list(pd.Series(["a", "b"])) == ["a", "b"]
 
 
 def test_the_nli_outputs_it_reads(tmp_path):
