@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import numpy
 import pytest
 import torch
 from conftest import fp32_atol, on_device
@@ -144,6 +145,9 @@ def test_the_input_forms_give_one_result_per_question(bert):
                                                                                          "context": CONTEXT}], model)
     same(nested, [many, one], 1e-6)  # a corpus line of several questions: a list of their answers
     same(bertfn.answer(QUESTION, [CONTEXT, UNICODE[1]], model), [one, bertfn.answer(QUESTION, UNICODE[1], model)], 1e-6)
+    # a dataframe's columns and arrays, as lists: they were refused ("got Series"), where every call takes them
+    pd = pytest.importorskip("pandas")  # in the test extra, not in a plain install
+    same(bertfn.answer(pd.Series([QUESTION]), numpy.array([CONTEXT]), model), [one], 1e-6)
 
 
 @needs_transformers

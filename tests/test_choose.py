@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import numpy
 import pytest
 import torch
 
@@ -213,3 +214,7 @@ def test_corpus_file_runs_and_resumes(roberta, tmp_path, capsys):
 def test_choice_items_takes_tuples_and_one_item():
     assert choice_items(("a b",), (("c", "d"),)) == ([("a b", ["c", "d"])], False)
     assert choice_items({"prompt": "a", "choices": ("b",)}, None) == ([("a", ["b"])], True)
+    # an array and a dataframe's column, as rerank takes its passages: they were refused ("a non-empty list")
+    assert choice_items("a", numpy.array(["b", "c"])) == ([("a", ["b", "c"])], True)
+    pd = pytest.importorskip("pandas")  # in the test extra, not in a plain install
+    assert choice_items("a", pd.Series(["b", "c"])) == ([("a", ["b", "c"])], True)

@@ -118,6 +118,29 @@ def test_stream_checks_options_and_model_first(model):
         stream(GOOD, model, task="translate")
 
 
+def test_the_command_line_spellings_of_options_name_options_of_their_tasks():
+    """What a resume's message calls an option on the command line (record.FLAGS) is said of an option the task has."""
+    import inspect
+
+    from bertfn.corpus.record import FLAGS
+    from bertfn.corpus.runner import task_named
+
+    for task, option in FLAGS:
+        assert option in inspect.signature(task_named(task).function).parameters, (task, option)
+
+
+def test_an_option_the_task_does_not_take_is_refused_before_the_model_loads(tmp_path):
+    """A misspelled option (top_n for top_k) was Python's TypeError from inside the task, after the model loaded."""
+    said = r"the fill-mask task has no option 'top_n'; its options are top_k, targets, "
+    with pytest.raises(bertfn.InputError, match=said):
+        stream(GOOD, tmp_path / "no-such-model", top_n=3)  # no model is read: the folder does not exist
+    (tmp_path / "in.txt").write_text("the [MASK] sat\n", encoding="utf-8")
+    with pytest.raises(bertfn.InputError, match=said):
+        run_file(tmp_path / "in.txt", tmp_path / "out.jsonl", tmp_path / "no-such-model", top_n=3, progress=False)
+    with pytest.raises(bertfn.InputError, match="the answer task has no option 'context'"):  # an input, not an option
+        stream([{"question": "a", "context": "b"}], tmp_path / "no-such-model", task="answer", context="b")
+
+
 def test_stream_memory_stays_flat(model):
     """Python memory at its peak is the same for 5x the lines: results are not kept (tracemalloc sees
     Python objects; the tensors of a chunk are the same size whatever the file's length)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy
 import pytest
 import torch
 
@@ -93,10 +94,14 @@ def test_matches_the_pipeline_on_every_member(member, device):
 def test_labels_as_the_pipeline_reads_them():
     assert candidate_list("politics, sports ,, the weather ") == ["politics", "sports", "the weather"]
     assert candidate_list(("a", "b")) == ["a", "b"]
+    # an array and a dataframe's column, as transformers' pipeline takes them: they were refused
+    assert candidate_list(numpy.array(["a", "b"])) == ["a", "b"]
     for bad, said in ((None, r"candidate_labels=\[...\]"), ([], "holds no label"), (" , ", "holds no label"),
                       (["a", " "], "label 1 is empty"), ({"a": 1}, "must be a list of strings")):
         with pytest.raises(bertfn.InputError, match=said):
             candidate_list(bad)
+    pd = pytest.importorskip("pandas")  # in the test extra, not in a plain install
+    assert candidate_list(pd.Series(["a", "b"])) == ["a", "b"]
 
 
 def test_the_nli_outputs_it_reads(tmp_path):
@@ -234,3 +239,33 @@ def test_corpus_task_runs_a_file(bert_nli, tmp_path):
     rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
     assert [r["id"] for r in rows] == list(range(5))
     same([r["result"] for r in rows], zero_shot(list(CORPUS[:5]), model, candidate_labels=LABELS, multi_label=True))
+
+
+def test_file_run_says_a_truncation_warning_once_naming_lines(bert_nli, tmp_path, capsys):
+    """A warning about several texts of a piece names their lines, not their places in the piece ("(and texts 1, 2
+    like it)"), and is said once per run, however many pieces it comes back in (it came once per piece)."""
+    folder, _ = bert_nli
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    texts = ["Hi."] * 3 + [LONG, LONG, "Hi.", LONG] + ["Hi.", LONG]  # pieces of 1, 2, 4 lines, then the rest
+    src.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts)), encoding="utf-8")
+    assert main(["zero-shot", "--input", str(src), "--output", str(out), "--field", "text", "--labels", *LABELS,
+                 "--model", str(folder), "--no-progress", "--flush-every", "60"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertfn: warning:")]
+    assert len(said) == 1, said
+    assert re.match(r"bertfn: warning: line 4 \(id 't3'\) \(and lines 5, 7 like it\): with the hypothesis ", said[0])
+
+
+def test_resume_names_the_options_as_the_command_line_spells_them(bert_nli, tmp_path, capsys):
+    """A resume with other labels or another template named --candidate-labels and --hypothesis-template, flags that
+    bertfn zero-shot does not have."""
+    folder, _ = bert_nli
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("a cat\nthe rain\n", encoding="utf-8")
+    run = ["zero-shot", "--input", str(src), "--output", str(out), "--model", str(folder), "--no-progress"]
+    assert main([*run, "--labels", *LABELS]) == 0
+    capsys.readouterr()
+    assert main([*run, "--labels", *LABELS[::-1], "--resume"]) == 2
+    assert f"was written with option --labels {LABELS!r}, and this run has {LABELS[::-1]!r}" in capsys.readouterr().err
+    assert main([*run, "--labels", *LABELS, "--template", "It is {}.", "--resume"]) == 2
+    assert "was written with option --template 'This example is {}.', and this run has 'It is {}.'" in \
+        capsys.readouterr().err

@@ -267,6 +267,16 @@ def text_list(inputs, what: str, *, blank: bool = False) -> tuple[list[str], boo
     return texts, single
 
 
+def listed(values: object) -> object:
+    """``values`` as a list when it is a numpy array or a pandas Series (its items as Python's: numpy's ``str_`` ->
+    ``str``), else as it is: where a call takes a list of strings (passages, choices, labels), it takes those too.
+
+    Args:
+        values: what the caller passed.
+    """
+    return values.tolist() if hasattr(values, "tolist") else values
+
+
 def refuse_empty(text: str, which: str, pipeline: str, write: str) -> None:
     """Raise :class:`InputError` for the empty string, as transformers' ``pipeline`` raises ValueError for it.
 

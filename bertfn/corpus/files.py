@@ -100,10 +100,9 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], in
         warnings.simplefilter("always")
         results = iter(runner([text for _, text, _ in runnable]))
         read = runner.read([text for _, text, _ in runnable])
-    names = {str(i): label(n, carried) for i, (n, _, carried) in enumerate(runnable)}
     for w in caught:
         if not issubclass(w.category, UnknownTokensWarning):  # said per line below
-            tally.warn(re.sub(r"\btext (\d+)\b", lambda m: names.get(m.group(1), m.group(0)), str(w.message)))
+            tally.warn(_lines_named(str(w.message), runnable))
     by_line = {n: (next(results), tokens, unk) for (n, _, _), (tokens, unk) in zip(runnable, read)}
     lines, done = [], iter(parsed)
     for n, raw, kept in entries:
@@ -132,6 +131,21 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], in
                 tally.warn(record["warning"] + '; every line like it carries a "warning" in the output', "[UNK]")
         lines.append(json.dumps(record, ensure_ascii=False))
     return lines
+
+
+def _lines_named(message: str, runnable: list[tuple[int, object, dict]]) -> str:
+    """A task's warning about the texts of a piece, by their index in it (``text 0 (and texts 2, 5 like it): ...``,
+    :func:`~bertfn.checkpoint.tokenizer.warn_texts`), naming their lines instead (``line 7 (id 'a') (and lines 9, 12
+    like it): ...``).
+
+    Args:
+        message: the warning.
+        runnable: the piece's ``(line number, input, carried fields)``, in the order the task got them.
+    """
+    lines = {str(i): (n, carried) for i, (n, _, carried) in enumerate(runnable)}
+    message = re.sub(r"\(and text(s?) (\d+(?:, \d+)*)", lambda m: f"(and line{m.group(1)} " + ", ".join(
+        str(lines[i][0]) if i in lines else i for i in m.group(2).split(", ")), message)
+    return re.sub(r"\btext (\d+)\b", lambda m: label(*lines[m.group(1)]) if m.group(1) in lines else m.group(0), message)
 
 
 def _without(result: object, keys: frozenset) -> object:

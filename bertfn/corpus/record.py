@@ -31,6 +31,13 @@ from ..errors import InputError, syntax
 
 VERSION = 1
 OWN_KEYS = ("line", "result", "error", "warning")
+
+FLAGS = {("zero-shot", "candidate_labels"): "--labels", ("zero-shot", "hypothesis_template"): "--template",
+         ("classify", "function_to_apply"): "--function", ("tag", "aggregation_strategy"): "--aggregation",
+         ("answer", "align_to_words"): "--no-align-to-words (align_to_words)",
+         ("score-mutations", "method"): "--pll-change / --wt-marginal (method)"}
+"""(task, option) -> how the command line spells it, where that is not the option's name with dashes (``top_k``:
+``--top-k``), for the messages of a resume that changed it."""
 """Keys every output line may hold besides the input's own fields (see :func:`~bertfn.corpus.files.run_file`)."""
 
 
@@ -173,7 +180,8 @@ def check_record(old: dict, new: dict, target: Path) -> None:
     before, now = old.get("options", {}), new["options"]
     for key in sorted(set(before) | set(now)):
         if before.get(key) != now.get(key):  # named as the caller writes it: top_k, or --top-k
-            refuse(f"option {syntax(python=key, cli='--' + key.replace('_', '-'))}", before.get(key), now.get(key))
+            flag = FLAGS.get((new["task"], key), "--" + key.replace("_", "-"))
+            refuse(f"option {syntax(python=key, cli=flag)}", before.get(key), now.get(key))
     if old.get("field") != new["field"]:
         refuse("field", old.get("field"), new["field"])
     m_old, m_new = old.get("model", {}), new["model"]

@@ -20,6 +20,7 @@ or anything unexpected stop the run.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import re
@@ -61,6 +62,27 @@ def task_named(name: str) -> Task:
     if name not in TASKS:
         raise InputError(f"task must be one of {', '.join(map(repr, TASKS))}, got {name!r}")
     return TASKS[name]
+
+
+def check_options(task: Task, options: dict) -> None:
+    """Refuse, before any model loads, an option ``task``'s function does not take (``top_n=`` for ``top_k=``), naming
+    those it does: the call would raise Python's TypeError at the first text.
+
+    Args:
+        task: the task.
+        options: the options given for it.
+
+    Raises:
+        InputError: an option the function has no parameter for (a function that takes ``**kwargs`` takes any).
+    """
+    params = list(inspect.signature(task.function).parameters.values())[1:]  # after the texts
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params if p.name not in ("model", "device", "dtype", *task.inputs)]  # the run's own
+    unknown = [k for k in options if k not in known]
+    if unknown:
+        raise InputError(f"the {task.name} task has no option {', '.join(map(repr, unknown))}; its options are "
+                         f"{', '.join(known)}")
 
 
 def open_model(model: Model | str | Path | None, *, tokenizer: str | Path | None = None, lowercase: bool | None = None,
@@ -145,6 +167,7 @@ class Runner:
                  lowercase: bool | None = None, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, probe: bool = True, **options) -> None:
         self.task = task_named(task)
+        check_options(self.task, options)
         self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
                                 prepare=packing(self.task, options.get("edits")))
         self.options = options

@@ -32,9 +32,10 @@ class Tally:
         Args:
             message: what to say.
             kind: what counts as the same message (default: the message with its numbers and quoted words
-                blanked, so that the same words about other lines, ids or texts count as one).
+                blanked and without its ``(and lines 9, 12 like it)``, so that the same words about other lines, ids
+                or texts count as one).
         """
-        kind = kind or re.sub(r"\d+|'[^']*'", "#", message)
+        kind = kind or re.sub(r"\d+|'[^']*'", "#", re.sub(r" \(and lines? [^()]* like it\)", "", message))
         if kind not in self.shown:
             self.shown.add(kind)
             warnings.warn(message + " (said once per run)", stacklevel=4)

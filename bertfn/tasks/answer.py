@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import flag_unknown, refuse_empty, texts_and_model
+from ..checkpoint.resolve import flag_unknown, listed, refuse_empty, texts_and_model
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError
 from ..model.family import longest_input
@@ -120,6 +120,7 @@ def _text_list(q, c, n: int) -> Pairs | None:
     def strings(x) -> list[str] | None:
         if isinstance(x, str):
             return None
+        x = listed(x)  # a numpy array, a pandas Series
         if isinstance(x, (list, tuple)) and x:
             return [str(t) if isinstance(t, str) else t for t in x]  # numpy's str_ -> str
         raise InputError(f"text {n}: a question and a context are strings or non-empty lists of strings, got "

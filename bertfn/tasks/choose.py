@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
+from ..checkpoint.resolve import listed
 from ..checkpoint.tokenizer import check_text, warn_texts
 from ..errors import InputError, UnknownTokensWarning
 from ..model.family import longest_input
@@ -94,6 +95,7 @@ def choice_items(prompts, choices) -> tuple[list[Item], bool]:
                 raise InputError(f"text {i} must be a dict {{'prompt': ..., 'choices': [...]}}, got {got}")
             items.append(_checked(i, item["prompt"], item["choices"]))
         return items, single
+    choices = listed(choices)  # a numpy array, a pandas Series
     if choices is None or isinstance(choices, str) or not isinstance(choices, (list, tuple)) or not choices:
         raise InputError(f"choices must be a non-empty list of strings (or one list per prompt), got {choices!r:.80}")
     if all(isinstance(c, (list, tuple)) for c in choices):  # one list per prompt

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import fits
+from ..checkpoint.resolve import fits, listed
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError, MissingPartError, syntax
 from ..model.recorder import Edit
@@ -105,7 +105,7 @@ def queries_and_passages(query, passages) -> tuple[list[tuple[str, list[str]]], 
         if ps is None:
             raise InputError(f"{where}rerank needs the passages to rank: rerank(query, passages, model)")
         check_text(q, f"{where}the query")  # "" and "   " are scored, as CrossEncoder scores them
-        ps = [ps] if isinstance(ps, str) else ps.tolist() if hasattr(ps, "tolist") else ps  # a numpy array, a Series
+        ps = [ps] if isinstance(ps, str) else listed(ps)
         if not isinstance(ps, (list, tuple)) or not ps:
             raise InputError(f"{where}the passages must be a non-empty list of strings, got {ps!r:.80}")
         for j, passage in enumerate(ps):

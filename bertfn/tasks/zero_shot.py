@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import fits, refuse_empty
+from ..checkpoint.resolve import fits, listed, refuse_empty
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError, MissingPartError, syntax
 from ..model.config import BertConfig
@@ -56,6 +56,7 @@ def candidate_list(candidate_labels: str | list[str] | None) -> list[str]:
     if candidate_labels is None:
         raise InputError(f"zero-shot classification needs the labels to choose from: pass "
                          f"{syntax(python='candidate_labels=[...]', cli='--labels LABEL ...')}")
+    candidate_labels = listed(candidate_labels)  # a numpy array, a pandas Series
     if isinstance(candidate_labels, str):
         check_text(candidate_labels, "candidate_labels")
         labels = [label.strip() for label in candidate_labels.split(",") if label.strip()]
