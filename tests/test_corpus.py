@@ -119,14 +119,20 @@ def test_stream_checks_options_and_model_first(model):
 
 
 def test_the_command_line_spellings_of_options_name_options_of_their_tasks():
-    """What a resume's message calls an option on the command line (record.FLAGS) is said of an option the task has."""
+    """What a resume's message calls an option on the command line (record.FLAGS) is said of an option the task has,
+    and names flags its subcommand has (score-mutations': bertfn score's)."""
     import inspect
+    import re
 
+    from bertfn.cli import build_parser
     from bertfn.corpus.record import FLAGS
     from bertfn.corpus.runner import task_named
 
-    for task, option in FLAGS:
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for (task, option), spelled in FLAGS.items():
         assert option in inspect.signature(task_named(task).function).parameters, (task, option)
+        flags = {f for a in commands[task if task_named(task).command else "score"]._actions for f in a.option_strings}
+        assert set(re.findall(r"--[a-z][\w-]*", spelled)) <= flags, (task, spelled)
 
 
 def test_an_option_the_task_does_not_take_is_refused_before_the_model_loads(tmp_path):

@@ -31,6 +31,7 @@ from ..errors import InputError, syntax
 
 VERSION = 1
 OWN_KEYS = ("line", "result", "error", "warning")
+"""Keys every output line may hold besides the input's own fields (see :func:`~bertfn.corpus.files.run_file`)."""
 
 FLAGS = {("zero-shot", "candidate_labels"): "--labels", ("zero-shot", "hypothesis_template"): "--template",
          ("classify", "function_to_apply"): "--function", ("tag", "aggregation_strategy"): "--aggregation",
@@ -38,7 +39,6 @@ FLAGS = {("zero-shot", "candidate_labels"): "--labels", ("zero-shot", "hypothesi
          ("score-mutations", "method"): "--pll-change / --wt-marginal (method)"}
 """(task, option) -> how the command line spells it, where that is not the option's name with dashes (``top_k``:
 ``--top-k``), for the messages of a resume that changed it."""
-"""Keys every output line may hold besides the input's own fields (see :func:`~bertfn.corpus.files.run_file`)."""
 
 
 def record_path(target: Path) -> Path:
