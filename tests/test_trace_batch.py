@@ -116,6 +116,11 @@ def test_names_and_indices_that_are_not_there(recs):
         with pytest.raises(bertfn.InputError, match=r"index from 0 to 3 \(or -4 to -1"):
             recs[bad]
     assert "layer.0.output" in recs and "layer.9.output" not in recs
+    for one_texts in ("attention", "save_html"):  # a Recording's methods, asked of the batch's: which text?
+        with pytest.raises(AttributeError, match=rf"Recordings has no '{one_texts}': that is one text's \(a "
+                                                 rf"Recording's\); pick a text as recs\[i\], e.g. recs\[0\]\.{one_texts}"):
+            getattr(recs, one_texts)
+    assert not hasattr(recs, "nothing") and hasattr(recs[0], "attention")
 
 
 def test_repr_is_short(recs):

@@ -276,6 +276,12 @@ class Recordings:
     def keys(self) -> list[str]:
         return list(self.tensors)
 
+    def __getattr__(self, name: str):
+        if not name.startswith("_") and hasattr(Recording, name):  # rec.attention(3), rec.save_html(...): one text's
+            raise AttributeError(f"Recordings has no {name!r}: that is one text's (a Recording's); pick a text as "
+                                 f"recs[i], e.g. recs[0].{name}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def __repr__(self) -> str:
         """The texts' lengths, where the [MASK]s are, and the recorded names grouped per layer; not the tensors."""
         lengths, masked = self.lengths, sorted({t for t, _ in self.mask_rows})
