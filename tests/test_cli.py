@@ -195,7 +195,7 @@ def test_every_subcommand_whose_pipeline_batches_takes_batch_size(mlm_checkpoint
         if task.command and "batch_size" in inspect.signature(task.function).parameters:
             assert any("--batch-size" in a.option_strings for a in choices[task.name]._actions), task.name
     folder, _ = mlm_checkpoint
-    texts = ["i love you very well", "the cat", "you sat on the cat"]
+    texts = ["the cat sat on the mat .", "a big red dog", "when in rome do as the romans do"]
     assert main(["embed", *texts, "--model", str(folder), "--json", "--batch-size", "1"]) == 0
     printed = torch.tensor(json.loads(capsys.readouterr().out))
     torch.testing.assert_close(printed, bertfn.embed(texts, str(folder)), atol=1e-5, rtol=0)
@@ -203,6 +203,6 @@ def test_every_subcommand_whose_pipeline_batches_takes_batch_size(mlm_checkpoint
     assert [r["pll"] for r in json.loads(capsys.readouterr().out)] == pytest.approx(
         [r["pll"] for r in bertfn.score(texts, str(folder))], abs=1e-4)
     assert main(["embed", "a", "--model", str(folder), "--batch-size", "0"]) == bertfn.InputError.exit_code
-    assert "batch_size must be a positive integer, got 0" in capsys.readouterr().err
+    assert "--batch-size must be a positive integer, got 0" in capsys.readouterr().err
     assert main(["score", "a b", "--reference", "a c", "--batch-size", "2", "--model", str(folder)]) == bertfn.InputError.exit_code
     assert "--batch-size are options of the PLL" in capsys.readouterr().err

@@ -282,7 +282,7 @@ def test_command_line_mistakes(tiny_folder, tmp_path, capsys):
         (["fill-mask", GOOD[0], "--input", str(src)], "not both"),
         (["fill-mask", "--input", str(tmp_path / "missing.txt")], "does not exist"),
         (["fill-mask", "--input", str(src), "--resume"], "needs an output file"),
-        (["fill-mask", "--input", str(src), "--top-k", "0"], "top_k must be a positive integer"),
+        (["fill-mask", "--input", str(src), "--top-k", "0"], "--top-k must be a positive integer"),
         (["fill-mask", "--input", str(tmp_path)], f"input file {tmp_path} is a folder; pass --input with a text"),
         (["fill-mask", "--input", str(src), "--output", str(tmp_path)],
          f"--output {tmp_path} is a folder; name a file in it ({tmp_path / 'results.jsonl'})"),

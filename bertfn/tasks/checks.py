@@ -24,7 +24,8 @@ def count(name: str, value: object, *, least: int = 1, none: str | None = None, 
     ``none`` says what None means.
 
     Args:
-        name: the option, as the message names it (``"batch_size"``).
+        name: the option as Python names it (``"batch_size"``); the message names the command line's flag there
+            (``--batch-size``).
         value: what was passed.
         least: 1: a positive integer; 0: a non-negative one (no other).
         none: None is allowed, and means this (``"every label"``: the message says "or None (every label)").
@@ -37,6 +38,7 @@ def count(name: str, value: object, *, least: int = 1, none: str | None = None, 
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         kind = "a non-negative" if least == 0 else "a positive"
+        name = syntax(python=name, cli="--" + name.replace("_", "-"))  # on the command line its flag: --batch-size
         raise InputError(f"{name} must be {kind} integer{f' ({why})' if why else ''}"
                          f"{f' or None ({none})' if none is not None else ''}, got {value!r}")
 
