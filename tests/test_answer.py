@@ -192,6 +192,9 @@ def test_bad_inputs_and_options_say_what_to_do(bert):
         (lambda: bertfn.answer([QUESTION, "x", ""], CONTEXT, model), r"^text 2's question is empty"),
         (lambda: bertfn.answer([QUESTION, "x"], [CONTEXT], model), r"^text 0: 2 questions but 1 contexts"),
         (lambda: bertfn.answer({"question": "a", "context": "b"}, "c", model), "the dicts hold the contexts"),
+        (lambda: bertfn.answer([QUESTION], model), r'or dicts \{"question": \.\.\., "context": \.\.\.\} \(a list of '
+                                                   r"them: a file's or a stream's items\); got the model where the "
+                                                   r"context goes"),  # a stream of plain texts calls it so
         (lambda: bertfn.answer(QUESTION, CONTEXT, model, max_answer_len=0), "max_answer_len must be a positive integer"),
         (lambda: bertfn.answer(QUESTION, CONTEXT, model, top_k=0), "top_k must be a positive integer"),
         (lambda: bertfn.answer(QUESTION, CONTEXT, model, max_seq_len=100), r"model .* reads at most 64 tokens at a time"),

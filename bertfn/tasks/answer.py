@@ -199,6 +199,10 @@ def answer(
     Warns:
         UnknownTokensWarning: pairs whose tokens are mostly [UNK] (their results hold ``"warning"`` too).
     """
+    if isinstance(context, Model) and not holds_dicts(question):  # answer(questions, model): a stream's plain texts
+        raise InputError("answer takes a question and the context that holds its answer, answer(question, context, "
+                         'model), or dicts {"question": ..., "context": ...} (a list of them: a file\'s or a '
+                         "stream's items); got the model where the context goes")
     if holds_dicts(question) and context is not None and model is None:  # answer(dicts, model)
         context, model = None, context
     question, model = texts_and_model(question, model, "answer")
