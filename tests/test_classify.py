@@ -391,6 +391,10 @@ def test_a_file_of_lines_or_of_pairs_runs_and_resumes(bert, tmp_path, capsys):
     out.write_bytes(b"".join(complete.splitlines(keepends=True)[:2]) + b'{"line": 3, "te')  # killed mid-line
     assert main([*argv, "--resume"]) == 0
     assert out.read_bytes() == complete and "(resumed after line 2)" in capsys.readouterr().err
+    assert main([*argv[:-2], "--all-labels", "--resume"]) == 2  # top_k None: every label, not the default (1)
+    assert f"{out} was written with option --top-k 2, and this run has None; --resume" in capsys.readouterr().err
+    assert main([*argv[:-2], "--resume"]) == 2  # the default top_k, 1, is a value the record holds
+    assert f"{out} was written with option --top-k 2, and this run has 1; --resume" in capsys.readouterr().err
 
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("\n".join(json.dumps(r) for r in [{"id": 1, "sentence": PAIR[0], "second": PAIR[1]},

@@ -19,6 +19,7 @@ a resume whose task, options, field or model differ from the record, naming the 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ import torch
 
 from ..checkpoint.model import Model
 from ..errors import InputError, syntax
+from .runner import task_named
 
 VERSION = 1
 OWN_KEYS = ("line", "result", "error", "warning")
@@ -169,8 +171,8 @@ def check_record(old: dict, new: dict, target: Path) -> None:
         InputError: naming the first difference (task, options, field, model name, dtype, weights,
             vocabulary).
     """
-    def refuse(what: str, before: object, now: object) -> None:
-        before, now = ("its default" if v is None else repr(v) for v in (before, now))  # None: the option not given
+    def refuse(what: str, before: object, now: object, default: object = None) -> None:
+        before, now = ("its default" if v is None is default else repr(v) for v in (before, now))  # None: not given
         raise InputError(f"{target} was written with {what} {before}, and this run has {now}; "
                          f"{syntax(python='resume=True', cli='--resume')} continues the same run only (its results "
                          "would mix with others): run it as before, or pass another --output")
@@ -178,10 +180,12 @@ def check_record(old: dict, new: dict, target: Path) -> None:
     if old.get("task") != new["task"]:
         refuse("task", old.get("task"), new["task"])
     before, now = old.get("options", {}), new["options"]
+    defaults = {n: p.default for n, p in inspect.signature(task_named(new["task"]).function).parameters.items()}
     for key in sorted(set(before) | set(now)):
         if before.get(key) != now.get(key):  # named as the caller writes it: top_k, or --top-k
-            flag = FLAGS.get((new["task"], key), "--" + key.replace("_", "-"))
-            refuse(f"option {syntax(python=key, cli=flag)}", before.get(key), now.get(key))
+            flag = FLAGS.get((new["task"], key), "--" + key.replace("_", "-"))  # None is no default where the
+            refuse(f"option {syntax(python=key, cli=flag)}", before.get(key), now.get(key),  # function's is another
+                   defaults.get(key))  # (classify's top_k=None: every label, its default 1)
     if old.get("field") != new["field"]:
         refuse("field", old.get("field"), new["field"])
     m_old, m_new = old.get("model", {}), new["model"]
