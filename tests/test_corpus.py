@@ -401,6 +401,12 @@ def test_resume_refuses_what_it_cannot_continue(tiny_folder, tmp_path, capsys):
     assert "was written with option --targets its default, and this run has ['cat']" in capsys.readouterr().err
     assert main(["score", *argv[1:-2], "--resume"]) == 2
     assert "was written with task 'fill-mask', and this run has 'score'" in capsys.readouterr().err
+    assert main([*argv, "--cased", "--resume"]) == 2  # the casing: two flags, each without a value
+    assert "was written with neither --cased nor --lowercase, and this run has --cased;" in capsys.readouterr().err
+    with pytest.raises(bertfn.InputError, match=r"was written with lowercase=None, and this run has lowercase=True;"):
+        run_file(src, out, folder, top_k=1, lowercase=True, resume=True, progress=False)
+    # from Python, the options the command line gave at their defaults (beam_width=5, ...) left out: the same run
+    assert run_file(src, out, folder, top_k=1, resume=True, progress=False).resumed_after == 5
     assert main([*argv, "--dtype", "bfloat16", "--resume"]) == 2
     assert "dtype 'torch.float32', and this run has 'torch.bfloat16'" in capsys.readouterr().err
     other_model = write_folder(random_model(bertfn.load(folder).config, seed=1), tmp_path / "other_model")

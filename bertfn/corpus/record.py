@@ -171,29 +171,37 @@ def check_record(old: dict, new: dict, target: Path) -> None:
         InputError: naming the first difference (task, options, field, model name, dtype, weights,
             vocabulary).
     """
-    def refuse(what: str, before: object, now: object, default: object = None) -> None:
-        before, now = ("its default" if v is None is default else repr(v) for v in (before, now))  # None: not given
-        raise InputError(f"{target} was written with {what} {before}, and this run has {now}; "
+    def refuse(what: str, before: str, now: str) -> None:
+        raise InputError(f"{target} was written with {f'{what} ' if what else ''}{before}, and this run has {now}; "
                          f"{syntax(python='resume=True', cli='--resume')} continues the same run only (its results "
                          "would mix with others): run it as before, or pass another --output")
 
+    def said(value: object, default: object = None) -> str:
+        """``value`` as the message says it: None is "its default" where the function's default is None too."""
+        return "its default" if value is None is default else repr(value)
+
     if old.get("task") != new["task"]:
-        refuse("task", old.get("task"), new["task"])
+        refuse("task", said(old.get("task")), said(new["task"]))
     before, now = old.get("options", {}), new["options"]
-    defaults = {n: p.default for n, p in inspect.signature(task_named(new["task"]).function).parameters.items()}
+    defaults = {n: p.default for n, p in inspect.signature(task_named(new["task"]).function).parameters.items()
+                if p.default is not p.empty}
     for key in sorted(set(before) | set(now)):
-        if before.get(key) != now.get(key):  # named as the caller writes it: top_k, or --top-k
-            flag = FLAGS.get((new["task"], key), "--" + key.replace("_", "-"))  # None is no default where the
-            refuse(f"option {syntax(python=key, cli=flag)}", before.get(key), now.get(key),  # function's is another
-                   defaults.get(key))  # (classify's top_k=None: every label, its default 1)
+        b, n = (given.get(key, defaults.get(key)) for given in (before, now))  # an option not given: its default
+        if b == n:
+            continue
+        if key == "lowercase":  # two flags, no value: --cased, --lowercase
+            cased = {True: "--lowercase", False: "--cased", None: "neither --cased nor --lowercase"}
+            refuse("", *(syntax(python=f"lowercase={v!r}", cli=cased[v]) for v in (b, n)))
+        flag = FLAGS.get((new["task"], key), "--" + key.replace("_", "-"))  # named as the caller writes it
+        refuse(f"option {syntax(python=key, cli=flag)}", said(b, defaults.get(key)), said(n, defaults.get(key)))
     if old.get("field") != new["field"]:
-        refuse("field", old.get("field"), new["field"])
+        refuse("field", said(old.get("field")), said(new["field"]))
     m_old, m_new = old.get("model", {}), new["model"]
     if m_old.get("dtype") != m_new["dtype"]:
-        refuse("dtype", m_old.get("dtype"), m_new["dtype"])
+        refuse("dtype", said(m_old.get("dtype")), said(m_new["dtype"]))
     for key in ("weights", "vocabulary"):  # a fingerprint says little: name the models they belong to
         if m_old.get(key) != m_new[key]:
-            refuse(f"the {key} of model", m_old.get("name"), f"other {key}, of model {m_new['name']!r}")
+            refuse(f"the {key} of model", said(m_old.get("name")), f"other {key}, of model {m_new['name']!r}")
 
 
 def complete_lines(target: Path) -> Iterator[bytes]:
