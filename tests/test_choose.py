@@ -117,7 +117,9 @@ def test_every_form_of_the_inputs_gives_the_same_answer(roberta):
     (lambda m: choose([], ["a"], m), "at least one prompt"),
     (lambda m: choose("The cat.", ["a"], m, batch_size=0), "batch_size must be a positive integer"),
     (lambda m: choose("The cat sat on the mat. " * 12, ["It slept."], m),
-     "text 0 with choice 0 is 106 tokens long but the model reads at most 64; shorten the prompt"),
+     "text 0 with choice 0 is 106 tokens long but the model reads at most 64; shorten the prompt or that choice"),
+    (lambda m: choose("The cat.", ["It slept. " * 30, "It ran."], m),  # the choice is the long part
+     "text 0 with choice 0 is 217 tokens long but the model reads at most 64; shorten the prompt or that choice"),
 ])
 def test_bad_inputs_are_refused_with_what_to_do(roberta, call, message):
     with pytest.raises(bertfn.InputError) as e:

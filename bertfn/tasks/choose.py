@@ -139,7 +139,7 @@ def choice_logits(m: Model, items: list[Item], batch_size: int = 32,
         unknown.setdefault(rows[row][0], said)
     lengths = enc.attention_mask.sum(dim=1).tolist()
     limit = longest_input(m.config)
-    refuse_long(lengths, limit, "shorten the prompt (each choice is read with all of it)",
+    refuse_long(lengths, limit, "shorten the prompt or that choice (each choice is read with all of the prompt)",
                 named=lambda r: f"text {rows[r][0]} with choice {rows[r][1]}")
     scores = head_logits(m, enc, lengths, "multiple-choice", batch_size=batch_size, points=points)  # per row: (1,)
     flat = torch.cat(scores).float()  # (N,)
