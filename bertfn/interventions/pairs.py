@@ -72,9 +72,11 @@ def runs(clean_text: str, corrupted_text: str, m: Model, optional: Sequence[str]
     ids = enc.input_ids.to(m.device)  # (2, S)
     lengths = enc.attention_mask.sum(dim=1).tolist()
     if lengths[0] != lengths[1]:
+        tokens = [[m.tokenizer.id_to_token(int(i)) for i in ids[b, :lengths[b]]] for b in range(2)]
+        at = next((j for j, (a, b) in enumerate(zip(*tokens)) if a != b), min(lengths))  # the first token they differ at
         raise InputError(f"the clean text has {lengths[0]} tokens and the corrupted one {lengths[1]}; patching "
-                         f"compares the same positions, so make them the same length in tokens (clean: "
-                         f"{clean_text!r:.50}, corrupted: {corrupted_text!r:.50})")
+                         f"compares the same positions, so make them the same length in tokens (they part at position "
+                         f"{at}: clean {' '.join(tokens[0][at:at + 4])!r}, corrupted {' '.join(tokens[1][at:at + 4])!r})")
     masks = [(ids[b] == m.tokenizer.mask_token_id).nonzero()[:, 0].tolist() for b in range(2)]
     record = Trace(optional=optional)
     with torch.no_grad():
