@@ -161,5 +161,5 @@ def test_logit_attribution_of_an_extra_head_takes_one_text(antiberty):
 def test_the_decision_panel_takes_one_text(antiberty):
     """A list of chains was a TypeError of Python's (list indices must be integers)."""
     vh = heavy_chain("rituximab")
-    with pytest.raises(bertfn.InputError, match="one text, the one a page shows, got a list of 2 texts"):
+    with pytest.raises(bertfn.InputError, match="decision explains one text, got a list of 2 texts; call it once per text"):
         iv.decision([vh, vh], antiberty, **HEAD, steps=1)

@@ -229,6 +229,21 @@ def texts_and_model(texts, model, what: str, *, old_order: bool = False):
                      f"got the model ({name!r}) first")
 
 
+def one_text(text: object, does: str) -> None:
+    """Refuse anything but one string, for a call that reads one text (a page, an attribution).
+
+    Args:
+        text: what the caller passed.
+        does: what the call does with it, for the message (``"logit_attribution splits the logits of"``).
+
+    Raises:
+        InputError: a list (call once per text) or another type.
+    """
+    if not isinstance(text, str):
+        many = f"a list of {len(text)} texts" if isinstance(text, (list, tuple)) else type(text).__name__
+        raise InputError(f"{does} one text, got {many}; call it once per text")
+
+
 def text_list(inputs, what: str, *, blank: bool = False) -> tuple[list[str], bool]:
     """``(texts, single)``: the texts of a call given one text or a sequence of them, and whether it was one.
 

@@ -24,7 +24,7 @@ import torch
 from ..errors import DependencyError, InputError
 from ..model.functional import ACTIVATIONS
 from .page_arrays import layer_windows, out_of_reach
-from .trace import Recording, Recordings
+from .trace import Recording, one_recording
 
 if TYPE_CHECKING:  # the annotations only: importing bertfn never imports matplotlib
     import matplotlib.figure
@@ -276,10 +276,7 @@ def attention_figure(rec: Recording, layer: int, head: int | None = None, scale:
         InputError: a batch's recordings (``bertfn.trace(list)``) or something else than a recording; no such layer
             or head.
     """
-    if not isinstance(rec, Recording):
-        what = f"a batch of {len(rec)} texts' recordings" if isinstance(rec, Recordings) else type(rec).__name__
-        raise InputError(f"attention_figure draws one text's recording (bertfn.trace(text, model)), got {what}; "
-                         "pick a text of a batch as recs[i]")
+    one_recording(rec, "attention_figure draws one text's recording (bertfn.trace(text, model))")
     probs = rec.attention(layer, head)  # checks both indices
     layer %= rec.config.num_hidden_layers
     windows, out = layer_windows(rec.config), out_of_reach(rec.config, layer, len(rec.tokens))

@@ -292,6 +292,22 @@ class Recordings:
                 f"{len(self.tensors)} tensors: {', '.join(group_names(self.tensors))})")
 
 
+def one_recording(rec: object, does: str) -> None:
+    """Refuse anything but one text's :class:`Recording`, for a call that reads one (a figure, a split of the logits).
+
+    Args:
+        rec: what the caller passed.
+        does: the call and what it reads, for the message (``"attention_figure draws one text's recording
+            (bertfn.trace(text, model))"``).
+
+    Raises:
+        InputError: a batch's :class:`Recordings` (pick ``recs[i]``) or something else.
+    """
+    if not isinstance(rec, Recording):
+        what = f"a batch of {len(rec)} texts' recordings" if isinstance(rec, Recordings) else type(rec).__name__
+        raise InputError(f"{does}, got {what}; pick a text of a batch as recs[i]")
+
+
 def named(tensors: dict[str, Tensor], name: str) -> Tensor:
     """``tensors[name]``, or an :class:`InputError` naming the close names.
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import fits
+from ..checkpoint.resolve import fits, one_text
 from ..errors import InputError, MissingPartError
 from ..inspect.decision_panel import Decision, contact_codes
 from ..tasks.answer import answer
@@ -102,9 +102,7 @@ def decision(text: str, model: Model | str | Path, *, pair: str | None = None, s
             refuses them.
         MissingPartError: a model without a tokenizer, with none of the heads the panel explains, or without ``head``.
     """
-    if not isinstance(text, str):
-        many = f"a list of {len(text)} texts" if isinstance(text, (list, tuple)) else type(text).__name__
-        raise InputError(f"decision explains one text, the one a page shows, got {many}; call it once per text")
+    one_text(text, "decision explains")
     m, tok, _ = loaded("decision", model)
     count("steps", steps)
     count("max_targets", max_targets)

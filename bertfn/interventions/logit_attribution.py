@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..checkpoint.resolve import fits, require_mlm_head
+from ..checkpoint.resolve import fits, one_text, require_mlm_head
 from ..errors import InputError
 from ..inspect.trace import trace
 from ..model.heads import head_act
@@ -154,9 +154,7 @@ def logit_attribution(text: str, model: Model | str | Path, tokens: int | str | 
             where the head takes none; ``head`` and ``labels`` as :func:`bertfn.classify` refuses them.
         MissingPartError: a model without a tokenizer, with neither an MLM head nor a task head, or without ``head``.
     """
-    if not isinstance(text, str):
-        many = f"a list of {len(text)} texts" if isinstance(text, (list, tuple)) else type(text).__name__
-        raise InputError(f"logit_attribution splits the logits of one text, got {many}; call it once per text")
+    one_text(text, "logit_attribution splits the logits of")
     m = loaded("logit_attribution", model).model
     names = None if head is None and labels is None else head_labels(m, head, labels, "logit_attribution")
     if head is not None or m.head.task in TASKS:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError
-from ..inspect.trace import Recording, Recordings
+from ..inspect.trace import Recording, one_recording
 from ..model.family import family_of
 from ..model.params import Params
 from ..model.point_names import layer_input
@@ -172,10 +172,7 @@ def check_position(rec: Recording, position: int) -> None:
         InputError: something else than one text's recording (a batch's, a text), no ``head_outputs`` in it, or a
             position out of range.
     """
-    if not isinstance(rec, Recording):
-        what = f"a batch of {len(rec)} texts' recordings" if isinstance(rec, Recordings) else type(rec).__name__
-        raise InputError(f"the parts are read from one text's recording, bertfn.trace(text, model, head_outputs=True), "
-                         f"got {what}; pick a text of a batch as recs[i], or trace the text")
+    one_recording(rec, "the parts are read from one text's recording, bertfn.trace(text, model, head_outputs=True)")
     if rec.model is None or "layer.0.attention.head_outputs" not in rec:
         raise InputError("the recording holds no layer.{i}.attention.head_outputs (each head's write); record it "
                          "with bertfn.trace(text, model, head_outputs=True)")
