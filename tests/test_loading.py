@@ -133,6 +133,20 @@ def test_single_file_with_config_beside_it_or_given(reference, tmp_path):
     torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
 
 
+def test_a_config_path_under_home_is_expanded(reference, tmp_path, monkeypatch):
+    folder, ids, expected = reference
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copy(folder / "config.json", tmp_path / "other.json")
+    model = bertfn.load(folder, config="~/other.json")  # as the weights' path, ~ is the home folder
+    torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name", [None, 3, ["a-folder"]])
+def test_a_name_that_is_no_path_is_an_input_error(name):
+    with pytest.raises(bertfn.InputError, match=f"takes a hub id, a folder or a weights file .*got {type(name).__name__}"):
+        bertfn.load(name)
+
+
 def test_vocab_txt_only_tokenizes_like_tokenizer_json(mlm_checkpoint, tmp_path):
     folder, _ = mlm_checkpoint
     dst = tmp_path / "vocab-only"

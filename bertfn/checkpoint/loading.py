@@ -273,13 +273,17 @@ def load(
         ModelLoadError: no checkpoint found or fetched, with what to do.
         ConfigError: a config the model cannot be built from.
         CheckpointError: weights that do not fit the config, with what to do.
-        InputError: a ``config`` of another kind.
+        InputError: a ``name_or_path`` or ``config`` of another kind.
 
     Warns:
         UnusedWeightsWarning: keys that no BERT part reads (without ``strict``).
     """
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise InputError(f"load() takes a hub id, a folder or a weights file (a str or a Path), got "
+                         f"{type(name_or_path).__name__}")
     folder, weights = locate(name_or_path, revision)
-    config_file = folder / "config.json" if config is None else config if isinstance(config, (str, Path)) else None
+    config_file = folder / "config.json" if config is None else \
+        Path(config).expanduser() if isinstance(config, (str, Path)) else None
     if config_file is not None:
         config = BertConfig.from_file(config_file)
     elif isinstance(config, dict):
