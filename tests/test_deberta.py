@@ -331,3 +331,12 @@ def test_a_broken_spm_model_is_refused(tmp_path):
     (tmp_path / "spm.model").write_bytes(b"\x0a\xff\xff")
     with pytest.raises(bertfn.CheckpointError, match="spm.model"):
         bertfn.load(tmp_path)
+
+
+def test_pruning_heads_is_refused_as_transformers_cannot_read_it_back(checkpoint):
+    """transformers' DeBERTa-v2 has no prune_heads (a config with pruned_heads stops from_pretrained), and its position
+    projections (pos_key_proj without share_att_key) keep every head: a pruned model crashed, or saved a folder
+    transformers could not read."""
+    model = bertfn.load(checkpoint[1])
+    with pytest.raises(bertfn.InputError, match="DeBERTa-v2 has no prune_heads.*zero_heads"):
+        bertfn.prune_heads(model, {0: [1]})

@@ -49,6 +49,33 @@ def test_bin_equals_safetensors(reference, tmp_path):
     torch.testing.assert_close(logits_of(bertfn.load(bin_folder), ids), expected, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("safe", [True, False])
+def test_sharded_checkpoint_equals_one_file(reference, tmp_path, safe):
+    """save_pretrained with a max_shard_size writes shards and an index (as the hub holds larger models)."""
+    folder, ids, expected = reference
+    hf = build_hf("BertForMaskedLM", seed=1)  # the same seed as the mlm_checkpoint fixture
+    dst = copy_without_weights(folder, tmp_path / "sharded")
+    hf.save_pretrained(dst, safe_serialization=safe, max_shard_size="20KB")
+    index = dst / ("model.safetensors.index.json" if safe else "pytorch_model.bin.index.json")
+    assert index.is_file() and len(set(json.loads(index.read_text())["weight_map"].values())) > 1
+    for name in (dst, index):  # the folder, or the index as the weights file
+        torch.testing.assert_close(logits_of(bertfn.load(name), ids), expected, atol=0, rtol=0)
+
+
+def test_sharded_checkpoint_missing_a_shard_or_its_map_is_named(reference, tmp_path):
+    folder, _, _ = reference
+    dst = copy_without_weights(folder, tmp_path / "sharded")
+    build_hf("BertForMaskedLM", seed=1).save_pretrained(dst, max_shard_size="20KB")
+    index = dst / "model.safetensors.index.json"
+    shard = sorted(dst.glob("model-*.safetensors"))[1]
+    shard.unlink()
+    with pytest.raises(bertfn.CheckpointError, match=f"names the shard '{shard.name}', which is not a file beside it"):
+        bertfn.load(dst)
+    index.write_text("[]")
+    with pytest.raises(bertfn.CheckpointError, match="has no weight_map"):
+        bertfn.load(dst)
+
+
 def test_bare_keys_without_bert_prefix(reference, tmp_path):
     folder, ids, expected = reference
     state = {k.removeprefix("bert."): v.contiguous() for k, v in state_of(folder).items()}
@@ -104,6 +131,20 @@ def test_single_file_with_config_beside_it_or_given(reference, tmp_path):
     with pytest.raises(bertfn.MissingPartError, match="has no tokenizer, so it cannot read text; load it with"):
         model.tokenizer(["a text"])
     torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
+
+
+def test_a_config_path_under_home_is_expanded(reference, tmp_path, monkeypatch):
+    folder, ids, expected = reference
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copy(folder / "config.json", tmp_path / "other.json")
+    model = bertfn.load(folder, config="~/other.json")  # as the weights' path, ~ is the home folder
+    torch.testing.assert_close(logits_of(model, ids), expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name", [None, 3, ["a-folder"]])
+def test_a_name_that_is_no_path_is_an_input_error(name):
+    with pytest.raises(bertfn.InputError, match=f"takes a hub id, a folder or a weights file .*got {type(name).__name__}"):
+        bertfn.load(name)
 
 
 def test_vocab_txt_only_tokenizes_like_tokenizer_json(mlm_checkpoint, tmp_path):

@@ -367,6 +367,7 @@ def test_with_head_replaces_an_earlier_head_keeps_the_pooler_and_says_what_it_ne
     assert not any(k.startswith("bert.pooler.") for k in tagger.state)  # BertForTokenClassification has no pooler
     for bad, match in ((dict(task="sequence-classification"), "needs labels="),
                        (dict(task="token-classification", labels=["O", "O"]), "needs labels="),
+                       (dict(task="sequence-classification", labels=3), "needs labels=.*got 3"),  # a count
                        (dict(task="question-answering", labels=["x"]), "has no labels"),
                        (dict(task="summarization"), "task must be one of"),
                        (dict(task="token-classification", labels=["O"], problem_type="regression"), "problem_type=")):

@@ -39,6 +39,18 @@ def test_parameter_count_equals_transformers(cls_name, parts):
 
 
 @pytest.mark.needs_transformers
+@pytest.mark.parametrize("groups", [1, 2])
+def test_albert_counts_its_shared_layers_once_as_transformers(groups):
+    """ALBERT's layers read their group's one set of weights: each set counts once (it counted once per layer)."""
+    transformers = require_transformers()
+    cfg = transformers.AlbertConfig(embedding_size=24, hidden_size=40, num_attention_heads=4, num_hidden_layers=4,
+                                    num_hidden_groups=groups, intermediate_size=72, vocab_size=60)
+    with torch.device("meta"):
+        hf = transformers.AlbertModel(cfg)
+    assert parameter_count(bertfn.BertConfig.from_dict(cfg.to_dict()))["total"] == hf.num_parameters()
+
+
+@pytest.mark.needs_transformers
 def test_pruned_and_decoder_configs_count_like_transformers():
     transformers = require_transformers()
     cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,

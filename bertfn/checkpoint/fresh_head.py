@@ -18,7 +18,7 @@ sqrt(2 L)`` and its classifier with ``hidden_size ** -0.5`` (:func:`init_std`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import torch
@@ -103,7 +103,8 @@ def with_head(model: Model, task: str, labels: Sequence[str] | None = None, *, p
     if not isinstance(model, Model):
         raise InputError(f"with_head() takes a Model from bertfn.load(...), got {type(model).__name__}")
     task_head(model.config, task)  # an unknown task, or one the member lacks, is refused here
-    names = None if labels is None else [labels] if isinstance(labels, str) else list(labels)
+    names = None if labels is None else list(labels) if isinstance(labels, Iterable) and not isinstance(labels, str) \
+        else [labels]  # one name, or something that is none (refused below, as it came)
     if task in LABELLED:
         if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
             raise InputError(f"a {task} head needs labels=: the names of its classes, one each, e.g. labels=['negative', "

@@ -1,7 +1,8 @@
 """From a hub id, a folder or a file to a :class:`Model`: config + flat HF-keyed weights + tokenizer.
 
 ``load(name_or_path)`` accepts
-  * a local folder with ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``) and
+  * a local folder with ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``, or a sharded checkpoint's
+    ``model.safetensors.index.json`` and its shards) and
     ``tokenizer.json`` (or ``vocab.txt``),
   * a single ``.safetensors`` / ``.bin`` file, with ``config.json`` beside it or ``config=`` given,
   * a hub id such as ``google-bert/bert-base-uncased``, fetched through ``huggingface_hub`` (its cache,
@@ -33,9 +34,12 @@ from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
 from .tokenizer_files import read_json
-from .weights import read_weights
+from .weights import SHARD_INDEXES, read_weights, shard_map
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+CHECKPOINT_FILES = WEIGHT_FILES + SHARD_INDEXES
+"""What a checkpoint's folder holds its weights in, in the order transformers looks: one file, else a sharded
+checkpoint's index (the shards beside it)."""
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
                    "sentence_bert_config.json",  # sentence-transformers' max_seq_length, read by bertfn.embed
                    "config_sentence_transformers.json")  # prompts, a cross-encoder's activation (embed, rerank)
@@ -125,9 +129,12 @@ def download(repo_id: str, revision: str | None = None) -> Path:
             fix = syntax(python="unset HF_HUB_OFFLINE", cli="run without HF_HUB_OFFLINE=1") + " to download it, or "
             raise ModelLoadError(f"there is no folder named {repo_id!r} here, and HF_HUB_OFFLINE is set while the "
                                  f"Hugging Face cache ({constants.HF_HUB_CACHE}) has no copy of it; {fix}{how}")
-        weights = next((w for w in map(fetch, WEIGHT_FILES) if w is not None), None)
+        weights = next((w for w in map(fetch, CHECKPOINT_FILES) if w is not None), None)
         if weights is None:
-            raise ModelLoadError(f"{repo_id!r} has no {' or '.join(WEIGHT_FILES)} available here; {how}")
+            raise ModelLoadError(f"{repo_id!r} has no {' or '.join(CHECKPOINT_FILES)} available here; {how}")
+        if weights.name in SHARD_INDEXES:  # a sharded checkpoint: every shard its index names
+            for shard in dict.fromkeys(shard_map(weights).values()):
+                fetch(shard)
         for name in TOKENIZER_FILES:
             fetch(name)
         modules = fetch("modules.json")  # a sentence-transformers folder: its modules' files, as bertfn.embed reads them
@@ -155,7 +162,7 @@ def transformer_folder(folder: Path) -> Path:
     """Where a folder's encoder lies: the folder itself, or the sub-folder that its sentence-transformers
     ``modules.json`` gives the Transformer module (``0_Transformer``, as sentence-transformers before 2.x saved it)
     when the folder holds no weights of its own."""
-    if any((folder / w).is_file() for w in WEIGHT_FILES) or not (folder / "modules.json").is_file():
+    if any((folder / w).is_file() for w in CHECKPOINT_FILES) or not (folder / "modules.json").is_file():
         return folder
     first = read_json(folder / "modules.json")
     first = first[0] if isinstance(first, list) and first and isinstance(first[0], dict) else {}
@@ -171,6 +178,8 @@ def not_weights(file: Path) -> ModelLoadError | None:
     Args:
         file: the file passed as the model.
     """
+    if file.name in SHARD_INDEXES:
+        return None
     if file.name in VOCABULARY_FILES or file.name in TOKENIZER_SIDE_FILES or file.suffix == ".txt":
         kind = "a tokenizer's file"
     elif file.suffix == ".json":
@@ -199,9 +208,10 @@ def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path,
     try:
         if path.is_dir():
             path = transformer_folder(path)
-            weights = next((path / w for w in WEIGHT_FILES if (path / w).is_file()), None)
+            weights = next((path / w for w in CHECKPOINT_FILES if (path / w).is_file()), None)
             if weights is None:
-                raise CheckpointError(f"{path} has no {' or '.join(WEIGHT_FILES)}; put the model's weights there")
+                raise CheckpointError(f"{path} has no {' or '.join(WEIGHT_FILES)} (nor a sharded checkpoint's "
+                                      f"{' or '.join(SHARD_INDEXES)}); put the model's weights there")
             return path, weights
         if path.is_file():
             wrong = not_weights(path)
@@ -214,7 +224,7 @@ def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path,
         raise ModelLoadError(f"{str(name_or_path)!r} does not exist (no such folder or file here); pass an existing "
                              "folder, file or a hub id")
     folder = download(str(name_or_path), revision)
-    return folder, next(folder / w for w in WEIGHT_FILES if (folder / w).is_file())
+    return folder, next(folder / w for w in CHECKPOINT_FILES if (folder / w).is_file())
 
 
 def load(
@@ -263,13 +273,17 @@ def load(
         ModelLoadError: no checkpoint found or fetched, with what to do.
         ConfigError: a config the model cannot be built from.
         CheckpointError: weights that do not fit the config, with what to do.
-        InputError: a ``config`` of another kind.
+        InputError: a ``name_or_path`` or ``config`` of another kind.
 
     Warns:
         UnusedWeightsWarning: keys that no BERT part reads (without ``strict``).
     """
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise InputError(f"load() takes a hub id, a folder or a weights file (a str or a Path), got "
+                         f"{type(name_or_path).__name__}")
     folder, weights = locate(name_or_path, revision)
-    config_file = folder / "config.json" if config is None else config if isinstance(config, (str, Path)) else None
+    config_file = folder / "config.json" if config is None else \
+        Path(config).expanduser() if isinstance(config, (str, Path)) else None
     if config_file is not None:
         config = BertConfig.from_file(config_file)
     elif isinstance(config, dict):

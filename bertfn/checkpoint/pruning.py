@@ -79,7 +79,8 @@ def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, It
 
     Raises:
         InputError: something else than a model or its root params, layers or heads out of range, a
-            layer left with no heads, or a layer whose weights other layers share (ALBERT).
+            layer left with no heads, a layer whose weights other layers share (ALBERT), or a member whose heads
+            bertfn does not cut (ModernBERT's fused projection, MPNet's shared position bias, DeBERTa-v2).
         CheckpointError: weights with another number of heads than the config says.
     """
     if isinstance(params_or_model, Model):
@@ -118,6 +119,10 @@ def prune_heads(params_or_model: Params | Model, heads_to_prune: Mapping[int, It
             raise InputError(f"{family_of(cfg).name}'s layers share one relative position bias with a column per head, "
                              "so pruning a layer's heads would leave it scores for heads it no longer has; silence "
                              "heads with edits=bertfn.interventions.zero_heads(...) instead")
+        if cfg.model_type == "deberta-v2":  # its position projections, shared or not, are not cut by head
+            raise InputError("transformers' DeBERTa-v2 has no prune_heads (its config's pruned_heads stops "
+                             "from_pretrained), so a pruned DeBERTa could not be read back; silence heads with "
+                             "edits=bertfn.interventions.zero_heads(...) instead")
         if query not in state:
             raise InputError(f"{family_of(cfg).name} forms its queries, keys and values in one fused product, which "
                              "bertfn does not cut by head; silence heads with edits=bertfn.interventions.zero_heads(...) "

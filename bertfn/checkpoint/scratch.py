@@ -84,7 +84,7 @@ def parameter_count(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> d
     """Parameters by part for ``config`` with the optional ``parts``, from the shapes alone (no weights).
 
     Each tensor counts once, as ``model.num_parameters()`` counts it in transformers: the MLM decoder
-    shares the word embeddings' tensor. The LayerNorm after a block belongs to the block. For the default
+    shares the word embeddings' tensor, and ALBERT's layers their group's weights (counted in the first layer's part). The LayerNorm after a block belongs to the block. For the default
     config (bert-base) with the pooler: attention 12 x 2,363,904, feed-forward 12 x 4,723,968,
     total 109,482,240.
 
@@ -99,8 +99,12 @@ def parameter_count(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> d
         InputError: an unknown part.
     """
     counts: dict[str, int] = {}
+    rename = names_of(config).renamer(config)  # ALBERT's shared layers: one stored key for several layers
+    stored: set[str] = set()
     for key, shape in model_shapes(config, parts).items():
-        if key not in TIED:
+        name = rename(key) if rename is not None else key
+        if key not in TIED and name not in stored:
+            stored.add(name)
             counts[part_of(key)] = counts.get(part_of(key), 0) + torch.Size(shape).numel()
     counts["total"] = sum(counts.values())
     return counts

@@ -1,4 +1,6 @@
-"""Reading one weights file, safely: ``.safetensors`` with safetensors, ``.bin`` with ``torch.load(weights_only=True)``.
+"""Reading one weights file, safely: ``.safetensors`` with safetensors, ``.bin`` with ``torch.load(weights_only=True)``,
+or the shards a sharded checkpoint's index (``model.safetensors.index.json``) lists, as ``save_pretrained`` writes a
+model larger than its ``max_shard_size``.
 
 Loading never runs pickled code: a ``.bin`` whose pickle names a function or class to call is refused
 unrun, with a message saying so (:func:`read_weights`).
@@ -11,10 +13,15 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, require_readable
+from .tokenizer_files import read_json
+
+SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+"""The index of a sharded checkpoint (``{"weight_map": {key: shard file}}``), as ``save_pretrained`` names it."""
 
 
 def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tensor]:
-    """Tensors of one weights file. ``.safetensors`` via safetensors; ``.bin`` via ``weights_only`` torch.load.
+    """Tensors of one weights file. ``.safetensors`` via safetensors; ``.bin`` via ``weights_only`` torch.load; a
+    shard index (:data:`SHARD_INDEXES`) via :func:`read_shards`.
 
     Args:
         path: the file.
@@ -27,6 +34,8 @@ def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tens
     """
     path = Path(path)
     require_readable(path)
+    if path.name in SHARD_INDEXES:
+        return read_shards(path, mapped)
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -53,6 +62,51 @@ def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tens
         ) from e
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path} does not hold a flat state_dict of tensors")
+    return state
+
+
+def shard_map(index: Path) -> dict[str, str]:
+    """A sharded checkpoint's ``weight_map``: ``{key: the shard file that holds it}``.
+
+    Args:
+        index: the ``*.index.json`` file.
+
+    Raises:
+        CheckpointError: a file that is not JSON or has no such map.
+    """
+    content = read_json(index)
+    weight_map = content.get("weight_map") if isinstance(content, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(f, str) for f in weight_map.values()):
+        raise CheckpointError(f"{index} has no weight_map of keys to shard files, as save_pretrained writes a "
+                              "sharded checkpoint's index; download it again")
+    return weight_map
+
+
+def read_shards(index: Path, mapped: bool = False) -> dict[str, torch.Tensor]:
+    """The tensors of a sharded checkpoint: each shard its index names (``modeling_utils.load_sharded_checkpoint``),
+    read by :func:`read_weights`, with the keys the index gives it.
+
+    Args:
+        index: the ``*.index.json`` file; the shards lie beside it.
+        mapped: as in :func:`read_weights`.
+
+    Raises:
+        CheckpointError: an index without a ``weight_map``, a shard missing or not holding the keys the index gives it.
+    """
+    weight_map = shard_map(index)
+    state: dict[str, torch.Tensor] = {}
+    for name in dict.fromkeys(weight_map.values()):
+        shard = index.parent / name
+        if Path(name).is_absolute() or ".." in Path(name).parts or name in SHARD_INDEXES or not shard.is_file():
+            raise CheckpointError(f"{index} names the shard {name!r}, which is not a file beside it; download every "
+                                  "shard the index lists into that folder")
+        tensors = read_weights(shard, mapped)
+        absent = [k for k, f in weight_map.items() if f == name and k not in tensors]
+        if absent:
+            raise CheckpointError(f"{shard} lacks {len(absent)} key(s) its index {index.name} puts there (e.g. "
+                                  f"{absent[0]}); the shards and the index are of different checkpoints: download "
+                                  "them again together")
+        state.update(tensors)
     return state
 
 
