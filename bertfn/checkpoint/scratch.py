@@ -84,9 +84,9 @@ def parameter_count(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> d
     """Parameters by part for ``config`` with the optional ``parts``, from the shapes alone (no weights).
 
     Each tensor counts once, as ``model.num_parameters()`` counts it in transformers: the MLM decoder
-    shares the word embeddings' tensor, and ALBERT's layers their group's weights (counted in the first layer's part). The LayerNorm after a block belongs to the block. For the default
-    config (bert-base) with the pooler: attention 12 x 2,363,904, feed-forward 12 x 4,723,968,
-    total 109,482,240.
+    shares the word embeddings' tensor, and ALBERT's layers their group's weights (counted in the first layer's
+    part). The LayerNorm after a block belongs to the block. For the default config (bert-base) with the pooler:
+    attention 12 x 2,363,904, feed-forward 12 x 4,723,968, total 109,482,240.
 
     Args:
         config: the model's config.

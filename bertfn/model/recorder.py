@@ -6,7 +6,7 @@ default that is :data:`NO_TRACE`, which hands every tensor back as it came and k
 :class:`Trace` puts the names in one dotted namespace (``layer.0.attention.probs``) and
 
 * keeps what passed each point (``trace.store``), so a notebook shows exactly what the model computed
-  (:func:`bertfn.trace` records a whole pass this way; its module, bertfn/inspect/trace.py, lists every name);
+  (:func:`bertfn.trace` records a whole pass this way; bertfn/model/point_names.py lists every name);
 * replaces it where an *edit* is given for that name (``Trace(edits={"layer.3.attention.probs": f})``):
   ``f(tensor, point)`` returns the tensor to use instead, so one head, one neuron or one position can
   be changed inside the pass. What is kept is what the pass used, the edited tensor.
