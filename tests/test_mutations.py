@@ -5,6 +5,7 @@ an API, a CLI output and a file task."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -97,6 +98,19 @@ def test_mutation_errors(antiberty):
         score_mutations(HEAVY, antiberty)
     with pytest.raises(bertfn.InputError, match="method must be one of 'masked_marginal', 'pll', 'wt_marginal'"):
         score_mutations(HEAVY, antiberty, reference=HEAVY, method="ppl")
+
+
+def test_the_matrix_to_a_folder_that_does_not_exist(antiberty, tmp_path, capsys):
+    """save() where it cannot write is an InputError (was a FileNotFoundError, which the CLI called a bug)."""
+    subs = substitution_matrix(HEAVY, antiberty)
+    for name in ("subs.npy", "subs.csv", "subs.tsv", "subs.parquet"):
+        with pytest.raises(bertfn.InputError, match=re.escape(f"cannot write {tmp_path / 'none' / name} (")):
+            subs.save(tmp_path / "none" / name)
+    weights, vocab = antiberty_paths()
+    model = ["--model", str(weights), "--tokenizer", str(vocab), "--cased", "--quiet"]
+    assert main(["score", "--reference", HEAVY, "--matrix", str(tmp_path / "none" / "m.csv"), *model]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "a bug in bertfn" not in err and err.count("\n") == 1
 
 
 @pytest.mark.slow

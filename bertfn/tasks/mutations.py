@@ -88,35 +88,45 @@ class Substitutions:
             ``path``, as a Path.
 
         Raises:
-            InputError: another ending.
-            DependencyError: ``.parquet`` without pandas.
+            InputError: another ending, or a path that cannot be written (a folder that does not exist, no
+                permission).
+            DependencyError: ``.parquet`` without pandas or pyarrow.
         """
         path = Path(path)
+        if path.suffix not in (".npy", ".csv", ".tsv", ".parquet"):
+            raise InputError(f"cannot write the substitution matrix as {path.name}: its name must end in .npy, .csv, "
+                             ".tsv or .parquet")
+        try:
+            self._write(path)
+        except OSError as e:
+            raise InputError(f"cannot write {path} ({e.strerror or e}); pass a writable path (its folder must "
+                             "exist)") from e
+        return path
+
+    def _write(self, path: Path) -> None:
+        """Write :attr:`log_probs` to ``path`` as :meth:`save` says (its ending already checked)."""
         if path.suffix == ".npy":
             import numpy as np
 
             np.save(path, self.log_probs.numpy())
-            return path
-        if path.suffix not in (".csv", ".tsv", ".parquet"):
-            raise InputError(f"cannot write the substitution matrix as {path.name}: its name must end in .npy, .csv, "
-                             ".tsv or .parquet")
+            return
         rows = [[j + 1, t, *row] for j, (t, row) in enumerate(zip(self.tokens, self.log_probs.tolist()))]
         header = ["position", "token", *self.vocabulary]
         if path.suffix == ".parquet":
             try:
                 import pandas as pd
-            except ImportError:
+
+                pd.DataFrame(rows, columns=header).to_parquet(path, index=False)
+            except ImportError:  # pandas, or the parquet engine pandas looks for (pyarrow)
                 raise DependencyError("writing .parquet needs pandas and pyarrow: pip install pandas pyarrow, "
                                       "or write .npy or .csv") from None
-            pd.DataFrame(rows, columns=header).to_parquet(path, index=False)
-            return path
+            return
         import csv
 
         with open(path, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f, delimiter="\t" if path.suffix == ".tsv" else ",")
             writer.writerow(header)
             writer.writerows([*r[:2], *(f"{x:.7g}" for x in r[2:])] for r in rows)
-        return path
 
 
 def substitution_matrix(
