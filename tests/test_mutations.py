@@ -5,6 +5,7 @@ an API, a CLI output and a file task."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -97,6 +98,45 @@ def test_mutation_errors(antiberty):
         score_mutations(HEAVY, antiberty)
     with pytest.raises(bertfn.InputError, match="method must be one of 'masked_marginal', 'pll', 'wt_marginal'"):
         score_mutations(HEAVY, antiberty, reference=HEAVY, method="ppl")
+
+
+def test_a_residue_outside_the_vocabulary_is_refused(antiberty):
+    """A variant that reads as [UNK] where it differs from the reference (a small letter, '*', 'B' for AntiBERTy's
+    capitals) would score a mutation to [UNK] ("Q3[UNK]", -22.6): refused, naming the position and what it wrote."""
+    residues = HEAVY.split()
+    for odd in ("q", "*", "B"):
+        variant = " ".join(residues[:2] + [odd] + residues[3:])
+        for method in ("masked_marginal", "wt_marginal", "pll"):
+            with pytest.raises(bertfn.InputError, match=re.escape(f"text 1 differs from the reference at position 3, "
+                                                                  f"where its '{odd}' reads as [UNK]")):
+                score_mutations([VARIANTS[0], variant], antiberty, reference=HEAVY, method=method)
+    with pytest.raises(bertfn.InputError, match="where the reference's token reads as \\[UNK\\]"):
+        score_mutations(HEAVY, antiberty, reference=HEAVY.replace("E V Q", "E V q"))
+    assert score_mutations(HEAVY.replace("E V Q", "E V q"), antiberty, reference=HEAVY.replace("E V Q", "E V q"),
+                           method="wt_marginal")["score"] == 0.0  # an [UNK] where nothing changed: no mutation of it
+
+
+def test_mutation_codes_as_variants_are_named(antiberty):
+    """score_mutations reads whole variants; a variant written as codes ("E1Q", "H:E1Q", "E1Q:V37P") is told so."""
+    for codes in ("E1Q", "H:E1Q", "E1Q:V37P"):
+        with pytest.raises(bertfn.InputError, match=f"'{codes}' looks like mutation codes, and score_mutations reads "
+                                                    "each variant's whole text"):
+            score_mutations(codes, antiberty, reference=HEAVY)
+    with pytest.raises(bertfn.InputError, match="compare PLLs: bertfn.score of each text\\)$"):  # a deletion: no hint
+        score_mutations(HEAVY[2:], antiberty, reference=HEAVY)
+
+
+def test_the_matrix_to_a_folder_that_does_not_exist(antiberty, tmp_path, capsys):
+    """save() where it cannot write is an InputError (was a FileNotFoundError, which the CLI called a bug)."""
+    subs = substitution_matrix(HEAVY, antiberty)
+    for name in ("subs.npy", "subs.csv", "subs.tsv", "subs.parquet"):
+        with pytest.raises(bertfn.InputError, match=re.escape(f"cannot write {tmp_path / 'none' / name} (")):
+            subs.save(tmp_path / "none" / name)
+    weights, vocab = antiberty_paths()
+    model = ["--model", str(weights), "--tokenizer", str(vocab), "--cased", "--quiet"]
+    assert main(["score", "--reference", HEAVY, "--matrix", str(tmp_path / "none" / "m.csv"), *model]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "a bug in bertfn" not in err and err.count("\n") == 1
 
 
 @pytest.mark.slow

@@ -42,6 +42,8 @@ from .scoring import BATCH_SIZE, check_scorable, masked_copies, score, target_lo
 from .task import Task
 
 MUTATION_METHODS = ("masked_marginal", "pll", "wt_marginal")
+CODES = re.compile(r"(?:\w+:)?[A-Z]\d+[A-Z](?:[\s,:;]+(?:\w+:)?[A-Z]\d+[A-Z])*")
+"""Mutation codes ("E1Q", "H:E1Q", "E1Q:V37P"): what a variant written as codes looks like, for the error that says so."""
 
 
 @dataclass(frozen=True)
@@ -88,35 +90,45 @@ class Substitutions:
             ``path``, as a Path.
 
         Raises:
-            InputError: another ending.
-            DependencyError: ``.parquet`` without pandas.
+            InputError: another ending, or a path that cannot be written (a folder that does not exist, no
+                permission).
+            DependencyError: ``.parquet`` without pandas or pyarrow.
         """
         path = Path(path)
+        if path.suffix not in (".npy", ".csv", ".tsv", ".parquet"):
+            raise InputError(f"cannot write the substitution matrix as {path.name}: its name must end in .npy, .csv, "
+                             ".tsv or .parquet")
+        try:
+            self._write(path)
+        except OSError as e:
+            raise InputError(f"cannot write {path} ({e.strerror or e}); pass a writable path (its folder must "
+                             "exist)") from e
+        return path
+
+    def _write(self, path: Path) -> None:
+        """Write :attr:`log_probs` to ``path`` as :meth:`save` says (its ending already checked)."""
         if path.suffix == ".npy":
             import numpy as np
 
             np.save(path, self.log_probs.numpy())
-            return path
-        if path.suffix not in (".csv", ".tsv", ".parquet"):
-            raise InputError(f"cannot write the substitution matrix as {path.name}: its name must end in .npy, .csv, "
-                             ".tsv or .parquet")
+            return
         rows = [[j + 1, t, *row] for j, (t, row) in enumerate(zip(self.tokens, self.log_probs.tolist()))]
         header = ["position", "token", *self.vocabulary]
         if path.suffix == ".parquet":
             try:
                 import pandas as pd
-            except ImportError:
+
+                pd.DataFrame(rows, columns=header).to_parquet(path, index=False)
+            except ImportError:  # pandas, or the parquet engine pandas looks for (pyarrow)
                 raise DependencyError("writing .parquet needs pandas and pyarrow: pip install pandas pyarrow, "
                                       "or write .npy or .csv") from None
-            pd.DataFrame(rows, columns=header).to_parquet(path, index=False)
-            return path
+            return
         import csv
 
         with open(path, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f, delimiter="\t" if path.suffix == ".tsv" else ",")
             writer.writerow(header)
             writer.writerows([*r[:2], *(f"{x:.7g}" for x in r[2:])] for r in rows)
-        return path
 
 
 def substitution_matrix(
@@ -243,8 +255,9 @@ def score_mutations(
         Per variant, a dict as above; a list of variants gives a list of dicts, in order.
 
     Raises:
-        InputError: no reference, an unknown method, or a variant with another number of tokens than the
-            reference (insertions and deletions: compare PLLs).
+        InputError: no reference, an unknown method, a variant with another number of tokens than the
+            reference (insertions and deletions: compare PLLs), or one that differs from it where either reads as
+            the unknown token ([UNK], <unk>: not in the vocabulary, as small letters are in a vocabulary of capitals).
     """
     variants, model = texts_and_model(variants, model, "score_mutations")
     variants, single = text_list(variants, "score")
@@ -261,14 +274,24 @@ def score_mutations(
     check_scorable(tok, enc, lengths, variants, longest_input(m.config))
     results = []
     for i, (text, n) in enumerate(zip(variants, lengths)):
-        ids = [t for t, w in zip(enc.input_ids[i, :n].tolist(), enc.word_ids[i][:n]) if w is not None]
+        scored = [k for k, w in enumerate(enc.word_ids[i][:n]) if w is not None]  # (L,) positions in the row
+        ids = [int(enc.input_ids[i, k]) for k in scored]
         if len(ids) != len(subs.ids):
+            hint = (f"; {text!r:.40} looks like mutation codes, and score_mutations reads each variant's whole text "
+                    "(the reference with its substitutions made)" if CODES.fullmatch(text.strip()) else "")
             raise InputError(f"text {i} has {len(ids)} tokens to score and the reference {len(subs.ids)}; masked "
                              "marginals score substitutions only (for insertions or deletions compare PLLs: "
-                             "bertfn.score of each text)")
+                             f"bertfn.score of each text){hint}")
         mutations = []
         for j, (old, new) in enumerate(zip(subs.ids, ids)):
             if old != new:
+                if tok.unk_token_id in (old, new):
+                    start, end = enc.offsets[i][scored[j]]
+                    which = f"its {text[start:end]!r}" if new == tok.unk_token_id else "the reference's token"
+                    raise InputError(f"text {i} differs from the reference at position {j + 1}, where {which} reads as "
+                                     f"{tok.unk_token} (not in the model's vocabulary), so its score would mean "
+                                     "nothing; write it in tokens the vocabulary holds (a protein model's: capital "
+                                     "one-letter residues)")
                 delta = float(subs.log_probs[j, new] - subs.log_probs[j, old])
                 source, target = subs.vocabulary[old], subs.vocabulary[new]
                 mutations.append({"code": f"{source}{j + 1}{target}", "position": j + 1, "from": source, "to": target,
