@@ -120,10 +120,29 @@ def test_mutation_codes_as_variants_are_named(antiberty):
     """score_mutations reads whole variants; a variant written as codes ("E1Q", "H:E1Q", "E1Q:V37P") is told so."""
     for codes in ("E1Q", "H:E1Q", "E1Q:V37P"):
         with pytest.raises(bertfn.InputError, match=f"'{codes}' looks like mutation codes, and score_mutations reads "
-                                                    "each variant's whole text"):
+                                                    "each variant's whole text"), \
+                pytest.warns(bertfn.UnknownTokensWarning):  # a code is no word of AntiBERTy's, which reads residues
             score_mutations(codes, antiberty, reference=HEAVY)
     with pytest.raises(bertfn.InputError, match="compare PLLs: bertfn.score of each text\\)$"):  # a deletion: no hint
         score_mutations(HEAVY[2:], antiberty, reference=HEAVY)
+
+
+def test_the_matrix_is_made_once_for_a_reference_and_anew_after_a_weight_changes(tiny_folder, monkeypatch):
+    """substitution_matrix and score_mutations of one model and reference share one matrix (a file run with --matrix
+    makes it once); a weight changed in place since makes it anew, as the changed model computes it."""
+    from bertfn.tasks import mutations
+
+    m = bertfn.load(tiny_folder)  # its own: a weight of it is changed below
+    made = []
+    monkeypatch.setattr(mutations, "_substitutions", lambda *a, _made=mutations._substitutions: made.append(1) or _made(*a))
+    reference = "the cat sat on the mat ."
+    first = substitution_matrix(reference, m)
+    score_mutations("the dog sat on the mat .", m, reference=reference)
+    assert len(made) == 1 and substitution_matrix(reference, m) is first
+    with torch.no_grad():
+        m.state["cls.predictions.bias"].add_(1.0 + torch.arange(m.config.vocab_size, dtype=torch.float32))
+    changed = substitution_matrix(reference, m)
+    assert len(made) == 2 and not torch.allclose(changed.log_probs, first.log_probs)
 
 
 def test_the_matrix_to_a_folder_that_does_not_exist(antiberty, tmp_path, capsys):
@@ -140,7 +159,7 @@ def test_the_matrix_to_a_folder_that_does_not_exist(antiberty, tmp_path, capsys)
 
 
 @pytest.mark.slow
-def test_cli_variants_matrix_and_file(antiberty, tmp_path, capsys):
+def test_cli_variants_matrix_and_file(antiberty, tmp_path, capsys, monkeypatch):
     """--reference scores the texts as its variants; --matrix writes the matrix (.npy, .csv, .parquet);
     --input runs a file of variants with the matrix computed once."""
     import numpy as np
@@ -172,6 +191,15 @@ def test_cli_variants_matrix_and_file(antiberty, tmp_path, capsys):
     assert lines[3]["error"].startswith("line 4 has 48 tokens to score and the reference 49")
     assert main(["score", "--matrix", "x.npy", HEAVY, *model]) == 2
     assert "--matrix goes with --reference" in capsys.readouterr().err
+
+    from bertfn.tasks import mutations
+
+    made = []  # --matrix with --input: the matrix once, the file run reading it again (one model, not two)
+    monkeypatch.setattr(mutations, "_substitutions", lambda *a, _made=mutations._substitutions: made.append(1) or _made(*a))
+    both = tmp_path / "both.jsonl"
+    assert main(["score", "--reference", HEAVY, "--input", str(src), "--output", str(both),
+                 "--matrix", str(tmp_path / "again.npy"), *model]) == 2
+    assert len(made) == 1 and both.read_bytes() == out.read_bytes()
 
 
 @pytest.mark.needs_transformers

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 
 from ..checkpoint.dtypes import DTYPES
+from ..checkpoint.model import Model
 from ..corpus.files import FLUSH_SECONDS
 from ..corpus.formats import FORMATS
 from ..errors import InputError
@@ -182,18 +183,19 @@ def refuse_file_options(args: argparse.Namespace) -> None:
                          "put the texts in a file, one a line, and pass --input FILE")
 
 
-def run_file_command(args: argparse.Namespace, task: str, **options) -> int:
+def run_file_command(args: argparse.Namespace, task: str, model: Model | None = None, **options) -> int:
     """``bertfn TASK --input ...``: :func:`bertfn.corpus.files.run_file`, then its one-line summary on stderr.
 
     Exit code 0 when every line of the output has a result, 2 (bad input) when any line holds an error
-    instead, this run's or one kept from the run it resumed.
+    instead, this run's or one kept from the run it resumed. ``model``: one the subcommand has loaded already from
+    ``args`` (``bertfn score --reference ... --matrix``'s, whose matrix the run then reads again, not recomputes).
     """
     from ..corpus.files import run_file
     from ..corpus.inputs import field_mapping
 
     if args.text:
         raise InputError("pass texts on the command line or --input FILE, not both")
-    summary = run_file(args.input, args.output, args.model, task=task, field=field_mapping(args.field), resume=args.resume,
+    summary = run_file(args.input, args.output, args.model if model is None else model, task=task, field=field_mapping(args.field), resume=args.resume,
                        retry_errors=args.retry_errors, flush_every=args.flush_every, echo=args.echo,
                        detail=getattr(args, "detail", True), formats=tuple(args.format),
                        progress=args.progress, tokenizer=args.tokenizer, lowercase=args.lowercase,

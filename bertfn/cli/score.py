@@ -69,18 +69,19 @@ def run(args: argparse.Namespace) -> int:
 def run_mutations(args: argparse.Namespace) -> int:
     """``bertfn score --reference TEXT [variants | --input FILE] [--matrix FILE]``: :func:`bertfn.score_mutations`
     (and :func:`bertfn.substitution_matrix`'s ``save``)."""
+    from ..tasks.mutations import TASK as MUTATIONS
     from ..tasks.mutations import score_mutations, substitution_matrix
 
     if args.method != "original" or args.per_token or args.batch_size is not None or not (args.text or args.input or args.matrix):
         raise InputError("with --reference pass its variants (texts, or --input FILE) or --matrix FILE; --method, "
                          "--per-token and --batch-size are options of the PLL (for a variant's PLL change pass --pll-change)")
-    model = model_from_args(args) if args.text or args.matrix else None
+    model = model_from_args(args, packing(MUTATIONS)) if args.text or args.matrix else None  # a file run's too
     if args.matrix:
         wrote = f"wrote {substitution_matrix(args.reference, model).save(args.matrix)}"
         one_line("done", wrote) if args.input is not None else emit(wrote)  # stdout may be the JSON Lines
     method = "pll" if args.pll_change else "wt_marginal" if args.wt_marginal else "masked_marginal"
     if args.input is not None:
-        return run_file_command(args, "score-mutations", reference=args.reference, method=method)
+        return run_file_command(args, "score-mutations", model, reference=args.reference, method=method)
     if not args.text:  # the matrix alone
         return 0
     results = score_mutations(list(args.text), model, reference=args.reference, method=method)

@@ -165,7 +165,7 @@ def substitution_matrix(
     text_list(reference, "score")
     count("batch_size", batch_size)
     m = get_model(model, device, dtype)
-    return _substitutions(m, reference, batch_size)
+    return _cached_substitutions(m, reference, batch_size)  # score_mutations of its variants then reads it again
 
 
 def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = True) -> Substitutions:
@@ -196,14 +196,17 @@ def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = Tru
                          masked)
 
 
-_last: tuple[weakref.ref, str, Substitutions] | None = None  # the last reference's matrix: (model, reference, matrix)
+_last: tuple[weakref.ref, int, str, Substitutions] | None = None  # the last matrix: (model, weights' version, reference,
+# matrix)
 
 
 def _cached_substitutions(m: Model, reference: str, batch_size: int, masked: bool = True) -> Substitutions:
     """:func:`_substitutions`, kept for the next call with the same model, reference and kind of marginal.
 
-    A file run scores its variants a piece at a time, and the reference's matrix is the costly part. The
-    model is held by a weak reference: the cache never keeps a model alive that its caller let go.
+    A file run scores its variants a piece at a time, and the reference's matrix is the costly part (``bertfn score
+    --reference R --matrix FILE --input variants`` writes it and scores the file on one). The model is held by a weak
+    reference: the cache never keeps a model alive that its caller let go; a weight changed in place since (its
+    version counter moved) makes the matrix anew.
 
     Args:
         m: the model.
@@ -212,9 +215,10 @@ def _cached_substitutions(m: Model, reference: str, batch_size: int, masked: boo
         masked: masked marginals (else wild-type ones).
     """
     global _last
-    if _last is None or _last[0]() is not m or _last[1] != reference or _last[2].masked != masked:
-        _last = (weakref.ref(m), reference, _substitutions(m, reference, batch_size, masked))
-    return _last[2]
+    version = sum(t._version for t in m.state.values() if not t.is_inference())  # moves with every in-place edit
+    if _last is None or _last[0]() is not m or _last[1:3] != (version, reference) or _last[3].masked != masked:
+        _last = (weakref.ref(m), version, reference, _substitutions(m, reference, batch_size, masked))
+    return _last[3]
 
 
 def score_mutations(
