@@ -117,3 +117,18 @@ def test_init_model_is_reproducible_and_trains():
 def test_unknown_part_is_an_input_error():
     with pytest.raises(bertfn.InputError, match="unknown part"):
         parameter_count(bertfn.BertConfig(), ("decoder",))
+
+
+def test_a_config_dict_and_one_part_by_name_are_taken_and_other_kinds_refused():
+    """A config.json's dict (as load(config=) takes it) and one part's name as a string ("mlm", which was read letter
+    by letter) work; another kind of config is an InputError, where it was an AttributeError."""
+    small = {"model_type": "bert", "vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "intermediate_size": 32, "max_position_embeddings": 20}
+    config = bertfn.BertConfig.from_dict(small)
+    assert parameter_count(small, "mlm") == parameter_count(config, ("mlm",))
+    assert init_model(small, "mlm").state.keys() == init_model(config, ("mlm",)).state.keys()
+    with pytest.raises(bertfn.InputError, match=r"unknown part\(s\) \['mlmx'\]"):
+        init_model(config, "mlmx")
+    with pytest.raises(bertfn.InputError, match=r"a model is made from its config: a BertConfig .* or a config\.json's "
+                                                r"dict, got str"):
+        parameter_count("config.json")

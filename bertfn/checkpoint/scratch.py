@@ -36,21 +36,51 @@ TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weigh
 """Keys that name the same tensor as another key (one parameter, two names)."""
 
 
-def model_shapes(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict[str, tuple[int, ...]]:
+def model_shapes(config: BertConfig | dict, parts: str | Iterable[str] = ("pooler",)) -> dict[str, tuple[int, ...]]:
     """Every key of the encoder plus ``parts`` with its shape, tied keys included.
 
     Args:
-        config: the model's config.
-        parts: names from :data:`PARTS`.
+        config: the model's config, or a config.json's dict.
+        parts: names from :data:`PARTS` (one name, or several).
 
     Raises:
-        InputError: an unknown part.
+        InputError: an unknown part, or a config of another kind.
     """
-    parts = tuple(parts)
+    config, parts = as_config(config), part_names(parts)
+    return names_of(config).named_shapes(config, {PARTS[p]: None for p in parts})
+
+
+def as_config(config: object) -> BertConfig:
+    """``config`` as a :class:`BertConfig`: itself, or one read from a config.json's dict (as ``load(config=)`` reads it).
+
+    Args:
+        config: a BertConfig or a dict.
+
+    Raises:
+        InputError: anything else.
+    """
+    if isinstance(config, dict):
+        return BertConfig.from_dict(config)
+    if not isinstance(config, BertConfig):
+        raise InputError(f"a model is made from its config: a BertConfig (bertfn.BertConfig(...), "
+                         f"bertfn.BertConfig.from_file('config.json')) or a config.json's dict, got {type(config).__name__}")
+    return config
+
+
+def part_names(parts: str | Iterable[str]) -> tuple[str, ...]:
+    """``parts`` as a tuple of :data:`PARTS`' names: one name (``"mlm"``) or several.
+
+    Args:
+        parts: a name or names.
+
+    Raises:
+        InputError: an unknown name.
+    """
+    parts = (parts,) if isinstance(parts, str) else tuple(parts)
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         raise InputError(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
-    return names_of(config).named_shapes(config, {PARTS[p]: None for p in parts})
+    return parts
 
 
 def part_of(key: str) -> str:
@@ -80,7 +110,7 @@ def part_of(key: str) -> str:
     return "task heads"
 
 
-def parameter_count(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> dict[str, int]:
+def parameter_count(config: BertConfig | dict, parts: str | Iterable[str] = ("pooler",)) -> dict[str, int]:
     """Parameters by part for ``config`` with the optional ``parts``, from the shapes alone (no weights).
 
     Each tensor counts once, as ``model.num_parameters()`` counts it in transformers: the MLM decoder
@@ -89,16 +119,16 @@ def parameter_count(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> d
     attention 12 x 2,363,904, feed-forward 12 x 4,723,968, total 109,482,240.
 
     Args:
-        config: the model's config.
-        parts: the optional parts above the encoder, names from :data:`PARTS`.
+        config: the model's config, or a config.json's dict.
+        parts: the optional parts above the encoder, names from :data:`PARTS` (one name, or several).
 
     Returns:
         ``{part: count}`` in model order (see :func:`part_of`) and ``"total"``.
 
     Raises:
-        InputError: an unknown part.
+        InputError: an unknown part, or a config of another kind.
     """
-    counts: dict[str, int] = {}
+    config, counts = as_config(config), {}
     rename = names_of(config).renamer(config)  # ALBERT's shared layers: one stored key for several layers
     stored: set[str] = set()
     for key, shape in model_shapes(config, parts).items():
@@ -110,7 +140,7 @@ def parameter_count(config: BertConfig, parts: Iterable[str] = ("pooler",)) -> d
     return counts
 
 
-def init_model(config: BertConfig, parts: Iterable[str] = ("pooler", "mlm"), *,
+def init_model(config: BertConfig | dict, parts: str | Iterable[str] = ("pooler", "mlm"), *,
                generator: torch.Generator | None = None, tokenizer: Tokenizer | None = None) -> Model:
     """A new model with random weights, as transformers initialises one (``BertPreTrainedModel._init_weights``).
 
@@ -120,7 +150,7 @@ def init_model(config: BertConfig, parts: Iterable[str] = ("pooler", "mlm"), *,
     fp32 on the CPU (``model.to(...)`` moves it). To train it, see docs/guides/features.md (dropout / training).
 
     Args:
-        config: the model's config.
+        config: the model's config, or a config.json's dict.
         parts: as in :func:`model_shapes`; the default gives ``BertForMaskedLM`` with a pooler.
         generator: what the weights are drawn from (default: seeded with 0), so one seed gives one model.
         tokenizer: the model's tokenizer, if any.
@@ -129,9 +159,9 @@ def init_model(config: BertConfig, parts: Iterable[str] = ("pooler", "mlm"), *,
         The model, named "init_model".
 
     Raises:
-        InputError: an unknown part.
+        InputError: an unknown part, or a config of another kind.
     """
-    parts = tuple(parts)
+    config, parts = as_config(config), part_names(parts)
     g = generator if generator is not None else torch.Generator().manual_seed(0)
     state: dict[str, torch.Tensor] = {}
     for key, shape in model_shapes(config, parts).items():
