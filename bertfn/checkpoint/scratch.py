@@ -24,12 +24,15 @@ from ..model.naming import names_of
 from .tokenizer import Tokenizer
 
 PARTS = {
-    "pooler": "bert.pooler.dense.weight",  # BertPooler
-    "mlm": "cls.predictions.decoder.weight",  # BertLMPredictionHead (its decoder tied to the word embeddings)
-    "nsp": "cls.seq_relationship.weight",  # BertOnlyNSPHead
-    "classifier": "classifier.weight",  # BertFor{Sequence,Token}Classification, config.num_labels outputs
+    "pooler": ("bert.pooler.dense.weight",),  # BertPooler
+    "mlm": ("cls.predictions.transform.dense.weight",  # BertLMPredictionHead (its decoder tied to the word
+            "cls.predictions.decoder.weight"),  # embeddings): a member's table asks for one or the other
+    "nsp": ("cls.seq_relationship.weight",),  # BertOnlyNSPHead
+    "classifier": ("classifier.weight",),  # BertFor{Sequence,Token}Classification, config.num_labels outputs
+    "contacts": ("bert.contact_head.regression.weight",),  # ESM-2's EsmContactPredictionHead (every EsmModel's)
 }
-"""The optional parts above the encoder, by name, and a key that stands for each."""
+"""The optional parts above the encoder, by name, and the keys that stand for each (a checkpoint holding them holds
+the part)."""
 
 TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias"}
@@ -47,7 +50,7 @@ def model_shapes(config: BertConfig | dict, parts: str | Iterable[str] = ("poole
         InputError: an unknown part, or a config of another kind.
     """
     config, parts = as_config(config), part_names(parts)
-    return names_of(config).named_shapes(config, {PARTS[p]: None for p in parts})
+    return names_of(config).named_shapes(config, {key: None for p in parts for key in PARTS[p]})
 
 
 def as_config(config: object) -> BertConfig:
@@ -90,8 +93,9 @@ def part_of(key: str) -> str:
         key: a key, by BERT's names.
 
     Returns:
-        embeddings, attention (self- and cross-), feed-forward, pooler, mlm head, nsp head, or task heads
-            (classifier, qa_outputs and any other).
+        embeddings, attention (self- and cross-), feed-forward, final norm (the pre-LN members'), shared by the
+            layers (tables every layer reads: DeBERTa's, MPNet's relative positions), pooler, mlm head, nsp head,
+            contact head (ESM-2's), or task heads (classifier, qa_outputs and any other).
     """
     if key.startswith("bert.embeddings."):
         return "embeddings"
@@ -101,12 +105,16 @@ def part_of(key: str) -> str:
         return "feed-forward"
     if key.startswith("bert.encoder.final_norm."):
         return "final norm"
+    if key.startswith("bert.encoder."):  # outside the layers, read by all: DeBERTa's rel_embeddings, its LayerNorm and
+        return "shared by the layers"  # convolution, MPNet's relative_attention_bias
     if key.startswith("bert.pooler."):
         return "pooler"
     if key.startswith("cls.predictions."):
         return "mlm head"
     if key.startswith("cls.seq_relationship."):
         return "nsp head"
+    if key.startswith("bert.contact_head."):
+        return "contact head"
     return "task heads"
 
 
