@@ -126,8 +126,9 @@ def fill_mask(
         inputs: a text holding at least one ``[MASK]``, or a list of such texts.
         model: a hub id, a local folder or a loaded :class:`Model` (default: google-bert/bert-base-uncased,
             loaded once per process).
-        top_k: answers per mask, at least 1. More than there are candidates (the vocabulary, or the
-            targets) is clamped to that number: every candidate is returned, best first.
+        top_k: answers per mask, at least 1. More than there are candidates (the model's vocabulary: its
+            ``vocab_size`` rows, which may outnumber its tokenizer's tokens, as DeBERTa-v3's 128100 do its 128001;
+            or the targets) is clamped to that number: every candidate is returned, best first.
         targets: restrict the answers to these words. A word of several word pieces is scored as a whole
             word: the mask widened to its k pieces, P(piece 1 | all k masked) x P(piece 2 | piece 1 shown,
             the rest masked) x ... (the within-word rule of :mod:`bertfn.tasks.scoring`), ranked with the single
@@ -183,7 +184,7 @@ def fill_mask(
     pieces = target_pieces(m, targets) if targets is not None else None
     wanted = [p[0] for p in pieces if len(p) == 1] if pieces is not None else None  # single-piece targets
     words = [p for p in pieces if len(p) > 1] if pieces is not None else []  # whole-word targets
-    k = min(top_k, len(pieces) if pieces is not None else tok.vocab_size, m.config.vocab_size)
+    k = min(top_k, len(pieces) if pieces is not None else m.config.vocab_size)  # the model's rows, as the pipeline
 
     enc = tok(list(texts))
     unknown, lengths = enc.unknown, enc.attention_mask.sum(dim=1).tolist()
