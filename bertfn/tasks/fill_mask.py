@@ -37,7 +37,8 @@ def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...
     A target that is a vocabulary entry is used as is. Otherwise it is tokenized: one piece stands
     for it with a warning (e.g. "Red" -> "red" in a lowercasing vocabulary), as in transformers;
     several pieces (e.g. "tiramisu" -> "ti ##ram ##is ##u" in bert-base-uncased) make a whole-word target that
-    :func:`fill_mask` scores as a whole (transformers would use its first piece alone). A target
+    :func:`fill_mask` scores as a whole (transformers would use its first piece alone), with a warning where
+    a piece is the unknown token (``"é"`` -> ``▁ <unk>`` in a SentencePiece vocabulary without é). A target
     that tokenizes to nothing is skipped with a warning. Duplicates count once.
 
     Args:
@@ -67,6 +68,11 @@ def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...
         if i is None and len(word) == 1:
             warnings.warn(f"target {t!r} is not in the vocabulary; using its word piece "
                           f"{tok.id_to_token(word[0])!r} instead", stacklevel=3)
+        elif i is None and tok.unk_token_id in word:  # a whole word scored with [UNK] for what the vocabulary lacks
+            shown = ", ".join(repr(tok.id_to_token(p)) for p in word)
+            warnings.warn(f"target {t!r} is not in the vocabulary and its word pieces {shown} hold "
+                          f"{tok.unk_token}, so it is scored as those pieces, not as the word; pass words the "
+                          "vocabulary spells", stacklevel=3)
         if word not in pieces:
             pieces.append(word)
     if not pieces:
