@@ -749,3 +749,14 @@ def test_the_model_functions_say_what_they_take(tiny_folder):
         bertfn.attention(tiny.params.layer(0), torch.randn(1, 3, 48))
     with pytest.raises(bertfn.InputError, match="string or a non-empty list of strings"):
         bertfn.trace({"the cat", "a dog"}, tiny)
+
+
+def test_a_whole_word_target_holding_the_unknown_token_is_warned_about(model):
+    """'cat中' -> cat [UNK]: scored as those pieces (no word of the vocabulary), and said so, as a target of one
+    piece outside the vocabulary is; a whole word the vocabulary spells ('cats' -> cat ##s) is not warned about."""
+    with pytest.warns(UserWarning) as caught:
+        got = bertfn.fill_mask("the [MASK] sat .", model, targets=["cat中", "cats"])
+    assert [str(w.message) for w in caught] == [
+        "target 'cat中' is not in the vocabulary and its word pieces 'cat', '[UNK]' hold [UNK], so it is scored as "
+        "those pieces, not as the word; pass words the vocabulary spells"]
+    assert sorted(a["pieces"] for a in got) == [2, 2]

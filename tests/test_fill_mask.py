@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import DEVICE, fp32_atol
+from conftest import DEVICE, build_hf, fp32_atol, save_checkpoint
 
 import bertfn
 
@@ -126,3 +126,18 @@ def test_dtype_loads_once_per_dtype_and_converts_a_given_model(mlm_checkpoint):
     assert answers == bertfn.fill_mask(text, bf16, top_k=3)
     with pytest.raises(bertfn.InputError, match="floating-point"):
         bertfn.fill_mask(text, fp32, dtype=torch.int64)
+
+
+def test_a_model_with_more_rows_than_its_tokenizer_has_tokens_answers_from_every_row(tmp_path):
+    """A model whose vocabulary outnumbers its tokenizer's tokens (DeBERTa-v3's 128100 rows for 128001 tokens,
+    ModernBERT's 50368 for 50285): top_k counts the model's rows, as the pipeline's does, an answer past the
+    tokenizer's tokens spelled "" as transformers decodes it."""
+    folder = save_checkpoint(build_hf("BertForMaskedLM", seed=3, vocab_size=91), tmp_path / "wide")  # 71 tokens
+    model = bertfn.load(folder, device=DEVICE)
+    pipe = transformers.pipeline("fill-mask", model=str(folder), device=DEVICE)
+    assert model.tokenizer.vocab_size == 71 < model.config.vocab_size == 91
+    text = "the cat [MASK] on the mat ."
+    for top_k in (80, 91):
+        mine = bertfn.fill_mask(text, model, top_k=top_k)
+        assert len(mine) == top_k and any(a["token"] >= 71 for a in mine)
+        assert_same(mine, pipe(text, top_k=top_k))

@@ -37,7 +37,8 @@ def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...
     A target that is a vocabulary entry is used as is. Otherwise it is tokenized: one piece stands
     for it with a warning (e.g. "Red" -> "red" in a lowercasing vocabulary), as in transformers;
     several pieces (e.g. "tiramisu" -> "ti ##ram ##is ##u" in bert-base-uncased) make a whole-word target that
-    :func:`fill_mask` scores as a whole (transformers would use its first piece alone). A target
+    :func:`fill_mask` scores as a whole (transformers would use its first piece alone), with a warning where
+    a piece is the unknown token (``"é"`` -> ``▁ <unk>`` in a SentencePiece vocabulary without é). A target
     that tokenizes to nothing is skipped with a warning. Duplicates count once.
 
     Args:
@@ -67,6 +68,11 @@ def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...
         if i is None and len(word) == 1:
             warnings.warn(f"target {t!r} is not in the vocabulary; using its word piece "
                           f"{tok.id_to_token(word[0])!r} instead", stacklevel=3)
+        elif i is None and tok.unk_token_id in word:  # a whole word scored with [UNK] for what the vocabulary lacks
+            shown = ", ".join(repr(tok.id_to_token(p)) for p in word)
+            warnings.warn(f"target {t!r} is not in the vocabulary and its word pieces {shown} hold "
+                          f"{tok.unk_token}, so it is scored as those pieces, not as the word; pass words the "
+                          "vocabulary spells", stacklevel=3)
         if word not in pieces:
             pieces.append(word)
     if not pieces:
@@ -126,8 +132,9 @@ def fill_mask(
         inputs: a text holding at least one ``[MASK]``, or a list of such texts.
         model: a hub id, a local folder or a loaded :class:`Model` (default: google-bert/bert-base-uncased,
             loaded once per process).
-        top_k: answers per mask, at least 1. More than there are candidates (the vocabulary, or the
-            targets) is clamped to that number: every candidate is returned, best first.
+        top_k: answers per mask, at least 1. More than there are candidates (the model's vocabulary: its
+            ``vocab_size`` rows, which may outnumber its tokenizer's tokens, as DeBERTa-v3's 128100 do its 128001;
+            or the targets) is clamped to that number: every candidate is returned, best first.
         targets: restrict the answers to these words. A word of several word pieces is scored as a whole
             word: the mask widened to its k pieces, P(piece 1 | all k masked) x P(piece 2 | piece 1 shown,
             the rest masked) x ... (the within-word rule of :mod:`bertfn.tasks.scoring`), ranked with the single
@@ -183,7 +190,7 @@ def fill_mask(
     pieces = target_pieces(m, targets) if targets is not None else None
     wanted = [p[0] for p in pieces if len(p) == 1] if pieces is not None else None  # single-piece targets
     words = [p for p in pieces if len(p) > 1] if pieces is not None else []  # whole-word targets
-    k = min(top_k, len(pieces) if pieces is not None else tok.vocab_size, m.config.vocab_size)
+    k = min(top_k, len(pieces) if pieces is not None else m.config.vocab_size)  # the model's rows, as the pipeline
 
     enc = tok(list(texts))
     unknown, lengths = enc.unknown, enc.attention_mask.sum(dim=1).tolist()
