@@ -42,7 +42,7 @@ HEAD_OUTPUTS = "layer.*.head_outputs"
 class Recording:
     """What :func:`trace` returns: the tokens and every recorded tensor, keyed by name.
 
-    ``rec["layer.0.attention.probs"]`` reads one tensor (see the module docstring for the names);
+    ``rec["layer.0.attention.probs"]`` reads one tensor (:mod:`bertfn.model.point_names` lists the names);
     ``rec.keys()`` lists them all in the order they were computed; ``repr(rec)`` is a short summary.
 
     Attributes:
