@@ -8,52 +8,41 @@ module and adds itself to :data:`DRY_RUN` when imported).
 What :func:`bertfn.trace` records under these names, for one text of S tokens (B = 1), H hidden units, nh heads of
 width hd, I = FFN width:
 
-==========================================  ================  ==============================================
-name                                        shape             what it is
-==========================================  ================  ==============================================
-``embeddings.word``                         (B, S, H)         rows of the word-embedding table
-``embeddings.token_type``                   (B, S, H)         rows of the segment table
-``embeddings.position``                     (B, S, H)         rows of the position table (absolute only)
-``embeddings.sum``                          (B, S, H)         their sum, before LayerNorm
-``embeddings.output``                       (B, S, H)         after LayerNorm: the input of layer 0
-``embeddings.projected``                    (B, S, H)         ELECTRA's and ALBERT's: their E-wide tables'
-                                                              ``output`` mapped to H, the input of layer 0
-``layer.{i}.attention.query|key|value``     (B, S, nh*hd)     ``x W^T + b``, all heads side by side
-``layer.{i}.attention.q|k|v``               (B, nh, S, hd)    the same, split into heads
-``layer.{i}.attention.relative_scores``     (B, nh, S, S)     relative-position scores (if any)
-``layer.{i}.attention.scores``              (B, nh, S, S)     ``q k^T``
-``layer.{i}.attention.scaled_scores``       (B, nh, S, S)     ``(scores [+ relative_scores]) / sqrt(hd)``
-``layer.{i}.attention.masked_scores``       (B, nh, S, S)     plus the additive padding mask
-``layer.{i}.attention.probs``               (B, nh, S, S)     softmax over the keys (last axis)
-``layer.{i}.attention.context``             (B, nh, S, hd)    ``probs @ v``
-``layer.{i}.attention.merged``              (B, S, nh*hd)     the heads side by side again
-``layer.{i}.attention.head_outputs``        (B, nh, S, H)     each head's write into the residual stream,
-                                                              its context times its columns of the output
-                                                              projection (only with ``head_outputs=True``)
-``layer.{i}.attention.dense``               (B, S, H)         the output projection
-``layer.{i}.attention.output``              (B, S, H)         ``LayerNorm(dense + layer input)``
-``layer.{i}.ffn.intermediate``              (B, S, I)         ``act(W_1 a + b_1)``, a = attention output
-``layer.{i}.ffn.dense``                     (B, S, H)         ``W_2 intermediate + b_2``
-``layer.{i}.ffn.output``                    (B, S, H)         ``LayerNorm(dense + a)``; with
-                                                              ``chunk_size_feed_forward`` the three
-                                                              ``ffn.*`` are per slice: ``ffn.chunk.{n}.*``
-``layer.{i}.output``                        (B, S, H)         the layer's output (the FFN block's)
-``pooler``                                  (B, H)            ``tanh(W h_[CLS] + b)``, if the model has one
-``mlm.transform``                           (N, H)            MLM transform at the N ``[MASK]`` positions
-``mlm.logits``                              (N, V)            vocabulary logits at those positions
-``classifier.input``                        (B, H)            a fine-tuned classifier's input: the first
-                                                              token's vector (ModernBERT's: pooled), where
-                                                              its head has a dense layer of its own
-``classifier.dense|activation``             (B, H)            that layer, and its tanh, ReLU or GELU
-``classifier.norm``                         (B, H)            ModernBERT's heads' LayerNorm
-``classifier.logits``                       (B, num_labels)   the classifier's logits (a tagger's:
-                                                              (B, S, num_labels); multiple choice: (B, 1))
-``qa.start_logits|end_logits``              (B, S)            a reader's logits of the answer's start, end
-``contacts.maps``                           (B, L*nh, n, n)   ESM-2's attention maps of the residues (n =
-                                                              S - 2), made symmetric
-``contacts.apc``                            (B, L*nh, n, n)   after the average product correction
-``contacts.logits``                         (B, n, n)         the contact head's logits
-==========================================  ================  ==============================================
+| name | shape | what it is |
+|---|---|---|
+| ``embeddings.word`` | (B, S, H) | rows of the word-embedding table |
+| ``embeddings.token_type`` | (B, S, H) | rows of the segment table |
+| ``embeddings.position`` | (B, S, H) | rows of the position table (absolute only) |
+| ``embeddings.sum`` | (B, S, H) | their sum, before LayerNorm |
+| ``embeddings.output`` | (B, S, H) | after LayerNorm: the input of layer 0 |
+| ``embeddings.projected`` | (B, S, H) | ELECTRA's and ALBERT's: their E-wide tables' ``output`` mapped to H, the input of layer 0 |
+| ``layer.{i}.attention.query|key|value`` | (B, S, nh*hd) | ``x W^T + b``, all heads side by side |
+| ``layer.{i}.attention.q|k|v`` | (B, nh, S, hd) | the same, split into heads |
+| ``layer.{i}.attention.relative_scores`` | (B, nh, S, S) | relative-position scores (if any) |
+| ``layer.{i}.attention.scores`` | (B, nh, S, S) | ``q k^T`` |
+| ``layer.{i}.attention.scaled_scores`` | (B, nh, S, S) | ``(scores [+ relative_scores]) / sqrt(hd)`` |
+| ``layer.{i}.attention.masked_scores`` | (B, nh, S, S) | plus the additive padding mask |
+| ``layer.{i}.attention.probs`` | (B, nh, S, S) | softmax over the keys (last axis) |
+| ``layer.{i}.attention.context`` | (B, nh, S, hd) | ``probs @ v`` |
+| ``layer.{i}.attention.merged`` | (B, S, nh*hd) | the heads side by side again |
+| ``layer.{i}.attention.head_outputs`` | (B, nh, S, H) | each head's write into the residual stream, its context times its columns of the output projection (only with ``head_outputs=True``) |
+| ``layer.{i}.attention.dense`` | (B, S, H) | the output projection |
+| ``layer.{i}.attention.output`` | (B, S, H) | ``LayerNorm(dense + layer input)`` |
+| ``layer.{i}.ffn.intermediate`` | (B, S, I) | ``act(W_1 a + b_1)``, a = attention output |
+| ``layer.{i}.ffn.dense`` | (B, S, H) | ``W_2 intermediate + b_2`` |
+| ``layer.{i}.ffn.output`` | (B, S, H) | ``LayerNorm(dense + a)``; with ``chunk_size_feed_forward`` the three ``ffn.*`` are per slice: ``ffn.chunk.{n}.*`` |
+| ``layer.{i}.output`` | (B, S, H) | the layer's output (the FFN block's) |
+| ``pooler`` | (B, H) | ``tanh(W h_[CLS] + b)``, if the model has one |
+| ``mlm.transform`` | (N, H) | MLM transform at the N ``[MASK]`` positions |
+| ``mlm.logits`` | (N, V) | vocabulary logits at those positions |
+| ``classifier.input`` | (B, H) | a fine-tuned classifier's input: the first token's vector (ModernBERT's: pooled), where its head has a dense layer of its own |
+| ``classifier.dense|activation`` | (B, H) | that layer, and its tanh, ReLU or GELU |
+| ``classifier.norm`` | (B, H) | ModernBERT's heads' LayerNorm |
+| ``classifier.logits`` | (B, num_labels) | the classifier's logits (a tagger's: (B, S, num_labels); multiple choice: (B, 1)) |
+| ``qa.start_logits|end_logits`` | (B, S) | a reader's logits of the answer's start, end |
+| ``contacts.maps`` | (B, L*nh, n, n) | ESM-2's attention maps of the residues (n = S - 2), made symmetric |
+| ``contacts.apc`` | (B, L*nh, n, n) | after the average product correction |
+| ``contacts.logits`` | (B, n, n) | the contact head's logits |
 
 The heads of a fine-tuned checkpoint (``model.head``: classifier, tagger, reader) run after the encoder and
 record their points, the BERT classifier's being ``pooler`` and ``classifier.logits``
