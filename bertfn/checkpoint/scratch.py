@@ -18,7 +18,7 @@ from collections.abc import Iterable
 import torch
 
 from ..errors import InputError
-from ..model.config import BertConfig
+from ..model.config import BertConfig, as_config
 from .model import Model
 from ..model.naming import names_of
 from .tokenizer import Tokenizer
@@ -51,23 +51,6 @@ def model_shapes(config: BertConfig | dict, parts: str | Iterable[str] = ("poole
     """
     config, parts = as_config(config), part_names(parts)
     return names_of(config).named_shapes(config, {key: None for p in parts for key in PARTS[p]})
-
-
-def as_config(config: object) -> BertConfig:
-    """``config`` as a :class:`BertConfig`: itself, or one read from a config.json's dict (as ``load(config=)`` reads it).
-
-    Args:
-        config: a BertConfig or a dict.
-
-    Raises:
-        InputError: anything else.
-    """
-    if isinstance(config, dict):
-        return BertConfig.from_dict(config)
-    if not isinstance(config, BertConfig):
-        raise InputError(f"a model is made from its config: a BertConfig (bertfn.BertConfig(...), "
-                         f"bertfn.BertConfig.from_file('config.json')) or a config.json's dict, got {type(config).__name__}")
-    return config
 
 
 def part_names(parts: str | Iterable[str]) -> tuple[str, ...]:

@@ -65,13 +65,13 @@ def replace_with(value: Tensor | float, *, positions=None, heads=None, neurons=N
         keep = select(x, point.name, positions, heads, neurons, lengths=point.lengths)
         if not isinstance(value, Tensor):
             return torch.where(keep, torch.full_like(x, value), x)
-        fits(value, x, point.name, "the value put")
+        check_broadcast(value, x, point.name, "the value put")
         return torch.where(keep, value.to(x.device, x.dtype), x)
 
     return edit
 
 
-def fits(value: Tensor, x: Tensor, name: str, what: str) -> None:
+def check_broadcast(value: Tensor, x: Tensor, name: str, what: str) -> None:
     """Raise unless ``value`` broadcasts to ``x``'s shape without growing it (numpy's rules, as ``torch.where`` reads it).
 
     Args:
@@ -201,7 +201,7 @@ def steer(name: str, vector: Tensor, *, scale: float = 1.0, positions: int | Seq
         if width not in (1, x.shape[-1]):
             raise InputError(f"steer's vector has {width} values but {point.name} is {x.shape[-1]} wide "
                              f"(shape {tuple(x.shape)}); give a vector of {x.shape[-1]}, or steer another point")
-        fits(vector, x, point.name, "steer's vector")
+        check_broadcast(vector, x, point.name, "steer's vector")
         keep = select(x, point.name, positions=positions, lengths=point.lengths)
         return torch.where(keep, x + scale * vector.to(x.device, x.dtype), x)
 

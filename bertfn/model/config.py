@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import CheckpointError, ConfigError, unreadable
+from ..errors import CheckpointError, ConfigError, InputError, unreadable
 from .functional import ACTIVATIONS
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
@@ -271,6 +271,23 @@ class BertConfig:
         if self.id2label is not None:
             d["id2label"] = {str(k): v for k, v in self.id2label.items()}
         return d
+
+
+def as_config(config: object) -> BertConfig:
+    """``config`` as a :class:`BertConfig`: itself, or one read from a config.json's dict (:meth:`BertConfig.from_dict`).
+
+    Args:
+        config: a BertConfig or a dict.
+
+    Raises:
+        InputError: anything else.
+    """
+    if isinstance(config, dict):
+        return BertConfig.from_dict(config)
+    if not isinstance(config, BertConfig):
+        raise InputError(f"a model is made from its config: a BertConfig (bertfn.BertConfig(...), "
+                         f"bertfn.BertConfig.from_file('config.json')) or a config.json's dict, got {type(config).__name__}")
+    return config
 
 
 CONFIGS["bert"] = BertConfig

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 import torch
 
 from ..errors import CheckpointError, InputError
-from .config import BertConfig
+from .config import BertConfig, as_config
 from .naming import names_of
 
 
@@ -139,7 +139,7 @@ def as_params(model: object, config: BertConfig | dict | None = None, what: str 
             raise InputError(f"{what} got a bare state_dict without its config; pass config=BertConfig.from_file("
                              "'config.json') (or the dict), or wrap both as bertfn.Params(state, config), or pass "
                              "the Model from bertfn.load(...)")
-        config = config if isinstance(config, BertConfig) else BertConfig.from_dict(config)
+        config = as_config(config)
         return Params(names_of(config).normalize(dict(model), config), config)
     raise InputError(f"{what} takes a Model from bertfn.load(...), its .params, or a state_dict with config=...; "
                      f"got {type(model).__name__}")

@@ -279,7 +279,8 @@ def score_mutations(
     results = []
     for i, (text, n) in enumerate(zip(variants, lengths)):
         scored = [k for k, w in enumerate(enc.word_ids[i][:n]) if w is not None]  # (L,) positions in the row
-        ids = [int(enc.input_ids[i, k]) for k in scored]
+        row = enc.input_ids[i, :n].tolist()  # one copy to Python, not an element at a time
+        ids = [row[k] for k in scored]
         if len(ids) != len(subs.ids):
             hint = (f"; {text!r:.40} looks like mutation codes, and score_mutations reads each variant's whole text "
                     "(the reference with its substitutions made)" if CODES.fullmatch(text.strip()) else "")
