@@ -281,7 +281,7 @@ def run_file(
         raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
     lines = enumerate(inputs.read(source), 1)
     first = next(lines, None)
-    inputs.probe(first and first[1], source)
+    rows = inputs.probe(first and first[1], source)  # a table's rows, for the bar
     lines = itertools.chain([first] if first else [], lines)
     with OutputLock(target) as lock:  # before the output is looked at: a second run on it is refused
         resuming = not to_stdout and _continues(source, asked, target, resume)
@@ -296,7 +296,7 @@ def run_file(
             check_record(old, record, target)
             done, kept, printed = scan_output(target, source, lines, inputs.parse,
                                               old.get("input", {}))
-        bar = progress_bar(source, done, sys.stderr.isatty() if progress is None else progress)
+        bar = progress_bar(source, done, sys.stderr.isatty() if progress is None else progress, rows)
         tally, retried = Tally(bar), 0
         with stop_on_sigterm():  # SIGTERM (a batch system stopping the job) stops the run as Ctrl-C does
             try:
