@@ -406,6 +406,12 @@ def test_resume_refuses_what_it_cannot_continue(tiny_folder, tmp_path, capsys):
     assert "was written with neither --cased nor --lowercase, and this run has --cased;" in capsys.readouterr().err
     with pytest.raises(bertfn.InputError, match=r"was written with lowercase=None, and this run has lowercase=True;"):
         run_file(src, out, folder, top_k=1, lowercase=True, resume=True, progress=False)
+    assert main([*argv, "--truncation", "--resume"]) == 2  # a flag without a value: given or not, not "True"
+    assert "was written with --truncation left out, and this run has --truncation;" in capsys.readouterr().err
+    assert main([*argv, "--no-echo", "--resume"]) == 2
+    assert "was written with --no-echo left out, and this run has --no-echo;" in capsys.readouterr().err
+    with pytest.raises(bertfn.InputError, match=r"was written with echo=True, and this run has echo=False;"):
+        run_file(src, out, folder, top_k=1, echo=False, resume=True, progress=False)
     # from Python, the options the command line gave at their defaults (beam_width=5, ...) left out: the same run
     assert run_file(src, out, folder, top_k=1, resume=True, progress=False).resumed_after == 5
     assert main([*argv, "--dtype", "bfloat16", "--resume"]) == 2

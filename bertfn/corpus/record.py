@@ -43,6 +43,10 @@ FLAGS = {("zero-shot", "candidate_labels"): "--labels", ("zero-shot", "hypothesi
 """(task, option) -> how the command line spells it, where that is not the option's name with dashes (``top_k``:
 ``--top-k``), for the messages of a resume that changed it."""
 
+NEGATED = {"echo": "--no-echo", "detail": "--no-detail", "align_to_words": "--no-align-to-words"}
+"""The options the command line turns off with a flag (``echo=False`` is ``--no-echo``), for the messages of a resume
+that changed one."""
+
 
 def record_path(target: Path) -> Path:
     """Where the record of the run writing ``target`` lies: ``target`` + ``.run.json``.
@@ -194,6 +198,9 @@ def check_record(old: dict, new: dict, target: Path) -> None:
             cased = {True: "--lowercase", False: "--cased", None: "neither --cased nor --lowercase"}
             refuse("", *(syntax(python=f"lowercase={v!r}", cli=cased[v]) for v in (b, n)))
         flag = FLAGS.get((new["task"], key), "--" + key.replace("_", "-"))  # named as the caller writes it
+        if isinstance(b, bool) and isinstance(n, bool):  # a flag without a value: given or not (not "--echo True")
+            flag, given = (NEGATED[key], False) if key in NEGATED else (flag, True)
+            refuse("", *(syntax(python=f"{key}={v!r}", cli=flag if v is given else f"{flag} left out") for v in (b, n)))
         refuse(f"option {syntax(python=key, cli=flag)}", said(b, defaults.get(key)), said(n, defaults.get(key)))
     if old.get("field") != new["field"]:
         refuse("field", said(old.get("field")), said(new["field"]))
