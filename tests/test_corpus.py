@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import random
@@ -405,6 +406,12 @@ def test_resume_refuses_what_it_cannot_continue(tiny_folder, tmp_path, capsys):
     assert "was written with neither --cased nor --lowercase, and this run has --cased;" in capsys.readouterr().err
     with pytest.raises(bertfn.InputError, match=r"was written with lowercase=None, and this run has lowercase=True;"):
         run_file(src, out, folder, top_k=1, lowercase=True, resume=True, progress=False)
+    assert main([*argv, "--truncation", "--resume"]) == 2  # a flag without a value: given or not, not "True"
+    assert "was written with --truncation left out, and this run has --truncation;" in capsys.readouterr().err
+    assert main([*argv, "--no-echo", "--resume"]) == 2
+    assert "was written with --no-echo left out, and this run has --no-echo;" in capsys.readouterr().err
+    with pytest.raises(bertfn.InputError, match=r"was written with echo=True, and this run has echo=False;"):
+        run_file(src, out, folder, top_k=1, echo=False, resume=True, progress=False)
     # from Python, the options the command line gave at their defaults (beam_width=5, ...) left out: the same run
     assert run_file(src, out, folder, top_k=1, resume=True, progress=False).resumed_after == 5
     assert main([*argv, "--dtype", "bfloat16", "--resume"]) == 2
@@ -518,6 +525,28 @@ def test_run_file_python(model, tmp_path):
     summary = run_file(src, out, model, top_k=1, progress=False)
     assert (summary.texts, summary.errors, summary.resumed_after) == (5, 0, 0) and summary.tokens > 5
     assert [r["text"] for r in read_jsonl(out)] == GOOD
+
+
+def test_a_second_run_on_the_same_output_is_refused(model, tmp_path):
+    """Two runs given one output (a job started twice): the second is refused while the first holds the file, instead
+    of writing every line a second time beside the first's (or, with --resume, cutting off the line it writes)."""
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    with open(out, "ab") as first:  # the first run, holding its output as it goes
+        fcntl.flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for resume in (False, True):
+            with pytest.raises(bertfn.InputError, match=f"another run is writing {out} now"):
+                run_file(src, out, model, top_k=1, progress=False, resume=resume)
+    assert out.read_bytes() == b""  # nothing written beside the first run's lines
+    with pytest.raises(bertfn.InputError, match="top_k"):  # a run that fails before a line leaves no empty file
+        run_file(src, out, model, top_k=0, progress=False)
+    assert out.exists()  # the first run's file is not removed
+    out.unlink()
+    with pytest.raises(bertfn.InputError, match="top_k"):
+        run_file(src, out, model, top_k=0, progress=False)
+    assert not out.exists()
+    run_file(src, out, model, top_k=1, progress=False)  # free again once the first run ended
+    assert [r["line"] for r in read_jsonl(out)] == [1, 2, 3, 4, 5]
 
 
 # --- other tasks, real weights ----------------------------------------------------------------------

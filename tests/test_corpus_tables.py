@@ -134,3 +134,15 @@ def test_pairs_from_a_table_and_resume_after_a_kill(classifier, tmp_path, capsys
     src.write_text(src.read_text(encoding="utf-8").replace("Rome.", "Milan."), encoding="utf-8")
     assert main([*argv, "--resume"]) == 2
     assert f"line 2 of {src} is not the input that line 2 of {out} was written for" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings(r"ignore:.*tokens are \[UNK\]")
+def test_the_progress_bar_counts_rows_not_lines(tiny_folder, tmp_path, capsys):
+    """The bar's total is the table's rows: not its header, a blank line or the second line of a quoted cell (it
+    stopped at 3/5 on this table, and at 95% on a table of 20 rows)."""
+    src = tmp_path / "probes.csv"
+    src.write_text("id,text\n" + "".join(f'{i},"{t.replace(chr(34), 2 * chr(34))}"\n' for i, t in TEXTS.items()) + "\n",
+                   encoding="utf-8")
+    summary = bertfn.corpus.run_file(src, tmp_path / "out.jsonl", tiny_folder, top_k=1, progress=True)
+    err = capsys.readouterr().err
+    assert summary.texts == 3 and "3/3 [" in err and "/5" not in err and "/6" not in err

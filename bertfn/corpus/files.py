@@ -29,7 +29,8 @@ from ..errors import InputError, UnknownTokensWarning, syntax
 from ..tasks.checks import count
 from .formats import Output, check_formats, compact_path, open_compact, output_files
 from .inputs import Inputs, label, read_lines
-from .record import InputPrint, check_record, make_record, read_record, scan_output, write_record
+from .record import (InputPrint, OutputLock, check_record, make_record, read_record, scan_output,
+                     write_record)
 from .runner import CHUNK, Runner, chunks, jsonable, relabel, task_named
 from .tally import Tally, progress_bar, stop_on_sigterm
 
@@ -280,47 +281,49 @@ def run_file(
         raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
     lines = enumerate(inputs.read(source), 1)
     first = next(lines, None)
-    inputs.probe(first and first[1], source)
+    rows = inputs.probe(first and first[1], source)  # a table's rows, for the bar
     lines = itertools.chain([first] if first else [], lines)
-    resuming = not to_stdout and _continues(source, asked, target, resume)
-    old = read_record(target) if resuming else None  # before the model loads: a missing record is known at once
-    runner = Runner(task, model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype, **options)
-    recorded = {k: v for k, v in options.items() if k != "batch_size"}  # batching never changes a result
-    record = None if to_stdout else make_record(task, {**recorded, "tokenizer": tokenizer, "lowercase": lowercase,
-                                                       "echo": echo, "detail": detail}, inputs.record, runner.model)
-    drop = frozenset(("text",) if detail else ("text", "tokens"))  # the line holds the text already (unless not echo)
-    done, kept, printed = 0, [], InputPrint()
-    if old is not None:
-        check_record(old, record, target)
-        done, kept, printed = scan_output(target, source, lines, inputs.parse,
-                                          old.get("input", {}))
-    bar = progress_bar(source, done, sys.stderr.isatty() if progress is None else progress)
-    tally, retried = Tally(bar), 0
-    with stop_on_sigterm():  # SIGTERM (a batch system stopping the job) stops the run as Ctrl-C does
-        try:
-            if retry_errors and kept:
-                retried, printed = _retry(runner, source, target, done, set(kept), tally, inputs, echo, drop,
-                                          chunk_size, flush_every)
-                kept = []
-                lines = itertools.islice(enumerate(inputs.read(source), 1), done, None)
-            if record is not None:
-                write_record(target, record, done, printed)
-            compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, read_lines(target),
-                                                        rebuild=retried > 0)
-            out = sys.stdout.buffer if to_stdout else open(target, "ab")
+    with OutputLock(target) as lock:  # before the output is looked at: a second run on it is refused
+        resuming = not to_stdout and _continues(source, asked, target, resume)
+        old = read_record(target) if resuming else None  # before the model loads: a missing record is known at once
+        runner = Runner(task, model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype, **options)
+        recorded = {k: v for k, v in options.items() if k != "batch_size"}  # batching never changes a result
+        record = None if to_stdout else make_record(task, {**recorded, "tokenizer": tokenizer, "lowercase": lowercase,
+                                                           "echo": echo, "detail": detail}, inputs.record, runner.model)
+        drop = frozenset(("text",) if detail else ("text", "tokens"))  # the line holds the text already (unless not echo)
+        done, kept, printed = 0, [], InputPrint()
+        if old is not None:
+            check_record(old, record, target)
+            done, kept, printed = scan_output(target, source, lines, inputs.parse,
+                                              old.get("input", {}))
+        bar = progress_bar(source, done, sys.stderr.isatty() if progress is None else progress, rows)
+        tally, retried = Tally(bar), 0
+        with stop_on_sigterm():  # SIGTERM (a batch system stopping the job) stops the run as Ctrl-C does
             try:
-                output = Output(out, target, record, done, printed, flush_every, compact)
-                run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, inputs, echo, drop, chunk_size)
+                if retry_errors and kept:
+                    retried, printed = _retry(runner, source, target, done, set(kept), tally, inputs, echo, drop,
+                                              chunk_size, flush_every)
+                    lock.renew()  # the retried file is the output now
+                    kept = []
+                    lines = itertools.islice(enumerate(inputs.read(source), 1), done, None)
+                if record is not None:
+                    write_record(target, record, done, printed)
+                compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, read_lines(target),
+                                                            rebuild=retried > 0)
+                out = sys.stdout.buffer if to_stdout else open(target, "ab")
+                try:
+                    output = Output(out, target, record, done, printed, flush_every, compact)
+                    run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, inputs, echo, drop, chunk_size)
+                finally:
+                    for o in compact:  # what was given them reaches the disk, stopped or not (no later than the JSON Lines)
+                        o.flush(final=True)
+                    if not to_stdout:
+                        out.close()
+                for o in compact:
+                    o.close()
             finally:
-                for o in compact:  # what was given them reaches the disk, stopped or not (no later than the JSON Lines)
-                    o.flush(final=True)
-                if not to_stdout:
-                    out.close()
-            for o in compact:
-                o.close()
-        finally:
-            if bar is not None:
-                bar.close()
+                if bar is not None:
+                    bar.close()
     if to_stdout:
         written = "stdout"
     else:

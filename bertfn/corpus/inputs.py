@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,7 +270,7 @@ class Inputs:
             return item["text"], record, None
         return item, record, None
 
-    def probe(self, first: bytes | None, source: str | Path) -> None:
+    def probe(self, first: bytes | None, source: str | Path) -> int | None:
         """Check the input before any model loads: with fields, its first line must be a JSON object holding them (a
         typo in ``--field`` stops the run here, not after a file of error lines); a table is read whole once (a bad
         row stops the run here, not half way).
@@ -280,23 +279,26 @@ class Inputs:
             first: the first line's bytes, or None for an empty input.
             source: the input, for the message; a table is read again from it.
 
+        Returns:
+            A table's number of rows (its lines less the header, and less those a quoted cell runs on), the progress
+            bar's total; None for lines.
+
         Raises:
             InputError: the first line holds a NUL byte (no text does) or lacks a field; what :meth:`rows` refuses in
                 a table.
         """
         if self.table is not None:
-            deque(self.rows(source), maxlen=0)
-            return
+            return sum(1 for _ in self.rows(source))
         nul = -1 if first is None else first.find(0)  # no text holds a NUL byte: a binary file, or UTF-16 / UTF-32
         if nul >= 0:
             raise InputError(f"{'standard input' if str(source) == '-' else source} is not text: its first line holds "
                              f"a NUL byte (at byte {nul}), as a binary file or a UTF-16 one does; nothing "
                              "was run: pass a text, JSON Lines, .csv or .tsv file in UTF-8")
         if self.fields is None or first is None:
-            return
+            return None
         _, record, bad = self.parse(1, first)
         if bad is None or record and all(k in record for n, k in self.fields.items() if n not in self.optional):
-            return
+            return None
         if self.names == ("text",):
             raise InputError(f"{syntax(python='field=', cli='--field ')}{self.fields['text']} reads JSON Lines, but {bad}; "
                              f"nothing was run: check {source} and the field's name")

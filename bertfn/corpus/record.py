@@ -18,6 +18,7 @@ a resume whose task, options, field or model differ from the record, naming the 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import inspect
 import json
@@ -41,6 +42,10 @@ FLAGS = {("zero-shot", "candidate_labels"): "--labels", ("zero-shot", "hypothesi
          ("score-mutations", "method"): "--pll-change / --wt-marginal (method)"}
 """(task, option) -> how the command line spells it, where that is not the option's name with dashes (``top_k``:
 ``--top-k``), for the messages of a resume that changed it."""
+
+NEGATED = {"echo": "--no-echo", "detail": "--no-detail", "align_to_words": "--no-align-to-words"}
+"""The options the command line turns off with a flag (``echo=False`` is ``--no-echo``), for the messages of a resume
+that changed one."""
 
 
 def record_path(target: Path) -> Path:
@@ -193,6 +198,9 @@ def check_record(old: dict, new: dict, target: Path) -> None:
             cased = {True: "--lowercase", False: "--cased", None: "neither --cased nor --lowercase"}
             refuse("", *(syntax(python=f"lowercase={v!r}", cli=cased[v]) for v in (b, n)))
         flag = FLAGS.get((new["task"], key), "--" + key.replace("_", "-"))  # named as the caller writes it
+        if isinstance(b, bool) and isinstance(n, bool):  # a flag without a value: given or not (not "--echo True")
+            flag, given = (NEGATED[key], False) if key in NEGATED else (flag, True)
+            refuse("", *(syntax(python=f"{key}={v!r}", cli=flag if v is given else f"{flag} left out") for v in (b, n)))
         refuse(f"option {syntax(python=key, cli=flag)}", said(b, defaults.get(key)), said(n, defaults.get(key)))
     if old.get("field") != new["field"]:
         refuse("field", said(old.get("field")), said(new["field"]))
@@ -202,6 +210,54 @@ def check_record(old: dict, new: dict, target: Path) -> None:
     for key in ("weights", "vocabulary"):  # a fingerprint says little: name the models they belong to
         if m_old.get(key) != m_new[key]:
             refuse(f"the {key} of model", said(m_old.get("name")), f"other {key}, of model {m_new['name']!r}")
+
+
+class OutputLock:
+    """A run's hold on its output file, from before it looks at what the file holds to its end: a second run given the
+    same output (a job started twice) is refused at once instead of writing every line a second time beside the first
+    run's, or cutting off the line it is writing (an exclusive :func:`fcntl.flock` on the file).
+
+    A file created here for the run and still empty when the run fails (a bad option, a model that does not load) is
+    removed again.
+
+    Args:
+        target: the run's output file (JSON Lines), or None (standard output: nothing to hold).
+
+    Raises:
+        InputError: another process holds the file.
+    """
+
+    def __init__(self, target: Path | None) -> None:
+        self.target, self.file = target, None
+        self.created = target is not None and not target.exists()
+        if target is not None:
+            self.file = self._take()
+
+    def _take(self):
+        f = open(self.target, "ab")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise InputError(f"another run is writing {self.target} now (it holds a lock on the file); wait for it "
+                             "to end, then pass --resume to continue it if it was stopped, or pass another "
+                             "--output") from None
+        return f
+
+    def renew(self) -> None:
+        """Hold the file at the output's name again, after :func:`os.replace` put a new one there (retry_errors)."""
+        old, self.file = self.file, self._take()
+        old.close()
+
+    def __enter__(self) -> OutputLock:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if self.file is None:
+            return
+        if kind is not None and self.created and self.target.stat().st_size == 0:
+            self.target.unlink()
+        self.file.close()
 
 
 def complete_lines(target: Path) -> Iterator[bytes]:

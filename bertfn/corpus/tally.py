@@ -62,19 +62,21 @@ def count_lines(path: Path) -> int:
     return count + (last != b"\n")
 
 
-def progress_bar(source: str | Path, done: int, show: bool):
+def progress_bar(source: str | Path, done: int, show: bool, total: int | None = None):
     """A tqdm bar on stderr counting texts, or None when hidden (then the file is not read an extra time).
 
     Args:
-        source: the input; its lines are the bar's total (none for stdin), counted here.
+        source: the input; its lines are the bar's total (none for stdin), counted here unless ``total`` is given.
         done: texts done before (resume).
         show: whether to show it.
+        total: the texts of the input when they are not its lines (a table's rows), or None.
     """
     if not show:
         return None
     from tqdm import tqdm
 
-    total = None if str(source) == "-" else count_lines(Path(source))
+    if total is None:
+        total = None if str(source) == "-" else count_lines(Path(source))
 
     return tqdm(total=total, initial=done, unit="text", file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
                 mininterval=0.5)
