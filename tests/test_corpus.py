@@ -689,3 +689,21 @@ def test_warnings_name_the_line_once_per_run_and_quiet(tiny_folder, tmp_path, ca
     out.unlink()
     assert main([*argv, "--quiet"]) == 0
     assert "bertfn: warning:" not in capsys.readouterr().err
+
+
+def test_the_progress_bars_rate_is_the_steps_own():
+    """The bar drawn at a step shows the tokens/s counted up to that step, not the step before's (its first was
+    0 tokens/s, so a short run ended showing a rate far below its own)."""
+    import io
+
+    from tqdm import tqdm
+
+    from bertfn.corpus.tally import Tally
+
+    out = io.StringIO()
+    tally = Tally(tqdm(total=2, file=out, mininterval=0))
+    tally.update(1)
+    tally.tokens += 500
+    tally.update(1)
+    last = out.getvalue().rsplit("\r", 1)[-1]
+    assert "2/2" in last and " 0 tokens/s" not in last and "tokens/s, 0 errors" in last, last

@@ -43,9 +43,9 @@ class Tally:
     def update(self, texts: int) -> None:
         self.texts += texts
         if self.bar is not None:
-            self.bar.update(texts)
             rate = self.tokens / max(time.perf_counter() - self.started, 1e-9)
             self.bar.set_postfix_str(f"{rate:,.0f} tokens/s, {self.errors} errors", refresh=False)
+            self.bar.update(texts)  # after the postfix: the bar drawn now shows this step's rate
 
 
 def count_lines(path: Path) -> int:
