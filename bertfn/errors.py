@@ -131,6 +131,18 @@ class IgnoredConfigWarning(BertfnWarning):
     does: e.g. an ESM ``hidden_act`` other than ``gelu`` (``EsmIntermediate`` always applies the exact-erf GELU)."""
 
 
+def clipped(value: object, width: int = 80) -> str:
+    """``value``'s repr for a message, cut to ``width`` characters with an ellipsis where it is longer (so that a
+    cut text does not read as the whole text: ``'a long te…``).
+
+    Args:
+        value: what came (a text, a list, ...).
+        width: the characters kept at most, the ellipsis included.
+    """
+    shown = repr(value)
+    return shown if len(shown) <= width else shown[: width - 1] + "…"
+
+
 def unreadable(path: str | Path, error: type[BertfnError] | None = None) -> BertfnError:
     """The error for a file or folder that this user may not read (permissions), naming it and the fix.
 

@@ -49,6 +49,14 @@ def test_text_without_mask(model):
         bertfn.fill_mask(["a [MASK] .", "no mask here"], model)
 
 
+def test_a_long_text_in_a_message_is_cut_with_an_ellipsis(model):
+    """A message cuts a long text where it shows it, and says so (it read as the whole text, with no closing quote)."""
+    text = "the cat sat on the mat " * 8
+    with pytest.raises(bertfn.InputError) as e:
+        bertfn.fill_mask(text, model)
+    assert f"'{text[:78]}…;" in str(e.value) and repr(text) not in str(e.value)
+
+
 def test_several_masks_give_one_list_per_mask(model, pipe):
     text = "[MASK] [MASK] the [MASK] ."
     mine, theirs = bertfn.fill_mask(text, model, top_k=3), pipe(text, top_k=3)

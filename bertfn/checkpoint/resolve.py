@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError, MissingPartError, syntax
+from ..errors import InputError, MissingPartError, clipped, syntax
 from ..model.params import Params
 from .dtypes import resolve_dtype
 from .loading import load
@@ -267,7 +267,7 @@ def text_list(inputs, what: str, *, blank: bool = False) -> tuple[list[str], boo
     elif isinstance(inputs, (set, frozenset, dict, bytes)) or not hasattr(inputs, "__len__") \
             or not hasattr(inputs, "__iter__") or getattr(inputs, "ndim", 1) != 1:
         raise InputError(f"{what} takes a string or a non-empty list of strings (or another sequence: tuple, pandas "
-                         f"Series, numpy array), got {type(inputs).__name__}: {inputs!r:.80}"
+                         f"Series, numpy array), got {type(inputs).__name__}: {clipped(inputs, 80)}"
                          f"{'; pass list(...) of it' if hasattr(inputs, '__iter__') and getattr(inputs, 'ndim', 1) == 1 else ''}")
     else:
         texts = [str(t) if isinstance(t, str) else t for t in inputs]  # numpy's str_ -> str

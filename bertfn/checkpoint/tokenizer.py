@@ -25,7 +25,7 @@ import torch
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import normalizers
 
-from ..errors import CheckpointError, InputError, UnknownTokensWarning, require_readable, syntax, unreadable
+from ..errors import CheckpointError, InputError, UnknownTokensWarning, clipped, require_readable, syntax, unreadable
 from .sentencepiece import deberta_from_spm
 from .tokenizer_files import (ESM_NAMES, ROLES, esm_from_vocab, find_special, is_esm_vocab, lowercases, read_json,
                               word_marks, wordpiece_from_vocab)
@@ -61,7 +61,7 @@ def check_text(text: str, which: str) -> None:
     ``which`` names it in the message, e.g. ``"text 3"``.
     """
     if not isinstance(text, str):
-        raise InputError(f"{which} must be a string, got {type(text).__name__}: {text!r:.60}")
+        raise InputError(f"{which} must be a string, got {type(text).__name__}: {clipped(text, 60)}")
     if not text.isascii():
         try:
             text.encode("utf-8")

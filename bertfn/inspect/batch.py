@@ -18,7 +18,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import Tokenizer, check_text
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import WEIGHT_POINTS, Trace
@@ -55,7 +55,7 @@ def padded_batch(tok: Tokenizer, texts: list[str], pairs: Sequence[str | None] |
     if pairs is not None:
         if isinstance(pairs, str) or not isinstance(pairs, Sequence):
             raise InputError(f"for several texts pair takes a list of second segments, one per text (None where a "
-                             f"text has none), got {type(pairs).__name__}: {pairs!r:.60}")
+                             f"text has none), got {type(pairs).__name__}: {clipped(pairs, 60)}")
         if len(pairs) != len(texts):
             raise InputError(f"got {len(texts)} texts but {len(pairs)} second segments; pass one per text "
                              "(None where a text has none)")

@@ -23,7 +23,7 @@ import torch
 
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, text_list
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..model.encoder import encoder
 from ..model.point_names import point_names
 from ..model.recorder import Edit, Point, Trace
@@ -249,7 +249,7 @@ def activation_means(texts: str | Sequence[str], model: Model | str | Path, name
 def _check_names(names: list[str], m: Model) -> None:
     """Raise unless every name is a point of ``m``'s embeddings or layers, one vector per token."""
     if isinstance(names, str) or not isinstance(names, Sequence):
-        raise InputError(f"names must be a list of point names, e.g. ['layer.3.output'], got {names!r:.60}")
+        raise InputError(f"names must be a list of point names, e.g. ['layer.3.output'], got {clipped(names, 60)}")
     valid = [n for n in point_names(m.config, optional=True) if n.split(".")[0] in ("embeddings", "layer", "final_norm")]
     for name in names:
         if name not in valid:

@@ -42,7 +42,7 @@ import torch
 
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..inspect.trace import trace
 from ..model.task_heads import task_head
 from .head_metrics import extra_head_logits, label_index
@@ -106,7 +106,7 @@ def label_ids(names: Sequence[str], labels: int | str | Sequence[int | str]) -> 
     """
     many = [labels] if isinstance(labels, (int, str)) else labels
     if not isinstance(many, Sequence) or not many:
-        raise InputError(f"labels must be a label's name or id or a non-empty list of them, got {labels!r:.60}; the "
+        raise InputError(f"labels must be a label's name or id or a non-empty list of them, got {clipped(labels, 60)}; the "
                          f"head's are {', '.join(map(repr, names))}")
     return [label_index(names, label) for label in many]
 

@@ -31,7 +31,7 @@ import torch
 
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits, one_text, require_mlm_head
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..inspect.trace import trace
 from ..model.heads import head_act
 from ..model.task_heads import TASKS
@@ -81,7 +81,7 @@ def token_ids(m: Model, tokens: int | str | Sequence[int | str]) -> list[int]:
     """
     many = [tokens] if isinstance(tokens, (int, str)) else tokens
     if not isinstance(many, Sequence) or not many:
-        raise InputError(f"tokens must be a token id, a token string or a non-empty list of them, got {tokens!r:.60}")
+        raise InputError(f"tokens must be a token id, a token string or a non-empty list of them, got {clipped(tokens, 60)}")
     V = m.config.vocab_size
     ids = []
     for t in many:

@@ -18,7 +18,7 @@ import torch
 
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits, require_mlm_head, text_list
-from ..errors import InputError, MissingPartError
+from ..errors import InputError, MissingPartError, clipped
 from ..inspect.batch import checkpoint_head
 from ..inspect.trace import Recording
 from ..model.encoder import encoder
@@ -147,7 +147,7 @@ def reads_of(metric: Metric, run: Recording) -> tuple[frozenset[str], float]:
         if missing & MLM_POINTS:
             require_mlm_head(run.model, "a metric of mlm.*")
             raise InputError(f"the metric reads {sorted(missing & MLM_POINTS)}, the MLM head at the corrupted text's "
-                             f"[MASK]s, but {' '.join(run.tokens)!r:.80} has none; put [MASK] where the metric reads "
+                             f"[MASK]s, but {clipped(' '.join(run.tokens), 80)} has none; put [MASK] where the metric reads "
                              "(or read another point)") from None
         raise
     except (AttributeError, TypeError) as e:  # run.sum(), run * 2, run[0]: a metric written for a tensor

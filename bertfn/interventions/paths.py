@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.model import Model
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..inspect.trace import trace
 from ..model.config import BertConfig
 from ..model.point_names import layer_of, point_names
@@ -75,7 +75,7 @@ def check_receivers(receivers: Mapping[str, int | Sequence[int] | None], sender_
     """
     if not isinstance(receivers, Mapping) or not receivers:
         raise InputError(f"receivers must be a non-empty dict {{point name: heads or None}}, e.g. "
-                         f"{{'layer.{sender_layer + 1}.attention.q': [0]}}; got {receivers!r:.80}")
+                         f"{{'layer.{sender_layer + 1}.attention.q': [0]}}; got {clipped(receivers, 80)}")
     valid = point_names(config, optional=True)
     out = {}
     for name, heads in receivers.items():

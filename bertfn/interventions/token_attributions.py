@@ -49,7 +49,7 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits, text_list
 from ..checkpoint.tokenizer import Tokenizer
-from ..errors import InputError, MissingPartError
+from ..errors import InputError, MissingPartError, clipped
 from ..inspect.batch import padded_batch
 from ..model.family import longest_input
 from ..model.recorder import Point
@@ -155,7 +155,7 @@ def _position(value: object, S: int, tokens: list[str]) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < S:
         return value
     raise InputError(f"the target's position must be an integer from 0 to {S - 1} (the text's {S} tokens: "
-                     f"{' '.join(tokens)!r:.80}), got {value!r}")
+                     f"{clipped(' '.join(tokens), 80)}), got {value!r}")
 
 
 def target_metric(target, m: Model, tokens: list[str], ids: Tensor, head: str | None = None,
@@ -199,7 +199,7 @@ def target_metric(target, m: Model, tokens: list[str], ids: Tensor, head: str | 
         where, token = (target if isinstance(target, tuple) and len(target) == 2 else (None, target))
         if not masks:
             raise InputError(f"a masked LM's target is a token's logit at the text's {m.tokenizer.mask_token}, and "
-                             f"{' '.join(tokens)!r:.80} has none; put {m.tokenizer.mask_token} where the token is read")
+                             f"{clipped(' '.join(tokens), 80)} has none; put {m.tokenizer.mask_token} where the token is read")
         if where is None and len(masks) > 1:
             raise InputError(f"the text has {m.tokenizer.mask_token} at positions {masks}; name one: (position, token)")
         if where is not None and where not in masks:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import CheckpointError, ConfigError, InputError, unreadable
+from ..errors import CheckpointError, ConfigError, InputError, clipped, unreadable
 from .functional import ACTIVATIONS
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
@@ -206,7 +206,7 @@ class BertConfig:
             try:
                 kwargs["id2label"] = {int(k): str(v) for k, v in labels.items()}  # JSON's keys are strings
             except (AttributeError, TypeError, ValueError) as e:
-                raise ConfigError(f"config id2label must map label ids to names, got {labels!r:.80}; fix config.json") from e
+                raise ConfigError(f"config id2label must map label ids to names, got {clipped(labels, 80)}; fix config.json") from e
         if isinstance(kwargs.get("label2id"), dict):
             kwargs["label2id"] = {str(k): int(v) for k, v in kwargs["label2id"].items()}
         kwargs["architectures"] = tuple(kwargs.get("architectures") or ())

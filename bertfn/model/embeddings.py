@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import InputError
+from ..errors import InputError, clipped
 from .functional import dropout, layer_norm
 from .params import Params, scoped
 from .recorder import NO_TRACE, Trace
@@ -44,7 +44,7 @@ def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str, shape: tuple[
             outside the table.
     """
     if isinstance(ids, str) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], str)):
-        raise InputError(f"{name} must be token ids, got text ({ids!r:.40}); the model functions read ids: "
+        raise InputError(f"{name} must be token ids, got text ({clipped(ids, 40)}); the model functions read ids: "
                          "enc = model.tokenizer([text, ...]), then pass enc.input_ids and enc.attention_mask "
                          "(or call bertfn.fill_mask / score / embed / trace, which take text)")
     if not isinstance(ids, Tensor) or ids.dtype not in INTEGER_DTYPES:

@@ -25,7 +25,7 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import flag_unknown, listed, refuse_empty, texts_and_model
 from ..checkpoint.tokenizer import check_text
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..model.family import longest_input
 from ..model.recorder import Edit
 from .answer_spans import best_answers
@@ -124,7 +124,7 @@ def _text_list(q, c, n: int) -> Pairs | None:
         if isinstance(x, (list, tuple)) and x:
             return [str(t) if isinstance(t, str) else t for t in x]  # numpy's str_ -> str
         raise InputError(f"text {n}: a question and a context are strings or non-empty lists of strings, got "
-                         f"{type(x).__name__}: {x!r:.80}")
+                         f"{type(x).__name__}: {clipped(x, 80)}")
 
     qs, cs = strings(q), strings(c)
     if qs is None and cs is None:

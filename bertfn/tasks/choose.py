@@ -30,7 +30,7 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import listed
 from ..checkpoint.tokenizer import check_text, warn_texts
-from ..errors import InputError, UnknownTokensWarning
+from ..errors import InputError, UnknownTokensWarning, clipped
 from ..model.family import longest_input
 from ..model.recorder import NO_TRACE, Edit, Trace
 from .checks import count, refuse_long
@@ -53,7 +53,7 @@ def _checked(i: int, prompt: object, choices: object) -> Item:
     """
     check_text(prompt, f"text {i}'s prompt")  # "" and "   " are scored, as the model scores [CLS] [SEP] choice [SEP]
     if isinstance(choices, str) or not isinstance(choices, (list, tuple)):
-        raise InputError(f"text {i}'s choices must be a list of strings, got {type(choices).__name__}: {choices!r:.60}")
+        raise InputError(f"text {i}'s choices must be a list of strings, got {type(choices).__name__}: {clipped(choices, 60)}")
     if not choices:
         raise InputError(f"text {i} has no choices; give at least one (a prompt's scores are over its choices)")
     for j, c in enumerate(choices):
@@ -81,7 +81,7 @@ def choice_items(prompts, choices) -> tuple[list[Item], bool]:
     given = [prompts] if single else prompts
     if isinstance(given, (set, frozenset, bytes)) or not hasattr(given, "__len__") or not hasattr(given, "__iter__"):
         raise InputError(f"choose takes a prompt, a list of prompts, or items {{'prompt': ..., 'choices': [...]}}; got "
-                         f"{type(prompts).__name__}: {prompts!r:.80}")
+                         f"{type(prompts).__name__}: {clipped(prompts, 80)}")
     given = list(given)
     if not given:
         raise InputError(f"choose takes at least one prompt, got an empty {type(prompts).__name__}")
@@ -97,7 +97,7 @@ def choice_items(prompts, choices) -> tuple[list[Item], bool]:
         return items, single
     choices = listed(choices)  # a numpy array, a pandas Series
     if choices is None or isinstance(choices, str) or not isinstance(choices, (list, tuple)) or not choices:
-        raise InputError(f"choices must be a non-empty list of strings (or one list per prompt), got {choices!r:.80}")
+        raise InputError(f"choices must be a non-empty list of strings (or one list per prompt), got {clipped(choices, 80)}")
     if all(isinstance(c, (list, tuple)) for c in choices):  # one list per prompt
         if single or len(choices) != len(given):
             raise InputError(f"got {len(given)} prompt(s) and {len(choices)} lists of choices; pass one list per "

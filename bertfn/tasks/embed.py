@@ -42,7 +42,7 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model
 from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder
 from ..checkpoint.tokenizer import Tokenizer
-from ..errors import BertfnWarning, InputError, syntax
+from ..errors import BertfnWarning, InputError, clipped, syntax
 from ..model.family import longest_input
 from ..model.recorder import Edit
 from .checks import count
@@ -134,7 +134,7 @@ def chosen_prompt(folder: SentenceFolder, prompt: str | None, prompt_name: str |
                          f"{syntax(python='prompt_name=', cli='--prompt-name')}, not both")
     for name, value in (("prompt", prompt), ("prompt_name", prompt_name)):
         if value is not None and not isinstance(value, str):
-            raise InputError(f"{name} must be a string, got {type(value).__name__}: {value!r:.80}")
+            raise InputError(f"{name} must be a string, got {type(value).__name__}: {clipped(value, 80)}")
     if prompt is not None:
         return prompt
     if prompt_name is not None:

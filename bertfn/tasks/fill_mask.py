@@ -20,7 +20,7 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..model.family import longest_input
 from ..model.heads import mlm_head
 from ..model.recorder import Edit
@@ -91,7 +91,7 @@ def missing_mask(tok: Tokenizer, i: int, text: str) -> InputError:
     mask = tok.mask_token
     other = next((m for m in MASK_SPELLINGS if m != mask and m in text), None)
     spelling = f"{other} is {MASK_SPELLINGS[other]} spelling and this model's is {mask}; " if other else ""
-    return InputError(f"text {i} has no {mask} token: {text!r:.80}; {spelling}put {mask} where the word to predict goes")
+    return InputError(f"text {i} has no {mask} token: {clipped(text, 80)}; {spelling}put {mask} where the word to predict goes")
 
 
 def require_masks(tok: Tokenizer, texts: list[str]) -> None:

@@ -32,7 +32,7 @@ import torch
 
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
-from ..errors import DependencyError, InputError
+from ..errors import DependencyError, InputError, clipped
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.family import longest_input
@@ -282,7 +282,7 @@ def score_mutations(
         row = enc.input_ids[i, :n].tolist()  # one copy to Python, not an element at a time
         ids = [row[k] for k in scored]
         if len(ids) != len(subs.ids):
-            hint = (f"; {text!r:.40} looks like mutation codes, and score_mutations reads each variant's whole text "
+            hint = (f"; {clipped(text, 40)} looks like mutation codes, and score_mutations reads each variant's whole text "
                     "(the reference with its substitutions made)" if CODES.fullmatch(text.strip()) else "")
             raise InputError(f"text {i} has {len(ids)} tokens to score and the reference {len(subs.ids)}; masked "
                              "marginals score substitutions only (for insertions or deletions compare PLLs: "

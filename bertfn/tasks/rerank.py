@@ -28,7 +28,7 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits, listed
 from ..checkpoint.tokenizer import check_text
-from ..errors import InputError, MissingPartError, syntax
+from ..errors import InputError, MissingPartError, clipped, syntax
 from ..model.recorder import Edit
 from .checks import count, flag, one_of
 from .pairs import beside_model, pair_logits
@@ -107,7 +107,7 @@ def queries_and_passages(query, passages) -> tuple[list[tuple[str, list[str]]], 
         check_text(q, f"{where}the query")  # "" and "   " are scored, as CrossEncoder scores them
         ps = [ps] if isinstance(ps, str) else listed(ps)
         if not isinstance(ps, (list, tuple)) or not ps:
-            raise InputError(f"{where}the passages must be a non-empty list of strings, got {ps!r:.80}")
+            raise InputError(f"{where}the passages must be a non-empty list of strings, got {clipped(ps, 80)}")
         for j, passage in enumerate(ps):
             check_text(passage, f"{where}passage {j}")
         out.append((q, [str(p) for p in ps]))  # numpy's str_ -> str

@@ -37,7 +37,7 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import NO_TRACE, Edit, Trace
@@ -293,9 +293,9 @@ def check_scorable(tok: Tokenizer, enc: Encoding, lengths: list[int], texts: lis
     """
     for i, n in enumerate(lengths):
         if all(w is None for w in enc.word_ids[i][:n]):
-            raise InputError(f"text {i} has no token to score: {texts[i]!r:.80} tokenizes to [CLS] [SEP] alone")
+            raise InputError(f"text {i} has no token to score: {clipped(texts[i], 80)} tokenizes to [CLS] [SEP] alone")
         if (enc.input_ids[i, :n] == tok.mask_token_id).any():
-            raise InputError(f"text {i} holds {tok.mask_token}: {texts[i]!r:.80}; score reads complete texts "
+            raise InputError(f"text {i} holds {tok.mask_token}: {clipped(texts[i], 80)}; score reads complete texts "
                              f"(fill_mask predicts what goes behind {tok.mask_token})")
         if n > limit:
             raise too_long(f"text {i}", n, limit, "split it into shorter texts (a score of a cut text would not be "
