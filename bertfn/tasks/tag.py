@@ -11,8 +11,9 @@ The encoder and the checkpoint's head (``classifier`` on every token; ModernBERT
 
 A text longer than the model reads (:func:`~bertfn.tasks.pairs.longest_pair`: the model's positions, or the tokenizer's
 ``model_max_length`` where smaller, as the pipeline's tokenizer cuts: 512 tokens for bert-base and roberta-base, 1024 for
-ESM-2's 1026 positions) is tagged, as the pipeline tags it, on its first window only, with a warning; with ``stride`` it is read in overlapping windows
-(:func:`window_spans`, the ``tokenizers`` library's overflowing tokens) whose entities :func:`merge_windows` joins.
+ESM-2's 1026 positions) is tagged, as the pipeline tags it, on its first window only, with a warning; with ``stride``
+it is read in overlapping windows (:func:`window_spans`, the ``tokenizers`` library's overflowing tokens) whose
+entities :func:`merge_windows` joins.
 
 Where bertfn differs from the pipeline: ESM-2's tokenizer is slow in transformers, with no character offsets, so
 there the pipeline gives ``start``/``end`` None and refuses ``stride`` and the word strategies; bertfn gives every
