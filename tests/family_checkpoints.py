@@ -479,6 +479,17 @@ def save_member(kind: str, folder: Path, seed: int = 0, model_class: str | None 
     return model
 
 
+def say_max_length(folder: Path, n: int) -> None:
+    """Set ``model_max_length`` in ``folder``'s tokenizer_config.json to ``n`` (fewer than the model's positions), as a
+    real checkpoint's says its 512 (ESM-2's 1024 of 1026 positions): what transformers' tokenizer and pipelines cut
+    to. The folders :func:`save_member` writes say none (transformers reads 1e30)."""
+    import json
+
+    path = Path(folder) / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**config, "model_max_length": n}), encoding="utf-8")
+
+
 def save_head(kind: str, task: str, folder: Path, seed: int = 0, **config_overrides):
     """Write a random ``kind`` checkpoint with ``task``'s head (``{Prefix}{TASK_SUFFIXES[task]}``), as
     :func:`save_member` writes one; returns the transformers model (eval mode)."""

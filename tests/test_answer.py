@@ -16,7 +16,7 @@ import numpy
 import pytest
 import torch
 from conftest import fp32_atol, on_device
-from family_checkpoints import CORPUS, HEAD_TASKS, kind_params, member_tokenizer, save_head
+from family_checkpoints import CORPUS, HEAD_TASKS, kind_params, member_tokenizer, save_head, say_max_length
 
 import bertfn
 from bertfn.cli import main
@@ -109,6 +109,22 @@ def test_the_windows_are_the_fast_tokenizers(member):
             assert [w.offsets for w in windows] == [[tuple(o) for o in span] for span in theirs["offset_mapping"]]
             assert [w.type_ids for w in windows] == theirs["token_type_ids"]
             assert [w.sequence_ids for w in windows] == [theirs.sequence_ids(i) for i in range(len(windows))]
+
+
+@needs_transformers
+def test_the_default_window_holds_the_tokenizers_model_max_length(tmp_path):
+    """The default max_seq_len is the pipeline's min(384, model_max_length): 40 where tokenizer_config.json says 40
+    of the model's 64 positions (it was 64), and doc_stride half of it; an explicit max_seq_len up to 64 still runs."""
+    import transformers
+
+    save_head("bert", "question-answering", tmp_path, initializer_range=0.2)
+    say_max_length(tmp_path, 40)
+    model, pipe = bertfn.load(tmp_path), transformers.pipeline("question-answering", model=str(tmp_path))
+    context = " ".join(CORPUS[:5])  # 59 tokens: windows of 40 differ from one window of 64
+    for top_k in (1, 3):
+        same(bertfn.answer(QUESTION, context, model, top_k=top_k), pipe(question=QUESTION, context=context, top_k=top_k))
+    same(bertfn.answer(QUESTION, context, model, max_seq_len=64),
+         pipe(question=QUESTION, context=context, max_seq_len=64))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import antiberty_paths, fp32_atol, on_device
-from family_checkpoints import CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, member_tokenizer, save_head
+from family_checkpoints import (CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, member_tokenizer, save_head,
+                                say_max_length)
 
 import bertfn
 from bertfn.cli import main
@@ -139,8 +140,7 @@ def max_length_40(tmp_path_factory):
     pytest.importorskip("transformers")
     save_head("bert", "sequence-classification", folder, id2label=LABELS, label2id={v: k for k, v in LABELS.items()},
               initializer_range=0.2)  # scores far apart: a cut one token off gives others
-    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 40}), encoding="utf-8")
+    say_max_length(folder, 40)
     return folder, bertfn.load(folder)
 
 

@@ -26,7 +26,7 @@ from bertfn.tasks.entities import group_entities, merge_windows, split_tag
 from bertfn.model.family import longest_input
 from bertfn.tasks.tag import STRATEGIES, tag, text_windows, window_spans
 from conftest import fp32_atol, on_device
-from family_checkpoints import CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, save_head
+from family_checkpoints import CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_params, save_head, say_max_length
 
 needs_transformers = pytest.mark.needs_transformers
 
@@ -154,6 +154,26 @@ def test_a_long_text_in_windows_equals_transformers(tagger):
             check_same(g, w, kind)
         if not ignore:
             assert got[0][-1]["end"] == len(LONG)  # the windows reach the end of the text
+
+
+@needs_transformers
+def test_windows_hold_the_tokenizers_model_max_length(tmp_path):
+    """A tokenizer_config.json whose model_max_length (40) is less than the model's positions (64), as ESM-2's 1024 of
+    its 1026: the pipeline's tokenizer cuts the text, or its windows, to 40 tokens, and so does tag (it read 64)."""
+    import transformers
+
+    save_head("bert", "token-classification", tmp_path, num_labels=5, id2label=LABELS, initializer_range=0.2)
+    say_max_length(tmp_path, 40)
+    model = bertfn.load(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = transformers.pipeline("token-classification", model=str(tmp_path))
+    text = " ".join(CORPUS[:5])  # 59 tokens
+    with pytest.warns(UserWarning, match="tagged on their first 40 only"):
+        got = tag(text, model, ignore_labels=())
+    check_same(got, run_pipe(pipe, text, ignore_labels=[]), "bert")
+    check_same(tag(text, model, aggregation_strategy="simple", stride=8),
+               run_pipe(pipe, text, aggregation_strategy="simple", stride=8), "bert")
 
 
 @needs_transformers

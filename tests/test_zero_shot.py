@@ -91,6 +91,23 @@ def test_matches_the_pipeline_on_every_member(member, device):
         same(got, oracle(texts[1], candidate_labels=chosen, hypothesis_template=template, multi_label=multi_label))
 
 
+@pytest.mark.needs_transformers
+def test_tied_labels_come_in_the_pipelines_order(bert_nli):
+    """Labels whose hypotheses are the same tokens (BERT's uncased "cats" and "Cats", a label given twice) tie; the
+    pipeline ranks them by numpy's reversed argsort, the last of them first, and so does bertfn (it put the first
+    first), with the labels alone (multi_label) and with more than 16 of them (numpy's quicksort, not insertion)."""
+    import transformers
+
+    folder, model = bert_nli
+    pipe = transformers.pipeline("zero-shot-classification", model=str(folder))
+    many = [f"{w}{i}" for i in range(6) for w in ("cat", "Cat", "CAT")]  # 18 labels, in threes that tie
+    for labels in (["cats", "Cats"], ["sports", "cats", "politics", "cats", "Cats"], many):
+        for multi_label in (False, True):
+            want = pipe(CORPUS[3], candidate_labels=labels, multi_label=multi_label)
+            assert len(set(want["scores"])) < len(labels)  # some tie
+            same(zero_shot(CORPUS[3], model, candidate_labels=labels, multi_label=multi_label), want)
+
+
 def test_labels_as_the_pipeline_reads_them():
     assert candidate_list("politics, sports ,, the weather ") == ["politics", "sports", "the weather"]
     assert candidate_list(("a", "b")) == ["a", "b"]

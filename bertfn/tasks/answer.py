@@ -31,6 +31,7 @@ from ..model.recorder import Edit
 from .answer_spans import best_answers
 from .answer_windows import Pairs, answerable, context_windows, option, window_batch
 from .checks import count, flag
+from .pairs import longest_pair
 from .runner import finished, head_logits, loaded
 from .task import Task
 
@@ -171,7 +172,8 @@ def answer(
             ``min(max_seq_len // 2, 128)``); at most ``max_seq_len``, and less than a window's room for the context.
         max_answer_len: tokens per answer, at most.
         max_seq_len: tokens per window, question and special tokens included (default: ``min(384, the tokens the
-            model reads)``); at most what the model reads.
+            model reads)``, those the tokenizer's ``model_max_length`` allows where fewer, as the pipeline's default:
+            :func:`~bertfn.tasks.pairs.longest_pair`); at most what the model reads.
         max_question_len: accepted as the pipeline accepts it; its fast-tokenizer path, which this mirrors, does not
             read it (a longer question is kept whole, and one that leaves no room for the context is an error).
         handle_impossible_answer: let "no answer" compete: ``{"answer": "", "start": 0, "end": 0}`` scored by the
@@ -218,8 +220,8 @@ def answer(
     m, tok, points = loaded(TASK, model if model is not None else DEFAULT_READER, device, dtype, edits,
                             head="question-answering")
     longest = longest_input(m.config)
-    if max_seq_len is None:
-        max_seq_len = min(384, longest)
+    if max_seq_len is None:  # the pipeline's min(384, the tokenizer's model_max_length)
+        max_seq_len = min(384, longest_pair(m))
     elif max_seq_len > longest:
         raise InputError(f"{option('max_seq_len', max_seq_len)}, but model {m.name!r} reads at most {longest} tokens "
                          f"at a time; pass {option('max_seq_len', longest)} or less")

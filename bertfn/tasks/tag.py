@@ -9,9 +9,11 @@ transformers' ``pipeline("token-classification")`` (``TokenClassificationPipelin
 The encoder and the checkpoint's head (``classifier`` on every token; ModernBERT's prediction head first) run as
 :func:`~bertfn.tasks.runner.head_logits` runs them: the texts end to end without padding, with ``edits`` too. The strategies that turn tokens into entities are :mod:`bertfn.tasks.entities`.
 
-A text longer than the model reads (:func:`~bertfn.model.family.longest_input`: 512 tokens for bert-base and roberta-base) is tagged,
-as the pipeline tags it, on its first window only, with a warning; with ``stride`` it is read in overlapping windows
-(:func:`window_spans`, the ``tokenizers`` library's overflowing tokens) whose entities :func:`merge_windows` joins.
+A text longer than the model reads (:func:`~bertfn.tasks.pairs.longest_pair`: the model's positions, or the tokenizer's
+``model_max_length`` where smaller, as the pipeline's tokenizer cuts: 512 tokens for bert-base and roberta-base, 1024 for
+ESM-2's 1026 positions) is tagged, as the pipeline tags it, on its first window only, with a warning; with ``stride``
+it is read in overlapping windows (:func:`window_spans`, the ``tokenizers`` library's overflowing tokens) whose
+entities :func:`merge_windows` joins.
 
 Where bertfn differs from the pipeline: ESM-2's tokenizer is slow in transformers, with no character offsets, so
 there the pipeline gives ``start``/``end`` None and refuses ``stride`` and the word strategies; bertfn gives every
@@ -35,10 +37,10 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError, syntax
-from ..model.family import longest_input
 from ..model.recorder import NO_TRACE, Edit, Trace
 from .checks import count, one_of
 from .entities import STRATEGIES, PreEntity, aggregate, merge_windows
+from .pairs import longest_pair
 from .runner import finished, head_logits, loaded, texts_in
 from .task import Task
 
@@ -93,7 +95,7 @@ def text_windows(e: tokenizers.Encoding, limit: int, stride: int | None) -> list
 
     Args:
         e: the text's encoding by the model's tokenizer, template included (padding after it is left out).
-        limit: the tokens of a window, at most (:func:`~bertfn.model.family.longest_input`).
+        limit: the tokens of a window, at most (:func:`~bertfn.tasks.pairs.longest_pair`).
         stride: as in :func:`window_spans`.
     """
     n = sum(e.attention_mask)
@@ -203,14 +205,14 @@ def tokens_to_string(tok: Tokenizer, tokens: list[str]) -> str:
 
 
 def tokens_read(m: Model, stride: int | None) -> int:
-    """The tokens of a text that :func:`tag` reads at most: one window (:func:`~bertfn.model.family.longest_input`) without a
+    """The tokens of a text that :func:`tag` reads at most: one window (:func:`~bertfn.tasks.pairs.longest_pair`) without a
     stride, all of them with one.
 
     Args:
         m: the model.
         stride: ``tag``'s.
     """
-    return longest_input(m.config) if stride is None else sys.maxsize
+    return longest_pair(m) if stride is None else sys.maxsize
 
 
 def check_options(strategy: object, ignore_labels: object, stride: object, batch_size: object) -> tuple[str, frozenset]:
@@ -290,7 +292,7 @@ def tag(
     strategy, ignored = check_options(aggregation_strategy, ignore_labels, stride, batch_size)
 
     m, tok, points = loaded(TASK, model, device, dtype, edits, head="token-classification")
-    limit = longest_input(m.config)
+    limit = longest_pair(m)  # the tokenizer's model_max_length where smaller, as the pipeline cuts
     width = limit - tok.backend.num_special_tokens_to_add(False)  # the text's tokens in a window
     if stride is not None and stride >= width:
         raise InputError(f"stride must be less than the {width} tokens of the text a window holds (the model reads "

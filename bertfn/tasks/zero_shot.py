@@ -191,9 +191,10 @@ def zero_shot(
     else:
         scores = logits[..., entailment].softmax(dim=-1)  # (N, K): over the labels
     results = []
-    for text, row in zip(batch, scores.tolist()):
-        order = sorted(range(K), key=lambda k: -row[k])  # best first; ties in the labels' order
-        results.append({"sequence": text, "labels": [labels[k] for k in order], "scores": [row[k] for k in order]})
+    for text, row in zip(batch, scores.float().cpu().numpy()):  # (K,) each
+        order = row.argsort()[::-1].tolist()  # best first, as the pipeline's reversed(argsort): tied labels last first
+        results.append({"sequence": text, "labels": [labels[k] for k in order],
+                        "scores": [float(row[k]) for k in order]})
     return finished(results, unknown, single)
 
 
