@@ -199,6 +199,15 @@ def test_a_text_without_mask_and_a_recording_without_model(model, rec):
     assert meta["predictions"] is None and "carries no model" in meta["no_predictions"] and "lens_ids" not in arrays
 
 
+def test_the_pages_text_is_the_text_the_model_read_its_masks_unknowns_and_pair_kept(model):
+    """The header's text and the page's title keep the [MASK]s the page is about, an [UNK] and the pair's [SEP]."""
+    meta = page_data(bertfn.trace("the [MASK] sat on the zebra.", model, pair="a dog [MASK]."))[0]
+    assert meta["text"] == "the [MASK] sat on the [UNK]. [SEP] a dog [MASK]."
+    doc = bertfn.trace(TEXT, model).to_html()
+    assert json.loads(_script(doc, "bertfn-meta"))["title"] == "when in rome, do as the [MASK] do."
+    assert "<title>bertfn explorer: when in rome, do as the [MASK] do.</title>" in doc
+
+
 def _script(doc: str, element_id: str) -> str:
     (body,) = re.findall(rf'<script[^>]*id="{element_id}">(.*?)</script>', doc, flags=re.S)
     return body
