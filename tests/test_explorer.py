@@ -701,6 +701,25 @@ def test_side_panels_show_the_predictions_and_the_layer_strip(tab, rec, model):
     page.wait_for_function("() => document.querySelector('#layer-strip tr.current').dataset.layer === '1'")
 
 
+def test_the_strip_label_of_a_short_text_starts_at_its_first_row_not_under_the_header(browser, model, tmp_path):
+    """Centred on a strip of 5 rows, the turned label ('attention of ... over all 5 tokens') began under the header."""
+    tab = Page(browser, bertfn.trace("the cat sat.", model).save_html(tmp_path / "short.html"))
+    for side in ("q", "k"):
+        point = tab.page.evaluate(f"bertfnExplorer.tokenPoint('{side}', 2)")
+        tab.page.mouse.click(point["x"], point["y"])  # pinned: still drawn when the mouse goes to Save SVG
+        d = tab.wait(f"d.pinned && d.pinned.side === '{side}'")
+        first_row = tab.page.evaluate("bertfnExplorer.tokenPoint('q', 0).y - document.getElementById('canvas')"
+                                      ".getBoundingClientRect().top") - 10  # rows are 20 px
+        svg = ET.fromstring(_save(tab, "svg")[1])
+        (label,) = [t for t in svg.iter("{http://www.w3.org/2000/svg}text") if t.text == d["stripLabel"]]  # turned about its centre
+        font = f"{label.get('font-size')}px {svg.get('font-family')}"
+        width = tab.page.evaluate("([s, f]) => { const c = document.createElement('canvas').getContext('2d'); "
+                                  "c.font = f; return c.measureText(s).width; }", [d["stripLabel"], font])
+        assert label.get("transform", "").startswith("rotate(90") and width > 5 * 20  # longer than the strip
+        assert float(label.get("y")) - width / 2 >= first_row - 0.5, (d["stripLabel"], label.get("y"), width, first_row)  # the SVG rounds to 0.01
+    tab.close()
+
+
 def test_the_notebook_form_runs_in_its_sandboxed_iframe(browser, rec, model, tmp_path):
     """Jupyter shows rec._repr_html_(): the page in an <iframe srcdoc> with scripts and downloads allowed, no origin.
 

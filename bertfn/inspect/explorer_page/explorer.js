@@ -267,7 +267,11 @@ function explorer(meta, data) {
       }
       g.frame(mapX - 1, mapTop + (first * mapH) / S, mapW + 2, ((last - first + 1) * mapH) / S, INK, 1);
       const stripLabel = `${hov && hov.side === "k" ? "attention to" : "attention of"} ${clip(tokens[focusI], 80, 11)} (${focusI}) over all ${S} tokens (darkest: its largest)`;
-      g.text(stripLabel, mapX + mapW + 10, mapTop + mapH / 2, { size: 11, color: MUTED, align: "center", rotate: 90 });
+      // turned to run down beside the strip, from its top when the strip is shorter (a short text): centred on a short
+      // strip, the label's start ran up under the header band and was cut off
+      const labelW = textWidth(stripLabel, 11), labelY = mapTop + Math.max(mapH, labelW) / 2;
+      const labelSpan = [labelY - labelW / 2, labelY + labelW / 2];  // where it runs, top to bottom
+      g.text(stripLabel, mapX + mapW + 10, labelY, { size: 11, color: MUTED, align: "center", rotate: 90 });
       // header and footer bands, drawn last so the rows scroll under them
       g.rect(0, 0, W, this.top - 4, "#ffffff");
       g.rect(0, H - this.bottom, mapX - 4, this.bottom, "#ffffff");
@@ -281,7 +285,7 @@ function explorer(meta, data) {
         `(click it again to let go) · the strip at the right: all tokens${windows[l] === null ? "" : ", grey out of reach"}`,
       12, 27, { size: 11, color: MUTED });
       api.lastDraw = { view: "head", layer: l, head: h, hover: hov && { side: hov.side, i: hov.i }, pinned: state.pinned && { ...state.pinned },
-                       first, last, lines, above, below, stripLabel };
+                       first, last, lines, above, below, stripLabel, labelSpan };
     },
     pick(x, y, W, H, sc) {
       const { widest, xL, xR, mapX, mapW } = this.layout(W);
