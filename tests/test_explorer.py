@@ -701,6 +701,18 @@ def test_side_panels_show_the_predictions_and_the_layer_strip(tab, rec, model):
     page.wait_for_function("() => document.querySelector('#layer-strip tr.current').dataset.layer === '1'")
 
 
+def test_predictions_below_a_tenth_of_a_percent_show_two_figures_not_0_0(browser, model, tmp_path):
+    """A random model's predictions (1/V each) and a classifier's unlikely labels read '0.0%' at one decimal."""
+    sharp = {"mlm.logits": lambda x, point: 40 * x}  # one word takes nearly all, the rest far below 0.1%
+    answers = bertfn.fill_mask(TEXT, model, top_k=5, edits=sharp)
+    assert answers[-1]["score"] < 1e-3
+    tab = Page(browser, bertfn.trace(TEXT, model, edits=sharp).save_html(tmp_path / "sharp.html"))
+    shown = tab.page.locator("#prediction-list .pct").all_inner_texts()
+    assert [float(p.rstrip("%")) for p in shown] == pytest.approx([100 * a["score"] for a in answers], rel=0.05)  # 2 figures
+    assert "0.0%" not in shown
+    tab.close()
+
+
 def test_the_strip_label_of_a_short_text_starts_at_its_first_row_not_under_the_header(browser, model, tmp_path):
     """Centred on a strip of 5 rows, the turned label ('attention of ... over all 5 tokens') began under the header."""
     tab = Page(browser, bertfn.trace("the cat sat.", model).save_html(tmp_path / "short.html"))

@@ -94,6 +94,9 @@ class CanvasPainter {
   image(source, x, y, w, h) { this.ctx.imageSmoothingEnabled = false; this.ctx.drawImage(source, x, y, w, h); }
 }
 
+/** A probability as a percentage: one decimal, and two significant figures below 0.1% (a random model's
+ *  predictions, a classifier's unlikely labels), which one decimal would show as 0.0%, not what bertfn gives. */
+const percent = (p) => `${p >= 0.001 || p === 0 ? (100 * p).toFixed(1) : (100 * p).toPrecision(2)}%`;
 const escapeXml = (s) => String(s).replace(/[&<>"]/g, (ch) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[ch]);
 const num = (v) => (Math.round(v * 100) / 100).toString();
 
@@ -747,7 +750,7 @@ function explorer(meta, data) {
       box.className = "mask";
       box.innerHTML = `<h3 title="choose this token">${escapeXml(maskToken)} at ${m.position}</h3>` + m.top.map(([w, p]) =>
         `<div class="pred"><span class="word" title="${escapeXml(w)}">${escapeXml(w)}</span>` +
-        `<span><div class="bar" style="width:${(100 * p).toFixed(1)}%"></div></span><span class="pct">${(100 * p).toFixed(1)}%</span></div>`).join("");
+        `<span><div class="bar" style="width:${(100 * p).toFixed(1)}%"></div></span><span class="pct">${percent(p)}</span></div>`).join("");
       box.querySelector("h3").addEventListener("click", () => { set({ token: m.position }); showToken(m.position); });
       predictions.appendChild(box);
     }
@@ -798,7 +801,7 @@ function explorer(meta, data) {
     `<p>Stored in this file: attention probabilities as the square root rounded to multiples of 1/${levels} (a probability ` +
     `p is off by at most √p/${levels} + 1/${2 * levels}², ${(1 / levels).toFixed(3)} at p = 1 and ` +
     `${(0.1 / levels).toFixed(4)} at p = 0.01; only values below 1/${2 * levels}² = ${(1 / (2 * levels) ** 2).toExponential(1)} ` +
-    `show as 0, at most ${(100 * S / (2 * levels) ** 2).toFixed(1)}% of a row at these ${S} tokens); queries and keys as ` +
+    `show as 0, at most ${percent(S / (2 * levels) ** 2)} of a row at these ${S} tokens); queries and keys as ` +
     "8-bit integers with one scale per vector (off by at most 1/254 of the " +
     `vector's largest entry${meta.rotary ? ", as turned by their positions (rotary)" : ""}), from which the neuron view ` +
     `recomputes q·k; entropies, norms and the predictions at ${escapeXml(maskToken)} ` +
@@ -819,7 +822,7 @@ function explorer(meta, data) {
    * each head's direct part of the target's logit, data.decision_contacts (r, r) uint8 round(255 p). */
   function decisionPanel(dec) {
     document.getElementById("decision").hidden = false;
-    const T = dec.targets.length, pct = (p) => `${(100 * p).toFixed(1)}%`;
+    const T = dec.targets.length;
     const pred = document.getElementById("decision-prediction");
     const title = document.getElementById("decision-title");
     const spanSet = new Set();
@@ -828,20 +831,20 @@ function explorer(meta, data) {
       pred.innerHTML = dec.classes.scores.map(([w, p]) =>
         `<div class="pred"><span class="word" title="${escapeXml(w)}">${escapeXml(w)}</span>` +
         `<span><div class="bar" style="width:${(100 * Math.max(0, Math.min(1, p))).toFixed(1)}%"></div></span><span class="pct">` +
-        `${dec.classes.function === "none" ? p.toFixed(3) : pct(p)}</span></div>`).join("") +
+        `${dec.classes.function === "none" ? p.toFixed(3) : percent(p)}</span></div>`).join("") +
         `<p class="note">${escapeXml(dec.classes.function)} of the classifier's logits, as bertfn.classify gives them</p>`;
     } else if (dec.entities) {
       title.textContent = "The decision: a label per token";
       const shown = dec.entities.filter((e) => e.entity !== "O");
       pred.innerHTML = (shown.length ? shown.map((e) =>
         `<div class="entity"><span>${e.index}</span><span class="word">${escapeXml(e.word)}</span><span>${escapeXml(e.entity)}</span>` +
-        `<span class="pct">${pct(e.score)}</span></div>`).join("") : '<p class="note">no entity: every token is labelled O</p>') +
+        `<span class="pct">${percent(e.score)}</span></div>`).join("") : '<p class="note">no entity: every token is labelled O</p>') +
         `<p class="note">${shown.length} of ${dec.entities.length} tokens in an entity (bertfn.tag, every token's label)</p>`;
     } else if (dec.span) {
       title.textContent = "The decision: the answer";
       const [a, b] = dec.span.tokens;
       for (let i = a; i <= b; i++) spanSet.add(i);
-      pred.innerHTML = `<p class="answer">answer: <b>${escapeXml(dec.span.answer)}</b> (${pct(dec.span.score)}), tokens ${a}–${b}, ` +
+      pred.innerHTML = `<p class="answer">answer: <b>${escapeXml(dec.span.answer)}</b> (${percent(dec.span.score)}), tokens ${a}–${b}, ` +
         `characters ${dec.span.start}–${dec.span.end} of the context</p><p class="note">framed among the tokens below (bertfn.answer)</p>`;
     } else {
       title.textContent = "The decision: contacts";
