@@ -713,6 +713,14 @@ def test_predictions_below_a_tenth_of_a_percent_show_two_figures_not_0_0(browser
     tab.close()
 
 
+def test_a_page_without_mlm_predictions_does_not_say_how_precise_they_are(browser, rec, tmp_path):
+    tab = Page(browser, dataclasses.replace(rec, model=None).save_html(tmp_path / "bare.html"))  # as an encoder without MLM head
+    notes = tab.page.inner_text("#notes")
+    assert "per-layer predictions" not in notes and "predictions at" not in notes and "no MLM head: no predictions" in notes
+    assert "carries no model" in tab.page.inner_text("#prediction-list")
+    tab.close()
+
+
 def test_the_strip_label_of_a_short_text_starts_at_its_first_row_not_under_the_header(browser, model, tmp_path):
     """Centred on a strip of 5 rows, the turned label ('attention of ... over all 5 tokens') began under the header."""
     tab = Page(browser, bertfn.trace("the cat sat.", model).save_html(tmp_path / "short.html"))

@@ -804,9 +804,10 @@ function explorer(meta, data) {
     `show as 0, at most ${percent(S / (2 * levels) ** 2)} of a row at these ${S} tokens); queries and keys as ` +
     "8-bit integers with one scale per vector (off by at most 1/254 of the " +
     `vector's largest entry${meta.rotary ? ", as turned by their positions (rotary)" : ""}), from which the neuron view ` +
-    `recomputes q·k; entropies, norms and the predictions at ${escapeXml(maskToken)} ` +
+    `recomputes q·k; ` + (hasLens ? `entropies, norms and the predictions at ${escapeXml(maskToken)} ` +
     "computed in full precision by bertfn before saving, the per-layer predictions by the MLM head in bf16 (within 0.03 " +
-    "of full precision).</p>" + (anyLocal
+    "of full precision).</p>" : "entropies and norms computed in full precision by bertfn before saving (no MLM head: " +
+    "no predictions).</p>") + (anyLocal
     ? `<p>Local layers (${windows.flatMap((w, l) => (w === null ? [] : [l])).join(", ")}): each query attends only to ` +
       "the keys within half the layer's window of it; the maps draw the keys out of reach hatched grey, where the " +
       "model computes no score at all, and white stays what it is elsewhere: attention the model gave almost none.</p>"
