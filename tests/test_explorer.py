@@ -721,6 +721,24 @@ def test_a_page_without_mlm_predictions_does_not_say_how_precise_they_are(browse
     tab.close()
 
 
+def test_a_top_k_beyond_the_vocabulary_keeps_every_word_once_and_the_page_draws(browser, model, tmp_path):
+    """--top-k 30 on AntiBERTy (25 words): the page read the per-layer predictions with a stride of 30 over rows of
+    25 and its layer strip threw (undefined.toFixed)."""
+    V = model.config.vocab_size
+    rec = bertfn.trace(TEXT, model)
+    tab = Page(browser, rec.save_html(tmp_path / "all.html", top_k=V + 10))  # Page.close: no error logged
+    mask = rec.mask_positions[0]
+    tab.page.select_option("#token", str(mask))
+    rows = tab.page.locator("#layer-strip tr.row .lens")
+    tab.page.wait_for_function(f"() => document.getElementById('layers-title').textContent.includes('({mask})')")
+    words = [w.rsplit(" ", 1)[0] for w in rows.nth(rows.count() - 1).get_attribute("title").split("\n")]
+    assert len(words) == len(set(words)) == V  # every word of the vocabulary once, at the last layer
+    shown = tab.page.locator("#prediction-list .word").all_inner_texts()
+    assert shown == [a["token_str"] for a in bertfn.fill_mask(TEXT, model, top_k=V + 10)] and len(shown) == V
+    assert words[0] == shown[0]  # the last layer's best is the answer
+    tab.close()
+
+
 def test_the_strip_label_of_a_short_text_starts_at_its_first_row_not_under_the_header(browser, model, tmp_path):
     """Centred on a strip of 5 rows, the turned label ('attention of ... over all 5 tokens') began under the header."""
     tab = Page(browser, bertfn.trace("the cat sat.", model).save_html(tmp_path / "short.html"))

@@ -165,7 +165,7 @@ def page_data(rec: Recording, top_k: int = 5, decision: Decision | None = None) 
         "masks": list(rec.mask_positions),
         "predictions": predictions,
         "no_predictions": missing,
-        "top_k": top_k,
+        "top_k": arrays["lens_ids"].shape[-1] if "lens_ids" in arrays else top_k,  # at most the vocabulary's size
         "vocab": vocab,
         "decision": None if decision is None else decision.meta,
     }
