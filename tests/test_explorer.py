@@ -739,6 +739,24 @@ def test_a_top_k_beyond_the_vocabulary_keeps_every_word_once_and_the_page_draws(
     tab.close()
 
 
+def test_on_a_phone_wide_window_the_view_keeps_its_width_and_saves_a_png(browser, page_file):
+    """At 380 px the side panels (390 px) squeezed the view to 0 px: nothing drawn, and Save PNG threw."""
+    context = browser.new_context(viewport={"width": 380, "height": 700}, accept_downloads=True)
+    page, errors = context.new_page(), []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(page_file.as_uri())
+    page.wait_for_function(READY, timeout=15_000)
+    width = page.evaluate("document.getElementById('scroller').clientWidth")
+    assert width >= 300 and page.evaluate("document.getElementById('canvas').width") > 0
+    assert page.evaluate("document.getElementById('predictions').getBoundingClientRect().top") > \
+        page.evaluate("document.getElementById('scroller').getBoundingClientRect().bottom")  # the panels below the view
+    with page.expect_download(timeout=10_000) as info:
+        page.click("#save-png")
+    assert Path(info.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and errors == []
+    context.close()
+
+
 def test_the_strip_label_of_a_short_text_starts_at_its_first_row_not_under_the_header(browser, model, tmp_path):
     """Centred on a strip of 5 rows, the turned label ('attention of ... over all 5 tokens') began under the header."""
     tab = Page(browser, bertfn.trace("the cat sat.", model).save_html(tmp_path / "short.html"))
