@@ -320,6 +320,9 @@ def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | 
         InputError: the file cannot be written.
     """
     path = Path(path)
+    if not path.parent.is_dir():  # before the page is made
+        raise InputError(f"cannot write {path}: its folder {path.parent} does not exist; create it, or pass a path in "
+                         "an existing folder")
     pieces = _pieces(rec, top_k, title, decision)
     try:
         with path.open("wb") as f:
