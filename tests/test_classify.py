@@ -346,6 +346,12 @@ def test_cli_runs_an_extra_head_with_its_labels(capsys):
     lines = out.splitlines()
     assert lines[0].split() == ["label", "score", "text"]
     assert [line.split()[0] for line in lines[1:]] == CHAINS and all(line.split()[1] == "1.0000" for line in lines[1:])
+    assert main([*argv[:-len(CHAINS)], ",".join(CHAINS)]) == 2  # --labels Heavy,Light, as a user tried with view
+    assert capsys.readouterr().err == (f"bertfn: error: --labels must be 2 names, one per output of the head, got "
+                                       f"['{','.join(CHAINS)}']; separate them by spaces, not commas\n")
+    with pytest.raises(bertfn.InputError, match=r"labels must be 2 names, .*; pass a list of names, not commas$"):
+        bertfn.classify(chains, bertfn.load(paths[0], tokenizer=paths[1], lowercase=False), head="cls.chain",
+                        labels=",".join(CHAINS).split(" "))
 
 
 # --- the command line and corpus files ---------------------------------------------------------------

@@ -199,6 +199,15 @@ def test_a_text_without_mask_and_a_recording_without_model(model, rec):
     assert meta["predictions"] is None and "carries no model" in meta["no_predictions"] and "lens_ids" not in arrays
 
 
+def test_the_pages_text_is_the_text_the_model_read_its_masks_unknowns_and_pair_kept(model):
+    """The header's text and the page's title keep the [MASK]s the page is about, an [UNK] and the pair's [SEP]."""
+    meta = page_data(bertfn.trace("the [MASK] sat on the zebra.", model, pair="a dog [MASK]."))[0]
+    assert meta["text"] == "the [MASK] sat on the [UNK]. [SEP] a dog [MASK]."
+    doc = bertfn.trace(TEXT, model).to_html()
+    assert json.loads(_script(doc, "bertfn-meta"))["title"] == "when in rome, do as the [MASK] do."
+    assert "<title>bertfn explorer: when in rome, do as the [MASK] do.</title>" in doc
+
+
 def _script(doc: str, element_id: str) -> str:
     (body,) = re.findall(rf'<script[^>]*id="{element_id}">(.*?)</script>', doc, flags=re.S)
     return body
@@ -227,8 +236,11 @@ def test_save_html_repr_html_and_bad_arguments(rec, tmp_path):
     assert html.unescape(srcdoc) == rec.to_html() and 'sandbox="allow-scripts allow-downloads"' in frame
     with pytest.raises(bertfn.InputError, match="top_k must be an integer of at least 1, got 0"):
         rec.to_html(top_k=0)
-    with pytest.raises(bertfn.InputError, match="cannot write"):
+    with pytest.raises(bertfn.InputError, match=f"cannot write .*: its folder {re.escape(str(tmp_path / 'missing'))} does "
+                                                "not exist; create it, or pass a path in an existing folder"):
         rec.save_html(tmp_path / "missing" / "view.html")
+    with pytest.raises(bertfn.InputError, match=r"cannot write .* \(Is a directory\); pass a writable \.html path"):
+        rec.save_html(tmp_path)
     with pytest.raises(bertfn.InputError, match="draws a Recording"):
         page_data({"tokens": []})
 
@@ -690,6 +702,81 @@ def test_side_panels_show_the_predictions_and_the_layer_strip(tab, rec, model):
     rows.nth(2).click()  # layer 1
     assert page.input_value("#layer") == "1"
     page.wait_for_function("() => document.querySelector('#layer-strip tr.current').dataset.layer === '1'")
+
+
+def test_predictions_below_a_tenth_of_a_percent_show_two_figures_not_0_0(browser, model, tmp_path):
+    """A random model's predictions (1/V each) and a classifier's unlikely labels read '0.0%' at one decimal."""
+    sharp = {"mlm.logits": lambda x, point: 40 * x}  # one word takes nearly all, the rest far below 0.1%
+    answers = bertfn.fill_mask(TEXT, model, top_k=5, edits=sharp)
+    assert answers[-1]["score"] < 1e-3
+    tab = Page(browser, bertfn.trace(TEXT, model, edits=sharp).save_html(tmp_path / "sharp.html"))
+    shown = tab.page.locator("#prediction-list .pct").all_inner_texts()
+    assert [float(p.rstrip("%")) for p in shown] == pytest.approx([100 * a["score"] for a in answers], rel=0.05)  # 2 figures
+    assert "0.0%" not in shown
+    tab.close()
+
+
+def test_a_page_without_mlm_predictions_does_not_say_how_precise_they_are(browser, rec, tmp_path):
+    tab = Page(browser, dataclasses.replace(rec, model=None).save_html(tmp_path / "bare.html"))  # as an encoder without MLM head
+    notes = tab.page.inner_text("#notes")
+    assert "per-layer predictions" not in notes and "predictions at" not in notes and "no MLM head: no predictions" in notes
+    assert "carries no model" in tab.page.inner_text("#prediction-list")
+    tab.close()
+
+
+def test_a_top_k_beyond_the_vocabulary_keeps_every_word_once_and_the_page_draws(browser, model, tmp_path):
+    """--top-k 30 on AntiBERTy (25 words): the page read the per-layer predictions with a stride of 30 over rows of
+    25 and its layer strip threw (undefined.toFixed)."""
+    V = model.config.vocab_size
+    rec = bertfn.trace(TEXT, model)
+    tab = Page(browser, rec.save_html(tmp_path / "all.html", top_k=V + 10))  # Page.close: no error logged
+    mask = rec.mask_positions[0]
+    tab.page.select_option("#token", str(mask))
+    rows = tab.page.locator("#layer-strip tr.row .lens")
+    tab.page.wait_for_function(f"() => document.getElementById('layers-title').textContent.includes('({mask})')")
+    words = [w.rsplit(" ", 1)[0] for w in rows.nth(rows.count() - 1).get_attribute("title").split("\n")]
+    assert len(words) == len(set(words)) == V  # every word of the vocabulary once, at the last layer
+    shown = tab.page.locator("#prediction-list .word").all_inner_texts()
+    assert shown == [a["token_str"] for a in bertfn.fill_mask(TEXT, model, top_k=V + 10)] and len(shown) == V
+    assert words[0] == shown[0]  # the last layer's best is the answer
+    tab.close()
+
+
+def test_on_a_phone_wide_window_the_view_keeps_its_width_and_saves_a_png(browser, page_file):
+    """At 380 px the side panels (390 px) squeezed the view to 0 px: nothing drawn, and Save PNG threw."""
+    context = browser.new_context(viewport={"width": 380, "height": 700}, accept_downloads=True)
+    page, errors = context.new_page(), []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(page_file.as_uri())
+    page.wait_for_function(READY, timeout=15_000)
+    width = page.evaluate("document.getElementById('scroller').clientWidth")
+    assert width >= 300 and page.evaluate("document.getElementById('canvas').width") > 0
+    assert page.evaluate("document.getElementById('predictions').getBoundingClientRect().top") > \
+        page.evaluate("document.getElementById('scroller').getBoundingClientRect().bottom")  # the panels below the view
+    with page.expect_download(timeout=10_000) as info:
+        page.click("#save-png")
+    assert Path(info.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and errors == []
+    context.close()
+
+
+def test_the_strip_label_of_a_short_text_starts_at_its_first_row_not_under_the_header(browser, model, tmp_path):
+    """Centred on a strip of 5 rows, the turned label ('attention of ... over all 5 tokens') began under the header."""
+    tab = Page(browser, bertfn.trace("the cat sat.", model).save_html(tmp_path / "short.html"))
+    for side in ("q", "k"):
+        point = tab.page.evaluate(f"bertfnExplorer.tokenPoint('{side}', 2)")
+        tab.page.mouse.click(point["x"], point["y"])  # pinned: still drawn when the mouse goes to Save SVG
+        d = tab.wait(f"d.pinned && d.pinned.side === '{side}'")
+        first_row = tab.page.evaluate("bertfnExplorer.tokenPoint('q', 0).y - document.getElementById('canvas')"
+                                      ".getBoundingClientRect().top") - 10  # rows are 20 px
+        svg = ET.fromstring(_save(tab, "svg")[1])
+        (label,) = [t for t in svg.iter("{http://www.w3.org/2000/svg}text") if t.text == d["stripLabel"]]  # turned about its centre
+        font = f"{label.get('font-size')}px {svg.get('font-family')}"
+        width = tab.page.evaluate("([s, f]) => { const c = document.createElement('canvas').getContext('2d'); "
+                                  "c.font = f; return c.measureText(s).width; }", [d["stripLabel"], font])
+        assert label.get("transform", "").startswith("rotate(90") and width > 5 * 20  # longer than the strip
+        assert float(label.get("y")) - width / 2 >= first_row - 0.5, (d["stripLabel"], label.get("y"), width, first_row)  # the SVG rounds to 0.01
+    tab.close()
 
 
 def test_the_notebook_form_runs_in_its_sandboxed_iframe(browser, rec, model, tmp_path):

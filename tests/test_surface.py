@@ -356,6 +356,22 @@ def test_trace_of_an_empty_text_is_an_input_error(text, pair, tiny):
         bertfn.trace(text, tiny, pair=pair)
 
 
+def test_trace_and_view_of_a_text_longer_than_the_model_reads_say_how_long_it_is(tiny, tiny_folder, tmp_path, capsys):
+    """Not the embeddings' "position_ids must lie in [0, 64)", about an argument the user never passed."""
+    long, limit = " ".join(["cat"] * 70), tiny.config.max_position_embeddings
+    with pytest.raises(bertfn.InputError, match=rf"^the text is 72 tokens long but the model reads at most {limit}; shorten it$"):
+        bertfn.trace(long, tiny)
+    with pytest.raises(bertfn.InputError, match=rf"^the text is 73 tokens long with its pair but the model reads at most {limit}"):
+        bertfn.trace(" ".join(["cat"] * 60), tiny, pair=" ".join(["dog"] * 10))
+    with pytest.raises(bertfn.InputError, match=rf"^text 1 is 72 tokens long but the model reads at most {limit}"):
+        bertfn.trace(["the cat", long], tiny)
+    assert len(bertfn.trace(" ".join(["cat"] * (limit - 2)), tiny).tokens) == limit  # at the limit: traced
+    out = tmp_path / "view.html"
+    assert main(["view", long, "--model", str(tiny_folder), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"bertfn: error: the text is 72 tokens long but the model reads at most {limit}; shorten it\n"
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("text", ["", "   "])
 def test_cli_attention_of_an_empty_text(text, tiny_folder, tmp_path, capsys):
     pytest.importorskip("matplotlib")  # without it the command stops earlier, at the missing library

@@ -177,8 +177,10 @@ def head_labels(m: Model, head: str | None, labels: Sequence[str] | None, what: 
             f"leave {syntax(python='head', cli='--head')} out to run the checkpoint's own classifier")
     if labels is not None:
         if isinstance(labels, str) or len(labels) != len(names) or not all(isinstance(x, str) for x in labels):
+            commas = len(labels) == 1 and "," in labels[0] and len(labels[0].split(",")) == len(names)
+            hint = f"; {syntax(python='pass a list of names', cli='separate them by spaces')}, not commas" if commas else ""
             raise InputError(f"{syntax(python='labels', cli='--labels')} must be {len(names)} names, one per output "
-                             f"of the head, got {labels!r}")
+                             f"of the head, got {labels!r}{hint}")
         names = tuple(labels)
     return names
 

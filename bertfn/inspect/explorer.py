@@ -148,7 +148,7 @@ def page_data(rec: Recording, top_k: int = 5, decision: Decision | None = None) 
                            for n, pos in enumerate(rec.mask_positions)]
         else:
             predictions = []  # no [MASK] in the text
-    text = tok.decode(rec.input_ids[0].tolist(), skip_special_tokens=True) if tok else " ".join(rec.tokens)
+    text = _text(tok, rec.input_ids[0].tolist()) if tok else " ".join(rec.tokens)
     meta = {
         "format": 1,
         "levels": LEVELS,
@@ -165,7 +165,7 @@ def page_data(rec: Recording, top_k: int = 5, decision: Decision | None = None) 
         "masks": list(rec.mask_positions),
         "predictions": predictions,
         "no_predictions": missing,
-        "top_k": top_k,
+        "top_k": arrays["lens_ids"].shape[-1] if "lens_ids" in arrays else top_k,  # at most the vocabulary's size
         "vocab": vocab,
         "decision": None if decision is None else decision.meta,
     }
@@ -173,6 +173,20 @@ def page_data(rec: Recording, top_k: int = 5, decision: Decision | None = None) 
         decision.check(len(rec.tokens), cfg.num_hidden_layers, cfg.num_attention_heads)
         arrays.update({f"decision_{name}": a for name, a in decision.arrays.items()})
     return meta, arrays
+
+
+def _text(tok, ids: list[int]) -> str:
+    """The text as the model read it, for the page's header and title: its [MASK]s, [UNK]s and the [SEP] between
+    a pair's segments kept (skipping every special token dropped the masks the page is about), the [CLS] and the
+    closing [SEP] of the template left out.
+
+    Args:
+        tok: the model's tokenizer.
+        ids: the text's token ids, [CLS] ... [SEP].
+    """
+    start = 1 if ids[:1] == [tok.cls_token_id] else 0
+    end = len(ids) - 1 if len(ids) > start and ids[-1] == tok.sep_token_id else len(ids)
+    return tok.decode(ids[start:end])
 
 
 def _label(name: str) -> str:
@@ -306,6 +320,9 @@ def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | 
         InputError: the file cannot be written.
     """
     path = Path(path)
+    if not path.parent.is_dir():  # before the page is made
+        raise InputError(f"cannot write {path}: its folder {path.parent} does not exist; create it, or pass a path in "
+                         "an existing folder")
     pieces = _pieces(rec, top_k, title, decision)
     try:
         with path.open("wb") as f:

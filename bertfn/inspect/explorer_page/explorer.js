@@ -94,6 +94,9 @@ class CanvasPainter {
   image(source, x, y, w, h) { this.ctx.imageSmoothingEnabled = false; this.ctx.drawImage(source, x, y, w, h); }
 }
 
+/** A probability as a percentage: one decimal, and two significant figures below 0.1% (a random model's
+ *  predictions, a classifier's unlikely labels), which one decimal would show as 0.0%, not what bertfn gives. */
+const percent = (p) => `${p >= 0.001 || p === 0 ? (100 * p).toFixed(1) : (100 * p).toPrecision(2)}%`;
 const escapeXml = (s) => String(s).replace(/[&<>"]/g, (ch) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[ch]);
 const num = (v) => (Math.round(v * 100) / 100).toString();
 
@@ -267,7 +270,11 @@ function explorer(meta, data) {
       }
       g.frame(mapX - 1, mapTop + (first * mapH) / S, mapW + 2, ((last - first + 1) * mapH) / S, INK, 1);
       const stripLabel = `${hov && hov.side === "k" ? "attention to" : "attention of"} ${clip(tokens[focusI], 80, 11)} (${focusI}) over all ${S} tokens (darkest: its largest)`;
-      g.text(stripLabel, mapX + mapW + 10, mapTop + mapH / 2, { size: 11, color: MUTED, align: "center", rotate: 90 });
+      // turned to run down beside the strip, from its top when the strip is shorter (a short text): centred on a short
+      // strip, the label's start ran up under the header band and was cut off
+      const labelW = textWidth(stripLabel, 11), labelY = mapTop + Math.max(mapH, labelW) / 2;
+      const labelSpan = [labelY - labelW / 2, labelY + labelW / 2];  // where it runs, top to bottom
+      g.text(stripLabel, mapX + mapW + 10, labelY, { size: 11, color: MUTED, align: "center", rotate: 90 });
       // header and footer bands, drawn last so the rows scroll under them
       g.rect(0, 0, W, this.top - 4, "#ffffff");
       g.rect(0, H - this.bottom, mapX - 4, this.bottom, "#ffffff");
@@ -281,7 +288,7 @@ function explorer(meta, data) {
         `(click it again to let go) · the strip at the right: all tokens${windows[l] === null ? "" : ", grey out of reach"}`,
       12, 27, { size: 11, color: MUTED });
       api.lastDraw = { view: "head", layer: l, head: h, hover: hov && { side: hov.side, i: hov.i }, pinned: state.pinned && { ...state.pinned },
-                       first, last, lines, above, below, stripLabel };
+                       first, last, lines, above, below, stripLabel, labelSpan };
     },
     pick(x, y, W, H, sc) {
       const { widest, xL, xR, mapX, mapW } = this.layout(W);
@@ -743,7 +750,7 @@ function explorer(meta, data) {
       box.className = "mask";
       box.innerHTML = `<h3 title="choose this token">${escapeXml(maskToken)} at ${m.position}</h3>` + m.top.map(([w, p]) =>
         `<div class="pred"><span class="word" title="${escapeXml(w)}">${escapeXml(w)}</span>` +
-        `<span><div class="bar" style="width:${(100 * p).toFixed(1)}%"></div></span><span class="pct">${(100 * p).toFixed(1)}%</span></div>`).join("");
+        `<span><div class="bar" style="width:${(100 * p).toFixed(1)}%"></div></span><span class="pct">${percent(p)}</span></div>`).join("");
       box.querySelector("h3").addEventListener("click", () => { set({ token: m.position }); showToken(m.position); });
       predictions.appendChild(box);
     }
@@ -794,12 +801,13 @@ function explorer(meta, data) {
     `<p>Stored in this file: attention probabilities as the square root rounded to multiples of 1/${levels} (a probability ` +
     `p is off by at most √p/${levels} + 1/${2 * levels}², ${(1 / levels).toFixed(3)} at p = 1 and ` +
     `${(0.1 / levels).toFixed(4)} at p = 0.01; only values below 1/${2 * levels}² = ${(1 / (2 * levels) ** 2).toExponential(1)} ` +
-    `show as 0, at most ${(100 * S / (2 * levels) ** 2).toFixed(1)}% of a row at these ${S} tokens); queries and keys as ` +
+    `show as 0, at most ${percent(S / (2 * levels) ** 2)} of a row at these ${S} tokens); queries and keys as ` +
     "8-bit integers with one scale per vector (off by at most 1/254 of the " +
     `vector's largest entry${meta.rotary ? ", as turned by their positions (rotary)" : ""}), from which the neuron view ` +
-    `recomputes q·k; entropies, norms and the predictions at ${escapeXml(maskToken)} ` +
+    `recomputes q·k; ` + (hasLens ? `entropies, norms and the predictions at ${escapeXml(maskToken)} ` +
     "computed in full precision by bertfn before saving, the per-layer predictions by the MLM head in bf16 (within 0.03 " +
-    "of full precision).</p>" + (anyLocal
+    "of full precision).</p>" : "entropies and norms computed in full precision by bertfn before saving (no MLM head: " +
+    "no predictions).</p>") + (anyLocal
     ? `<p>Local layers (${windows.flatMap((w, l) => (w === null ? [] : [l])).join(", ")}): each query attends only to ` +
       "the keys within half the layer's window of it; the maps draw the keys out of reach hatched grey, where the " +
       "model computes no score at all, and white stays what it is elsewhere: attention the model gave almost none.</p>"
@@ -815,7 +823,7 @@ function explorer(meta, data) {
    * each head's direct part of the target's logit, data.decision_contacts (r, r) uint8 round(255 p). */
   function decisionPanel(dec) {
     document.getElementById("decision").hidden = false;
-    const T = dec.targets.length, pct = (p) => `${(100 * p).toFixed(1)}%`;
+    const T = dec.targets.length;
     const pred = document.getElementById("decision-prediction");
     const title = document.getElementById("decision-title");
     const spanSet = new Set();
@@ -824,20 +832,20 @@ function explorer(meta, data) {
       pred.innerHTML = dec.classes.scores.map(([w, p]) =>
         `<div class="pred"><span class="word" title="${escapeXml(w)}">${escapeXml(w)}</span>` +
         `<span><div class="bar" style="width:${(100 * Math.max(0, Math.min(1, p))).toFixed(1)}%"></div></span><span class="pct">` +
-        `${dec.classes.function === "none" ? p.toFixed(3) : pct(p)}</span></div>`).join("") +
+        `${dec.classes.function === "none" ? p.toFixed(3) : percent(p)}</span></div>`).join("") +
         `<p class="note">${escapeXml(dec.classes.function)} of the classifier's logits, as bertfn.classify gives them</p>`;
     } else if (dec.entities) {
       title.textContent = "The decision: a label per token";
       const shown = dec.entities.filter((e) => e.entity !== "O");
       pred.innerHTML = (shown.length ? shown.map((e) =>
         `<div class="entity"><span>${e.index}</span><span class="word">${escapeXml(e.word)}</span><span>${escapeXml(e.entity)}</span>` +
-        `<span class="pct">${pct(e.score)}</span></div>`).join("") : '<p class="note">no entity: every token is labelled O</p>') +
+        `<span class="pct">${percent(e.score)}</span></div>`).join("") : '<p class="note">no entity: every token is labelled O</p>') +
         `<p class="note">${shown.length} of ${dec.entities.length} tokens in an entity (bertfn.tag, every token's label)</p>`;
     } else if (dec.span) {
       title.textContent = "The decision: the answer";
       const [a, b] = dec.span.tokens;
       for (let i = a; i <= b; i++) spanSet.add(i);
-      pred.innerHTML = `<p class="answer">answer: <b>${escapeXml(dec.span.answer)}</b> (${pct(dec.span.score)}), tokens ${a}–${b}, ` +
+      pred.innerHTML = `<p class="answer">answer: <b>${escapeXml(dec.span.answer)}</b> (${percent(dec.span.score)}), tokens ${a}–${b}, ` +
         `characters ${dec.span.start}–${dec.span.end} of the context</p><p class="note">framed among the tokens below (bertfn.answer)</p>`;
     } else {
       title.textContent = "The decision: contacts";
