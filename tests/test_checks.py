@@ -1,11 +1,11 @@
-"""bertfn/tasks/checks.py: the option checks every pipeline makes, and the refusal of a text too long, each message
+"""bertfn/checkpoint/checks.py: the option checks every pipeline makes, and the refusal of a text too long, each message
 written once."""
 
 import pytest
 
 import bertfn
 from bertfn.errors import SURFACE
-from bertfn.tasks.checks import count, flag, one_of, too_long, truncate
+from bertfn.checkpoint.checks import count, flag, one_of, too_long, truncate
 
 
 @pytest.mark.parametrize("value", [1, 7, 10**9])
@@ -69,7 +69,7 @@ def test_truncate_spells_the_option_as_the_caller_writes_it():
 
 
 def test_refuse_long_names_the_first_text_over_the_limit():
-    from bertfn.tasks.checks import refuse_long
+    from bertfn.checkpoint.checks import refuse_long
 
     refuse_long([3, 64, 10], 64)
     with pytest.raises(bertfn.InputError, match=r"^text 1 is 70 tokens long but the model reads at most 64; shorten it$"):

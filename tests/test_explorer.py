@@ -177,7 +177,7 @@ def test_a_trace_into_page_arrays_keeps_only_the_page_and_draws_the_same_page(mo
         page_data(kept)
     with pytest.raises(bertfn.InputError, match="reads layer.0.attention.probs"):
         page_data(dataclasses.replace(rec, tensors={n: x for n, x in rec.tensors.items() if n != "layer.0.attention.probs"}))
-    with pytest.raises(bertfn.InputError, match="top_k must be an integer"):
+    with pytest.raises(bertfn.InputError, match="top_k must be a positive integer"):
         PageArrays(model.config, model, top_k=0)
 
 
@@ -234,7 +234,7 @@ def test_save_html_repr_html_and_bad_arguments(rec, tmp_path):
     frame = rec._repr_html_()
     (srcdoc,) = re.findall(r'<iframe srcdoc="([^"]*)"', frame)
     assert html.unescape(srcdoc) == rec.to_html() and 'sandbox="allow-scripts allow-downloads"' in frame
-    with pytest.raises(bertfn.InputError, match="top_k must be an integer of at least 1, got 0"):
+    with pytest.raises(bertfn.InputError, match="top_k must be a positive integer, got 0"):
         rec.to_html(top_k=0)
     with pytest.raises(bertfn.InputError, match=f"cannot write .*: its folder {re.escape(str(tmp_path / 'missing'))} does "
                                                 "not exist; create it, or pass a path in an existing folder"):

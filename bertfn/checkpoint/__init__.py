@@ -8,6 +8,8 @@
     state.py        the checkpoint's tensors checked against the shapes the config implies, laid out for products
     loading.py      load(): weights (safetensors, never pickled code), config and tokenizer -> Model
     resolve.py      what the text-reading calls accept (a Model, a folder, a hub id; one text or many)
+    checks.py       the checks of what callers pass (a positive integer, True or False, one of a set) and the refusal
+                    of a text longer than the model reads, written once for the tasks, the traces and the corpus
     pruning.py      prune_heads(): a Model without some attention heads
     scratch.py      init_model(): a Model from a config alone, weights drawn as BERT initialises them
     saving.py       save(): a Model written as transformers' save_pretrained writes one

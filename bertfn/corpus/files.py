@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count
 from ..checkpoint.model import Model
 from ..errors import InputError, UnknownTokensWarning, syntax
-from ..tasks.checks import count
 from .formats import Output, check_formats, compact_path, open_compact, output_files
 from .inputs import Inputs, label, read_lines
 from .record import (InputPrint, OutputLock, check_record, make_record, read_record, scan_output,

@@ -31,13 +31,13 @@ from pathlib import Path
 import numpy
 import torch
 
+from ..checkpoint.checks import count
 from ..checkpoint.loading import load
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..checkpoint.state import release_memory
 from ..errors import InputError, MissingPartError
 from ..model.family import longest_input
-from ..tasks.checks import count
 from ..tasks.runner import packing
 from ..tasks.task import Task
 

@@ -54,6 +54,7 @@ import re
 import numpy as np
 import torch
 
+from ..checkpoint.checks import count
 from ..errors import InputError
 from ..fast.kernels import ONEDNN, packed
 from ..model.config import BertConfig
@@ -217,8 +218,7 @@ class PageArrays(dict):
 
     def __init__(self, config: BertConfig, model=None, top_k: int = 5):
         super().__init__()
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise InputError(f"top_k must be an integer of at least 1, got {top_k!r}")
+        count("top_k", top_k)
         self.config, self.top_k = config, top_k
         self.first = layer_input(config)  # the embeddings' point that is layer 0's input
         self.vectors = score_vectors(config)  # recorded q / k point -> the page's q / k

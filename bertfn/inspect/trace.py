@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import refuse_long
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError
@@ -286,23 +287,6 @@ def group_names(names) -> list[str]:
     return [g.replace("{i}", span) for g in groups]
 
 
-def _refuse_long(lengths: list[int], config: BertConfig, paired: bool, named) -> None:
-    """Refuse a text longer than the model reads, in the tasks' words (``tasks.checks.too_long``, a room trace may
-    not import), before the embeddings refuse its position_ids, which the user never passed.
-
-    Args:
-        lengths: each text's tokens, special tokens included.
-        config: the model's config.
-        paired: the texts were read with their pairs.
-        named: the i-th text as the message names it.
-    """
-    limit = longest_input(config)
-    for i, n in enumerate(lengths):
-        if n > limit:
-            raise InputError(f"{named(i)} is {n} tokens long{' with its pair' if paired else ''} but the model reads "
-                             f"at most {limit}; shorten it")
-
-
 def trace(text: str | list[str], model: Model | str | Path | None = None, pair: str | list[str | None] | None = None,
           *, edits: Edits | None = None, store: dict[str, Tensor] | None = None,
           head_outputs: bool = False) -> Recording | Recordings:
@@ -349,7 +333,7 @@ def trace(text: str | list[str], model: Model | str | Path | None = None, pair: 
             raise InputError("store= receives the pass of one text; for a list of texts leave it out (the "
                              "Recordings keep every tensor), or trace the texts one at a time with a store each")
         ids, types, mask, tokens = padded_batch(tok, texts, pair)
-        _refuse_long(mask.sum(dim=1).tolist(), m.config, pair is not None, lambda i: f"text {i}")
+        refuse_long(mask.sum(dim=1).tolist(), longest_input(m.config), paired=pair is not None)
         ids, mask = ids.to(m.device), mask.to(m.device)  # (B, S)
         rows = record_pass(m, ids, types, mask, record)
         return Recordings(tokens, ids, mask, rows, record.store, m.config, m)
@@ -357,7 +341,7 @@ def trace(text: str | list[str], model: Model | str | Path | None = None, pair: 
         if isinstance(t, str) and not t.strip():
             raise InputError(f"{what} is empty; write a sentence to run through the model")
     enc = tok([text], [pair] if pair is not None else None)
-    _refuse_long([len(enc.tokens[0])], m.config, pair is not None, lambda _: "the text")
+    refuse_long([len(enc.tokens[0])], longest_input(m.config), named=lambda _: "the text", paired=pair is not None)
     ids = enc.input_ids.to(m.device)  # (1, S)
     rows = record_pass(m, ids, enc.token_type_ids, enc.attention_mask, record)
     return Recording(enc.tokens[0], ids, [position for _, position in rows], record.store, m.config, m)

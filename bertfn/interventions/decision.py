@@ -32,12 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checkpoint.checks import count
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits, one_text
 from ..errors import InputError, MissingPartError
 from ..inspect.decision_panel import Decision, contact_codes
 from ..tasks.answer import answer
-from ..tasks.checks import count
 from ..tasks.classify import classify, default_function
 from ..tasks.contacts import contacts
 from ..tasks.runner import loaded

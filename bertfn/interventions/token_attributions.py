@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..checkpoint.checks import count, one_of, refuse_long
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits, text_list
 from ..checkpoint.tokenizer import Tokenizer
@@ -53,7 +54,6 @@ from ..errors import InputError, MissingPartError, clipped
 from ..inspect.batch import padded_batch
 from ..model.family import longest_input
 from ..model.recorder import Point
-from ..tasks.checks import count, one_of, refuse_long
 from ..tasks.runner import finished, loaded
 from .gradients import batches, pass_with_grad
 from .head_metrics import entity_score, head_labels, label_index, label_logit

@@ -27,10 +27,10 @@ With the head of a fine-tuned checkpoint (bertfn/model/task_heads.py), each shap
 What every pipeline shares:
 
     task.py         Task: a pipeline declared once, as its module's TASK; TASKS below lists them all
-    checks.py       the option checks (a positive integer, True or False, one of a set) and the too-long refusal
     runner.py       every step of a pipeline but its own: the model (packed as its TASK says), its tokenizer and
                     edits; its texts through the model in groups, the layout chosen here; the [UNK] warnings and
-                    one result or a list
+                    one result or a list; the option checks are :mod:`bertfn.checkpoint.checks`, shared with the
+                    traces and the corpus
 
 A task is its module: one that declares ``TASK = Task(...)`` is found here (:func:`declared`, :data:`TASKS`), and the
 corpus (:mod:`bertfn.corpus.registry`) and the command line (:func:`bertfn.cli.commands`, from

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count, flag
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import flag_unknown, listed, refuse_empty, texts_and_model
 from ..checkpoint.tokenizer import check_text
@@ -30,7 +31,6 @@ from ..model.family import longest_input
 from ..model.recorder import Edit
 from .answer_spans import best_answers
 from .answer_windows import Pairs, answerable, context_windows, option, window_batch
-from .checks import count, flag
 from .pairs import longest_pair
 from .runner import finished, head_logits, loaded
 from .task import Task

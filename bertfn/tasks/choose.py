@@ -27,13 +27,13 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count, refuse_long
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import listed
 from ..checkpoint.tokenizer import check_text, warn_texts
 from ..errors import InputError, UnknownTokensWarning, clipped
 from ..model.family import longest_input
 from ..model.recorder import NO_TRACE, Edit, Trace
-from .checks import count, refuse_long
 from .runner import finished, head_logits, loaded
 from .task import Task
 

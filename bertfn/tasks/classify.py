@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count, flag, one_of, refuse_long, truncate
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import head_labels, text_list, texts_and_model
 from ..checkpoint.tokenizer import Encoding, check_text
@@ -43,7 +44,6 @@ from ..model.functional import linear
 from ..model.family import longest_input
 from ..model.heads import pooler
 from ..model.recorder import NO_TRACE, Edit, Trace
-from .checks import count, flag, one_of, refuse_long, truncate
 from .pairs import cut_pairs, longest_pair
 from .runner import finished, head_logits, loaded, per_text
 from .task import Task

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import text_list, texts_and_model
 from ..errors import InputError, MissingPartError
 from ..model.family import longest_input, member_name
 from ..model.members.esm import contact_head
 from ..model.recorder import Edit
-from .checks import count
 from .runner import attention_maps, finished, loaded
 from .task import Task
 

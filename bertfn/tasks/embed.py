@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint.checks import count
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model
 from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder
@@ -45,7 +46,6 @@ from ..checkpoint.tokenizer import Tokenizer
 from ..errors import BertfnWarning, InputError, clipped, syntax
 from ..model.family import longest_input
 from ..model.recorder import Edit
-from .checks import count
 from .pooling import after_pooling, exclude_prompt, pool
 from .runner import finished, loaded, per_text, texts_in
 from .task import Task

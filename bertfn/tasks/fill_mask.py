@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count, flag, refuse_long, truncate
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
@@ -24,7 +25,6 @@ from ..errors import InputError, clipped
 from ..model.family import longest_input
 from ..model.heads import mlm_head
 from ..model.recorder import Edit
-from .checks import count, flag, refuse_long, truncate
 from .joint import joint_fill
 from .runner import finished, loaded, per_text, texts_in
 from .scoring import word_log_probs

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count, one_of
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
 from ..errors import DependencyError, InputError, clipped
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.family import longest_input
-from .checks import count, one_of
 from .runner import finished
 from .scoring import BATCH_SIZE, check_scorable, masked_copies, score, target_log_softmax
 from .task import Task

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count, refuse_long
 from ..checkpoint.model import Model
 from ..errors import MissingPartError
 from ..checkpoint.names.electra import DISCRIMINATOR
 from ..model.members.electra import discriminator_head
 from ..model.recorder import Edit
 from ..model.family import longest_input
-from .checks import count, refuse_long
 from .runner import finished, loaded, per_text, texts_in
 
 

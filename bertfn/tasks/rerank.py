@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count, flag, one_of
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits, listed
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError, MissingPartError, clipped, syntax
 from ..model.recorder import Edit
-from .checks import count, flag, one_of
 from .pairs import beside_model, pair_logits
 from .runner import finished, loaded
 from .task import Task

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..checkpoint.checks import count, one_of, too_long
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer
@@ -42,7 +43,6 @@ from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import NO_TRACE, Edit, Trace
 from ..model.family import longest_input
-from .checks import count, one_of, too_long
 from .runner import finished, loaded, per_text, texts_in
 from .task import Task
 

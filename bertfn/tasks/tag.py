@@ -34,11 +34,11 @@ from typing import NamedTuple
 import tokenizers
 import torch
 
+from ..checkpoint.checks import count, one_of
 from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError, syntax
 from ..model.recorder import NO_TRACE, Edit, Trace
-from .checks import count, one_of
 from .entities import STRATEGIES, PreEntity, aggregate, merge_windows
 from .pairs import longest_pair
 from .runner import finished, head_logits, loaded, texts_in

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint.checks import count, flag
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import fits, listed, refuse_empty
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError, MissingPartError, syntax
 from ..model.config import BertConfig
 from ..model.recorder import Edit
-from .checks import count, flag
 from .pairs import pair_logits
 from .runner import finished, loaded, texts_in
 from .task import Task

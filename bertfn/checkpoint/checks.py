@@ -1,4 +1,5 @@
-"""The checks of options every pipeline makes, written once, and the one refusal of a text the model cannot read.
+"""The checks of options every pipeline, trace and corpus run makes, written once, and the one refusal of a text the
+model cannot read.
 
     count("batch_size", batch_size)                    a positive integer (a bool is none), else InputError
     count("top_k", top_k, none="every label")          ... or None, which the message says what it means
