@@ -190,6 +190,21 @@ def test_overriding_the_folder_says_so_once_and_gives_those_modules(bge):
     torch.testing.assert_close(got, raw.encode(TEXTS[:2], convert_to_tensor=True), atol=fp32_atol(1e-5), rtol=0)
 
 
+def test_a_prompt_longer_than_max_seq_length_is_left_out_as_sentence_transformers_counts_it(bge, tmp_path):
+    """With include_prompt false, sentence-transformers counts the prompt's tokens cut to max_seq_length too: a prompt
+    longer than that leaves the cut text's [SEP] to pool (its cls is that [SEP]), not nothing."""
+    from sentence_transformers import SentenceTransformer
+
+    folder, _ = changed(bge, tmp_path)
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
+    prompt = "the cat sat on the mat and the dog sat on the cat " * 3  # more tokens than max_seq_length (24)
+    want = SentenceTransformer(str(folder), device="cpu").encode(TEXTS[:3], prompt=prompt, convert_to_tensor=True)
+    with pytest.warns(UserWarning, match=rf"3 text\(s\) longer than {MAX_SEQ_LENGTH} tokens"):
+        got = bertfn.embed(TEXTS[:3], bertfn.load(folder), prompt=prompt)
+    torch.testing.assert_close(got, want, atol=fp32_atol(1e-5), rtol=0)
+
+
 # --- folders bertfn refuses, and where it finds them ---------------------------------------------------
 
 

@@ -222,7 +222,9 @@ def embed(
     batch = [before + t for t in batch]
     if folder.do_lower_case:  # sentence-transformers lowercases before its tokenizer, when asked to
         batch, before = [t.lower() for t in batch], before.lower()
-    skip = prompt_tokens(tok, before) if before and not folder.include_prompt else 0
+    # the prompt's tokens left out of the pooling, counted as sentence-transformers counts them: the prompt
+    # tokenized alone and cut to max_length too, so a longer prompt leaves out all but the cut text's [SEP]
+    skip = min(prompt_tokens(tok, before), max_length - 1) if before and not folder.include_prompt else 0
 
     enc = tok(list(batch))
     lengths = enc.attention_mask.sum(dim=1).tolist()
