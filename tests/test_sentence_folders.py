@@ -225,6 +225,32 @@ def test_a_module_bertfn_does_not_run_is_refused_by_name(bge, tmp_path):
     assert "layer.0.output" in bertfn.trace("a text", bertfn.load(folder))  # the other calls read the encoder as ever
 
 
+def test_a_modules_list_without_a_pooling_module_is_refused_as_sentence_transformers_gives_no_vector(bge, tmp_path):
+    """An empty modules.json, and one that lists a Transformer alone (sentence-transformers gives token vectors only:
+    encode fails), are refused with bertfn's error, not read as the mean; pooling= then chooses one."""
+    from sentence_transformers import SentenceTransformer
+
+    folder, modules = changed(bge, tmp_path)
+    (folder / "modules.json").write_text("[]")
+    with pytest.raises(bertfn.ConfigError, match=r"modules.json lists no modules; .* remove the file"):
+        bertfn.embed("a text", bertfn.load(folder))
+    (folder / "modules.json").write_text(json.dumps(modules[:1]))
+    with pytest.raises(KeyError, match="sentence_embedding"):
+        SentenceTransformer(str(folder), device="cpu").encode(["a text"])
+    with pytest.raises(bertfn.ConfigError, match=r"modules.json lists a Transformer module and no Pooling module, so "
+                                                 r"sentence-transformers makes no vector per text from it .*; pass "
+                                                 r"pooling=MODE"):
+        bertfn.embed("a text", bertfn.load(folder))
+    assert main(["embed", "a text", "--model", str(folder)]) == bertfn.ConfigError.exit_code
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # chosen where the folder chose nothing: nothing overridden
+        got = bertfn.embed(TEXTS[:2], bertfn.load(folder), pooling="cls")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # normalize=False overriding bge's Normalize
+        want = bertfn.embed(TEXTS[:2], bertfn.load(bge), normalize=False)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
 def test_a_dense_activation_bertfn_does_not_apply_is_refused(bge, tmp_path):
     from sentence_transformers import SentenceTransformer
 

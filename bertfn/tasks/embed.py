@@ -42,7 +42,7 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model
 from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder
 from ..checkpoint.tokenizer import Tokenizer
-from ..errors import BertfnWarning, InputError, syntax
+from ..errors import BertfnWarning, ConfigError, InputError, syntax
 from ..model.family import longest_input
 from ..model.recorder import Edit
 from .checks import count
@@ -99,6 +99,7 @@ def sentence_modules(folder: SentenceFolder, pooling: str | tuple[str, ...] | li
 
     Raises:
         InputError: an unknown pooling mode, a normalize that is not None, True or False.
+        ConfigError: no ``pooling`` for a folder whose ``modules.json`` lists no Pooling module.
 
     Warns:
         BertfnWarning: once per folder, where the caller's choice differs from what its ``modules.json`` lists.
@@ -109,8 +110,12 @@ def sentence_modules(folder: SentenceFolder, pooling: str | tuple[str, ...] | li
                          f"got {pooling!r}")
     if normalize is not None and not isinstance(normalize, bool):
         raise InputError(f"normalize must be True or False (or None: as the model's folder says), got {normalize!r}")
+    if modes is None and not folder.pooling:
+        raise ConfigError(f"{folder.path / 'modules.json'} lists a Transformer module and no Pooling module, so "
+                          "sentence-transformers makes no vector per text from it (only token vectors); pass "
+                          f"{syntax(python='pooling=', cli='--pooling ')}MODE (mean, cls, ...) to choose how to make one")
     if modes is not None and modes != folder.pooling:
-        if folder.listed:
+        if folder.listed and folder.pooling:
             _say_once(folder, "pooling", f"{syntax(python='pooling=', cli='--pooling ')}{'+'.join(modes)} overrides "
                       f"the pooling {'+'.join(folder.pooling)} of {folder.path}'s Pooling module: these are not the "
                       "vectors the model was trained to give")
@@ -204,7 +209,8 @@ def embed(
     Raises:
         InputError: an unknown pooling, a bad normalize, prompt, prompt_name, truncate_dim, batch_size or max_length.
         MissingPartError: a model without a tokenizer.
-        ConfigError: a folder whose modules bertfn does not run (named in the message).
+        ConfigError: a folder whose modules bertfn does not run (named in the message), or whose modules.json lists
+            no Pooling module when no ``pooling`` is given.
 
     Warns:
         UserWarning: texts longer than ``max_length`` tokens, cut.
