@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model
-from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder
+from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, Dense, SentenceFolder
 from ..checkpoint.tokenizer import Tokenizer
 from ..errors import BertfnWarning, ConfigError, InputError, syntax
 from ..model.family import longest_input
@@ -225,6 +225,11 @@ def embed(
     folder = sentence_modules(m.sentence_folder, pooling, normalize)
     before = chosen_prompt(folder, prompt, prompt_name)
     max_length = max_tokens(m, max_length, folder)
+    width = next((d.weight.shape[0] for d in reversed(folder.after) if isinstance(d, Dense)),
+                 m.config.hidden_size * len(folder.pooling))  # D: the last Dense's, else the pooled modes'
+    if truncate_dim is not None and truncate_dim > width:  # said before the encoder runs over every text
+        raise InputError(f"{syntax(python='truncate_dim', cli='--truncate-dim')} must be at most the vectors' {width} "
+                         f"values, got {truncate_dim}; pass a smaller one, or none for the whole vectors")
     batch = [before + t for t in batch]
     if folder.do_lower_case:  # sentence-transformers lowercases before its tokenizer, when asked to
         batch, before = [t.lower() for t in batch], before.lower()
@@ -254,8 +259,6 @@ def embed(
     vectors = per_text(m, enc, lengths, step, batch_size=batch_size, points=points)  # (N, D)
     cut_to = truncate_dim if truncate_dim is not None else folder.truncate_dim
     if cut_to is not None:
-        if truncate_dim is not None and truncate_dim > vectors.shape[1]:
-            raise InputError(f"truncate_dim must be at most the vectors' {vectors.shape[1]} values, got {truncate_dim}")
         vectors = vectors[:, :cut_to]  # (N, truncate_dim), as sentence-transformers cuts them: after every module
     if normalize is True:
         vectors = F.normalize(vectors, p=2.0, dim=1)  # (N, D), each of length 1
