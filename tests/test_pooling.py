@@ -137,6 +137,18 @@ def test_bad_arguments(kwargs, message, tiny):
         bertfn.embed(kwargs.pop("texts"), tiny, **kwargs)
 
 
+def test_a_truncate_dim_wider_than_the_vectors_is_refused_before_the_encoder_runs(tiny):
+    """The vectors' width (H, or H per concatenated mode) is known from the folder: a truncate_dim past it is refused
+    before any text is encoded, not after the whole corpus."""
+    ran = []
+    edits = {"embeddings.output": lambda t, point: ran.append(point) or t}  # called when the encoder runs
+    with pytest.raises(bertfn.InputError, match=r"truncate_dim must be at most the vectors' 96 values, got 97; "
+                                                r"pass a smaller one, or none for the whole vectors"):
+        bertfn.embed(TEXTS, tiny, pooling=("cls", "mean"), truncate_dim=97, edits=edits)
+    assert ran == []
+    assert bertfn.embed(TEXTS, tiny, pooling=("cls", "mean"), truncate_dim=96).shape == (len(TEXTS), 96)
+
+
 def test_cli_json_is_embed_as_a_list(tiny_folder, capsys):
     assert main(["embed", *TEXTS[:2], "--model", str(tiny_folder), "--json", "--pooling", "cls", "--normalize"]) == 0
     cpu = str(tiny_folder)  # the command's own numbers: the model it loads, on the CPU

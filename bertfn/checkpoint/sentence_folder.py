@@ -14,6 +14,8 @@ and ``config_sentence_transformers.json`` holds the prompts (``{"query": "query:
 ``similarity_fn_name`` and ``truncate_dim``. :func:`sentence_folder` reads all of it into a :class:`SentenceFolder`
 (``model.sentence_folder`` for a loaded model); :func:`bertfn.embed` runs it (:mod:`bertfn.tasks.pooling`). A folder without
 ``modules.json`` is read as sentence-transformers reads a plain transformers folder (mean pooling, nothing after it).
+One whose ``modules.json`` lists a Transformer alone has no pooling (``pooling=()``): sentence-transformers gives
+token vectors only, so :func:`bertfn.embed` asks for ``pooling=``.
 A module bertfn does not run (a LayerNorm, a CNN, a Router, ...) is refused by name (:class:`ConfigError`).
 """
 
@@ -77,7 +79,8 @@ class SentenceFolder:
     Attributes:
         path: the folder (None: no folder was found, e.g. a model made in memory).
         listed: the folder has a ``modules.json`` (else it is read as a plain transformers folder).
-        pooling: the Pooling module's modes, concatenated in this order (default ("mean",)).
+        pooling: the Pooling module's modes, concatenated in this order (default ("mean",)); () where
+            ``modules.json`` lists a Transformer alone (sentence-transformers gives only token vectors then).
         include_prompt: False: a prompt's tokens are left out of the pooling.
         after: the modules after the pooling, in order: :class:`Dense` and :data:`NORMALIZE`.
         max_seq_length: the tokens a text is cut to (sentence_bert_config.json's ``max_seq_length``, else the
@@ -189,10 +192,14 @@ def _read(folder: Path) -> SentenceFolder:
             after.append(_dense(folder / path, path))
         else:
             after.append(NORMALIZE)
+    if transformer is None:
+        raise ConfigError(f"{folder / 'modules.json'} lists no modules; sentence-transformers writes a Transformer, a "
+                          "Pooling and the modules after it there: re-download the folder, or remove the file to read "
+                          "the folder as a plain transformers checkpoint (the mean of its tokens' vectors)")
     if not pooling and after:
         raise ConfigError(f"{folder / 'modules.json'} lists no Pooling module, so its Dense and Normalize modules would "
                           "read token vectors; bertfn makes a text's vector with a Pooling module first")
-    return SentenceFolder(**common, listed=True, after=tuple(after), **transformer, **pooling)
+    return SentenceFolder(**common, listed=True, after=tuple(after), **transformer, **(pooling or dict(pooling=())))
 
 
 def _transformer(folder: Path) -> dict:

@@ -41,9 +41,9 @@ import torch.nn.functional as F
 from ..checkpoint.checks import count
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model
-from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, SentenceFolder
+from ..checkpoint.sentence_folder import NORMALIZE, POOLINGS, SIMILARITIES, Dense, SentenceFolder
 from ..checkpoint.tokenizer import Tokenizer
-from ..errors import BertfnWarning, InputError, clipped, syntax
+from ..errors import BertfnWarning, ConfigError, InputError, clipped, syntax
 from ..model.family import longest_input
 from ..model.recorder import Edit
 from .pooling import after_pooling, exclude_prompt, pool
@@ -99,6 +99,7 @@ def sentence_modules(folder: SentenceFolder, pooling: str | tuple[str, ...] | li
 
     Raises:
         InputError: an unknown pooling mode, a normalize that is not None, True or False.
+        ConfigError: no ``pooling`` for a folder whose ``modules.json`` lists no Pooling module.
 
     Warns:
         BertfnWarning: once per folder, where the caller's choice differs from what its ``modules.json`` lists.
@@ -109,8 +110,12 @@ def sentence_modules(folder: SentenceFolder, pooling: str | tuple[str, ...] | li
                          f"got {pooling!r}")
     if normalize is not None and not isinstance(normalize, bool):
         raise InputError(f"normalize must be True or False (or None: as the model's folder says), got {normalize!r}")
+    if modes is None and not folder.pooling:
+        raise ConfigError(f"{folder.path / 'modules.json'} lists a Transformer module and no Pooling module, so "
+                          "sentence-transformers makes no vector per text from it (only token vectors); pass "
+                          f"{syntax(python='pooling=', cli='--pooling ')}MODE (mean, cls, ...) to choose how to make one")
     if modes is not None and modes != folder.pooling:
-        if folder.listed:
+        if folder.listed and folder.pooling:
             _say_once(folder, "pooling", f"{syntax(python='pooling=', cli='--pooling ')}{'+'.join(modes)} overrides "
                       f"the pooling {'+'.join(folder.pooling)} of {folder.path}'s Pooling module: these are not the "
                       "vectors the model was trained to give")
@@ -204,7 +209,8 @@ def embed(
     Raises:
         InputError: an unknown pooling, a bad normalize, prompt, prompt_name, truncate_dim, batch_size or max_length.
         MissingPartError: a model without a tokenizer.
-        ConfigError: a folder whose modules bertfn does not run (named in the message).
+        ConfigError: a folder whose modules bertfn does not run (named in the message), or whose modules.json lists
+            no Pooling module when no ``pooling`` is given.
 
     Warns:
         UserWarning: texts longer than ``max_length`` tokens, cut.
@@ -219,10 +225,17 @@ def embed(
     folder = sentence_modules(m.sentence_folder, pooling, normalize)
     before = chosen_prompt(folder, prompt, prompt_name)
     max_length = max_tokens(m, max_length, folder)
+    width = next((d.weight.shape[0] for d in reversed(folder.after) if isinstance(d, Dense)),
+                 m.config.hidden_size * len(folder.pooling))  # D: the last Dense's, else the pooled modes'
+    if truncate_dim is not None and truncate_dim > width:  # said before the encoder runs over every text
+        raise InputError(f"{syntax(python='truncate_dim', cli='--truncate-dim')} must be at most the vectors' {width} "
+                         f"values, got {truncate_dim}; pass a smaller one, or none for the whole vectors")
     batch = [before + t for t in batch]
     if folder.do_lower_case:  # sentence-transformers lowercases before its tokenizer, when asked to
         batch, before = [t.lower() for t in batch], before.lower()
-    skip = prompt_tokens(tok, before) if before and not folder.include_prompt else 0
+    # the prompt's tokens left out of the pooling, counted as sentence-transformers counts them: the prompt
+    # tokenized alone and cut to max_length too, so a longer prompt leaves out all but the cut text's [SEP]
+    skip = min(prompt_tokens(tok, before), max_length - 1) if before and not folder.include_prompt else 0
 
     enc = tok(list(batch))
     lengths = enc.attention_mask.sum(dim=1).tolist()
@@ -246,8 +259,6 @@ def embed(
     vectors = per_text(m, enc, lengths, step, batch_size=batch_size, points=points)  # (N, D)
     cut_to = truncate_dim if truncate_dim is not None else folder.truncate_dim
     if cut_to is not None:
-        if truncate_dim is not None and truncate_dim > vectors.shape[1]:
-            raise InputError(f"truncate_dim must be at most the vectors' {vectors.shape[1]} values, got {truncate_dim}")
         vectors = vectors[:, :cut_to]  # (N, truncate_dim), as sentence-transformers cuts them: after every module
     if normalize is True:
         vectors = F.normalize(vectors, p=2.0, dim=1)  # (N, D), each of length 1
