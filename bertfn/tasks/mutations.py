@@ -32,7 +32,7 @@ import torch
 
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
-from ..errors import DependencyError, InputError
+from ..errors import DependencyError, InputError, syntax
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.family import longest_input
@@ -171,7 +171,7 @@ def substitution_matrix(
 def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = True) -> Substitutions:
     """The :class:`Substitutions` of ``reference``: masked marginals, or with ``masked`` False the wild-type ones."""
     tok = require_tokenizer(m, "substitution_matrix")
-    require_mlm_head(m, "substitution_matrix")
+    require_mlm_head(m, syntax("substitution_matrix", "score --reference"))
     enc = tok([reference])
     n = int(enc.attention_mask[0].sum())
     try:
