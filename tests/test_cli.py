@@ -276,3 +276,17 @@ def test_a_model_without_the_mlm_head_is_refused_in_the_commands_words(tiny_fold
     assert "error: fill-mask needs a masked-LM head" in capsys.readouterr().err
     assert main(["score", "--reference", "the cat", "the dog", "--model", folder, "--quiet"]) == 2
     assert "error: score --reference needs a masked-LM head" in capsys.readouterr().err
+
+
+def test_a_tasks_refusal_names_the_commands_option(tiny_folder, tmp_path, capsys):
+    """Tried as a user: ``bertfn tag --stride 2`` without --aggregation said "stride reads ...", and ``bertfn score
+    --reference R SHORTER`` "masked marginals score substitutions only (...: bertfn.score of each text)", also with
+    --pll-change: Python's words on the command line."""
+    tagger = bertfn.with_head(bertfn.load(tiny_folder), "token-classification", labels=["O", "B-X"])
+    assert main(["tag", "the cat", "--stride", "2", "--model", str(bertfn.save(tagger, tmp_path / "tagger"))]) == 2
+    assert "error: --stride reads a long text" in capsys.readouterr().err
+    for method in ([], ["--pll-change"]):
+        assert main(["score", "--reference", "the cat sat", "the cat", "--model", str(tiny_folder), *method]) == 2
+        err = capsys.readouterr().err
+        assert "score --reference scores substitutions only, whatever its method" in err
+        assert "bertfn score TEXT ... alone" in err and "bertfn.score" not in err

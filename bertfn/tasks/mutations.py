@@ -282,11 +282,13 @@ def score_mutations(
         row = enc.input_ids[i, :n].tolist()  # one copy to Python, not an element at a time
         ids = [row[k] for k in scored]
         if len(ids) != len(subs.ids):
-            hint = (f"; {text!r:.40} looks like mutation codes, and score_mutations reads each variant's whole text "
+            hint = (f"; {text!r:.40} looks like mutation codes, and "
+                    f"{syntax(python='score_mutations', cli='score --reference')} reads each variant's whole text "
                     "(the reference with its substitutions made)" if CODES.fullmatch(text.strip()) else "")
-            raise InputError(f"text {i} has {len(ids)} tokens to score and the reference {len(subs.ids)}; masked "
-                             "marginals score substitutions only (for insertions or deletions compare PLLs: "
-                             f"bertfn.score of each text){hint}")
+            raise InputError(f"text {i} has {len(ids)} tokens to score and the reference {len(subs.ids)}; "
+                             f"{syntax(python='score_mutations', cli='score --reference')} scores substitutions only, "
+                             "whatever its method (for insertions or deletions compare PLLs: "
+                             f"{syntax(python='bertfn.score of each text', cli='bertfn score TEXT ... alone')}){hint}")
         mutations = []
         for j, (old, new) in enumerate(zip(subs.ids, ids)):
             if old != new:
