@@ -3,6 +3,7 @@ subcommand's help: a description, an example and its own options only."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -206,3 +207,86 @@ def test_every_subcommand_whose_pipeline_batches_takes_batch_size(mlm_checkpoint
     assert "--batch-size must be a positive integer, got 0" in capsys.readouterr().err
     assert main(["score", "a b", "--reference", "a c", "--batch-size", "2", "--model", str(folder)]) == bertfn.InputError.exit_code
     assert "--batch-size are options of the PLL" in capsys.readouterr().err
+
+
+def test_the_help_lists_the_subcommands_as_the_docs_present_them_and_says_the_exit_codes(capsys):
+    """Tried as a shell user: ``bertfn --help`` listed answer, choose, classify, ... (the task modules' names)
+    before fill-mask, and said nothing of the exit codes a script tests."""
+    assert list(COMMANDS)[:5] == ["fill-mask", "score", "embed", "view", "attention"]
+    assert list(COMMANDS)[-1] == "contacts"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    listed = re.findall(r"^    (\S+)", out, re.M)
+    assert listed == list(COMMANDS)
+    codes = " ".join(out.split("exit codes:")[1].split())
+    for error, said in ((bertfn.InputError, "bad arguments"), (bertfn.ConfigError, "bad config.json"),
+                        (bertfn.CheckpointError, "bad checkpoint"), (bertfn.ModelLoadError, "model not found"),
+                        (bertfn.DependencyError, "optional library missing")):
+        assert f"{error.exit_code} {said}" in codes
+    assert "--input -" in out and "141" in out
+
+
+@pytest.mark.parametrize("argv, meant", [
+    (["fill-mak", "x"], "did you mean fill-mask?"),
+    (["zeroshot", "x"], "did you mean zero-shot?"),
+    (["fill-mask", "a [MASK]", "--dtype", "bf17"], "did you mean bf16?"),
+    (["fill-mask", "a [MASK]", "--topk", "3"], "(did you mean --top-k?); see 'bertfn fill-mask --help'"),
+    (["embed", "-x", "--model", "unused"], "goes after --, which ends the options: bertfn embed [OPTIONS] -- -x); "
+                                           "see 'bertfn embed --help'"),
+])
+def test_a_mistyped_word_is_met_with_the_one_meant(argv, meant, capsys):
+    """Tried as a shell user: ``bertfn fill-mak``, ``--topk``, ``--dtype bf17`` listed the choices with no hint, and
+    ``bertfn embed -x`` (a text that starts with -) said "unrecognized arguments" and pointed at ``bertfn --help``,
+    not the subcommand's, without saying how to pass such a text. No model loads: the command line fails first."""
+    assert main(argv) == bertfn.InputError.exit_code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and meant in err
+
+
+def test_a_text_piped_in_is_pointed_at_input_dash(monkeypatch, capsys):
+    """Tried as a shell user: ``echo TEXT | bertfn embed`` said "pass at least one text", and ``... | bertfn embed -``
+    embedded the text "-"; standard input is read with ``--input -`` alone, which both now say."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("a text\n"))
+    assert main(["embed", "--model", "unused"]) == bertfn.InputError.exit_code
+    assert "standard input is read only with --input -" in capsys.readouterr().err
+    for argv in (["embed", "-"], ["score", "a b", "-"], ["rerank", "a query", "-"]):
+        assert main([*argv, "--model", "unused"]) == bertfn.InputError.exit_code
+        assert "a text '-' is no standard input here; to read the texts from standard input pass --input -" \
+            in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["classify", "x"], ["zero-shot", "x", "--labels", "a", "b"], ["rerank", "q", "p"],
+                                  ["tag", "x"], ["choose", "x", "--choices", "a", "b"], ["contacts", "MKT"]])
+def test_a_fine_tuned_heads_subcommand_requires_its_model(argv, capsys):
+    """Tried as a shell user: ``bertfn classify TEXT`` without --model went for bert-base-uncased, the help's default,
+    which has no classifier (with the hub up: a 440 MB download, then the refusal); the head subcommands' --model is
+    required, and its help says what it must be."""
+    assert main(argv) == bertfn.InputError.exit_code
+    assert "the following arguments are required: --model" in capsys.readouterr().err
+    assert "(required)" in help_of(argv[0], capsys) and "bert-base-uncased" not in help_of(argv[0], capsys)
+
+
+def test_a_model_without_the_mlm_head_is_refused_in_the_commands_words(tiny_folder, tmp_path, capsys):
+    """Tried as a user: ``bertfn fill-mask`` on a classifier said "fill_mask needs a masked-LM head", and ``bertfn score
+    --reference`` "substitution_matrix needs ...": Python's names, not the command's."""
+    classifier = bertfn.with_head(bertfn.load(tiny_folder), "sequence-classification", labels=["no", "yes"])
+    folder = str(bertfn.save(classifier, tmp_path / "classifier"))
+    assert main(["fill-mask", "the [MASK]", "--model", folder, "--quiet"]) == bertfn.MissingPartError.exit_code
+    assert "error: fill-mask needs a masked-LM head" in capsys.readouterr().err
+    assert main(["score", "--reference", "the cat", "the dog", "--model", folder, "--quiet"]) == 2
+    assert "error: score --reference needs a masked-LM head" in capsys.readouterr().err
+
+
+def test_a_tasks_refusal_names_the_commands_option(tiny_folder, tmp_path, capsys):
+    """Tried as a user: ``bertfn tag --stride 2`` without --aggregation said "stride reads ...", and ``bertfn score
+    --reference R SHORTER`` "masked marginals score substitutions only (...: bertfn.score of each text)", also with
+    --pll-change: Python's words on the command line."""
+    tagger = bertfn.with_head(bertfn.load(tiny_folder), "token-classification", labels=["O", "B-X"])
+    assert main(["tag", "the cat", "--stride", "2", "--model", str(bertfn.save(tagger, tmp_path / "tagger"))]) == 2
+    assert "error: --stride reads a long text" in capsys.readouterr().err
+    for method in ([], ["--pll-change"]):
+        assert main(["score", "--reference", "the cat sat", "the cat", "--model", str(tiny_folder), *method]) == 2
+        err = capsys.readouterr().err
+        assert "score --reference scores substitutions only, whatever its method" in err
+        assert "bertfn score TEXT ... alone" in err and "bertfn.score" not in err

@@ -632,9 +632,8 @@ def assert_one_line(err: str, *parts: str) -> None:
 
 @pytest.mark.parametrize("argv, part", [
     ([], "the following arguments are required: command; see 'bertfn --help'"),
-    (["fill-mask"], "pass at least one text with the model's mask token ([MASK] or <mask>), or --input FILE; see "
-                    "'bertfn fill-mask --help'"),
-    (["score"], "pass at least one text to score, or --input FILE; see 'bertfn score --help'"),
+    (["fill-mask"], "pass at least one text with the model's mask token ([MASK] or <mask>), or --input FILE"),
+    (["score"], "pass at least one text to score, or --input FILE"),  # then where stdin is no terminal: --input -
     (["fill-mask", "a [MASK]", "--top-k", "many"], "argument --top-k: invalid int value: 'many'"),
     (["fill-mask", "a [MASK]", "--colour"], "unrecognized arguments: --colour"),
     (["fil-mask", "a [MASK]"], "invalid choice: 'fil-mask'"),

@@ -90,7 +90,7 @@ def test_pll_change_equals_transformers(antiberty, antiberty_hf):
 
 
 def test_mutation_errors(antiberty):
-    with pytest.raises(bertfn.InputError, match="text 0 has 48 tokens to score and the reference 49; masked marginals"):
+    with pytest.raises(bertfn.InputError, match="text 0 has 48 tokens to score and the reference 49; score_mutations scores substitutions only"):
         score_mutations(HEAVY[2:], antiberty, reference=HEAVY)
     with pytest.raises(bertfn.InputError, match="the reference holds \\[MASK\\]"):
         substitution_matrix(HEAVY.replace("E V Q", "[MASK] V Q"), antiberty)

@@ -125,8 +125,11 @@ def test_cli_attention_writes_a_png(mlm_checkpoint, tmp_path, capsys, head):
 def test_cli_attention_errors_are_one_line(mlm_checkpoint, tmp_path, capsys):
     model = str(mlm_checkpoint[0])
     assert main(["attention", TEXT, "--layer", "7", "--model", model, "--out", str(tmp_path / "a.png")]) == 2
-    assert capsys.readouterr().err.strip() == (
-        "bertfn: error: layer must be an integer from 0 to 1 (this model has 2 layers), got 7")
+    assert capsys.readouterr().err.strip() == (  # the option's name, and the negative layers it takes too
+        "bertfn: error: --layer must be an integer from -2 to 1 (this model has 2 layers; negative counts from the "
+        "end), got 7")
+    assert main(["attention", TEXT, "--head", "-9", "--model", model, "--out", str(tmp_path / "a.png")]) == 2
+    assert "error: --head must be an integer from -3 to 2 (layer 0 has 3 heads;" in capsys.readouterr().err
     assert main(["attention", TEXT, "--model", model, "--out", str(tmp_path / "missing" / "a.png")]) == 2
     assert "cannot write" in capsys.readouterr().err
     assert not (tmp_path / "a.png").exists()

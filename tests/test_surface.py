@@ -193,7 +193,7 @@ def test_no_mlm_head_is_a_missing_part_error(headless_folder, capsys):
     assert "mlm.logits" not in rec and "layer.1.output" in rec
     assert main(["fill-mask", TEXT, "--model", str(headless_folder)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("bertfn: error: fill_mask needs the masked-LM head") and err.count("\n") == 1
+    assert err.startswith("bertfn: error: fill-mask needs the masked-LM head") and err.count("\n") == 1
 
 
 def test_no_tokenizer_on_the_cli_names_the_cli_option(tiny_folder, tmp_path, capsys):

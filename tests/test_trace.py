@@ -169,9 +169,9 @@ def test_bad_requests_raise_bertfns_errors(mlm):
     assert rec.mask_positions == [] and "mlm.logits" not in rec  # no [MASK]: the head is not run
     with pytest.raises(bertfn.InputError, match="did you mean layer.0.attention.probs"):
         rec["layer.0.attention.prob"]
-    with pytest.raises(bertfn.InputError, match="from 0 to 1"):
+    with pytest.raises(bertfn.InputError, match="from -2 to 1"):
         rec.attention(2)
-    with pytest.raises(bertfn.InputError, match="from 0 to 2"):
+    with pytest.raises(bertfn.InputError, match="from -3 to 2"):
         rec.attention(0, head=3)
     assert torch.equal(rec.attention(-1, head=-1), rec["layer.1.attention.probs"][0, 2])
     with pytest.raises(bertfn.InputError, match="string or a non-empty list of strings"):

@@ -37,18 +37,21 @@ the Python API's "text 0", as lists count): :func:`counted_from_one`.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import re
+import shlex
 import sys
 import warnings
 from collections.abc import Callable, Iterable
 
-from ..errors import SURFACE, BertfnError, InputError
+from ..errors import (SURFACE, BertfnError, CheckpointError, ConfigError, DependencyError, InputError,
+                      ModelLoadError)
 from ..tasks import TASKS
 from ..tasks.task import Task
 from . import view
-from .options import one_line
+from .options import one_line, refuse_dash
 
 
 def task_command(task: Task) -> tuple[Callable, Callable[[argparse.Namespace], int]]:
@@ -62,31 +65,73 @@ def task_command(task: Task) -> tuple[Callable, Callable[[argparse.Namespace], i
     return module.add, module.run
 
 
+LISTED = ("fill-mask", "score", "embed", "view", "attention", "classify", "zero-shot", "rerank", "tag", "answer",
+          "choose", "contacts")
+"""The order of ``bertfn --help``'s list, the docs' own: the guides' (fill-mask, scoring, embeddings, tracing), then
+the heads page's. A subcommand not named here comes after them."""
+
+
 def commands(tasks: Iterable[Task]) -> dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]]:
     """Subcommand name -> (add its parser to the subparsers, run it on the parsed arguments): each of ``tasks`` that
     has a subcommand (:attr:`~bertfn.tasks.task.Task.command`), from the module named after it (:func:`task_command`),
-    then the explorer's and the attention plot's, which are no task (view.py).
+    and the explorer's and the attention plot's, which are no task (view.py); in the order of :data:`LISTED`, the
+    others after them as they came.
 
     Args:
-        tasks: the tasks, in the order their subcommands are listed.
+        tasks: the tasks, in the order their subcommands are listed when :data:`LISTED` does not name them.
     """
-    return {
+    found = {
         **{task.name: task_command(task) for task in tasks if task.command},
         "view": (view.add_view, view.run_view),
         "attention": (view.add_attention, view.run_attention),
     }
+    return dict(sorted(found.items(), key=lambda item: LISTED.index(item[0]) if item[0] in LISTED else len(LISTED)))
 
 
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = commands(TASKS)
 """Every subcommand (:func:`commands`): one per task of :data:`bertfn.tasks.TASKS` that has one, and view's two."""
 
 
+CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+"""argparse's message for a value outside an option's (or the subcommands') choices: the value, the choices."""
+
+
+def nearest(word: str, words: Iterable[str]) -> str:
+    """`` (did you mean WORD?)`` for the one of ``words`` nearest ``word``, if one is near, else ``""``.
+
+    Args:
+        word: what was typed (``fill-mak``, ``--topk``).
+        words: what it may have meant.
+    """
+    close = difflib.get_close_matches(word, list(words), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, except that a bad command line raises :class:`InputError` (one line, exit 2) instead of
-    printing the usage and exiting. Subcommand parsers are of this class too."""
+    printing the usage and exiting, naming the subcommand or choice meant where one is spelled nearly so.
+    Subcommand parsers are of this class too."""
 
     def error(self, message: str) -> None:
-        raise InputError(f"{message}; see '{self.prog} --help'")
+        typo = CHOICE.search(message)
+        hint = nearest(typo.group(1), (c.strip("'") for c in typo.group(2).split(", "))) if typo else ""
+        raise InputError(f"{message}{hint}; see '{self.prog} --help'")
+
+    def parse_args(self, args=None, namespace=None) -> argparse.Namespace:
+        """As argparse's, except that words no option or positional takes are refused with the subcommand's help
+        named, and the option meant (``--topk``: ``--top-k``) or, for a word that starts with -, how to pass it
+        as a text (after ``--``)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if not extra:
+            return parsed
+        parser = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices[parsed.command]
+        dashed = next((word for word in extra if word.startswith("-")), None)
+        hint = nearest(dashed.split("=")[0], (o for a in parser._actions for o in a.option_strings if o[:2] == "--")) \
+            if dashed and dashed.startswith("--") else ""
+        if dashed and not hint:
+            hint = (f" (a text that starts with - goes after --, which ends the options: {parser.prog} [OPTIONS] -- "
+                    f"{shlex.quote(dashed)})")
+        raise InputError(f"unrecognized arguments: {' '.join(extra)}{hint}; see '{parser.prog} --help'")
 
 
 COUNTED = re.compile(r"(?<!\w)('(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")"  # a quoted text: left as it came
@@ -113,10 +158,23 @@ def counted_from_one(message: object) -> str:
     return COUNTED.sub(renumbered, str(message))
 
 
+EPILOG = f"""\
+Each command's options and an example: bertfn COMMAND --help. Texts come as arguments (one that starts
+with - after --, which ends the options), or one a line from a file or standard input: --input FILE, --input -.
+
+exit codes: 0 done; {InputError.exit_code} bad arguments or input (a file run: some line holds an error); \
+{ConfigError.exit_code} bad config.json;
+{CheckpointError.exit_code} bad checkpoint; {ModelLoadError.exit_code} model not found; \
+{DependencyError.exit_code} optional library missing; 1 unexpected (a bug: BERTFN_DEBUG=1 shows it);
+130 Ctrl-C; 141 stdout closed (| head); 143 SIGTERM."""
+"""``bertfn --help``'s end: where each command's help is, how texts come, and the exit codes (the module docstring)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = _Parser(prog="bertfn", description="BERT as pure functions over a Hugging Face checkpoint.")
+    parser = _Parser(prog="bertfn", description="BERT as pure functions over a Hugging Face checkpoint.",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"bertfn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add, _ in COMMANDS.values():
@@ -143,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = lambda message, *_, **__: one_line("warning", said(message))
             args = build_parser().parse_args(argv)
             typed = getattr(args, "input", None) is None
+            refuse_dash(args)
             if getattr(args, "quiet", False):
                 warnings.simplefilter("ignore")
             return COMMANDS[args.command][1](args)

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..tasks.answer import DEFAULT_READER, TASK, answer
 from ..tasks.runner import packing
-from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
+from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
 def add(sub) -> None:
@@ -21,7 +21,8 @@ def add(sub) -> None:
     context = an.add_mutually_exclusive_group()
     context.add_argument("--context", help="the text the answers are taken from")
     context.add_argument("--context-file", metavar="FILE", help="read the context from FILE (UTF-8; - for stdin)")
-    an.add_argument("--top-k", type=int, default=1, help="answers per question (default 1)")
+    an.add_argument("--top-k", type=int, default=1, metavar="N",
+                    help="answers per question (default 1)")
     an.add_argument("--max-answer-len", type=int, default=15, help="tokens per answer, at most (default 15)")
     an.add_argument("--max-seq-len", type=int, default=None,
                     help="tokens per window of question and context (default: 384, or what the model reads if less)")
@@ -31,12 +32,10 @@ def add(sub) -> None:
                     help='let "no answer" (an empty answer at 0, scored by [CLS]) compete')
     an.add_argument("--no-align-to-words", dest="align_to_words", action="store_false",
                     help="keep answers to their tokens' characters, not widened to whole words")
-    an.add_argument("--batch-size", type=int, default=16, help="windows per encoder pass, at most (default 16)")
+    an.add_argument("--batch-size", type=int, default=16, metavar="N",
+                    help="windows per encoder pass, at most (default 16)")
     an.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
-    add_model_options(an)
-    for action in an._actions:  # a reader by default, not the models' bert-base-uncased
-        if action.dest == "model":
-            action.default, action.help = DEFAULT_READER, f"hub id, local folder or weights file (default: {DEFAULT_READER})"
+    add_model_options(an, default=DEFAULT_READER)  # a reader by default, not the models' bert-base-uncased
     add_file_options(an)
 
 
@@ -74,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--input reads each line's question and context from its JSON fields; drop --context")
         return run_file_command(args, "answer", **options)
     if not args.text:
-        raise InputError("pass at least one question and --context TEXT (or --context-file FILE), or --input FILE; "
-                         "see 'bertfn answer --help'")
+        raise no_texts(args, "pass at least one question and --context TEXT (or --context-file FILE), or --input FILE; "
+                             "see 'bertfn answer --help'")
     context = args.context if args.context is not None else read_context(args.context_file) \
         if args.context_file is not None else None
     if context is None:

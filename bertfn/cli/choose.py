@@ -21,9 +21,9 @@ def add(sub) -> None:
                     help="the texts that may follow the prompt, each read as the second text of a pair")
     ch.add_argument("--json", action="store_true",
                     help="print the results as JSON: {prompt, choices, scores}, best first, or a list of them")
-    ch.add_argument("--batch-size", type=int, default=32,
+    ch.add_argument("--batch-size", type=int, default=32, metavar="N",
                     help="(prompt, choice) pairs per encoder pass, at most (default 32)")
-    add_model_options(ch)
+    add_model_options(ch, needs="a multiple-choice checkpoint (*ForMultipleChoice)")
     add_file_options(ch)
 
 

@@ -21,7 +21,8 @@ def add(sub) -> None:
     cl.add_argument("--pair", nargs="+", default=None, metavar="TEXT",
                     help="the second segment: one for every text, or one per text")
     ranks = cl.add_mutually_exclusive_group()
-    ranks.add_argument("--top-k", type=int, default=None, help="the k best labels per text, best first")
+    ranks.add_argument("--top-k", type=int, default=None, metavar="N",
+                       help="the N best labels per text, best first (default 1: the best label alone)")
     ranks.add_argument("--all-labels", action="store_true", help="every label per text, best first")
     cl.add_argument("--function", choices=("softmax", "sigmoid", "none"), default=None,
                     help="what turns the logits into scores (default: as the config's problem_type says)")
@@ -30,8 +31,10 @@ def add(sub) -> None:
                          "with truncation=True (a pair: the longer of its two texts first)")
     add_head_options(cl, "run")
     cl.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
-    cl.add_argument("--batch-size", type=int, default=32, help="texts per encoder pass, at most (default 32)")
-    add_model_options(cl)
+    cl.add_argument("--batch-size", type=int, default=32, metavar="N",
+                    help="texts per encoder pass, at most (default 32)")
+    add_model_options(cl, needs="a sequence classifier (*ForSequenceClassification), or of the checkpoint whose "
+                                "--head it runs")
     add_file_options(cl)
 
 

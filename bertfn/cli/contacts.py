@@ -7,7 +7,7 @@ import json
 
 from ..errors import InputError
 from ..tasks.runner import packing
-from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
+from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
 def add(sub) -> None:
@@ -25,8 +25,9 @@ def add(sub) -> None:
                     help="write one protein's whole map: a picture (.png, .svg, .pdf; needs matplotlib) or .npy "
                          "(float32)")
     ct.add_argument("--json", action="store_true", help="print the map (or --top's contacts) as JSON")
-    ct.add_argument("--batch-size", type=int, default=8, help="proteins per encoder pass, at most (default 8)")
-    add_model_options(ct)
+    ct.add_argument("--batch-size", type=int, default=8, metavar="N",
+                    help="proteins per encoder pass, at most (default 8)")
+    add_model_options(ct, needs="ESM-2 with its contact head (e.g. facebook/esm2_t6_8M_UR50D)")
     add_file_options(ct)
 
 
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--out writes one protein's map; with --input the maps go to --output")
         return run_file_command(args, "contacts", **options)
     if not args.text:
-        raise InputError("pass a protein sequence (e.g. MKTAYIAKQR), or --input FILE; see 'bertfn contacts --help'")
+        raise no_texts(args, "pass a protein sequence (e.g. MKTAYIAKQR), or --input FILE; see 'bertfn contacts --help'")
     if args.out is not None and (len(args.text) > 1 or top is not None or args.json):
         raise InputError("--out writes the whole map of one protein; pass one sequence, without --top and --json")
     texts = list(args.text)

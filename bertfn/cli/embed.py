@@ -6,9 +6,8 @@ import argparse
 import json
 
 from ..checkpoint.sentence_folder import POOLINGS
-from ..errors import InputError
 from ..tasks.runner import packing
-from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
+from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
 def add(sub) -> None:
@@ -27,7 +26,8 @@ def add(sub) -> None:
                     help="cut each vector to its first D values (Matryoshka models; default: the folder's, else none)")
     em.add_argument("--max-length", type=int, default=None,
                     help="tokens per text at most; longer texts are cut (default: the model's max_seq_length or positions)")
-    em.add_argument("--batch-size", type=int, default=32, help="texts per encoder pass, at most (default 32)")
+    em.add_argument("--batch-size", type=int, default=32, metavar="N",
+                    help="texts per encoder pass, at most (default 32)")
     em.add_argument("--json", action="store_true",
                     help="print JSON: the vector of one text, or a list of vectors (default: one line of numbers per text)")
     add_model_options(em)
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None:
         return run_file_command(args, "embed", **options)
     if not args.text:
-        raise InputError("pass at least one text, or --input FILE; see 'bertfn embed --help'")
+        raise no_texts(args, "pass at least one text, or --input FILE; see 'bertfn embed --help'")
     texts = list(args.text)
     vectors = embed(texts, model_from_args(args, packing(TASK)), **options).cpu()  # (N, H)
     if args.json:

@@ -16,7 +16,8 @@ def add(sub) -> None:
                     '  bertfn fill-mask "The capital of France is <mask>." --model FacebookAI/roberta-base')
     fm.add_argument("text", nargs="*", help="one or more texts (or --input FILE), each with at least one [MASK], or "
                                             "the model's own mask token: <mask> for RoBERTa's kind")
-    fm.add_argument("--top-k", type=int, default=5, help="answers per mask (default 5)")
+    fm.add_argument("--top-k", type=int, default=5, metavar="N",
+                    help="answers per mask (default 5)")
     fm.add_argument("--targets", nargs="+", default=None, help="only score these words")
     fm.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
     fm.add_argument("--truncation", action="store_true",
@@ -24,7 +25,8 @@ def add(sub) -> None:
     fm.add_argument("--joint", action="store_true",
                     help="fill all the masks of a text together: the best combinations, scored by their PLL")
     fm.add_argument("--beam-width", type=int, default=5, help="beam width of --joint's search (default 5; 1: greedy)")
-    fm.add_argument("--batch-size", type=int, default=16, help="texts per encoder pass, at most (default 16)")
+    fm.add_argument("--batch-size", type=int, default=16, metavar="N",
+                    help="texts per encoder pass, at most (default 16)")
     add_model_options(fm)
     add_file_options(fm)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from ..checkpoint.dtypes import DTYPES
 from ..checkpoint.model import Model
+from ..checkpoint.resolve import DEFAULT_MODEL
 from ..corpus.files import FLUSH_SECONDS
 from ..corpus.formats import FORMATS
 from ..errors import InputError
@@ -41,13 +42,40 @@ LIST_OPTIONS = ("pair", "labels", "targets", "choices")
 
 def no_texts(args: argparse.Namespace, message: str) -> InputError:
     """The error for a command given no text: ``message``, and where a list option (:data:`LIST_OPTIONS`) holds
-    values, how it may have taken the texts (``--labels A B "text"`` reads the text as a third label)."""
+    values, how it may have taken the texts (``--labels A B "text"`` reads the text as a third label); where standard
+    input is no terminal (texts piped in, perhaps), that ``--input -`` reads it."""
+    message, see, help_ = message.partition("; see ")
     taken = [f"--{name}" for name in LIST_OPTIONS if getattr(args, name, None)]
     if taken:
         message += (f" ({' and '.join(taken)} take{'s' if len(taken) == 1 else ''} every word after "
                     f"{'it' if len(taken) == 1 else 'them'}, texts typed after included: put the texts first, or end "
                     f"the list with --, as in {taken[0]} A B -- TEXT)")
-    return InputError(message)
+    if sys.stdin is not None and not sys.stdin.isatty():  # texts piped in, perhaps: --input - alone reads them
+        message += f" (standard input is read only with --input -: {STDIN})"
+    return InputError(message + see + help_)
+
+
+STDIN = "one text a line, or JSON Lines with --field, the results printed as JSON Lines"
+"""What ``--input -`` reads and prints, for the messages that point a piped input at it."""
+
+
+def refuse_dash(args: argparse.Namespace) -> None:
+    """Refuse ``-`` typed as a text where ``--input -`` reads standard input: a shell user's way to say "read stdin",
+    which would otherwise run the one-character text ``-``.
+
+    Args:
+        args: the parsed command line (a subcommand without ``--input`` passes).
+
+    Raises:
+        InputError: a text (or rerank's query or passage) that is ``-``, with texts on the command line.
+    """
+    if "input" not in args or args.input is not None:
+        return
+    typed = [*(args.text if "text" in args else []), *([args.query] if "query" in args else []),
+             *(args.passages if "passages" in args else [])]
+    if "-" in typed:
+        raise InputError(f"a text '-' is no standard input here; to read the texts from standard input pass --input - "
+                         f"({STDIN})")
 
 
 def subcommand(sub, name: str, summary: str, example: str, description: str | None = None) -> argparse.ArgumentParser:
@@ -65,11 +93,21 @@ def subcommand(sub, name: str, summary: str, example: str, description: str | No
                           epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """``--model --tokenizer --cased/--lowercase --device --dtype --quiet`` (read back by :func:`model_from_args`)."""
+def add_model_options(parser: argparse.ArgumentParser, *, default: str | None = None, needs: str | None = None) -> None:
+    """``--model --tokenizer --cased/--lowercase --device --dtype --quiet`` (read back by :func:`model_from_args`).
+
+    Args:
+        parser: the subcommand's parser.
+        default: the model when ``--model`` is not given (None: :data:`~bertfn.checkpoint.resolve.DEFAULT_MODEL`).
+        needs: what the model must be, for a subcommand no default model can run (a fine-tuned head's): then
+            ``--model`` is required, and its help says this.
+    """
     group = parser.add_argument_group("model")
-    group.add_argument("--model", default=None,
-                       help="hub id, local folder or weights file (default: google-bert/bert-base-uncased)")
+    if needs:
+        group.add_argument("--model", required=True, help=f"hub id, local folder or weights file of {needs} (required)")
+    else:
+        group.add_argument("--model", default=default,
+                           help=f"hub id, local folder or weights file (default: {default or DEFAULT_MODEL})")
     group.add_argument("--tokenizer", default=None,
                        help="vocab.txt, tokenizer.json or a folder with one, when it is not beside the weights")
     case = group.add_mutually_exclusive_group()

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import InputError
 from ..tasks.rerank import ACTIVATIONS
 from ..tasks.runner import packing
-from .options import add_file_options, add_model_options, emit, model_from_args, run_file_command, subcommand
+from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
 
 
 def add(sub) -> None:
@@ -20,14 +19,15 @@ def add(sub) -> None:
                                 '{"query": "...", "passages": ["...", ...]} a line.')
     rr.add_argument("query", nargs="?", default=None, help="the query (or --input FILE)")
     rr.add_argument("passages", nargs="*", help="the passages to rank")
-    rr.add_argument("--top-k", type=int, default=None, help="print the best N passages only (default: all)")
+    rr.add_argument("--top-k", type=int, default=None, metavar="N",
+                    help="print the best N passages only (default: all)")
     rr.add_argument("--activation", choices=sorted(ACTIVATIONS), default=None,
                     help="applied to the model's logit (default: the model's own, as sentence-transformers loads it)")
-    rr.add_argument("--batch-size", type=int, default=32,
+    rr.add_argument("--batch-size", type=int, default=32, metavar="N",
                     help="(query, passage) pairs per encoder pass, at most (default 32)")
     rr.add_argument("--json", action="store_true",
                     help="print the ranking as JSON: CrossEncoder.rank's [{corpus_id, score, text}, ...]")
-    add_model_options(rr)
+    add_model_options(rr, needs="a cross-encoder (e.g. cross-encoder/ms-marco-MiniLM-L6-v2)")
     add_file_options(rr)
 
 
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None:
         return run_file_command(args, "rerank", **options)
     if args.query is None or not args.passages:
-        raise InputError("pass a query and at least one passage (bertfn rerank QUERY PASSAGE ...), or --input FILE; "
-                         "see 'bertfn rerank --help'")
+        raise no_texts(args, "pass a query and at least one passage (bertfn rerank QUERY PASSAGE ...), or --input "
+                             "FILE; see 'bertfn rerank --help'")
     ranking = rerank(args.query, list(args.passages), model_from_args(args, packing(TASK)), return_documents=True, **options)
     emit(json.dumps(ranking, indent=2, ensure_ascii=False) if args.json else table(args.query, ranking))
     return 0

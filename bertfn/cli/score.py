@@ -9,8 +9,8 @@ import json
 from ..errors import InputError
 from ..tasks.runner import packing
 from ..tasks.scoring import BATCH_SIZE
-from .options import (add_file_options, add_model_options, emit, model_from_args, one_line, run_file_command,
-                      subcommand)
+from .options import (add_file_options, add_model_options, emit, model_from_args, no_texts, one_line,
+                      run_file_command, subcommand)
 
 
 def add(sub) -> None:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None:
         return run_file_command(args, "score", **options)
     if not args.text:
-        raise InputError("pass at least one text to score, or --input FILE; see 'bertfn score --help'")
+        raise no_texts(args, "pass at least one text to score, or --input FILE; see 'bertfn score --help'")
     results = score(list(args.text), model_from_args(args, packing(TASK)), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import InputError
 from ..tasks.entities import STRATEGIES
 from ..tasks.runner import packing
 from .options import (
@@ -13,6 +12,7 @@ from .options import (
     add_model_options,
     emit,
     model_from_args,
+    no_texts,
     run_file_command,
     subcommand,
 )
@@ -32,9 +32,10 @@ def add(sub) -> None:
                          "--aggregation none); without it such a text is tagged on its first window")
     tg.add_argument("--ignore-labels", default="O", metavar="LABELS",
                     help="leave out the entities of these labels, comma-separated (default: O; '': keep every label)")
-    tg.add_argument("--batch-size", type=int, default=32, help="windows per encoder pass, at most (default 32)")
+    tg.add_argument("--batch-size", type=int, default=32, metavar="N",
+                    help="windows per encoder pass, at most (default 32)")
     tg.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
-    add_model_options(tg)
+    add_model_options(tg, needs="a token classifier (*ForTokenClassification, e.g. dslim/bert-base-NER)")
     add_file_options(tg)
 
 
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None:
         return run_file_command(args, "tag", **options)
     if not args.text:
-        raise InputError("pass at least one text, or --input FILE; see 'bertfn tag --help'")
+        raise no_texts(args, "pass at least one text, or --input FILE; see 'bertfn tag --help'")
     results = tag(list(args.text), model_from_args(args, packing(TASK)), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))

@@ -14,7 +14,8 @@ def add_view(sub) -> None:
                     'bertfn view "When in Rome, do as the [MASK] do." --out view.html')
     vw.add_argument("text", help="the text to run through the model (put in [MASK]s to see the predictions)")
     vw.add_argument("--pair", default=None, help="a second segment, as in BERT's sentence pairs")
-    vw.add_argument("--top-k", type=int, default=5, help="predictions kept per [MASK] and per layer (default 5)")
+    vw.add_argument("--top-k", type=int, default=5, metavar="N",
+                    help="predictions kept per [MASK] and per layer (default 5)")
     vw.add_argument("--out", default="view.html", help="HTML file to write (default view.html)")
     vw.add_argument("--steps", type=int, default=20,
                     help="integrated gradients' points for the decision panel of a checkpoint with a task head (default 20)")

@@ -23,10 +23,10 @@ def add(sub) -> None:
                     help=f"each label's hypothesis, the label where {{}} is (default {DEFAULT_TEMPLATE!r})")
     zs.add_argument("--multi-label", action="store_true",
                     help="score each label alone (entailment against contradiction): several may be true")
-    zs.add_argument("--batch-size", type=int, default=32,
+    zs.add_argument("--batch-size", type=int, default=32, metavar="N",
                     help="(text, label) pairs per encoder pass, at most (default 32)")
     zs.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
-    add_model_options(zs)
+    add_model_options(zs, needs="an NLI classifier (e.g. FacebookAI/roberta-large-mnli)")
     add_file_options(zs)
 
 

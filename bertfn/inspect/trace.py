@@ -26,7 +26,7 @@ import torch
 from ..checkpoint.checks import refuse_long
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
-from ..errors import InputError
+from ..errors import InputError, syntax
 from ..model.config import BertConfig
 from ..model.family import longest_input
 from ..model.recorder import Edits, Trace, check_edits
@@ -99,13 +99,15 @@ class Recording:
         """
         L = self.config.num_hidden_layers
         if isinstance(layer, bool) or not isinstance(layer, int) or not -L <= layer < L:
-            raise InputError(f"layer must be an integer from 0 to {L - 1} (this model has {L} layers), got {layer!r}")
+            raise InputError(f"{syntax(python='layer', cli='--layer')} must be an integer from {-L} to {L - 1} (this "
+                             f"model has {L} layers; negative counts from the end), got {layer!r}")
         probs = self[f"layer.{layer % L}.attention.probs"][0]  # (nh, S, S)
         if head is None:
             return probs
         nh = probs.shape[0]
         if isinstance(head, bool) or not isinstance(head, int) or not -nh <= head < nh:
-            raise InputError(f"head must be an integer from 0 to {nh - 1} (layer {layer} has {nh} heads), got {head!r}")
+            raise InputError(f"{syntax(python='head', cli='--head')} must be an integer from {-nh} to {nh - 1} (layer "
+                             f"{layer} has {nh} heads; negative counts from the end), got {head!r}")
         return probs[head]  # (S, S)
 
     def to_html(self, *, top_k: int = 5, title: str | None = None, decision: Decision | None = None) -> str:

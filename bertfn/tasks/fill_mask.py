@@ -21,7 +21,7 @@ from ..checkpoint.checks import count, flag, refuse_long, truncate
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
-from ..errors import InputError, clipped
+from ..errors import InputError, clipped, syntax
 from ..model.family import longest_input
 from ..model.heads import mlm_head
 from ..model.recorder import Edit
@@ -186,7 +186,7 @@ def fill_mask(
                          "drop targets, or fill without joint")
 
     m, tok, points = loaded(TASK, model, device, dtype, edits)
-    require_mlm_head(m, "fill_mask")
+    require_mlm_head(m, syntax("fill_mask", "fill-mask"))
     pieces = target_pieces(m, targets) if targets is not None else None
     wanted = [p[0] for p in pieces if len(p) == 1] if pieces is not None else None  # single-piece targets
     words = [p for p in pieces if len(p) > 1] if pieces is not None else []  # whole-word targets

@@ -33,7 +33,7 @@ import torch
 from ..checkpoint.checks import count, one_of
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
-from ..errors import DependencyError, InputError, clipped
+from ..errors import DependencyError, InputError, clipped, syntax
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.family import longest_input
@@ -171,7 +171,7 @@ def substitution_matrix(
 def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = True) -> Substitutions:
     """The :class:`Substitutions` of ``reference``: masked marginals, or with ``masked`` False the wild-type ones."""
     tok = require_tokenizer(m, "substitution_matrix")
-    require_mlm_head(m, "substitution_matrix")
+    require_mlm_head(m, syntax("substitution_matrix", "score --reference"))
     enc = tok([reference])
     n = int(enc.attention_mask[0].sum())
     try:
@@ -282,11 +282,13 @@ def score_mutations(
         row = enc.input_ids[i, :n].tolist()  # one copy to Python, not an element at a time
         ids = [row[k] for k in scored]
         if len(ids) != len(subs.ids):
-            hint = (f"; {clipped(text, 40)} looks like mutation codes, and score_mutations reads each variant's whole text "
+            hint = (f"; {clipped(text, 40)} looks like mutation codes, and "
+                    f"{syntax(python='score_mutations', cli='score --reference')} reads each variant's whole text "
                     "(the reference with its substitutions made)" if CODES.fullmatch(text.strip()) else "")
-            raise InputError(f"text {i} has {len(ids)} tokens to score and the reference {len(subs.ids)}; masked "
-                             "marginals score substitutions only (for insertions or deletions compare PLLs: "
-                             f"bertfn.score of each text){hint}")
+            raise InputError(f"text {i} has {len(ids)} tokens to score and the reference {len(subs.ids)}; "
+                             f"{syntax(python='score_mutations', cli='score --reference')} scores substitutions only, "
+                             "whatever its method (for insertions or deletions compare PLLs: "
+                             f"{syntax(python='bertfn.score of each text', cli='bertfn score TEXT ... alone')}){hint}")
         mutations = []
         for j, (old, new) in enumerate(zip(subs.ids, ids)):
             if old != new:

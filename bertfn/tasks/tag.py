@@ -232,7 +232,8 @@ def check_options(strategy: object, ignore_labels: object, stride: object, batch
                          f"got {ignore_labels!r}")
     count("stride", stride, least=0, none="one window")
     if stride is not None and strategy == "none":
-        raise InputError("stride reads a long text in overlapping windows, and merging their entities needs an "
+        raise InputError(f"{syntax(python='stride', cli='--stride')} reads a long text in overlapping windows, and "
+                         "merging their entities needs an "
                          f"aggregation strategy; pass {syntax(python='aggregation_strategy=', cli='--aggregation ')}"
                          "simple (or first, average, max) with it, as transformers' pipeline asks")
     count("batch_size", batch_size)
