@@ -164,6 +164,20 @@ def test_dropout_masks_and_scale():
     assert dropout(x, 0.25, None) is x and dropout(x, 0.0, g) is x
 
 
+def test_a_dropout_of_one_gives_zeros_as_torchs_does():
+    """p = 1 drops every element: zeros and zero gradients, as ``torch.nn.functional.dropout``, not 0 / 0 = NaN; and
+    an encoder whose hidden dropout is 1 stays finite in training mode."""
+    x = torch.randn(4, 5, requires_grad=True)
+    y = dropout(x, 1.0, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(y, F.dropout(x, 1.0, training=True))
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    hf = build_hf("BertModel", seed=2, hidden_dropout_prob=1.0)
+    ids, mask, _ = batch(hf.config.vocab_size)
+    out = bertfn.encoder(hf_params(hf), ids, mask, generator=torch.Generator().manual_seed(0)).last_hidden_state
+    assert out.isfinite().all()
+
+
 def test_classifier_heads_drop_out_only_with_a_generator(dropout_model):
     hf, params = dropout_model
     state = dict(params.state)

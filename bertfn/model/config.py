@@ -118,6 +118,12 @@ class BertConfig:
                 f"config hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads}) so every head gets the same width; fix config.json"
             )
+        for f in fields(self):  # hidden_dropout_prob, classifier_dropout, a member's own (DeBERTa's pooler_dropout,
+            value = getattr(self, f.name)  # ...), not ESM's token_dropout (a bool: rescale the embeddings)
+            if "dropout" in f.name and "float" in str(f.type) and value is not None and not (
+                    isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1):
+                raise ConfigError(f"config {f.name} is a dropout probability, which lies in [0, 1] (as torch's "
+                                  f"Dropout takes it), got {value!r}; fix config.json")
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(
                 f"config hidden_act {self.hidden_act!r} is not an activation bertfn knows; "

@@ -223,5 +223,7 @@ def dropout(x: Tensor, p: float, generator: torch.Generator | None) -> Tensor:
     """
     if generator is None or p == 0.0:
         return x
+    if p == 1.0:  # every element dropped: zeros, as torch's (the scale 1 / (1 - p) would make them 0 / 0 = NaN)
+        return x * 0.0
     keep = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) >= p
     return x * keep / (1.0 - p)
