@@ -178,6 +178,14 @@ def test_a_dropout_of_one_gives_zeros_as_torchs_does():
     assert out.isfinite().all()
 
 
+@pytest.mark.parametrize("generator", [0, 1234, "seed"])
+def test_a_seed_given_as_the_generator_is_refused_clearly(dropout_model, generator):
+    hf, params = dropout_model
+    ids, mask, _ = batch(hf.config.vocab_size)
+    with pytest.raises(bertfn.InputError, match="generator= .* takes a torch.Generator"):
+        bertfn.encoder(params, ids, mask, generator=generator)
+
+
 def test_classifier_heads_drop_out_only_with_a_generator(dropout_model):
     hf, params = dropout_model
     state = dict(params.state)
