@@ -307,6 +307,20 @@ def test_saving_over_another_models_folder_leaves_none_of_its_tokenizer_files(tm
     assert torch.equal(theirs["input_ids"], want)
 
 
+def test_weights_holding_nan_are_saved_with_a_warning(tmp_path):
+    """A training that diverged: save() writes the folder as asked and says which weights hold NaN; finite weights
+    save without a warning."""
+    save_head("bert", "sequence-classification", tmp_path / "src")
+    model = bertfn.load(tmp_path / "src")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bertfn.save(model, tmp_path / "fine")
+    state = {**model.state, "classifier.weight": torch.full_like(model.state["classifier.weight"], math.nan)}
+    with pytest.warns(bertfn.BertfnWarning, match=r"1 of the weights .* NaN or infinite values \(e.g. classifier.weight\)"):
+        dst = bertfn.save(replace(model, state=state), tmp_path / "diverged")
+    assert bertfn.load(dst).state["classifier.weight"].isnan().all()
+
+
 # --- with_head ----------------------------------------------------------------------------------------------------
 
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer as _HFTokenizer
 
-from ..errors import BertfnError, InputError
+from ..errors import BertfnError, BertfnWarning, InputError
 from ..model.config import BertConfig
 from ..model.members.esm import ROTARY_BASE
 from ..model.family import longest_input
@@ -233,6 +234,9 @@ def save(model: Model, folder: str | Path) -> Path:
 
     Raises:
         InputError: ``model`` is not a Model, or ``folder`` is a file.
+
+    Warns:
+        BertfnWarning: weights that hold NaN or infinite values (a training that diverged), written as they are.
     """
     if not isinstance(model, Model):
         raise InputError(f"save() writes a Model (from bertfn.load, bertfn.with_head, ...), got {type(model).__name__}")
@@ -250,7 +254,13 @@ def save(model: Model, folder: str | Path) -> Path:
             tmp.unlink(missing_ok=True)
             raise
 
-    put("model.safetensors", lambda p: save_file(stored_state(model), str(p), metadata={"format": "pt"}))
+    state = stored_state(model)
+    broken = [k for k, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if broken:
+        warnings.warn(f"{len(broken)} of the weights saved to {folder} hold NaN or infinite values (e.g. {broken[0]}), so "
+                      "the model's outputs will be NaN: a training that diverged (a learning rate too high, an fp16 "
+                      "overflow)? The folder is written as asked", BertfnWarning, stacklevel=2)
+    put("model.safetensors", lambda p: save_file(state, str(p), metadata={"format": "pt"}))
     config = json.dumps(config_json(model.config, model.state), indent=2, sort_keys=True)
     put("config.json", lambda p: p.write_text(config + "\n", encoding="utf-8"))
     if model.tokenizer:
