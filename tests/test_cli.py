@@ -206,3 +206,16 @@ def test_every_subcommand_whose_pipeline_batches_takes_batch_size(mlm_checkpoint
     assert "--batch-size must be a positive integer, got 0" in capsys.readouterr().err
     assert main(["score", "a b", "--reference", "a c", "--batch-size", "2", "--model", str(folder)]) == bertfn.InputError.exit_code
     assert "--batch-size are options of the PLL" in capsys.readouterr().err
+
+
+def test_a_model_folder_given_as_a_text_is_named(mlm_checkpoint, capsys, tmp_path, monkeypatch):
+    """Tried as a user: ``bertfn classify ./tuned "text"`` read the folder as a first text and failed on the default
+    model (google-bert/bert-base-uncased, not reachable offline); the error now says to pass --model. A long text
+    (no path can be that long) is a text, and no model loads before the check."""
+    folder, _ = mlm_checkpoint
+    monkeypatch.chdir(folder.parent)
+    assert main(["classify", folder.name, "A fine day."]) == bertfn.InputError.exit_code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"'{folder.name}' is a model's folder, given as a text; name the model with --model {folder.name}" in err
+    assert main(["fill-mask", "--model", str(folder), "a [MASK] " + "x" * 5000]) == 0  # a text, not a path
