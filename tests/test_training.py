@@ -186,6 +186,37 @@ def test_a_seed_given_as_the_generator_is_refused_clearly(dropout_model, generat
         bertfn.encoder(params, ids, mask, generator=generator)
 
 
+@pytest.mark.parametrize("attention_dropout, mlp_dropout", [(1.0, 0.0), (0.0, 1.0)])
+def test_modernbert_drops_its_attention_output_at_attention_dropout(tmp_path, attention_dropout, mlp_dropout):
+    """``ModernBertAttention``'s output drops out at ``attention_dropout``, not ``mlp_dropout``: with each of the two 1
+    and the other 0, transformers' training mode draws nothing at random, and bertfn's training pass equals it
+    (biases on, so that a dropped block's output is not zero anyway)."""
+    import warnings
+
+    import transformers
+
+    config = transformers.ModernBertConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+        attention_bias=True, mlp_bias=True, attention_dropout=attention_dropout, mlp_dropout=mlp_dropout,
+        embedding_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+        global_attn_every_n_layers=2, local_attention=4, attn_implementation="eager")
+    torch.manual_seed(0)
+    hf = transformers.ModernBertModel(config)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    hf.save_pretrained(tmp_path)
+    with warnings.catch_warnings():  # no tokenizer in the folder: ids only here
+        warnings.simplefilter("ignore")
+        model = bertfn.load(tmp_path)
+    ids = torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        theirs = hf.train()(input_ids=ids).last_hidden_state
+        ours = bertfn.encoder(model.params, ids, generator=torch.Generator().manual_seed(0)).last_hidden_state
+    torch.testing.assert_close(ours, theirs, **TOL)
+
+
 def test_classifier_heads_drop_out_only_with_a_generator(dropout_model):
     hf, params = dropout_model
     state = dict(params.state)

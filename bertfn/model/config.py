@@ -163,6 +163,13 @@ class BertConfig:
         return self.position_embedding_type in RELATIVE_POSITIONS
 
     @property
+    def attention_output_dropout(self) -> float:
+        """The dropout of an attention block's output, after its dense: ``hidden_dropout_prob`` (BERT's
+        ``BertSelfOutput``, ESM-2's); a member whose config names another overrides it (ModernBERT's
+        ``attention_dropout``)."""
+        return self.hidden_dropout_prob
+
+    @property
     def head_dim(self) -> int:
         """Width of one attention head, ``hidden_size / num_attention_heads`` (64 for bert-base)."""
         return self.hidden_size // self.num_attention_heads
