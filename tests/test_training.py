@@ -217,6 +217,31 @@ def test_modernbert_drops_its_attention_output_at_attention_dropout(tmp_path, at
     torch.testing.assert_close(ours, theirs, **TOL)
 
 
+@pytest.mark.parametrize("kind", ["roberta", "mpnet", "esm"])
+def test_a_classifier_dropout_counts_where_transformers_reads_it(tmp_path, kind):
+    """classifier_dropout 1 (the rest 0) in config.json: RoBERTa's head reads it and drops everything; ESM-2's and
+    MPNet's heads drop out at hidden_dropout_prob (0) and ignore it. Training mode then draws nothing at random, and
+    bertfn's logits equal transformers'."""
+    import warnings
+
+    from family_checkpoints import save_head
+
+    from bertfn.model.task_heads import run_head
+
+    hf = save_head(kind, "sequence-classification", tmp_path, classifier_dropout=1.0)
+    with warnings.catch_warnings():  # a config field the member's transformers class does not define, kept as given
+        warnings.simplefilter("ignore")
+        model = bertfn.load(tmp_path)
+    ids = torch.randint(4, 24, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        theirs = hf.train()(input_ids=ids, attention_mask=mask).logits
+        g = torch.Generator().manual_seed(0)
+        h = bertfn.encoder(model.params, ids, mask, generator=g).last_hidden_state
+        ours = run_head(model.params, "sequence-classification", h, mask, generator=g)
+    torch.testing.assert_close(ours, theirs, **TOL)
+
+
 def test_classifier_heads_drop_out_only_with_a_generator(dropout_model):
     hf, params = dropout_model
     state = dict(params.state)

@@ -102,6 +102,7 @@ class BertConfig:
     model_type: str = "bert"  # which family member's functions and names read the weights (bertfn/model/family.py)
 
     POSITIONS: ClassVar[tuple[str, ...]] = POSITION_EMBEDDING_TYPES  # the position types this class reads
+    HEADS_READ_CLASSIFIER_DROPOUT: ClassVar[bool] = True  # False: the member's heads drop out at hidden_dropout_prob
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
