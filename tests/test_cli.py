@@ -290,3 +290,17 @@ def test_a_tasks_refusal_names_the_commands_option(tiny_folder, tmp_path, capsys
         err = capsys.readouterr().err
         assert "score --reference scores substitutions only, whatever its method" in err
         assert "bertfn score TEXT ... alone" in err and "bertfn.score" not in err
+
+
+def test_a_model_folder_given_as_a_text_is_named(mlm_checkpoint, capsys, tmp_path, monkeypatch):
+    """Tried as a user: ``bertfn embed ./tuned "text"`` read the folder as a first text and failed on the default
+    model (google-bert/bert-base-uncased, not reachable offline); the error now says to pass --model (the heads'
+    subcommands require --model). A long text
+    (no path can be that long) is a text, and no model loads before the check."""
+    folder, _ = mlm_checkpoint
+    monkeypatch.chdir(folder.parent)
+    assert main(["embed", folder.name, "A fine day."]) == bertfn.InputError.exit_code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"'{folder.name}' is a model's folder, given as a text; name the model with --model {folder.name}" in err
+    assert main(["fill-mask", "--model", str(folder), "a [MASK] " + "x" * 5000]) == 0  # a text, not a path

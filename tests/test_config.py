@@ -43,6 +43,9 @@ def test_from_file_reads_fields_and_ignores_unknown(tmp_path):
     (dict(num_hidden_layers=0), "num_hidden_layers must be a positive integer"),
     (dict(add_cross_attention=True), "needs is_decoder"),
     (dict(vocab_size=10, pad_token_id=10), "pad_token_id must be a row"),
+    (dict(hidden_dropout_prob=1.5), r"hidden_dropout_prob is a dropout probability, which lies in \[0, 1\]"),
+    (dict(classifier_dropout=-0.1), "classifier_dropout is a dropout probability"),
+    (dict(model_type="deberta-v2", pooler_dropout="0.1"), "pooler_dropout is a dropout probability"),
 ])
 def test_impossible_configs(fields, message):
     with pytest.raises(bertfn.ConfigError, match=message):

@@ -289,6 +289,38 @@ def test_a_cased_reading_of_a_lowercasing_vocabulary_is_saved_cased(tmp_path):
     assert torch.equal(theirs["input_ids"], want)
 
 
+def test_saving_over_another_models_folder_leaves_none_of_its_tokenizer_files(tmp_path):
+    """ESM's model (its tokenizer read from a vocab.txt, here under another name) saved over a BERT folder: the BERT
+    tokenizer.json, read before a vocab.txt, is removed, and both bertfn and transformers read ESM's tokenizer."""
+    import transformers
+
+    save_head("bert", "sequence-classification", tmp_path / "dst")
+    save_head("esm", "sequence-classification", tmp_path / "esm")
+    (tmp_path / "esm" / "vocab.txt").rename(tmp_path / "esm-vocab.txt")
+    model = bertfn.load(tmp_path / "esm", tokenizer=tmp_path / "esm-vocab.txt")
+    dst = bertfn.save(model, tmp_path / "dst")
+    assert {p.name for p in dst.iterdir()} == {"config.json", "model.safetensors", "vocab.txt"}
+    texts = texts_of("esm")
+    want = model.tokenizer(texts).input_ids
+    assert torch.equal(bertfn.load(dst).tokenizer(texts).input_ids, want)
+    theirs = quiet(lambda: transformers.AutoTokenizer.from_pretrained(dst))(texts, padding=True, return_tensors="pt")
+    assert torch.equal(theirs["input_ids"], want)
+
+
+def test_weights_holding_nan_are_saved_with_a_warning(tmp_path):
+    """A training that diverged: save() writes the folder as asked and says which weights hold NaN; finite weights
+    save without a warning."""
+    save_head("bert", "sequence-classification", tmp_path / "src")
+    model = bertfn.load(tmp_path / "src")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bertfn.save(model, tmp_path / "fine")
+    state = {**model.state, "classifier.weight": torch.full_like(model.state["classifier.weight"], math.nan)}
+    with pytest.warns(bertfn.BertfnWarning, match=r"1 of the weights .* NaN or infinite values \(e.g. classifier.weight\)"):
+        dst = bertfn.save(replace(model, state=state), tmp_path / "diverged")
+    assert bertfn.load(dst).state["classifier.weight"].isnan().all()
+
+
 # --- with_head ----------------------------------------------------------------------------------------------------
 
 

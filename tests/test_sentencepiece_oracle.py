@@ -31,6 +31,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 import bertfn
 from bertfn.checkpoint.sentencepiece import read_model
@@ -213,3 +214,25 @@ def test_a_bpe_spm_model_is_refused(spm_files, tmp_path):
     folder = hub_folder(tmp_path / "hub", spm_files["bpe"], {})
     with pytest.raises(bertfn.CheckpointError, match="not a unigram SentencePiece model"):
         bertfn.Tokenizer.from_path(folder)
+
+
+def test_a_model_whose_tokenizer_is_an_spm_model_is_saved_with_it(spm_files, tmp_path):
+    """bertfn.save copies the spm.model a DeBERTa model's tokenizer was read from (with its settings), so bertfn and
+    transformers read the saved folder's tokenizer as the model's."""
+    from transformers import AutoTokenizer, DebertaV2Config, DebertaV2ForMaskedLM
+
+    hub = hub_folder(tmp_path / "hub", spm_files["v3"], {})
+    tok = bertfn.Tokenizer.from_path(hub / "spm.model")
+    config = DebertaV2Config(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=32)
+    torch.manual_seed(0)
+    DebertaV2ForMaskedLM(config).save_pretrained(tmp_path / "weights")
+    model = bertfn.load(tmp_path / "weights", tokenizer=hub / "spm.model")
+    dst = bertfn.save(model, tmp_path / "dst")
+    assert (dst / "spm.model").read_bytes() == (hub / "spm.model").read_bytes()
+    want = tok(MIXED).input_ids
+    assert torch.equal(bertfn.load(dst).tokenizer(MIXED).input_ids, want)
+    with warnings.catch_warnings():  # the converter's warning that byte fallback is not carried over
+        warnings.simplefilter("ignore")
+        theirs = AutoTokenizer.from_pretrained(dst)(MIXED, padding=True, return_tensors="pt")
+    assert torch.equal(theirs["input_ids"], want)

@@ -6,6 +6,8 @@ Padded positions are compared too: both libraries compute them the same way.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import build_hf, save_checkpoint
@@ -98,3 +100,20 @@ def test_a_head_the_checkpoint_lacks_says_so(tmp_path):
     h = torch.randn(1, 4, hf.config.hidden_size)
     with pytest.raises(bertfn.CheckpointError, match="classifier.weight"):
         bertfn.token_classification(model.params, h)
+
+
+def test_run_head_says_which_shapes_it_takes(tmp_path):
+    """Pooled states (B, H) or a mask of another shape given to run_head: an InputError naming both shapes, not an
+    error of the matrix product inside."""
+    from bertfn.model.task_heads import run_head
+
+    hf = build_hf("BertForSequenceClassification", seed=2)
+    params = bertfn.load(save_checkpoint(hf, tmp_path / "sc")).params
+    H = hf.config.hidden_size
+    h, mask = torch.randn(2, 4, H), torch.ones(2, 4, dtype=torch.long)
+    assert run_head(params, "sequence-classification", h, mask).shape == (2, hf.config.num_labels)
+    for bad_h, bad_mask, got in [(h[:, 0], mask, f"got h (2, {H}) and mask (2, 4)"),
+                                 (h, mask[:, :3], f"got h (2, 4, {H}) and mask (2, 3)"),
+                                 (h[..., :-1], mask, f"got h (2, 4, {H - 1})"), (h, None, "mask NoneType")]:
+        with pytest.raises(bertfn.InputError, match=rf"h \(batch, seq, {H}\) and their mask.*{re.escape(got)}"):
+            run_head(params, "sequence-classification", bad_h, bad_mask)

@@ -164,6 +164,84 @@ def test_dropout_masks_and_scale():
     assert dropout(x, 0.25, None) is x and dropout(x, 0.0, g) is x
 
 
+def test_a_dropout_of_one_gives_zeros_as_torchs_does():
+    """p = 1 drops every element: zeros and zero gradients, as ``torch.nn.functional.dropout``, not 0 / 0 = NaN; and
+    an encoder whose hidden dropout is 1 stays finite in training mode."""
+    x = torch.randn(4, 5, requires_grad=True)
+    y = dropout(x, 1.0, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(y, F.dropout(x, 1.0, training=True))
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    hf = build_hf("BertModel", seed=2, hidden_dropout_prob=1.0)
+    ids, mask, _ = batch(hf.config.vocab_size)
+    out = bertfn.encoder(hf_params(hf), ids, mask, generator=torch.Generator().manual_seed(0)).last_hidden_state
+    assert out.isfinite().all()
+
+
+@pytest.mark.parametrize("generator", [0, 1234, "seed"])
+def test_a_seed_given_as_the_generator_is_refused_clearly(dropout_model, generator):
+    hf, params = dropout_model
+    ids, mask, _ = batch(hf.config.vocab_size)
+    with pytest.raises(bertfn.InputError, match="generator= .* takes a torch.Generator"):
+        bertfn.encoder(params, ids, mask, generator=generator)
+
+
+@pytest.mark.parametrize("attention_dropout, mlp_dropout", [(1.0, 0.0), (0.0, 1.0)])
+def test_modernbert_drops_its_attention_output_at_attention_dropout(tmp_path, attention_dropout, mlp_dropout):
+    """``ModernBertAttention``'s output drops out at ``attention_dropout``, not ``mlp_dropout``: with each of the two 1
+    and the other 0, transformers' training mode draws nothing at random, and bertfn's training pass equals it
+    (biases on, so that a dropped block's output is not zero anyway)."""
+    import warnings
+
+    import transformers
+
+    config = transformers.ModernBertConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+        attention_bias=True, mlp_bias=True, attention_dropout=attention_dropout, mlp_dropout=mlp_dropout,
+        embedding_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+        global_attn_every_n_layers=2, local_attention=4, attn_implementation="eager")
+    torch.manual_seed(0)
+    hf = transformers.ModernBertModel(config)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    hf.save_pretrained(tmp_path)
+    with warnings.catch_warnings():  # no tokenizer in the folder: ids only here
+        warnings.simplefilter("ignore")
+        model = bertfn.load(tmp_path)
+    ids = torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        theirs = hf.train()(input_ids=ids).last_hidden_state
+        ours = bertfn.encoder(model.params, ids, generator=torch.Generator().manual_seed(0)).last_hidden_state
+    torch.testing.assert_close(ours, theirs, **TOL)
+
+
+@pytest.mark.parametrize("kind", ["roberta", "mpnet", "esm"])
+def test_a_classifier_dropout_counts_where_transformers_reads_it(tmp_path, kind):
+    """classifier_dropout 1 (the rest 0) in config.json: RoBERTa's head reads it and drops everything; ESM-2's and
+    MPNet's heads drop out at hidden_dropout_prob (0) and ignore it. Training mode then draws nothing at random, and
+    bertfn's logits equal transformers'."""
+    import warnings
+
+    from family_checkpoints import save_head
+
+    from bertfn.model.task_heads import run_head
+
+    hf = save_head(kind, "sequence-classification", tmp_path, classifier_dropout=1.0)
+    with warnings.catch_warnings():  # a config field the member's transformers class does not define, kept as given
+        warnings.simplefilter("ignore")
+        model = bertfn.load(tmp_path)
+    ids = torch.randint(4, 24, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        theirs = hf.train()(input_ids=ids, attention_mask=mask).logits
+        g = torch.Generator().manual_seed(0)
+        h = bertfn.encoder(model.params, ids, mask, generator=g).last_hidden_state
+        ours = run_head(model.params, "sequence-classification", h, mask, generator=g)
+    torch.testing.assert_close(ours, theirs, **TOL)
+
+
 def test_classifier_heads_drop_out_only_with_a_generator(dropout_model):
     hf, params = dropout_model
     state = dict(params.state)

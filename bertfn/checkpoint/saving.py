@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer as _HFTokenizer
 
-from ..errors import BertfnError, InputError
+from ..errors import BertfnError, BertfnWarning, InputError
 from ..model.config import BertConfig
 from ..model.members.esm import ROTARY_BASE
 from ..model.family import longest_input
@@ -36,6 +37,7 @@ from ..model.naming import names_of
 from ..model.params import Params
 from ..model.members.rotary import inverse_frequencies
 from ..model.task_heads import SUFFIXES, head_of
+from .loading import VOCABULARY_FILES
 from .model import Model
 from .tokenizer import Tokenizer
 
@@ -72,8 +74,10 @@ BUFFERS = {"esm": esm_buffers}
 """``model_type`` -> ``config -> {key: tensor}``: the buffers a member's transformers class stores with its weights,
 which loading drops (bertfn computes them) and :func:`stored_state` writes back."""
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-"""The tokenizer's files that :func:`save` copies from beside the one it was read from."""
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spm.model", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json")
+"""The tokenizer's files that :func:`save` copies from beside the one it was read from, and removes from the folder
+where it writes none of that name (one left from another model would be read in place of the saved tokenizer)."""
 
 
 def architecture(config: BertConfig, task: str) -> str:
@@ -169,8 +173,8 @@ def stored_state(model: Model) -> dict[str, torch.Tensor]:
 def tokenizer_files(tokenizer: Tokenizer, config: BertConfig) -> dict[str, str | Path]:
     """The files that give ``tokenizer`` back, ``{name: a file to copy, or the text to write}``.
 
-    Its own files (``tokenizer.source`` and the :data:`TOKENIZER_FILES` beside it) where reading them gives the
-    same pipeline (no ``lowercase=`` set against them at load); else its pipeline as ``tokenizer.json``
+    Its own files (``tokenizer.source``, under the name a folder's tokenizer is read by, and the
+    :data:`TOKENIZER_FILES` beside it that do not take its place) where reading them gives the same pipeline (no ``lowercase=`` set against them at load); else its pipeline as ``tokenizer.json``
     (``tokenizers``' own serialization, padding off), a ``tokenizer_config.json`` naming its special tokens (and, for
     BERT's normalizer, its lowercasing, accents and Chinese characters, which ``BertTokenizerFast`` checks), and for
     a vocabulary of whole tokens (WordPiece, ESM-2's) its ``vocab.txt`` in id order.
@@ -185,11 +189,13 @@ def tokenizer_files(tokenizer: Tokenizer, config: BertConfig) -> dict[str, str |
             same = Tokenizer.from_path(source, tokenizer.max_length).backend.to_str() == tokenizer.backend.to_str()
         except (BertfnError, OSError):  # files that no longer read as they did: write the tokenizer instead
             same = False
-        if same:
-            beside = {name: source.parent / name for name in TOKENIZER_FILES if (source.parent / name).is_file()}
-            if source.name == "vocab.txt":
-                beside.pop("tokenizer.json", None)  # it was read from vocab.txt: a tokenizer.json would be read first
-            return beside
+        if same:  # the source under the name it is read by, its settings, and (beside a tokenizer.json) the
+            # slow tokenizer's vocabulary; a tokenizer.json beside a vocab.txt or spm.model would be read in its place
+            own = "tokenizer.json" if source.suffix == ".json" else "spm.model" if source.name == "spm.model" \
+                else "vocab.txt"
+            beside = {name: source.parent / name for name in TOKENIZER_FILES if (source.parent / name).is_file()
+                      and (name not in VOCABULARY_FILES or own == "tokenizer.json")}
+            return {**beside, own: source}
     backend = _HFTokenizer.from_str(tokenizer.backend.to_str())
     backend.no_padding()
     backend.no_truncation()
@@ -215,7 +221,9 @@ def save(model: Model, folder: str | Path) -> Path:
     """Write ``model`` to ``folder`` as transformers' ``save_pretrained`` writes it (see the module docstring).
 
     Each file is written beside its final name and then moved onto it, so a model may be saved over the folder it
-    was read (or memory-mapped) from. Other files in the folder are left as they are.
+    was read (or memory-mapped) from. A tokenizer file of :data:`TOKENIZER_FILES` that the model's tokenizer does not
+    write is removed (another model's ``tokenizer.json`` beside a ``vocab.txt`` would be read first); other files in
+    the folder are left as they are.
 
     Args:
         model: a Model (from :func:`~bertfn.load`, :func:`~bertfn.with_head`, ...).
@@ -226,6 +234,9 @@ def save(model: Model, folder: str | Path) -> Path:
 
     Raises:
         InputError: ``model`` is not a Model, or ``folder`` is a file.
+
+    Warns:
+        BertfnWarning: weights that hold NaN or infinite values (a training that diverged), written as they are.
     """
     if not isinstance(model, Model):
         raise InputError(f"save() writes a Model (from bertfn.load, bertfn.with_head, ...), got {type(model).__name__}")
@@ -243,15 +254,24 @@ def save(model: Model, folder: str | Path) -> Path:
             tmp.unlink(missing_ok=True)
             raise
 
-    put("model.safetensors", lambda p: save_file(stored_state(model), str(p), metadata={"format": "pt"}))
+    state = stored_state(model)
+    broken = [k for k, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if broken:
+        warnings.warn(f"{len(broken)} of the weights saved to {folder} hold NaN or infinite values (e.g. {broken[0]}), so "
+                      "the model's outputs will be NaN: a training that diverged (a learning rate too high, an fp16 "
+                      "overflow)? The folder is written as asked", BertfnWarning, stacklevel=2)
+    put("model.safetensors", lambda p: save_file(state, str(p), metadata={"format": "pt"}))
     config = json.dumps(config_json(model.config, model.state), indent=2, sort_keys=True)
     put("config.json", lambda p: p.write_text(config + "\n", encoding="utf-8"))
     if model.tokenizer:
-        for name, content in tokenizer_files(model.tokenizer, model.config).items():
+        files = tokenizer_files(model.tokenizer, model.config)
+        for name, content in files.items():
             if isinstance(content, Path):
                 if content.resolve() != (folder / name).resolve():
                     put(name, lambda p, src=content: shutil.copyfile(src, p))
             else:
                 put(name, lambda p, text=content: p.write_text(text, encoding="utf-8"))
+        for name in set(TOKENIZER_FILES) - set(files):  # another tokenizer's, which would be read in place of this one
+            (folder / name).unlink(missing_ok=True)
     return folder
 

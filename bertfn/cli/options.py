@@ -11,6 +11,7 @@ import argparse
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from ..checkpoint.dtypes import DTYPES
 from ..checkpoint.model import Model
@@ -135,17 +136,34 @@ def add_head_options(parser: argparse.ArgumentParser, doing: str) -> None:
                         help="the names of the head's outputs, in order")
 
 
+def is_model_folder(text: str) -> bool:
+    """Whether ``text`` names a folder holding a ``config.json`` (False for a text no path can be: too long, a NUL).
+
+    Args:
+        text: a text given on the command line.
+    """
+    try:
+        return (Path(text) / "config.json").is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def model_from_args(args: argparse.Namespace, prepare: Callable[[dict], bool] | None = None):
     """The :class:`~bertfn.checkpoint.loading.Model` the model options name, loaded anew with ``load``'s ``prepare``
     (a task's subcommand passes :func:`~bertfn.tasks.runner.packing` of its task: the weights packed where it runs on
     the fast path).
 
     Raises:
-        InputError: file options without ``--input`` (:func:`refuse_file_options`), before the model loads.
+        InputError: file options without ``--input`` (:func:`refuse_file_options`), or a model's folder among the
+            texts and no ``--model``, before the model loads.
     """
     from ..corpus.runner import open_model
 
     refuse_file_options(args)
+    folders = [t for t in getattr(args, "text", None) or [] if is_model_folder(t)]
+    if args.model is None and folders:  # bertfn classify ./my-model "text": the folder read as the first text
+        raise InputError(f"{folders[0]!r} is a model's folder, given as a text; name the model with --model "
+                         f"{folders[0]} (without --model the command reads {DEFAULT_MODEL})")
     return open_model(args.model, tokenizer=args.tokenizer, lowercase=args.lowercase, device=args.device,
                       dtype=args.dtype, prepare=prepare, fresh=True)
 

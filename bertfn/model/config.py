@@ -102,6 +102,7 @@ class BertConfig:
     model_type: str = "bert"  # which family member's functions and names read the weights (bertfn/model/family.py)
 
     POSITIONS: ClassVar[tuple[str, ...]] = POSITION_EMBEDDING_TYPES  # the position types this class reads
+    HEADS_READ_CLASSIFIER_DROPOUT: ClassVar[bool] = True  # False: the member's heads drop out at hidden_dropout_prob
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -118,6 +119,12 @@ class BertConfig:
                 f"config hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads}) so every head gets the same width; fix config.json"
             )
+        for f in fields(self):  # hidden_dropout_prob, classifier_dropout, a member's own (DeBERTa's pooler_dropout,
+            value = getattr(self, f.name)  # ...), not ESM's token_dropout (a bool: rescale the embeddings)
+            if "dropout" in f.name and "float" in str(f.type) and value is not None and not (
+                    isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1):
+                raise ConfigError(f"config {f.name} is a dropout probability, which lies in [0, 1] (as torch's "
+                                  f"Dropout takes it), got {value!r}; fix config.json")
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(
                 f"config hidden_act {self.hidden_act!r} is not an activation bertfn knows; "
@@ -155,6 +162,13 @@ class BertConfig:
     def relative_positions(self) -> bool:
         """Whether attention adds relative-position scores (``relative_key`` or ``relative_key_query``)."""
         return self.position_embedding_type in RELATIVE_POSITIONS
+
+    @property
+    def attention_output_dropout(self) -> float:
+        """The dropout of an attention block's output, after its dense: ``hidden_dropout_prob`` (BERT's
+        ``BertSelfOutput``, ESM-2's); a member whose config names another overrides it (ModernBERT's
+        ``attention_dropout``)."""
+        return self.hidden_dropout_prob
 
     @property
     def head_dim(self) -> int:

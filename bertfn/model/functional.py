@@ -13,6 +13,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from ..errors import InputError, clipped
+
 Tensor = torch.Tensor
 
 
@@ -220,8 +222,17 @@ def dropout(x: Tensor, p: float, generator: torch.Generator | None) -> Tensor:
 
     Returns:
         The same shape as ``x``.
+
+    Raises:
+        InputError: ``generator`` is neither None nor a ``torch.Generator`` (a seed, say).
     """
     if generator is None or p == 0.0:
         return x
+    if not isinstance(generator, torch.Generator):
+        raise InputError(f"generator= turns dropout on and draws its masks: it takes a torch.Generator (e.g. "
+                         f"torch.Generator().manual_seed(0)), or None for no dropout; got {type(generator).__name__} "
+                         f"{clipped(generator, 40)}")
+    if p == 1.0:  # every element dropped: zeros, as torch's (the scale 1 / (1 - p) would make them 0 / 0 = NaN)
+        return x * 0.0
     keep = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) >= p
     return x * keep / (1.0 - p)

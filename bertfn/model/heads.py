@@ -117,12 +117,16 @@ def nsp_head(params: Params, pooled: Tensor, *, config: BertConfig | dict | None
 
 
 def classifier_dropout(config: BertConfig) -> float:
-    """The dropout of a classification head: ``config.classifier_dropout``, else ``hidden_dropout_prob``.
+    """The dropout of a classification head: ``config.classifier_dropout``, else ``hidden_dropout_prob``; always
+    ``hidden_dropout_prob`` for a member whose transformers heads never read ``classifier_dropout`` (ESM-2's and
+    MPNet's: ``HEADS_READ_CLASSIFIER_DROPOUT`` false on their config class).
 
     Args:
         config: the model's config.
     """
-    return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    if config.classifier_dropout is None or not config.HEADS_READ_CLASSIFIER_DROPOUT:
+        return config.hidden_dropout_prob
+    return config.classifier_dropout
 
 
 def sequence_classification(params: Params, pooled: Tensor, generator: torch.Generator | None = None, *,

@@ -226,8 +226,19 @@ def run_head(params: Params, task: str, h: Tensor, mask: Tensor, *, generator: t
 
     Returns:
         The task's logits (see the module's table).
+
+    Raises:
+        InputError: an unknown task, or ``h`` and ``mask`` not of the shapes above.
     """
-    return task_head(params.config, task).run(params, h, mask, generator=generator, trace=trace)
+    head = task_head(params.config, task)
+    H = params.config.hidden_size
+    if not (isinstance(h, Tensor) and h.dim() == 3 and h.shape[-1] == H and isinstance(mask, Tensor)
+            and tuple(mask.shape) == tuple(h.shape[:2])):
+        got = [tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__ for x in (h, mask)]
+        raise InputError(f"run_head takes the last hidden states h (batch, seq, {H}) and their mask (batch, seq), as "
+                         "bertfn.encoder(...).last_hidden_state and the tokenizer's attention_mask; got h "
+                         f"{got[0]} and mask {got[1]}")
+    return head.run(params, h, mask, generator=generator, trace=trace)
 
 
 # --- BERT's heads ------------------------------------------------------------------------------------

@@ -25,8 +25,8 @@ The MLM head is BERT's (dense, activation, LayerNorm, the decoder tied to the wo
 ``classifier_activation`` as its activation; the heads of fine-tuned checkpoints run the same dense, activation and
 LayerNorm (``head.*``) before their classifier (:mod:`bertfn.model.members.modernbert_heads`). transformers unpads its batches where flash-attention is
 installed; that is a speed choice: bertfn runs padded batches, whose numbers are those of transformers' eager and
-SDPA paths, or the texts laid end to end without padding (:mod:`bertfn.model.layout`), each text's the same. Its attention output dropout is ``hidden_dropout_prob`` (ModernBERT's
-``mlp_dropout``) where transformers uses ``attention_dropout``: only training with dropout tells them apart.
+SDPA paths, or the texts laid end to end without padding (:mod:`bertfn.model.layout`), each text's the same. Its attention output drops out at ``attention_dropout``, as
+``ModernBertAttention``'s ``out_drop`` (:attr:`ModernBertConfig.attention_output_dropout`).
 """
 
 from __future__ import annotations
@@ -134,6 +134,12 @@ class ModernBertConfig(BertConfig):
         if self.classifier_activation not in ACTIVATIONS:
             raise ConfigError(f"config classifier_activation {self.classifier_activation!r} is not an activation "
                               f"bertfn knows; expected one of {sorted(ACTIVATIONS)}")
+
+    @property
+    def attention_output_dropout(self) -> float:
+        """``ModernBertAttention``'s ``out_drop``: ``attention_dropout`` (``attention_probs_dropout_prob``), as on its
+        probabilities, where BERT's is ``hidden_dropout_prob`` (ModernBERT's ``mlp_dropout``)."""
+        return self.attention_probs_dropout_prob
 
     @classmethod
     def renamed(cls, d: dict[str, Any]) -> dict[str, Any]:

@@ -78,6 +78,8 @@ class MPNetConfig(BertConfig):
     relative_attention_num_buckets: int = 32
     model_type: str = "mpnet"
 
+    HEADS_READ_CLASSIFIER_DROPOUT = False  # MPNetClassificationHead's dropout is hidden_dropout_prob
+
 
 def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                position_ids: Tensor | None = None, inputs_embeds: Tensor | None = None, past_length: int = 0,

@@ -178,7 +178,7 @@ def rotary_attention(p: Params, x: Tensor, mask: Mask, cos: Tensor, sin: Tensor,
         out = heads.sum(dim=1) if bias is None else heads.sum(dim=1) + bias
     else:
         out = linear(merged, weight, bias)  # (B, S, H)
-    out = dropout(out, cfg.hidden_dropout_prob, generator)
+    out = dropout(out, cfg.attention_output_dropout, generator)
     return AttentionOutput(trace("dense", out), probs, (k, v))
 
 
