@@ -256,15 +256,20 @@ def test_a_text_piped_in_is_pointed_at_input_dash(monkeypatch, capsys):
             in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["classify", "x"], ["zero-shot", "x", "--labels", "a", "b"], ["rerank", "q", "p"],
-                                  ["tag", "x"], ["choose", "x", "--choices", "a", "b"], ["contacts", "MKT"]])
+@pytest.mark.parametrize("argv", [["zero-shot", "x", "--labels", "a", "b"], ["rerank", "q", "p"],
+                                  ["choose", "x", "--choices", "a", "b"], ["contacts", "MKT"]])
 def test_a_fine_tuned_heads_subcommand_requires_its_model(argv, capsys):
     """Tried as a shell user: ``bertfn classify TEXT`` without --model went for bert-base-uncased, the help's default,
-    which has no classifier (with the hub up: a 440 MB download, then the refusal); the head subcommands' --model is
-    required, and its help says what it must be."""
+    which has no classifier (with the hub up: a 440 MB download, then the refusal); the head subcommands without a
+    default of transformers' require --model, and its help says what it must be; classify and tag default to
+    transformers' pipelines' own (SST-2's DistilBERT, CoNLL-03's BERT), as answer to its reader."""
     assert main(argv) == bertfn.InputError.exit_code
     assert "the following arguments are required: --model" in capsys.readouterr().err
     assert "(required)" in help_of(argv[0], capsys) and "bert-base-uncased" not in help_of(argv[0], capsys)
+    for command, default in (("classify", "distilbert-base-uncased-finetuned-sst-2-english"),
+                             ("tag", "bert-large-cased-finetuned-conll03-english"),
+                             ("answer", "distilbert-base-cased-distilled-squad")):
+        assert default in "".join(help_of(command, capsys).split())  # argparse wraps a long id at its hyphens
 
 
 def test_a_model_without_the_mlm_head_is_refused_in_the_commands_words(tiny_folder, tmp_path, capsys):

@@ -549,6 +549,27 @@ def hf_cache(tmp_path, monkeypatch) -> Path:
     return cache
 
 
+@pytest.mark.parametrize("call", [lambda: bertfn.zero_shot("a text", candidate_labels=["a", "b"]),
+                                  lambda: bertfn.rerank("a query", ["a passage"]),
+                                  lambda: bertfn.choose("a prompt", ["a", "b"]),
+                                  lambda: bertfn.contacts("MKTAYIAKQR")])
+def test_a_heads_pipeline_without_a_default_asks_for_a_model_before_loading_any(call, hf_cache):
+    """zero_shot, rerank, choose and contacts given no model went for bert-base-uncased, which has none of their heads
+    (with the hub up, a 440 MB download and then the refusal): transformers has no default for them in BERT's family."""
+    with pytest.raises(bertfn.InputError, match=r"needs a model fine-tuned for it, and has no default: pass model="):
+        call()
+
+
+@pytest.mark.parametrize("call, default", [
+    (lambda: bertfn.classify("a text"), "distilbert/distilbert-base-uncased-finetuned-sst-2-english"),
+    (lambda: bertfn.tag("a text"), "dbmdz/bert-large-cased-finetuned-conll03-english"),
+    (lambda: bertfn.answer("a question?", "a context."), "distilbert/distilbert-base-cased-distilled-squad")])
+def test_classify_tag_and_answer_given_no_model_load_transformers_default(call, default, hf_cache):
+    """As transformers' pipelines do for their task (not bert-base-uncased, which has no head for it)."""
+    with pytest.raises(bertfn.ModelLoadError, match=f"there is no folder named '{default}' here"):
+        call()
+
+
 def test_offline_with_an_empty_cache(hf_cache):
     with pytest.raises(bertfn.ModelLoadError) as e:
         bertfn.load("some-org/some-bert")

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..errors import InputError
+from ..tasks.classify import DEFAULT_CLASSIFIER
 from ..tasks.runner import packing
 from .options import (add_file_options, add_head_options, add_model_options, emit, model_from_args, no_texts,
                       run_file_command, subcommand)
@@ -33,8 +34,7 @@ def add(sub) -> None:
     cl.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
     cl.add_argument("--batch-size", type=int, default=32, metavar="N",
                     help="texts per encoder pass, at most (default 32)")
-    add_model_options(cl, needs="a sequence classifier (*ForSequenceClassification), or of the checkpoint whose "
-                                "--head it runs")
+    add_model_options(cl, default=DEFAULT_CLASSIFIER)  # transformers' text-classification default, SST-2
     add_file_options(cl)
 
 

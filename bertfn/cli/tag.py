@@ -7,6 +7,7 @@ import json
 
 from ..tasks.entities import STRATEGIES
 from ..tasks.runner import packing
+from ..tasks.tag import DEFAULT_TAGGER
 from .options import (
     add_file_options,
     add_model_options,
@@ -35,7 +36,7 @@ def add(sub) -> None:
     tg.add_argument("--batch-size", type=int, default=32, metavar="N",
                     help="windows per encoder pass, at most (default 32)")
     tg.add_argument("--json", action="store_true", help="print the pipeline-shaped results as JSON")
-    add_model_options(tg, needs="a token classifier (*ForTokenClassification, e.g. dslim/bert-base-NER)")
+    add_model_options(tg, default=DEFAULT_TAGGER)  # transformers' token-classification default, CoNLL-03
     add_file_options(tg)
 
 

@@ -38,7 +38,7 @@ from ..checkpoint.resolve import DEFAULT_MODEL, get_model, texts_and_model
 from ..checkpoint.state import release_memory
 from ..errors import InputError, MissingPartError
 from ..model.family import longest_input
-from ..tasks.runner import packing
+from ..tasks.runner import chosen_model, packing
 from ..tasks.task import Task
 
 CHUNK = 256
@@ -150,7 +150,8 @@ class Runner:
 
     Args:
         task: the task's name (:data:`TASKS`).
-        model: a :class:`Model`, a folder or a hub id (loaded once, here).
+        model: a :class:`Model`, a folder or a hub id (loaded once, here); None: the task's default
+            (:func:`~bertfn.tasks.runner.chosen_model`).
         tokenizer: as in :func:`open_model`.
         lowercase: as in :func:`open_model`.
         device: as in :func:`open_model`.
@@ -168,7 +169,7 @@ class Runner:
                  dtype: torch.dtype | str | None = None, probe: bool = True, **options) -> None:
         self.task = task_named(task)
         check_options(self.task, options)
-        self.model = open_model(model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
+        self.model = open_model(chosen_model(self.task, model), tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype,
                                 prepare=packing(self.task, options.get("edits")))
         self.options = options
         self.limit = self.task.max_tokens(self.model, options) if self.task.max_tokens else None

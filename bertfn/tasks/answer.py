@@ -217,7 +217,7 @@ def answer(
     flag("handle_impossible_answer", handle_impossible_answer)
     flag("align_to_words", align_to_words)
 
-    m, tok, points = loaded(TASK, model if model is not None else DEFAULT_READER, device, dtype, edits,
+    m, tok, points = loaded(TASK, model, device, dtype, edits,
                             head="question-answering")
     longest = longest_input(m.config)
     if max_seq_len is None:  # the pipeline's min(384, the tokenizer's model_max_length)
@@ -246,5 +246,6 @@ def answer(
     return finished([results[i] if isinstance(i, int) else [results[j] for j in i] for i in shape], None, single)
 
 
-TASK = Task("answer", answer, probe={"question": "a", "context": "a"}, inputs=("question", "context"), fast=True)
+TASK = Task("answer", answer, probe={"question": "a", "context": "a"}, inputs=("question", "context"), fast=True,
+            model=DEFAULT_READER)
 """The task (:mod:`bertfn.tasks.task`) :func:`answer` is: ``bertfn answer``, the corpus's ``Answer``."""

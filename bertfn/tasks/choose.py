@@ -186,7 +186,7 @@ def choose(
         choices: the choices: a list of strings (for one prompt, or shared by every prompt of a list), or one list
             per prompt. With items there are none: the second argument is then the model
             (``choose(items, model)``, as a corpus runs it).
-        model: a ``*ForMultipleChoice`` checkpoint: a loaded :class:`Model`, a local folder or a hub id.
+        model: a ``*ForMultipleChoice`` checkpoint: a loaded :class:`Model`, a local folder or a hub id (no default: one must be given).
         batch_size: (prompt, choice) rows per encoder pass, at most.
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in (``"bfloat16"``: the bf16 mode; scores are computed in float32).
@@ -224,5 +224,5 @@ def choose(
     return finished([ranked(p, c, x) for (p, c), x in zip(items, logits)], unknown, single)
 
 
-TASK = Task("choose", choose, probe={"prompt": "a", "choices": ["a", "b"]}, inputs=("prompt", "choices"), fast=True)
+TASK = Task("choose", choose, probe={"prompt": "a", "choices": ["a", "b"]}, inputs=("prompt", "choices"), fast=True, model=None)
 """The task (:mod:`bertfn.tasks.task`) :func:`choose` is: ``bertfn choose``, the corpus's ``Choose``."""

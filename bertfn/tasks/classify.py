@@ -50,6 +50,9 @@ from .task import Task
 
 Tensor = torch.Tensor
 
+DEFAULT_CLASSIFIER = "distilbert/distilbert-base-uncased-finetuned-sst-2-english"
+"""The model :func:`classify` loads when given none: transformers' default for ``pipeline("text-classification")``."""
+
 FUNCTIONS = ("softmax", "sigmoid", "none")
 """What turns a head's logits into scores: softmax over the labels, a sigmoid for each alone, or nothing."""
 
@@ -208,7 +211,8 @@ def classify(
     Args:
         inputs: a text, a pair ``{"text": ..., "text_pair": ...}``, or a list of either.
         model: a loaded :class:`Model`, a local folder or a hub id, with a sequence classifier (a
-            ``*ForSequenceClassification`` checkpoint), or with the extra head ``head`` names.
+            ``*ForSequenceClassification`` checkpoint), or with the extra head ``head`` names (default:
+            :data:`DEFAULT_CLASSIFIER`, SST-2's sentiment).
         text_pair: the second segment of every text (one string), or of each (a list, one per text).
         top_k: 1: the best label's dict per text; k: the k best labels per text, best first; None: every label,
             best first.
@@ -280,5 +284,6 @@ def classify(
     return [out] if kind == "text" and top_k == 1 else out  # the pipeline's list of one for one text's best label
 
 
-TASK = Task("classify", classify, probe="a", inputs=("text", "text_pair"), optional=("text_pair",), fast=True)
+TASK = Task("classify", classify, probe="a", inputs=("text", "text_pair"), optional=("text_pair",), fast=True,
+            model=DEFAULT_CLASSIFIER)
 """The task (:mod:`bertfn.tasks.task`) :func:`classify` is: ``bertfn classify``, the corpus's ``Classify``."""

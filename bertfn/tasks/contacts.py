@@ -129,7 +129,7 @@ def contacts(
     Args:
         sequences: a protein (one letter a residue, as ESM's tokenizer reads it: ``"MKTAYIAKQR"``), or a list of them.
         model: an ESM-2 checkpoint with its contact head (the facebook/esm2_* ones have it): a loaded
-            :class:`Model`, a local folder or a hub id.
+            :class:`Model`, a local folder or a hub id (no default: one must be given).
         top: None: the whole (r, r) map. Else the most likely contacts only, as ``(i, j, probability)`` triples: a
             number of pairs, or ``"L"`` / ``"L/2"`` / ``"L/5"`` (a share of the protein's residues L), as ESM's
             evaluation counts them; what a corpus of long proteins should write (a 1000-residue map is 10^6 numbers).
@@ -186,5 +186,5 @@ def contacts(
     return finished(maps, None, single)  # a map holds no "warning": the tokenizer's is the one said
 
 
-TASK = Task("contacts", contacts, probe="MKTAYIAKQR", fast=True)
+TASK = Task("contacts", contacts, probe="MKTAYIAKQR", fast=True, model=None)
 """The task (:mod:`bertfn.tasks.task`) :func:`contacts` is: ``bertfn contacts``, the corpus's ``Contacts``."""

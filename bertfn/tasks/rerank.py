@@ -138,7 +138,7 @@ def rerank(
         query: the query, or a dict ``{"query", "passages"}``, or a list of such dicts.
         passages: the P passages (one string: one passage); with dicts, the model.
         model: a cross-encoder (a sequence classifier with one output): a loaded :class:`Model`, a local folder
-            or a hub id.
+            or a hub id (no default: one must be given).
         top_k: the best ``top_k`` passages only (None: all).
         return_documents: each entry holds its passage too, as ``"text"``.
         sort: False gives ``CrossEncoder.predict``'s scores instead: a list of P floats in the passages' order
@@ -205,5 +205,5 @@ def rerank(
     return finished(results, unknown, single)
 
 
-TASK = Task("rerank", rerank, probe={"query": "a", "passages": ["a"]}, inputs=("query", "passages"), fast=True)
+TASK = Task("rerank", rerank, probe={"query": "a", "passages": ["a"]}, inputs=("query", "passages"), fast=True, model=None)
 """The task (:mod:`bertfn.tasks.task`) :func:`rerank` is: ``bertfn rerank``, the corpus's ``Rerank``."""

@@ -32,6 +32,7 @@ import torch
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import flag_unknown, get_model, require_head, require_tokenizer, text_list, texts_and_model
 from ..checkpoint.tokenizer import Encoding, Tokenizer
+from ..errors import InputError, syntax
 from ..fast.attention_batches import batches
 from ..fast.batching import GROUP_TOKENS, encoded_groups, end_to_end, head_outputs, text_groups
 from ..fast.choice import pack_state
@@ -91,6 +92,25 @@ def packing(task: Task, edits: Mapping[str, Edit] | None = None) -> Callable[[di
     return pack_state if task.fast and not edits else None
 
 
+def chosen_model(task: Task, model: Model | str | Path | None) -> Model | str | Path:
+    """The model a task's call runs: the one given, else the task's default (:attr:`~bertfn.tasks.task.Task.model`).
+
+    Args:
+        task: the task.
+        model: what the caller gave (None: nothing).
+
+    Raises:
+        InputError: no model given to a task without a default (a fine-tuned head's that transformers gives none in
+            BERT's family), before anything is downloaded.
+    """
+    if model is not None:
+        return model
+    if task.model is None:
+        raise InputError(f"{task.function.__name__} needs a model fine-tuned for it, and has no default: pass "
+                         f"{syntax(python='model=', cli='--model ')}(a Model from bertfn.load, a folder or a hub id)")
+    return task.model
+
+
 def loaded(task: Task | str, model: Model | str | Path | None, device: str | torch.device | None = None,
            dtype: torch.dtype | str | None = None, edits: Mapping[str, Edit] | None = None, *, head: str | None = None,
            called: str | None = None) -> Loaded:
@@ -100,7 +120,8 @@ def loaded(task: Task | str, model: Model | str | Path | None, device: str | tor
         task: the pipeline's :class:`~bertfn.tasks.task.Task` (its ``fast`` says whether the weights are packed,
             :func:`packing`), or the name of a call that is no task (``"replaced_tokens"``, an intervention), which
             runs on the weights as stored.
-        model: a loaded :class:`Model`, a local folder or a hub id (:func:`~bertfn.checkpoint.resolve.get_model`).
+        model: a loaded :class:`Model`, a local folder or a hub id (:func:`~bertfn.checkpoint.resolve.get_model`);
+            None: the task's default (:func:`chosen_model`).
         device: where it runs.
         dtype: the precision it runs in.
         edits: ``{point name: edit(tensor, point) -> tensor}`` (:mod:`bertfn.interventions`), or None.
@@ -112,10 +133,12 @@ def loaded(task: Task | str, model: Model | str | Path | None, device: str | tor
         ``(model, tokenizer, points)``.
 
     Raises:
-        InputError: a ``model`` that is no model (:func:`~bertfn.checkpoint.resolve.get_model`).
+        InputError: a ``model`` that is no model (:func:`~bertfn.checkpoint.resolve.get_model`), or none for a task
+            without a default.
         MissingPartError: a model without a tokenizer, or without ``head``.
     """
     what = called or name_of(task)
+    model = chosen_model(task, model) if isinstance(task, Task) else model
     m = get_model(model, device, dtype, prepare=packing(task, edits) if isinstance(task, Task) else None)
     tok = require_tokenizer(m, what)
     if head is not None:

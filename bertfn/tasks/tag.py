@@ -46,6 +46,9 @@ from .task import Task
 
 Tensor = torch.Tensor
 
+DEFAULT_TAGGER = "dbmdz/bert-large-cased-finetuned-conll03-english"
+"""The model :func:`tag` loads when given none: transformers' default for ``pipeline("token-classification")``."""
+
 
 def window_spans(n: int, width: int, stride: int | None) -> list[tuple[int, int]]:
     """The ``[start, stop)`` spans of a text's n tokens that the windows hold (the ``tokenizers`` library's
@@ -260,7 +263,7 @@ def tag(
     Args:
         texts: one text, or a list of N texts.
         model: a token-classification checkpoint (``*ForTokenClassification``): a loaded :class:`Model`, a local
-            folder or a hub id (e.g. dslim/bert-base-NER).
+            folder or a hub id (e.g. dslim/bert-base-NER; default: :data:`DEFAULT_TAGGER`, CoNLL-03's entities).
         aggregation_strategy: "none": one entity per token; "simple": neighbouring tokens of one entity type
             joined (a ``B-`` label starts a new one); "first", "average", "max": each word first takes one label
             (its first token's; the best of its tokens' averaged scores; its most confident token's), then words
@@ -321,5 +324,6 @@ def tag(
     return finished(results, unknown, single)
 
 
-TASK = Task("tag", tag, probe="a", max_tokens=lambda m, options: tokens_read(m, options.get("stride")), fast=True)
+TASK = Task("tag", tag, probe="a", max_tokens=lambda m, options: tokens_read(m, options.get("stride")), fast=True,
+            model=DEFAULT_TAGGER)
 """The task (:mod:`bertfn.tasks.task`) :func:`tag` is: ``bertfn tag``, the corpus's ``Tag``."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..checkpoint.model import Model
+from ..checkpoint.resolve import DEFAULT_MODEL
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class Task:
             :func:`~bertfn.tasks.runner.packing` reads it for the pipeline, the corpus and the command line.
         command: the task has its own subcommand, ``bertfn/cli/<name, - as _>.py`` (its ``add`` and ``run``);
             False: another subcommand runs it (score-mutations: ``bertfn score --reference``).
+        model: the model a call given none runs (the hub id transformers' pipeline takes for the task where it has
+            one in BERT's family: classify's SST-2 DistilBERT, tag's CoNLL-03 BERT, answer's SQuAD DistilBERT); None:
+            the call needs one (no model without a fine-tuned head could run it), and says so before any download.
     """
 
     name: str
@@ -49,6 +53,7 @@ class Task:
     optional: tuple[str, ...] = ()
     fast: bool = False
     command: bool = True
+    model: str | None = DEFAULT_MODEL
 
     @property
     def class_name(self) -> str:

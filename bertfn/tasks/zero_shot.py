@@ -132,7 +132,7 @@ def zero_shot(
     Args:
         texts: one text, or a list of N texts.
         model: a sequence classifier trained on NLI (e.g. ``FacebookAI/roberta-large-mnli``): a loaded
-            :class:`Model`, a local folder or a hub id.
+            :class:`Model`, a local folder or a hub id (no default: one must be given).
         candidate_labels: the K labels, a list or one string separated by commas (:func:`candidate_list`).
         hypothesis_template: each label's hypothesis, the label where ``{}`` is (:func:`hypotheses`).
         multi_label: score each label alone (entailment against contradiction), so that several may be true;
@@ -198,5 +198,5 @@ def zero_shot(
     return finished(results, unknown, single)
 
 
-TASK = Task("zero-shot", zero_shot, probe="a", fast=True)
+TASK = Task("zero-shot", zero_shot, probe="a", fast=True, model=None)
 """The task (:mod:`bertfn.tasks.task`) :func:`zero_shot` is: ``bertfn zero-shot``, the corpus's ``ZeroShot``."""
