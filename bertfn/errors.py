@@ -158,6 +158,23 @@ def unreadable(path: str | Path, error: type[BertfnError] | None = None) -> Bert
         "above it (e.g. chmod -R a+rX on the model's folder), or copy the model to a folder you own")
 
 
+def require_folder(path: Path, what: str) -> None:
+    """Refuse a file to write whose folder does not exist, before any work is done for it (a model loaded, a page
+    made) and in bertfn's words, where the write itself would fail at the end with the system's.
+
+    Args:
+        path: the file to write.
+        what: how the caller names it (``--out``, ``target``), said first.
+
+    Raises:
+        InputError: ``path``'s folder does not exist.
+    """
+    if not Path(path).parent.is_dir():
+        parent = Path(path).parent
+        raise InputError(f"{what} {path}: its folder {parent} does not exist; create it (mkdir -p {parent}) or name a "
+                         "file in a folder that does")
+
+
 def require_readable(path: Path, error: type[BertfnError] | None = None) -> None:
     """Raise :func:`unreadable` unless this user may open the file ``path``.
 

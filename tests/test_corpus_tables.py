@@ -54,7 +54,7 @@ def test_a_csv_is_a_table_of_rows_carrying_their_columns(tiny_folder, tmp_path, 
     again = read_jsonl(out)
     assert again[1]["text"] == "[MASK] is here" and "result" in again[1] and [again[i] for i in (0, 2, 3)] == [
         rows[i] for i in (0, 2, 3)]
-    assert "1 texts (resumed after line 4, 1 error lines retried), 0 with errors" in capsys.readouterr().err
+    assert "1 text (resumed after line 4, 1 error line retried), 0 with errors" in capsys.readouterr().err
 
     tsv = tmp_path / "data.tsv"
     tsv.write_text("id\tsentence\tnote\n1\tthe cat sat on the [MASK] .\ta, b\n4\t[MASK] .\t\n", encoding="utf-8")

@@ -122,6 +122,17 @@ def test_cli_attention_writes_a_png(mlm_checkpoint, tmp_path, capsys, head):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
+@pytest.mark.parametrize("command", ["attention", "view"])
+def test_an_out_in_a_missing_folder_is_refused_before_the_model_loads(command, tmp_path, capsys):
+    """``bertfn attention --out missing/a.png`` loaded the model, traced the text and drew the figure before the
+    system's "No such file or directory"; the folder is named first (the model named here does not exist: not
+    loaded)."""
+    out = tmp_path / "missing" / "a.png"
+    assert main([command, TEXT, "--model", str(tmp_path / "no-model"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (f"bertfn: error: --out {out}: its folder {out.parent} does not exist; "
+                                               f"create it (mkdir -p {out.parent}) or name a file in a folder that does")
+
+
 def test_cli_attention_errors_are_one_line(mlm_checkpoint, tmp_path, capsys):
     model = str(mlm_checkpoint[0])
     assert main(["attention", TEXT, "--layer", "7", "--model", model, "--out", str(tmp_path / "a.png")]) == 2

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..checkpoint.state import as_stored
-from ..errors import InputError
+from ..errors import InputError, require_folder
 from .options import add_head_options, add_model_options, emit, model_from_args, subcommand
 
 
@@ -33,6 +34,7 @@ def run_view(args: argparse.Namespace) -> int:
     from ..inspect.trace import trace
     from ..interventions.decision import decision, has_decision
 
+    require_folder(Path(args.out), "--out")  # before the model loads
     rec = trace(args.text, m := model_from_args(args, as_stored), pair=args.pair, store=PageArrays(m.config, m, args.top_k))  # the page only
     chosen = args.head is not None or args.labels is not None  # a head (or its labels) named: explain it or say why not
     panel = decision(args.text, m, pair=args.pair, steps=args.steps, head=args.head, labels=args.labels) \
@@ -63,6 +65,7 @@ def run_attention(args: argparse.Namespace) -> int:
     from ..inspect.trace import trace
 
     require_matplotlib()  # before the model loads: a missing matplotlib is known at once
+    require_folder(Path(args.out), "--out")
     fig = attention_figure(trace(args.text, model_from_args(args, as_stored)), args.layer, args.head, args.scale.replace("-", "_"))
     try:
         fig.savefig(args.out, dpi=150)

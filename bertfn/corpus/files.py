@@ -70,11 +70,13 @@ class Summary:
     def __str__(self) -> str:
         s = max(self.seconds, 1e-9)
         resumed = f" (resumed after line {self.resumed_after}" + (
-            f", {self.retried} error lines retried" if self.retried else "") + ")" if self.resumed_after else ""
+            f", {self.retried} error line{'' if self.retried == 1 else 's'} retried" if self.retried else "") + ")" \
+            if self.resumed_after else ""
         kept = (f"; {self.kept_errors} error lines from before kept "
                 f"({syntax(python='retry_errors=True', cli='--retry-errors')} runs them again)") if self.kept_errors else ""
         warned = f", {self.warned} with warnings" if self.warned else ""
-        return (f"{self.texts} texts{resumed}, {self.errors} with errors{warned}{kept}, {self.seconds:.1f} s "
+        return (f"{self.texts} text{'' if self.texts == 1 else 's'}{resumed}, {self.errors} with errors{warned}{kept}, "
+                f"{self.seconds:.1f} s "
                 f"({self.texts / s:.1f} texts/s, {self.tokens / s:.0f} tokens/s) -> {self.output}")
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy
 
-from ..errors import DependencyError, InputError, syntax
+from ..errors import DependencyError, InputError, require_folder, syntax
 from .record import OWN_KEYS, InputPrint, write_record
 
 FORMATS = ("jsonl", "npy", "parquet")
@@ -85,9 +85,7 @@ def output_files(target: Path, formats: Iterable[str], vectors: bool) -> tuple[P
                          f"{target.with_suffix('.jsonl')} (JSON Lines, a line per line)")
     if target.is_dir():
         raise InputError(f"{output} {target} is a folder; name a file in it ({target / 'results.jsonl'})")
-    if not target.parent.is_dir():
-        raise InputError(f"{output} {target}: its folder {target.parent} does not exist; create it "
-                         f"(mkdir -p {target.parent}) or name a file in a folder that does")
+    require_folder(target, output)
     if fmt not in FORMATS or fmt == "jsonl":
         return target, tuple(formats)
     if fmt == "npy" and not vectors:

@@ -59,7 +59,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, require_folder, syntax
 from ..model.config import BertConfig
 from ..model.family import family_of
 from .decision_panel import Decision
@@ -320,9 +320,7 @@ def save_html(rec: Recording, path: str | Path, *, top_k: int = 5, title: str | 
         InputError: the file cannot be written.
     """
     path = Path(path)
-    if not path.parent.is_dir():  # before the page is made
-        raise InputError(f"cannot write {path}: its folder {path.parent} does not exist; create it, or pass a path in "
-                         "an existing folder")
+    require_folder(path, syntax(python="path", cli="--out"))  # before the page is made
     pieces = _pieces(rec, top_k, title, decision)
     try:
         with path.open("wb") as f:
