@@ -307,7 +307,8 @@ def test_bad_inputs_embeds(model, embeds, message):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(device="gpu"), "device 'gpu' cannot be used here .*; pass 'cpu'"),
+    (dict(device="gpu"), r"device 'gpu' cannot be used here \(no device torch knows: cpu, cuda, .*\); pass 'cpu'"),
+    (dict(device="xpu"), r"device 'xpu' cannot be used here \(this torch, [^ ]+, has no xpu backend\); pass 'cpu'$"),
     (dict(dtype="float8"), "dtype must be a floating-point torch.dtype or one of 'float32', .* got 'float8'"),
     (dict(dtype=torch.int64), "dtype must be a floating-point torch.dtype"),
 ])

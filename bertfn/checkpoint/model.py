@@ -159,11 +159,17 @@ class Model:
         """
         dtype = resolve_dtype(dtype)
         if device is not None:
+            usable = f"pass 'cpu'{' or cuda' if torch.cuda.is_available() else ''}"
+            try:
+                kind = torch.device(device).type
+            except (RuntimeError, TypeError):
+                raise InputError(f"device {str(device)!r} cannot be used here (no device torch knows: cpu, cuda, "
+                                 f"cuda:1, mps, ...); {usable}") from None
             try:
                 torch.empty(0, device=device)
-            except (RuntimeError, AssertionError, TypeError) as e:  # unknown name, or a backend torch lacks
-                raise InputError(f"device {str(device)!r} cannot be used here ({str(e).splitlines()[0]}); "
-                                 f"pass 'cpu'{' or cuda' if torch.cuda.is_available() else ''}") from None
+            except (RuntimeError, AssertionError) as e:  # a backend this torch lacks, or a GPU it cannot reach
+                why = str(e).splitlines()[0] if kind == "cuda" else f"this torch, {torch.__version__}, has no {kind} backend"
+                raise InputError(f"device {str(device)!r} cannot be used here ({why}); {usable}") from None
         moved: dict[int, torch.Tensor] = {}
         state = {}
         for k, t in self.state.items():
