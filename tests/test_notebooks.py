@@ -30,7 +30,12 @@ marked slow, so the quick ``python -m pytest`` checks only what is stored).
 
 from __future__ import annotations
 
+import ast
 import base64
+import contextlib
+import importlib
+import inspect
+import io
 import json
 import os
 import re
@@ -192,6 +197,54 @@ def test_fit_to_page_sizes_a_figure_for_the_column_and_raises_its_smallest_text(
     assert tuple(fig.get_size_inches()) == pytest.approx((plots.PAGE_WIDTH, height * plots.PAGE_WIDTH / width))
     fig.canvas.draw()  # ticks a locator adds at drawing time get the raised size too
     assert min(t.get_fontsize() for t in fig.findobj(Text) if t.get_text()) >= 7
+
+
+PRINTS_CODE = re.compile(r"print\(\)|print\(inspect\.getsource\(([\w.]+)\)\)|exceptions\((\w+)\)")
+"""A line of a cell that prints bertfn's code: a function's source, a member's "X is BERT except:" list (notebook
+13's ``exceptions``), or an empty line between them."""
+
+
+def bertfn_names(nb) -> dict:
+    """What a notebook's code cells bind from bertfn (``import bertfn``, ``from bertfn.x import y as z``), bound alike."""
+    names = {}
+    for cell in code_cells(nb):
+        code = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%"))  # no IPython magics
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                names.update({a.asname or a.name: importlib.import_module(a.name) for a in node.names if a.name == "bertfn"})
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "bertfn":
+                module = importlib.import_module(node.module)
+                for a in node.names:
+                    names[a.asname or a.name] = (getattr(module, a.name) if hasattr(module, a.name)
+                                                 else importlib.import_module(f"{node.module}.{a.name}"))
+            elif isinstance(node, ast.FunctionDef) and node.name == "exceptions":  # notebook 13's printer of a docstring
+                exec(compile(ast.Module([node], []), "<notebook>", "exec"), {"inspect": inspect}, names)
+    return names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_stored_print_of_bertfns_code_is_the_code_as_it_is(path):
+    """A cell that only prints bertfn's code (a function's source, a member's list of exceptions) is stored with what
+    it prints from the code now: such an output goes stale when the code changes, and no number shows it."""
+    nb = nbformat.read(path, as_version=4)
+    names = None
+    for cell in code_cells(nb):
+        lines = [line.strip() for line in cell.source.splitlines() if line.strip()]
+        if not lines or not all(PRINTS_CODE.fullmatch(line) for line in lines):
+            continue
+        names = names if names is not None else bertfn_names(nb)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            for line in lines:
+                source, member = PRINTS_CODE.fullmatch(line).groups()
+                if source:
+                    print(inspect.getsource(eval(source, {}, names)))
+                elif member:
+                    names["exceptions"](names[member])
+                else:
+                    print()
+        stored = "".join(o.text for o in cell.outputs if o.get("name") == "stdout")
+        assert stored == printed.getvalue(), f"cell {cell.execution_count} prints another text now: rewrite its outputs"
 
 
 def legibility_problems(figures: list[dict]) -> list[str]:
