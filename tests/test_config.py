@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from conftest import require_transformers
 
 import bertfn
@@ -61,3 +62,20 @@ def test_missing_and_broken_files(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": "big"}))
     with pytest.raises(bertfn.ConfigError, match="hidden_size"):
         bertfn.BertConfig.from_file(tmp_path / "config.json")
+
+
+@pytest.mark.needs_transformers
+def test_params_and_encoder_take_a_config_dict_or_transformers_config():
+    """bertfn.Params(state, config.to_dict()) raised AttributeError; a transformers BertConfig was refused as 'got
+    BertConfig', the same name as the one asked for."""
+    transformers = require_transformers()
+    from conftest import TINY, random_model
+
+    model = random_model(bertfn.BertConfig(**TINY), seed=6)
+    ids = torch.tensor([[2, 7, 8, 3]])
+    ref = bertfn.encoder(model, ids).last_hidden_state
+    for config in (model.config.to_dict(), transformers.BertConfig(**model.config.to_dict())):
+        params = bertfn.Params(dict(model.state), config)
+        assert isinstance(params.config, bertfn.BertConfig)
+        torch.testing.assert_close(bertfn.encoder(params, ids).last_hidden_state, ref)
+        torch.testing.assert_close(bertfn.encoder(dict(model.state), ids, config=config).last_hidden_state, ref)

@@ -36,6 +36,7 @@ from ..errors import InputError
 from .embeddings import position_scores, relative_position_scores
 from .functional import dropout, layer_norm, linear, linears
 from .layout import Mask, Segments, causal_scores, with_keys
+from .masks import check_attention
 from .params import Params, scoped
 from .recorder import NO_TRACE, WEIGHT_POINTS, Trace
 from .segment_points import PaddedView, inference_only, on_padded_view, padded_view
@@ -45,10 +46,6 @@ KV = tuple[Tensor, Tensor]
 """One layer's cached keys and values, each (B, nh, S_k, hd)."""
 
 ATTENTION_IMPLS = ("eager", "sdpa")
-
-
-# --- heads ---------------------------------------------------------------------------------------
-
 
 def split_heads(x: Tensor, nh: int) -> Tensor:
     """(B, S, nh*hd) -> (B, nh, S, hd): one slice of width hd per head (HF ``transpose_for_scores``).
@@ -94,17 +91,9 @@ def separate_projections(p: Params, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return tuple(linears(x, tuple(p[f"self.{n}.weight"] for n in names), tuple(p.get(f"self.{n}.bias") for n in names)))
 
 
-def eager_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    bias: Tensor | None = None,
-    head_mask: Tensor | None = None,
-    p_drop: float = 0.0,
-    generator: torch.Generator | None = None,
-    trace: Trace = NO_TRACE,
-) -> tuple[Tensor, Tensor]:
+def eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
+                    head_mask: Tensor | None = None, p_drop: float = 0.0, generator: torch.Generator | None = None,
+                    trace: Trace = NO_TRACE) -> tuple[Tensor, Tensor]:
     """The reference scaled dot-product attention, one step per line.
 
     ``softmax(Q K^T / sqrt(d) + M) V`` (Vaswani et al. 2017, eq. 1), as ``BertSelfAttention``'s eager path.
@@ -113,7 +102,8 @@ def eager_attention(
         q: (B, nh, S_q, hd).
         k: (B, nh, S_k, hd).
         v: (B, nh, S_k, hd).
-        mask: additive, broadcastable to (B, nh, S_q, S_k).
+        mask: additive (0 = attend, ``finfo.min`` = ignore; :func:`~bertfn.model.layout.extended_mask` makes it
+            of a 0/1 mask, which is refused here), broadcastable to (B, nh, S_q, S_k).
         bias: relative-position scores added before scaling.
         head_mask: (nh,) or broadcastable to the probabilities, multiplies them (1 keeps a head, 0 silences it).
         p_drop: the dropout probability of the attention probabilities (with ``generator``).
@@ -124,6 +114,7 @@ def eager_attention(
         context: (B, nh, S_q, hd).
         probs: (B, nh, S_q, S_k), the probabilities.
     """
+    check_attention(q, k, v, mask, head_mask)
     hd = q.shape[-1]
     scores = q @ k.transpose(-1, -2)  # (B, nh, S_q, S_k)
     scores = trace("scores", scores)
@@ -155,12 +146,14 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, 
         q: (B, nh, S_q, hd).
         k: (B, nh, S_k, hd).
         v: (B, nh, S_k, hd).
-        mask: additive, broadcastable to (B, nh, S_q, S_k).
+        mask: additive (0 = attend, ``finfo.min`` = ignore; :func:`~bertfn.model.layout.extended_mask` makes it
+            of a 0/1 mask, which is refused here), broadcastable to (B, nh, S_q, S_k).
         bias: relative-position scores, as in :func:`eager_attention`.
 
     Returns:
         context (B, nh, S_q, hd).
     """
+    check_attention(q, k, v, mask)
     if bias is not None:
         bias = bias / math.sqrt(q.shape[-1])
         mask = bias if mask is None else (bias + mask).clamp(min=torch.finfo(mask.dtype).min)  # as in eager
@@ -263,7 +256,7 @@ def attention(
     Raises:
         InputError: the scope of a whole layer instead of its attention block, or an unknown ``impl``.
     """
-    p, nh = block_scope(p)  # nh: fewer than the config's heads where this layer was pruned
+    p, nh = block_scope(p, x)  # nh: fewer than the config's heads where this layer was pruned
     inference_only(mask, {"probabilities": need_probs, "dropout": generator is not None})
     trace = trace.on(mask)  # on segments: each point in the padded layout's shape
 
@@ -293,12 +286,13 @@ def attention(
 # --- the steps attention() and a decoder's attention (decoding.py) share --------------------------------------------
 
 
-def block_scope(p: Params) -> tuple[Params, int]:
+def block_scope(p: Params, x: Tensor) -> tuple[Params, int]:
     """``p`` checked to be one attention block's scope (``BertAttention``'s weights), not a layer's or the model's,
-    and the block's heads.
+    and the block's heads; ``x`` checked to be hidden states (B, S, H).
 
     Args:
         p: what was passed as the block's weights.
+        x: the block's input.
 
     Returns:
         The block's scope, and nh: the config's heads, fewer where the block was pruned (``prune_heads``).
@@ -310,6 +304,9 @@ def block_scope(p: Params) -> tuple[Params, int]:
     if "self.query.weight" not in p and "attention.self.query.weight" in p:
         raise InputError(f"attention() reads one attention block, but got the scope of a whole layer ({p.prefix!r}); "
                          "pass its attention scope, e.g. model.params.layer(0).scope('attention')")
+    if not isinstance(x, Tensor) or x.dim() != 3:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise InputError(f"attention() takes hidden states (B, S, H), got {got}; a single text is x[None]")
     return p, p["self.query.weight"].shape[0] // p.config.head_dim  # (nh*hd, H) // hd
 
 

@@ -288,16 +288,19 @@ class BertConfig:
 
 
 def as_config(config: object) -> BertConfig:
-    """``config`` as a :class:`BertConfig`: itself, or one read from a config.json's dict (:meth:`BertConfig.from_dict`).
+    """``config`` as a :class:`BertConfig`: itself, or one read from a config.json's dict (:meth:`BertConfig.from_dict`)
+    or from a transformers config (its ``to_dict()``).
 
     Args:
-        config: a BertConfig or a dict.
+        config: a BertConfig, a dict, or a transformers config.
 
     Raises:
         InputError: anything else.
     """
     if isinstance(config, dict):
         return BertConfig.from_dict(config)
+    if not isinstance(config, BertConfig) and callable(getattr(config, "to_dict", None)):  # transformers' config
+        return BertConfig.from_dict(config.to_dict())
     if not isinstance(config, BertConfig):
         raise InputError(f"a model is made from its config: a BertConfig (bertfn.BertConfig(...), "
                          f"bertfn.BertConfig.from_file('config.json')) or a config.json's dict, got {type(config).__name__}")

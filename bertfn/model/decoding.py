@@ -136,7 +136,7 @@ def self_attention(
     Raises:
         InputError: the scope of a whole layer instead of its attention block, or an unknown ``impl``.
     """
-    p, nh = block_scope(p)
+    p, nh = block_scope(p, x)
     query, key, value = separate_projections(p, x)  # (B, S, nh*hd) each, as the encoder's
     query, key, value = trace("query", query), trace("key", key), trace("value", value)
     q, k, v = split_heads(query, nh), split_heads(key, nh), split_heads(value, nh)  # (B, nh, S, hd) each
@@ -193,7 +193,7 @@ def cross_attention(
     if "self.query.weight" not in p:
         raise InputError("encoder_hidden_states were given but this model has no cross-attention "
                          "weights (config add_cross_attention=false)")
-    p, nh = block_scope(p)
+    p, nh = block_scope(p, x)
     query = trace("query", linear(x, p["self.query.weight"], p["self.query.bias"]))  # (B, S, nh*hd)
     q = split_heads(query, nh)  # (B, nh, S, hd)
     if past_kv is None:  # the first step: the encoder states' keys and values

@@ -79,7 +79,11 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None = None
 
     Returns:
         (..., out).
+
+    Raises:
+        InputError: ``x`` of another width than ``w`` reads, or another dtype (outside autocast).
     """
+    check_product(x, w)
     return _products.linear(x, w, b, act)
 
 
@@ -96,7 +100,25 @@ def linears(x: Tensor, ws: tuple[Tensor, ...], bs: tuple[Tensor | None, ...]) ->
     Returns:
         Each (..., out_i).
     """
+    check_product(x, ws[0])
     return _products.linears(x, tuple(ws), tuple(bs))
+
+
+def check_product(x: Tensor, w: Tensor) -> None:
+    """Raise :class:`InputError` unless ``x`` (..., in) can be multiplied by ``w`` (out, in): as wide as ``w`` reads,
+    in its dtype (outside ``torch.autocast``, which casts), where the kernels would fail in their own words.
+
+    Args:
+        x: the input.
+        w: the weight.
+    """
+    if not isinstance(x, Tensor) or x.dim() == 0 or x.shape[-1] != w.shape[-1]:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise InputError(f"this step multiplies by a weight of shape {tuple(w.shape)}, so its input must be "
+                         f"(..., {w.shape[-1]}), got {got}: the hidden states of another model, or of another step?")
+    if x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise InputError(f"the input is {x.dtype} but the weights are {w.dtype}; cast one to the other "
+                         f"(x.to({w.dtype}), or bertfn.load(..., dtype=...))")
 
 
 def product_rows(x: Tensor, w: Tensor, b: Tensor | None = None) -> int:

@@ -37,10 +37,14 @@ from functools import lru_cache
 from itertools import accumulate
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ..errors import InputError
 
 Tensor = torch.Tensor
+
+BUILT: WeakIdKeyDictionary = WeakIdKeyDictionary()
+"""The additive masks bertfn made (or checked once, :func:`~bertfn.model.masks.check_additive`): read as they are."""
 
 
 def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
@@ -66,7 +70,9 @@ def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
         raise InputError(
             f"attention_mask must be (batch, seq), (batch, q, k) or (batch, heads, q, k); got {tuple(mask.shape)}"
         )
-    return (1.0 - mask.to(dtype)) * torch.finfo(dtype).min
+    out = (1.0 - mask.to(dtype)) * torch.finfo(dtype).min
+    BUILT[out] = True
+    return out
 
 
 def causal_keep_mask(mask: Tensor, seq: int) -> Tensor:
@@ -384,7 +390,9 @@ def with_keys(mask: Tensor | None, keys: Tensor | None) -> Tensor | None:
     """
     if keys is None or mask is None:
         return keys if mask is None else mask
-    return (mask + keys).clamp(min=torch.finfo(keys.dtype).min)
+    out = (mask + keys).clamp(min=torch.finfo(keys.dtype).min)
+    BUILT[out] = True
+    return out
 
 
 Mask = Tensor | Segments | None

@@ -27,7 +27,7 @@ import torch
 
 from ..errors import InputError
 from .functional import product_rows
-from .layout import Segments, causal_keep_mask, extended_mask
+from .layout import BUILT, Segments, causal_keep_mask, extended_mask
 from .config import BertConfig
 from .family import family_of
 from .recorder import NO_TRACE, Trace
@@ -52,6 +52,62 @@ def check_mask(name: str, mask: object, B: int, S: int, S_k: int, nh: int) -> No
         got = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
         raise InputError(f"{name} must be a tensor of shape {' or '.join(map(str, allowed))} "
                          f"(1 = attend, 0 = ignore), got {got}; tokenizer(...).attention_mask has the 2D form")
+    if mask.device.type != "meta" and bool(((mask != 0) & (mask != 1)).any()):  # an additive mask, or counts
+        low, high = mask.min().item(), mask.max().item()
+        raise InputError(f"{name} is the 0/1 mask of the keys to read (1 = attend, 0 = ignore), as the tokenizer gives "
+                         f"it, but holds values from {low:g} to {high:g}; an additive mask (0 = attend, a large "
+                         f"negative number = ignore) is what attention() takes: pass the 0/1 mask it was made from")
+
+
+def check_attention(q: Tensor, k: Tensor, v: Tensor, mask: object, head_mask: object = None) -> None:
+    """Raise :class:`InputError` unless q, k, v are split into heads, (B, nh, S, hd) each, and ``mask`` is an additive
+    mask attention can add to their scores: a floating
+    tensor of 4 dimensions broadcastable to them, 0 where a key is read and negative (``finfo.min``) where not. A 0/1
+    keep-mask (the tokenizer's, or bools) would shift the scores by 1 instead of hiding keys, silently. The masks
+    bertfn makes (:func:`~bertfn.model.layout.extended_mask`) are read as they are, another once (on an accelerator
+    its values are read back once, not at every layer).
+
+    Args:
+        q: (B, nh, S_q, hd).
+        k: (B, nh, S_k, hd).
+        v: (B, nh, S_k, hd).
+        mask: what attention was given.
+        head_mask: (nh,) or broadcastable to the probabilities (B, nh, S_q, S_k), or None.
+    """
+    if any(not isinstance(t, Tensor) or t.dim() != 4 for t in (q, k, v)):
+        got = ", ".join(str(tuple(t.shape)) if isinstance(t, Tensor) else type(t).__name__ for t in (q, k, v))
+        raise InputError(f"attention takes q, k and v split into heads, (B, nh, S, hd) each, got {got}; "
+                         f"split_heads(x, nh) splits a (B, S, nh*hd) projection")
+    scores = (*q.shape[:3], k.shape[2])
+    if head_mask is not None and not (isinstance(head_mask, Tensor) and (head_mask.shape == q.shape[1:2] or (
+            head_mask.dim() == 4 and broadcasts(head_mask.shape, scores)))):
+        got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else type(head_mask).__name__
+        raise InputError(f"head_mask must be a tensor of shape ({q.shape[1]},) (1 keeps a head, 0 silences it), "
+                         f"or broadcastable to the probabilities {scores}; got {got}")
+    if mask is None or mask in BUILT:
+        return
+    make = "bertfn.extended_mask(attention_mask, x.dtype) makes it from the tokenizer's 0/1 mask"
+    if not isinstance(mask, Tensor) or not mask.is_floating_point():
+        got = f"a {mask.dtype} tensor, a 0/1 keep-mask" if isinstance(mask, Tensor) else type(mask).__name__
+        raise InputError(f"attention adds its mask to the scores: it takes an additive float mask (0 = attend, "
+                         f"finfo.min = ignore), got {got}; {make}")
+    if mask.dim() != 4 or not broadcasts(mask.shape, scores):
+        raise InputError(f"attention's additive mask must broadcast to the scores (B, nh, S_q, S_k) = {tuple(scores)}, "
+                         f"e.g. (B, 1, 1, S_k), got {tuple(mask.shape)}; {make}")
+    if mask.device.type != "meta" and bool((mask > 0).any()):
+        raise InputError(f"attention's mask is additive (0 = attend, finfo.min = ignore), but holds values up to "
+                         f"{mask.max().item():g}: a 0/1 keep-mask would shift the scores instead of hiding keys; {make}")
+    BUILT[mask] = True  # checked: read as it is from now on
+
+
+def broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    """Whether a tensor of ``shape`` broadcasts to ``to`` without growing it.
+
+    Args:
+        shape: the tensor's.
+        to: the shape it is applied to.
+    """
+    return len(shape) <= len(to) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(to)))
 
 
 def warn_if_padding_without_mask(input_ids: Tensor | None, attention_mask: Tensor | None, pad: int | None) -> None:
@@ -87,7 +143,7 @@ def attention_masks(config: BertConfig, x: Tensor, past: int, attention_mask: Te
         nothing is hidden.
 
     Raises:
-        InputError: a mask of a shape attention cannot read.
+        InputError: a mask of a shape attention cannot read (or not 0/1), encoder states of another batch.
     """
     B, S, _ = x.shape
     S_k = past + S  # keys: the cached positions and the new ones
@@ -100,6 +156,13 @@ def attention_masks(config: BertConfig, x: Tensor, past: int, attention_mask: Te
             attention_mask = causal_keep_mask(attention_mask, S)  # (B, S, past + S)
         mask = extended_mask(attention_mask, x.dtype)
     encoder_mask = None
+    if encoder_hidden_states is not None and not (isinstance(encoder_hidden_states, Tensor) and
+                                                  encoder_hidden_states.dim() == 3 and
+                                                  encoder_hidden_states.shape[0] == B):
+        got = tuple(encoder_hidden_states.shape) if isinstance(encoder_hidden_states, Tensor) else \
+            type(encoder_hidden_states).__name__
+        raise InputError(f"encoder_hidden_states are an encoder's last hidden states, one text per text here: "
+                         f"({B}, S_e, H), got {got}")
     if encoder_hidden_states is not None and encoder_attention_mask is not None:
         check_mask("encoder_attention_mask", encoder_attention_mask, B, S, encoder_hidden_states.shape[1],
                    config.num_attention_heads)

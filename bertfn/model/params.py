@@ -32,7 +32,7 @@ class Params(Mapping):
 
     Args:
         state: the flat HF-keyed state_dict, as loading leaves it.
-        config: the model's config (a family member's view reads the member's key names).
+        config: the model's config, or its config.json dict (a family member's view reads the member's key names).
         prefix: the scope, e.g. ``bert.encoder.layer.0.`` ("" for the root).
     """
 
@@ -40,7 +40,7 @@ class Params(Mapping):
 
     def __init__(self, state: Mapping[str, torch.Tensor], config: BertConfig, prefix: str = ""):
         self.state = state
-        self.config = config
+        self.config = config = as_config(config)  # a config.json dict too, as encoder(..., config=) takes
         self.prefix = prefix
         self.rename = names_of(config).renamer(config)  # None for BERT: the names are the keys
 
