@@ -175,3 +175,17 @@ def test_real_antiberty_fragments_equal_their_own_traces(antiberty):
     assert recs["layer.7.attention.probs"].shape == (3, 8, 32, 32)
     for i, text in enumerate(FRAGMENTS):
         assert_same_pass(recs[i], bertfn.trace(text, antiberty))
+
+
+@pytest.mark.parametrize("kind, own", [("deberta-v2", ("c2p_scores", "p2c_scores")), ("mpnet", ("position_bias",))])
+def test_a_members_own_attention_terms_are_cut_on_the_keys_too(kind, own, tmp_path):
+    """DeBERTa's c2p and p2c terms and MPNet's position bias are (B, nh, S, S), like the scores: recs[i] cuts the
+    padding's keys from them as from the probabilities, so they equal the text's own trace."""
+    from family_checkpoints import save_member
+
+    save_member(kind, tmp_path)
+    model = bertfn.load(tmp_path)
+    texts = ["The cat sat on the mat.", "When in Rome, do as the Romans do, said the king to the queen."]
+    recs = bertfn.trace(texts, model)
+    assert all(f"layer.0.attention.{name}" in recs for name in own)
+    assert_same_pass(recs[0], bertfn.trace(texts[0], model))
