@@ -180,6 +180,21 @@ def test_bad_requests_raise_bertfns_errors(mlm):
         bertfn.trace("the cat", dataclasses.replace(model, tokenizer=None))
 
 
+def test_names_the_trace_lacks_say_why(mlm):
+    """A name of a layer past the last, head outputs not asked for, an index where a name goes, a store that is no
+    dict: each an InputError that says what to do, not a guess at a close name or Python's TypeError."""
+    model, _ = mlm
+    rec = bertfn.trace("the cat sat.", model)
+    with pytest.raises(bertfn.InputError, match="the model has 2 layers, 0 to 1"):
+        rec["layer.2.attention.probs"]
+    with pytest.raises(bertfn.InputError, match=r"only when asked: bertfn.trace\(\.\.\., head_outputs=True\)"):
+        rec["layer.0.attention.head_outputs"]
+    with pytest.raises(bertfn.InputError, match=r"read by name.*got int: 0; a batch's texts are recs\[i\]"):
+        rec[0]
+    with pytest.raises(bertfn.InputError, match="store= takes a dict .* got list"):
+        bertfn.trace("the cat", model, store=[])
+
+
 def test_chunked_feed_forward_records_each_slice(mlm):
     model, _ = mlm
     chunked = dataclasses.replace(model, config=dataclasses.replace(model.config, chunk_size_feed_forward=4))

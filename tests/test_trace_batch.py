@@ -123,6 +123,15 @@ def test_names_and_indices_that_are_not_there(recs):
     assert not hasattr(recs, "nothing") and hasattr(recs[0], "attention")
 
 
+def test_numpy_and_torch_integers_index_a_text(recs):
+    """np.argsort's indices and 0-d tensors are integers: recs[np.int64(1)] is recs[1], not a refusal."""
+    np = pytest.importorskip("numpy")
+    for index in (np.int64(1), torch.tensor(1), np.int32(-3)):
+        assert recs[index].tokens == recs[int(index)].tokens
+    with pytest.raises(bertfn.InputError, match=r"for several texts, \[recs\[i\] for i in"):
+        recs[0:2]
+
+
 def test_repr_is_short(recs):
     text = repr(recs)
     assert text.startswith("Recordings(4 texts of 9, 12, 11, 8 tokens, padded to 12, [MASK] in texts 0, 2; ")

@@ -16,6 +16,8 @@ names, in order: :func:`~bertfn.model.point_names.point_names`.
 from __future__ import annotations
 
 import difflib
+import fnmatch
+import operator
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,9 +28,10 @@ import torch
 from ..checkpoint.checks import refuse_long
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
-from ..errors import InputError, syntax
+from ..errors import InputError, clipped, syntax
 from ..model.config import BertConfig
 from ..model.family import longest_input
+from ..model.point_names import layer_of
 from ..model.recorder import Edits, Trace, check_edits
 from .batch import padded_batch, record_pass, text_tensors
 from .decision_panel import Decision
@@ -205,11 +208,17 @@ class Recordings:
         """
         if isinstance(key, str):
             return named(self.tensors, key)
-        B = len(self)
-        if isinstance(key, bool) or not isinstance(key, int) or not -B <= key < B:
+        B, index = len(self), None
+        if not isinstance(key, bool):
+            try:  # a Python int, or numpy's and torch's integers (np.argsort's indices, a 0-d tensor)
+                index = operator.index(key)
+            except TypeError:
+                pass
+        if index is None or not -B <= index < B:
+            listed = "; for several texts, [recs[i] for i in ...]" if isinstance(key, slice) else ""
             raise InputError(f"recs[...] takes a text's index from 0 to {B - 1} (or -{B} to -1 from the end) or a "
-                             f"recorded name, got {key!r}; the trace holds {B} texts")
-        i, S = key % B, self.lengths[key]
+                             f"recorded name, got {key!r}; the trace holds {B} texts{listed}")
+        i, S = index % B, self.lengths[index]
         return Recording(self.tokens[i], self.input_ids[i:i + 1, :S], [p for t, p in self.mask_rows if t == i],
                          text_tensors(self.tensors, i, S, self.mask_rows, self.config.chunk_size_feed_forward),
                          self.config, self.model)
@@ -262,9 +271,18 @@ def named(tensors: dict[str, Tensor], name: str) -> Tensor:
     Raises:
         InputError: no tensor of that name.
     """
+    if not isinstance(name, str):
+        raise InputError(f"a recording's tensors are read by name, e.g. rec['layer.0.attention.probs'] (.keys() lists "
+                         f"them), got {type(name).__name__}: {clipped(name, 40)}; a batch's texts are recs[i]")
     if name not in tensors:
-        close = difflib.get_close_matches(name, tensors, n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else "see .keys() for the names"
+        layers = {layer_of(n) for n in tensors} - {None}
+        if fnmatch.fnmatchcase(name, HEAD_OUTPUTS):
+            hint = "a pass computes each head's output only when asked: bertfn.trace(..., head_outputs=True)"
+        elif layers and (layer_of(name) or 0) > max(layers):
+            hint = f"the model has {max(layers) + 1} layers, 0 to {max(layers)}"
+        else:
+            close = difflib.get_close_matches(name, tensors, n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else "see .keys() for the names"
         raise InputError(f"the trace holds no {name!r}; {hint}")
     return tensors[name]
 
@@ -328,6 +346,9 @@ def trace(text: str | list[str], model: Model | str | Path | None = None, pair: 
     text, model = texts_and_model(text, model, "trace", old_order=True)
     m = get_model(model)
     tok = require_tokenizer(m, "trace")
+    if store is not None and not isinstance(store, dict):
+        raise InputError(f"store= takes a dict (or a dict subclass) that receives each tensor by name, got "
+                         f"{type(store).__name__}; leave it out to keep every tensor in the Recording")
     record = Trace(store, edits=check_edits(edits, m.config), optional=[HEAD_OUTPUTS] if head_outputs else [])
     if not isinstance(text, str):
         texts, _ = text_list(text, "trace")
