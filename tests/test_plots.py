@@ -65,6 +65,19 @@ def test_bad_plot_input_raises_input_error(rec):
         plots.attention_figure(batch, 0)
 
 
+def test_odd_plot_arguments_are_input_errors_or_read_as_meant(rec):
+    """columns=0 divided by zero, a list or a tensor given to histograms met .items(), and one activation's name
+    as a string was read letter by letter ('g', 'e', 'l', 'u')."""
+    for columns in (0, -1, 2.5):
+        with pytest.raises(bertfn.InputError, match="columns .* must be an integer from 1"):
+            plots.attention_heads(rec.attention(0), rec.tokens, columns=columns)
+    for values in ([rec["layer.0.attention.scores"]], rec["layer.0.attention.scores"]):
+        with pytest.raises(bertfn.InputError, match=r"histograms takes a dict \{label: tensor\}"):
+            plots.histograms(values)
+    lines = plots.activation_curves("gelu").axes[0].get_lines()
+    assert [line.get_label() for line in lines][:1] == ["gelu"] and len(lines) == 3  # the curve and the two axes
+
+
 def test_missing_matplotlib_is_a_dependency_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
     with pytest.raises(bertfn.DependencyError, match=r"pip install matplotlib"):

@@ -16,7 +16,7 @@ a probability near 0, and its title says "local (window W)".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -81,20 +81,9 @@ def _matrix(x: Tensor, what: str) -> Tensor:
     return x
 
 
-def heatmap(
-    matrix: Tensor,
-    row_labels: Sequence[str] | None = None,
-    col_labels: Sequence[str] | None = None,
-    *,
-    title: str | None = None,
-    xlabel: str | None = None,
-    ylabel: str | None = None,
-    cmap: str = "viridis",
-    ax=None,
-    colorbar: bool = True,
-    vmin: float | None = None,
-    vmax: float | None = None,
-):
+def heatmap(matrix: Tensor, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None, *,
+            title: str | None = None, xlabel: str | None = None, ylabel: str | None = None, cmap: str = "viridis",
+            ax=None, colorbar: bool = True, vmin: float | None = None, vmax: float | None = None):
     """Draw a (R, C) matrix as colored cells, rows top to bottom, with optional tick labels.
 
     Args:
@@ -221,7 +210,8 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
         (matplotlib.figure.Figure): The figure.
 
     Raises:
-        InputError: ``probs`` that are not (nh, S, S), tokens of another number than S, or an unknown scale.
+        InputError: ``probs`` that are not (nh, S, S), tokens of another number than S, an unknown scale, or
+            ``columns`` below 1.
     """
     probs = torch.as_tensor(probs).detach().float().cpu()
     if probs.dim() != 3 or probs.shape[1] != probs.shape[2]:
@@ -229,6 +219,8 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
     if len(tokens) != probs.shape[1]:
         raise InputError(f"attention_heads got {len(tokens)} tokens for {probs.shape[1]} rows/columns; pass one label "
                          "each (rec.tokens of the recording the probabilities come from)")
+    if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
+        raise InputError(f"attention_heads' columns (panels per row) must be an integer from 1, got {columns!r}")
     tops = color_limits(probs, scale)
     nh = probs.shape[0]
     cols = min(columns, nh)
@@ -303,7 +295,13 @@ def histograms(values: dict[str, Tensor], *, bins: int = 80, title: str | None =
 
     Returns:
         (matplotlib.figure.Figure): The figure.
+
+    Raises:
+        InputError: ``values`` that are not a dict.
     """
+    if not isinstance(values, Mapping):
+        raise InputError(f"histograms takes a dict {{label: tensor}}, one histogram each, got {type(values).__name__}; "
+                         "e.g. histograms({'scores': rec['layer.0.attention.scores']})")
     if ax is None:
         ax = new_figure(6.0, 3.6).add_subplot()
     for label, v in values.items():
@@ -324,7 +322,7 @@ def activation_curves(names: Sequence[str] = ("gelu", "relu"), lo: float = -4.0,
     """The activations BERT configs name (``config.hidden_act``), drawn over ``[lo, hi]``.
 
     Args:
-        names: keys of :data:`~bertfn.model.functional.ACTIVATIONS`.
+        names: keys of :data:`~bertfn.model.functional.ACTIVATIONS` (one name, or several).
         lo: the left end of x.
         hi: the right end of x.
         ax (matplotlib.axes.Axes | None): draw into this ``Axes``, else on a new figure.
@@ -335,6 +333,7 @@ def activation_curves(names: Sequence[str] = ("gelu", "relu"), lo: float = -4.0,
     Raises:
         InputError: an unknown activation.
     """
+    names = [names] if isinstance(names, str) else list(names)  # "gelu" is one name, not four letters
     unknown = [n for n in names if n not in ACTIVATIONS]
     if unknown:
         raise InputError(f"unknown activation(s) {unknown}; expected names from {sorted(ACTIVATIONS)}")
