@@ -327,10 +327,12 @@ def trace(text: str | list[str], model: Model | str | Path | None = None, pair: 
         edits: ``{point name: edit(tensor, point) -> tensor}`` changes the pass at those points (the names
             above; see :mod:`bertfn.interventions`); the recording then holds what the edited pass computed.
             For a list the edits see the padded batch: (B, ...), ``mlm.*`` (N, ...) for every [MASK].
-        store: for one text, the dict that receives each tensor by name as the pass computes it (default: a new
-            one, which keeps them all); the Recording's ``tensors``. A dict subclass may keep less: ``bertfn view``
-            passes :class:`bertfn.inspect.page_arrays.PageArrays`, which keeps only the explorer's arrays, made as
-            the layers come (at 512 tokens on bert-base's shape a whole trace is about 2 GB).
+        store: the dict that receives each tensor by name as the pass computes it (default: a new one, which
+            keeps them all); the Recording's (or Recordings') ``tensors``. A dict subclass may keep less (its
+            ``__setitem__`` drops the names it does not want): ``bertfn view`` passes
+            :class:`bertfn.inspect.page_arrays.PageArrays`, which keeps only the explorer's arrays, made as the
+            layers come (at 512 tokens on bert-base's shape a whole trace is about 2 GB; 200 AntiBERTy texts of
+            about 100 tokens, 7 GB). ``recs[i]`` cuts what the store kept.
         head_outputs: record each head's write into the residual stream too,
             ``layer.{i}.attention.head_outputs`` (B, nh, S, H), which a pass computes only when asked
             (the output projection is then their sum plus the bias: the same to about 1e-6).
@@ -340,7 +342,7 @@ def trace(text: str | list[str], model: Model | str | Path | None = None, pair: 
 
     Raises:
         InputError: not a text or a list of them, an empty text or pair, a text longer than the model reads,
-            pairs that are not one per text, ``store`` with a list, or edits that name no point.
+            pairs that are not one per text, a ``store`` that is no dict, or edits that name no point.
         MissingPartError: a model without a tokenizer.
     """
     text, model = texts_and_model(text, model, "trace", old_order=True)
@@ -352,9 +354,6 @@ def trace(text: str | list[str], model: Model | str | Path | None = None, pair: 
     record = Trace(store, edits=check_edits(edits, m.config), optional=[HEAD_OUTPUTS] if head_outputs else [])
     if not isinstance(text, str):
         texts, _ = text_list(text, "trace")
-        if store is not None:
-            raise InputError("store= receives the pass of one text; for a list of texts leave it out (the "
-                             "Recordings keep every tensor), or trace the texts one at a time with a store each")
         ids, types, mask, tokens = padded_batch(tok, texts, pair)
         refuse_long(mask.sum(dim=1).tolist(), longest_input(m.config), paired=pair is not None)
         ids, mask = ids.to(m.device), mask.to(m.device)  # (B, S)
