@@ -78,6 +78,16 @@ def test_odd_plot_arguments_are_input_errors_or_read_as_meant(rec):
     assert [line.get_label() for line in lines][:1] == ["gelu"] and len(lines) == 3  # the curve and the two axes
 
 
+def test_a_pruned_layers_title_names_the_heads_pruned(rec):
+    """Heads 0 and 2 of layer 1 pruned: the one left is drawn as "head 0" (as transformers numbers it), and the title
+    says it was not the first (it said nothing, so "head 0" read as the unpruned model's head 0)."""
+    pruned = bertfn.prune_heads(rec.model, {1: [0, 2]})
+    fig = plots.attention_figure(bertfn.trace(TEXT, pruned), 1, head=0)
+    assert fig.axes[0].get_title() == ("attention probabilities, layer 1, heads 0, 2 pruned (the rest renumbered "
+                                       "from 0), head 0")
+    assert "pruned" not in plots.attention_figure(rec, 1, head=0).axes[0].get_title()
+
+
 def test_missing_matplotlib_is_a_dependency_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
     with pytest.raises(bertfn.DependencyError, match=r"pip install matplotlib"):

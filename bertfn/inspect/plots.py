@@ -253,7 +253,8 @@ def attention_figure(rec: Recording, layer: int, head: int | None = None, scale:
     """The picture ``bertfn attention`` writes: one head of ``layer``, or all of its heads (on ``scale``).
 
     In a model with local layers (ModernBERT) the title says which kind ``layer`` is, and a local layer's keys out
-    of its window are grey (:func:`~bertfn.inspect.page_arrays.out_of_reach`).
+    of its window are grey (:func:`~bertfn.inspect.page_arrays.out_of_reach`). A pruned layer's title names the heads
+    pruned: those left are numbered from 0 (``head`` counts them), so its "head 1" may have been head 3.
 
     Args:
         rec: a recording of :func:`bertfn.trace`.
@@ -274,6 +275,8 @@ def attention_figure(rec: Recording, layer: int, head: int | None = None, scale:
     windows, out = layer_windows(rec.config), out_of_reach(rec.config, layer, len(rec.tokens))
     kind = "" if windows.count(None) == len(windows) else ", global" if out is None else \
         f", local (window {windows[layer]}): grey keys out of reach"
+    if rec.config.pruned_heads.get(layer):  # the heads left are numbered from 0, as transformers' attentions are
+        kind += f", heads {', '.join(map(str, rec.config.pruned_heads[layer]))} pruned (the rest renumbered from 0)"
     title = f"attention probabilities, layer {layer}{kind}"
     if head is None:
         return attention_heads(probs, rec.tokens, title=title, scale=scale, out=out)
