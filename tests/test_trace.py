@@ -193,6 +193,17 @@ def test_names_the_trace_lacks_say_why(mlm):
         rec[0]
     with pytest.raises(bertfn.InputError, match="store= takes a dict .* got list"):
         bertfn.trace("the cat", model, store=[])
+    with pytest.raises(bertfn.InputError, match="the MLM head runs only at the text's mask tokens"):
+        rec["mlm.logits"]  # the text has no [MASK]
+
+    class Outputs(dict):
+        def __setitem__(self, name, tensor):
+            if name.endswith(".output"):
+                super().__setitem__(name, tensor)
+
+    kept = bertfn.trace("the cat sat.", model, store=Outputs())
+    with pytest.raises(bertfn.InputError, match="the model's pass has that point, but this recording did not keep it"):
+        kept.attention(0)  # it guessed layer.0.attention.output
 
 
 def test_chunked_feed_forward_records_each_slice(mlm):

@@ -31,7 +31,7 @@ from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_
 from ..errors import InputError, clipped, syntax
 from ..model.config import BertConfig
 from ..model.family import longest_input
-from ..model.point_names import layer_of
+from ..model.point_names import layer_of, point_names
 from ..model.recorder import Edits, Trace, check_edits
 from .batch import padded_batch, record_pass, text_tensors
 from .decision_panel import Decision
@@ -67,7 +67,7 @@ class Recording:
     model: Model | None = field(default=None, repr=False, compare=False)  # the model traced (the explorer reads its heads)
 
     def __getitem__(self, name: str) -> Tensor:
-        return named(self.tensors, name)
+        return named(self.tensors, name, self.config)
 
     def __contains__(self, name: object) -> bool:
         return name in self.tensors
@@ -207,7 +207,7 @@ class Recordings:
             InputError: a name the trace does not hold, or an index out of range.
         """
         if isinstance(key, str):
-            return named(self.tensors, key)
+            return named(self.tensors, key, self.config)
         B, index = len(self), None
         if not isinstance(key, bool):
             try:  # a Python int, or numpy's and torch's integers (np.argsort's indices, a 0-d tensor)
@@ -261,12 +261,13 @@ def one_recording(rec: object, does: str) -> None:
         raise InputError(f"{does}, got {what}; pick a text of a batch as recs[i]")
 
 
-def named(tensors: dict[str, Tensor], name: str) -> Tensor:
-    """``tensors[name]``, or an :class:`InputError` naming the close names.
+def named(tensors: dict[str, Tensor], name: str, config: BertConfig) -> Tensor:
+    """``tensors[name]``, or an :class:`InputError` saying why the recording lacks it, or naming the close names.
 
     Args:
         tensors: recorded tensors by name.
         name: the name asked for.
+        config: the traced model's config (its layers and points).
 
     Raises:
         InputError: no tensor of that name.
@@ -275,11 +276,16 @@ def named(tensors: dict[str, Tensor], name: str) -> Tensor:
         raise InputError(f"a recording's tensors are read by name, e.g. rec['layer.0.attention.probs'] (.keys() lists "
                          f"them), got {type(name).__name__}: {clipped(name, 40)}; a batch's texts are recs[i]")
     if name not in tensors:
-        layers = {layer_of(n) for n in tensors} - {None}
+        L = config.num_hidden_layers
         if fnmatch.fnmatchcase(name, HEAD_OUTPUTS):
             hint = "a pass computes each head's output only when asked: bertfn.trace(..., head_outputs=True)"
-        elif layers and (layer_of(name) or 0) > max(layers):
-            hint = f"the model has {max(layers) + 1} layers, 0 to {max(layers)}"
+        elif (layer_of(name) or 0) >= L:
+            hint = f"the model has {L} layers, 0 to {L - 1}"
+        elif name.startswith("mlm.") and name in point_names(config):
+            hint = "the MLM head runs only at the text's mask tokens: put one in the text"
+        elif name in point_names(config):
+            hint = "the model's pass has that point, but this recording did not keep it (a store= that keeps less, " \
+                "or a part the checkpoint lacks, such as a pooler)"
         else:
             close = difflib.get_close_matches(name, tensors, n=3)
             hint = f"did you mean {', '.join(close)}?" if close else "see .keys() for the names"
