@@ -201,6 +201,11 @@ def test_names_the_trace_lacks_say_why(mlm):
             if name.endswith(".output"):
                 super().__setitem__(name, tensor)
 
+    for short, meant in (("mask", "masked_scores"), ("scaled", "scaled_scores")):  # a name cut short: difflib offered
+        with pytest.raises(bertfn.InputError, match=rf"did you mean layer.0.attention.{meant}\?"):  # k, key / value
+            rec[f"layer.0.attention.{short}"]
+        with pytest.raises(bertfn.InputError, match=rf"did you mean layer.0.attention.{meant}\?"):
+            bertfn.trace("the cat", model, edits={f"layer.0.attention.{short}": lambda x, point: x})
     kept = bertfn.trace("the cat sat.", model, store=Outputs())
     with pytest.raises(bertfn.InputError, match="the model's pass has that point, but this recording did not keep it"):
         kept.attention(0)  # it guessed layer.0.attention.output

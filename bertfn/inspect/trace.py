@@ -15,7 +15,6 @@ names, in order: :func:`~bertfn.model.point_names.point_names`.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import operator
 import re
@@ -32,7 +31,7 @@ from ..errors import InputError, clipped, syntax
 from ..model.config import BertConfig
 from ..model.family import longest_input
 from ..model.point_names import layer_of, point_names
-from ..model.recorder import Edits, Trace, check_edits
+from ..model.recorder import Edits, Trace, check_edits, close_names
 from .batch import padded_batch, record_pass, text_tensors
 from .decision_panel import Decision
 
@@ -287,7 +286,7 @@ def named(tensors: dict[str, Tensor], name: str, config: BertConfig) -> Tensor:
             hint = "the model's pass has that point, but this recording did not keep it (a store= that keeps less, " \
                 "or a part the checkpoint lacks, such as a pooler)"
         else:
-            close = difflib.get_close_matches(name, tensors, n=3)
+            close = close_names(name, tensors)
             hint = f"did you mean {', '.join(close)}?" if close else "see .keys() for the names"
         raise InputError(f"the trace holds no {name!r}; {hint}")
     return tensors[name]
