@@ -281,7 +281,7 @@ def named(tensors: dict[str, Tensor], name: str, config: BertConfig) -> Tensor:
         elif (layer_of(name) or 0) >= L:
             hint = f"the model has {L} layers, 0 to {L - 1}"
         elif name.startswith("mlm.") and name in point_names(config):
-            hint = "the MLM head runs only at the text's mask tokens: put one in the text"
+            hint = "the MLM head runs only at the text's mask tokens, and only where the checkpoint has one (a masked LM)"
         elif name in point_names(config):
             hint = "the model's pass has that point, but this recording did not keep it (a store= that keeps less, " \
                 "or a part the checkpoint lacks, such as a pooler)"
