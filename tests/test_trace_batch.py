@@ -189,6 +189,8 @@ def test_a_model_without_mlm_head_records_no_mlm(tmp_path):
     recs = bertfn.trace(TEXTS, headless)
     assert recs.mask_rows and "mlm.logits" not in recs and "mlm.logits" not in recs[0]
     assert_same_pass(recs[0], bertfn.trace(TEXTS[0], headless))
+    with pytest.raises(bertfn.InputError, match="and only where the checkpoint has one"):  # not 'put a mask in it'
+        recs[0]["mlm.logits"]
 
 
 FRAGMENTS = ["E V Q L V E S G [MASK] G L V Q", "D I Q M T Q S P S S L S A S V G D R V T I T C",
