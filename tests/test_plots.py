@@ -74,6 +74,8 @@ def test_odd_plot_arguments_are_input_errors_or_read_as_meant(rec):
     for values in ([rec["layer.0.attention.scores"]], rec["layer.0.attention.scores"]):
         with pytest.raises(bertfn.InputError, match=r"histograms takes a dict \{label: tensor\}"):
             plots.histograms(values)
+    with pytest.raises(bertfn.InputError, match=r"keep the batch axis: pass rec.attention\(layer\)"):
+        plots.attention_heads(rec["layer.0.attention.probs"], rec.tokens)  # (1, nh, S, S)
     lines = plots.activation_curves("gelu").axes[0].get_lines()
     assert [line.get_label() for line in lines][:1] == ["gelu"] and len(lines) == 3  # the curve and the two axes
 

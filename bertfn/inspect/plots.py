@@ -215,7 +215,9 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
     """
     probs = torch.as_tensor(probs).detach().float().cpu()
     if probs.dim() != 3 or probs.shape[1] != probs.shape[2]:
-        raise InputError(f"attention_heads takes (heads, S, S) probabilities, got shape {tuple(probs.shape)}")
+        batch = "; a recording's tensors keep the batch axis: pass rec.attention(layer) (recs[i]'s for a batch)" \
+            if probs.dim() == 4 else ""
+        raise InputError(f"attention_heads takes (heads, S, S) probabilities, got shape {tuple(probs.shape)}{batch}")
     if len(tokens) != probs.shape[1]:
         raise InputError(f"attention_heads got {len(tokens)} tokens for {probs.shape[1]} rows/columns; pass one label "
                          "each (rec.tokens of the recording the probabilities come from)")
