@@ -260,7 +260,7 @@ def test_cli_view_writes_the_page(tiny_folder, tmp_path, capsys, monkeypatch):
     assert meta["tokens"].count("[SEP]") == 2 and meta["predictions"] == []
     capsys.readouterr()
     assert main(["view", TEXT, "--model", str(tiny_folder), "--out", str(tmp_path / "no" / "v.html")]) == 2
-    assert capsys.readouterr().err.startswith("bertfn: error: cannot write")
+    assert capsys.readouterr().err.startswith(f"bertfn: error: --out {tmp_path / 'no' / 'v.html'}: its folder")
 
 
 def test_the_wheel_ships_the_page(tmp_path):
