@@ -271,10 +271,14 @@ def named(tensors: dict[str, Tensor], name: str, config: BertConfig) -> Tensor:
     Raises:
         InputError: no tensor of that name.
     """
-    if not isinstance(name, str):
+    try:
+        held = name in tensors  # a study's run (interventions/pairs.py) notes the names asked, and refuses others
+    except TypeError:  # unhashable: a list
+        held = False
+    if not held and not isinstance(name, str):
         raise InputError(f"a recording's tensors are read by name, e.g. rec['layer.0.attention.probs'] (.keys() lists "
                          f"them), got {type(name).__name__}: {clipped(name, 40)}; a batch's texts are recs[i]")
-    if name not in tensors:
+    if not held:
         L = config.num_hidden_layers
         if fnmatch.fnmatchcase(name, HEAD_OUTPUTS):
             hint = "a pass computes each head's output only when asked: bertfn.trace(..., head_outputs=True)"
