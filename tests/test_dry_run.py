@@ -8,6 +8,7 @@ order. The quick run takes BERT and RoBERTa (tests/family_checkpoints.py's QUICK
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -16,9 +17,10 @@ import bertfn
 from bertfn.model.config import BertConfig
 from bertfn.model.dry_run import task_points
 from bertfn.model.members.deberta_attention import farthest, relative_positions
+from bertfn.model import point_names as point_names_module
 from bertfn.model.point_names import point_names
 from family_checkpoints import (CORPUS, ESM_KINDS, HEAD_TASKS, MEMBERS, MODERN, PROTEINS, QUICK_KINDS, kind_params,
-                                save_head, save_member)
+                                member_config, save_head, save_member)
 
 KINDS = ("bert", *MEMBERS, "electra-discriminator", *MODERN)
 """Every kind of checkpoint tests/family_checkpoints.py writes (``save_member``), BERT's first."""
@@ -43,6 +45,20 @@ def lacking(model: bertfn.Model) -> set[str]:
 def held_to_the_trace(names: list[str], recorded: list[str], model: bertfn.Model) -> None:
     """``recorded`` is ``names`` without the points of the parts the model lacks, in the same order."""
     assert recorded == [n for n in names if n not in lacking(model)]
+
+
+@pytest.mark.needs_transformers  # the members' configs are transformers' own
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_documented_table_names_every_point_of_every_member(kind):
+    """Every point a member's pass records is named in bertfn.model.point_names' table or its notes (MPNet's
+    position_bias and DeBERTa's c2p_scores and p2c_scores were in neither)."""
+    listed = set()
+    for entry in re.findall(r"``([\w.{}|]+)``", point_names_module.__doc__):  # a|b|c: alternatives of the last part
+        head, _, last = entry.rpartition(".")
+        listed |= {f"{head}.{alt}" if head else alt for alt in last.split("|")}
+    config = BertConfig.from_dict(member_config(kind, 1000).to_dict())
+    names = {re.sub(r"^layer\.\d+\.", "layer.{i}.", n) for n in point_names(config, optional=True)}
+    assert names - listed == set()
 
 
 @pytest.fixture(scope="module", params=kind_params(KINDS))

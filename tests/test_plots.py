@@ -65,6 +65,31 @@ def test_bad_plot_input_raises_input_error(rec):
         plots.attention_figure(batch, 0)
 
 
+def test_odd_plot_arguments_are_input_errors_or_read_as_meant(rec):
+    """columns=0 divided by zero, a list or a tensor given to histograms met .items(), and one activation's name
+    as a string was read letter by letter ('g', 'e', 'l', 'u')."""
+    for columns in (0, -1, 2.5):
+        with pytest.raises(bertfn.InputError, match="columns .* must be an integer from 1"):
+            plots.attention_heads(rec.attention(0), rec.tokens, columns=columns)
+    for values in ([rec["layer.0.attention.scores"]], rec["layer.0.attention.scores"]):
+        with pytest.raises(bertfn.InputError, match=r"histograms takes a dict \{label: tensor\}"):
+            plots.histograms(values)
+    with pytest.raises(bertfn.InputError, match=r"keep the batch axis: pass rec.attention\(layer\)"):
+        plots.attention_heads(rec["layer.0.attention.probs"], rec.tokens)  # (1, nh, S, S)
+    lines = plots.activation_curves("gelu").axes[0].get_lines()
+    assert [line.get_label() for line in lines][:1] == ["gelu"] and len(lines) == 3  # the curve and the two axes
+
+
+def test_a_pruned_layers_title_names_the_heads_pruned(rec):
+    """Heads 0 and 2 of layer 1 pruned: the one left is drawn as "head 0" (as transformers numbers it), and the title
+    says it was not the first (it said nothing, so "head 0" read as the unpruned model's head 0)."""
+    pruned = bertfn.prune_heads(rec.model, {1: [0, 2]})
+    fig = plots.attention_figure(bertfn.trace(TEXT, pruned), 1, head=0)
+    assert fig.axes[0].get_title() == ("attention probabilities, layer 1, heads 0, 2 pruned (the rest renumbered "
+                                       "from 0), head 0")
+    assert "pruned" not in plots.attention_figure(rec, 1, head=0).axes[0].get_title()
+
+
 def test_missing_matplotlib_is_a_dependency_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
     with pytest.raises(bertfn.DependencyError, match=r"pip install matplotlib"):
@@ -142,5 +167,5 @@ def test_cli_attention_errors_are_one_line(mlm_checkpoint, tmp_path, capsys):
     assert main(["attention", TEXT, "--head", "-9", "--model", model, "--out", str(tmp_path / "a.png")]) == 2
     assert "error: --head must be an integer from -3 to 2 (layer 0 has 3 heads;" in capsys.readouterr().err
     assert main(["attention", TEXT, "--model", model, "--out", str(tmp_path / "missing" / "a.png")]) == 2
-    assert "cannot write" in capsys.readouterr().err
+    assert f"its folder {tmp_path / 'missing'} does not exist; create it" in capsys.readouterr().err  # before loading
     assert not (tmp_path / "a.png").exists()

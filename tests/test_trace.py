@@ -180,6 +180,37 @@ def test_bad_requests_raise_bertfns_errors(mlm):
         bertfn.trace("the cat", dataclasses.replace(model, tokenizer=None))
 
 
+def test_names_the_trace_lacks_say_why(mlm):
+    """A name of a layer past the last, head outputs not asked for, an index where a name goes, a store that is no
+    dict: each an InputError that says what to do, not a guess at a close name or Python's TypeError."""
+    model, _ = mlm
+    rec = bertfn.trace("the cat sat.", model)
+    with pytest.raises(bertfn.InputError, match="the model has 2 layers, 0 to 1"):
+        rec["layer.2.attention.probs"]
+    with pytest.raises(bertfn.InputError, match=r"only when asked: bertfn.trace\(\.\.\., head_outputs=True\)"):
+        rec["layer.0.attention.head_outputs"]
+    with pytest.raises(bertfn.InputError, match=r"read by name.*got int: 0; a batch's texts are recs\[i\]"):
+        rec[0]
+    with pytest.raises(bertfn.InputError, match="store= takes a dict .* got list"):
+        bertfn.trace("the cat", model, store=[])
+    with pytest.raises(bertfn.InputError, match="the MLM head runs only at the text's mask tokens"):
+        rec["mlm.logits"]  # the text has no [MASK]
+
+    class Outputs(dict):
+        def __setitem__(self, name, tensor):
+            if name.endswith(".output"):
+                super().__setitem__(name, tensor)
+
+    for short, meant in (("mask", "masked_scores"), ("scaled", "scaled_scores")):  # a name cut short: difflib offered
+        with pytest.raises(bertfn.InputError, match=rf"did you mean layer.0.attention.{meant}\?"):  # k, key / value
+            rec[f"layer.0.attention.{short}"]
+        with pytest.raises(bertfn.InputError, match=rf"did you mean layer.0.attention.{meant}\?"):
+            bertfn.trace("the cat", model, edits={f"layer.0.attention.{short}": lambda x, point: x})
+    kept = bertfn.trace("the cat sat.", model, store=Outputs())
+    with pytest.raises(bertfn.InputError, match="the model's pass has that point, but this recording did not keep it"):
+        kept.attention(0)  # it guessed layer.0.attention.output
+
+
 def test_chunked_feed_forward_records_each_slice(mlm):
     model, _ = mlm
     chunked = dataclasses.replace(model, config=dataclasses.replace(model.config, chunk_size_feed_forward=4))

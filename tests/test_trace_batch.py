@@ -123,6 +123,15 @@ def test_names_and_indices_that_are_not_there(recs):
     assert not hasattr(recs, "nothing") and hasattr(recs[0], "attention")
 
 
+def test_numpy_and_torch_integers_index_a_text(recs):
+    """np.argsort's indices and 0-d tensors are integers: recs[np.int64(1)] is recs[1], not a refusal."""
+    np = pytest.importorskip("numpy")
+    for index in (np.int64(1), torch.tensor(1), np.int32(-3)):
+        assert recs[index].tokens == recs[int(index)].tokens
+    with pytest.raises(bertfn.InputError, match=r"for several texts, \[recs\[i\] for i in"):
+        recs[0:2]
+
+
 def test_repr_is_short(recs):
     text = repr(recs)
     assert text.startswith("Recordings(4 texts of 9, 12, 11, 8 tokens, padded to 12, [MASK] in texts 0, 2; ")
@@ -140,10 +149,27 @@ def test_what_the_batch_refuses(tiny, tiny_folder):
         bertfn.trace(["the cat", ""], tiny)
     with pytest.raises(bertfn.InputError, match="non-empty list"):
         bertfn.trace([], tiny)
-    with pytest.raises(bertfn.InputError, match="store= receives the pass of one text"):
-        bertfn.trace(TEXTS, tiny, store={})
     with pytest.raises(bertfn.MissingPartError, match="trace needs a tokenizer, and model .* has none"):
         bertfn.trace(TEXTS, dataclasses.replace(tiny, tokenizer=None))
+
+
+class LayerOutputs(dict):
+    """A store that keeps each layer's output alone, as the docs' ``store=`` says a dict subclass may."""
+
+    def __setitem__(self, name, tensor):
+        if name.endswith(".output") and name.count(".") == 2:  # layer.{i}.output
+            super().__setitem__(name, tensor)
+
+
+def test_a_store_keeps_only_its_points_for_a_batch_too(tiny):
+    """200 texts keep every point (7 GB on AntiBERTy): a store that keeps less works for a list as for one text,
+    and recs[i] cuts what it kept (it was refused: store= 'receives the pass of one text')."""
+    recs = bertfn.trace(TEXTS, tiny, pair=PAIRS, store=LayerOutputs())
+    assert recs.keys() == [f"layer.{i}.output" for i in range(tiny.config.num_hidden_layers)]
+    for i in (1, 2):
+        alone = bertfn.trace(TEXTS[i], tiny, pair=PAIRS[i])
+        assert recs[i].keys() == recs.keys()
+        torch.testing.assert_close(recs[i]["layer.1.output"], alone["layer.1.output"], rtol=0, atol=1e-5)
 
 
 def test_encoder_with_a_keeping_trace_records_the_weights(tiny):
@@ -163,6 +189,8 @@ def test_a_model_without_mlm_head_records_no_mlm(tmp_path):
     recs = bertfn.trace(TEXTS, headless)
     assert recs.mask_rows and "mlm.logits" not in recs and "mlm.logits" not in recs[0]
     assert_same_pass(recs[0], bertfn.trace(TEXTS[0], headless))
+    with pytest.raises(bertfn.InputError, match="and only where the checkpoint has one"):  # not 'put a mask in it'
+        recs[0]["mlm.logits"]
 
 
 FRAGMENTS = ["E V Q L V E S G [MASK] G L V Q", "D I Q M T Q S P S S L S A S V G D R V T I T C",
@@ -175,3 +203,17 @@ def test_real_antiberty_fragments_equal_their_own_traces(antiberty):
     assert recs["layer.7.attention.probs"].shape == (3, 8, 32, 32)
     for i, text in enumerate(FRAGMENTS):
         assert_same_pass(recs[i], bertfn.trace(text, antiberty))
+
+
+@pytest.mark.parametrize("kind, own", [("deberta-v2", ("c2p_scores", "p2c_scores")), ("mpnet", ("position_bias",))])
+def test_a_members_own_attention_terms_are_cut_on_the_keys_too(kind, own, tmp_path):
+    """DeBERTa's c2p and p2c terms and MPNet's position bias are (B, nh, S, S), like the scores: recs[i] cuts the
+    padding's keys from them as from the probabilities, so they equal the text's own trace."""
+    from family_checkpoints import save_member
+
+    save_member(kind, tmp_path)
+    model = bertfn.load(tmp_path)
+    texts = ["The cat sat on the mat.", "When in Rome, do as the Romans do, said the king to the queen."]
+    recs = bertfn.trace(texts, model)
+    assert all(f"layer.0.attention.{name}" in recs for name in own)
+    assert_same_pass(recs[0], bertfn.trace(texts[0], model))

@@ -21,13 +21,16 @@ from ..checkpoint.tokenizer import Tokenizer, check_text
 from ..errors import InputError, clipped
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
-from ..model.recorder import WEIGHT_POINTS, Trace
+from ..model.recorder import Trace
+from ..model.segment_points import INSIDE
 from ..model.task_heads import TASKS, run_head
 
 Tensor = torch.Tensor
 
-KEY_AXIS_POINTS = ("relative_scores", *WEIGHT_POINTS)
-"""The (B, nh, S, S) attention points, whose last axis (the keys) is a position axis too."""
+KEY_AXIS_POINTS = tuple(name for name in INSIDE if name != "context")
+"""The (B, nh, S, S) attention points, whose last axis (the keys) is a position axis too: the scores and
+probabilities, and a member's own terms (``relative_scores``, MPNet's ``position_bias``, DeBERTa's ``c2p_scores``,
+``p2c_scores``)."""
 
 CHUNK = re.compile(r"(layer\.\d+\.ffn\.)chunk\.(\d+)\.(\w+)")
 """A slice of a chunked feed-forward block (``chunk_size_feed_forward``): prefix, slice number, point."""

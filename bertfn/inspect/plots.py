@@ -16,7 +16,7 @@ a probability near 0, and its title says "local (window W)".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -81,20 +81,9 @@ def _matrix(x: Tensor, what: str) -> Tensor:
     return x
 
 
-def heatmap(
-    matrix: Tensor,
-    row_labels: Sequence[str] | None = None,
-    col_labels: Sequence[str] | None = None,
-    *,
-    title: str | None = None,
-    xlabel: str | None = None,
-    ylabel: str | None = None,
-    cmap: str = "viridis",
-    ax=None,
-    colorbar: bool = True,
-    vmin: float | None = None,
-    vmax: float | None = None,
-):
+def heatmap(matrix: Tensor, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None, *,
+            title: str | None = None, xlabel: str | None = None, ylabel: str | None = None, cmap: str = "viridis",
+            ax=None, colorbar: bool = True, vmin: float | None = None, vmax: float | None = None):
     """Draw a (R, C) matrix as colored cells, rows top to bottom, with optional tick labels.
 
     Args:
@@ -221,14 +210,19 @@ def attention_heads(probs: Tensor, tokens: Sequence[str], *, title: str | None =
         (matplotlib.figure.Figure): The figure.
 
     Raises:
-        InputError: ``probs`` that are not (nh, S, S), tokens of another number than S, or an unknown scale.
+        InputError: ``probs`` that are not (nh, S, S), tokens of another number than S, an unknown scale, or
+            ``columns`` below 1.
     """
     probs = torch.as_tensor(probs).detach().float().cpu()
     if probs.dim() != 3 or probs.shape[1] != probs.shape[2]:
-        raise InputError(f"attention_heads takes (heads, S, S) probabilities, got shape {tuple(probs.shape)}")
+        batch = "; a recording's tensors keep the batch axis: pass rec.attention(layer) (recs[i]'s for a batch)" \
+            if probs.dim() == 4 else ""
+        raise InputError(f"attention_heads takes (heads, S, S) probabilities, got shape {tuple(probs.shape)}{batch}")
     if len(tokens) != probs.shape[1]:
         raise InputError(f"attention_heads got {len(tokens)} tokens for {probs.shape[1]} rows/columns; pass one label "
                          "each (rec.tokens of the recording the probabilities come from)")
+    if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
+        raise InputError(f"attention_heads' columns (panels per row) must be an integer from 1, got {columns!r}")
     tops = color_limits(probs, scale)
     nh = probs.shape[0]
     cols = min(columns, nh)
@@ -261,7 +255,8 @@ def attention_figure(rec: Recording, layer: int, head: int | None = None, scale:
     """The picture ``bertfn attention`` writes: one head of ``layer``, or all of its heads (on ``scale``).
 
     In a model with local layers (ModernBERT) the title says which kind ``layer`` is, and a local layer's keys out
-    of its window are grey (:func:`~bertfn.inspect.page_arrays.out_of_reach`).
+    of its window are grey (:func:`~bertfn.inspect.page_arrays.out_of_reach`). A pruned layer's title names the heads
+    pruned: those left are numbered from 0 (``head`` counts them), so its "head 1" may have been head 3.
 
     Args:
         rec: a recording of :func:`bertfn.trace`.
@@ -282,6 +277,8 @@ def attention_figure(rec: Recording, layer: int, head: int | None = None, scale:
     windows, out = layer_windows(rec.config), out_of_reach(rec.config, layer, len(rec.tokens))
     kind = "" if windows.count(None) == len(windows) else ", global" if out is None else \
         f", local (window {windows[layer]}): grey keys out of reach"
+    if rec.config.pruned_heads.get(layer):  # the heads left are numbered from 0, as transformers' attentions are
+        kind += f", heads {', '.join(map(str, rec.config.pruned_heads[layer]))} pruned (the rest renumbered from 0)"
     title = f"attention probabilities, layer {layer}{kind}"
     if head is None:
         return attention_heads(probs, rec.tokens, title=title, scale=scale, out=out)
@@ -303,7 +300,13 @@ def histograms(values: dict[str, Tensor], *, bins: int = 80, title: str | None =
 
     Returns:
         (matplotlib.figure.Figure): The figure.
+
+    Raises:
+        InputError: ``values`` that are not a dict.
     """
+    if not isinstance(values, Mapping):
+        raise InputError(f"histograms takes a dict {{label: tensor}}, one histogram each, got {type(values).__name__}; "
+                         "e.g. histograms({'scores': rec['layer.0.attention.scores']})")
     if ax is None:
         ax = new_figure(6.0, 3.6).add_subplot()
     for label, v in values.items():
@@ -324,7 +327,7 @@ def activation_curves(names: Sequence[str] = ("gelu", "relu"), lo: float = -4.0,
     """The activations BERT configs name (``config.hidden_act``), drawn over ``[lo, hi]``.
 
     Args:
-        names: keys of :data:`~bertfn.model.functional.ACTIVATIONS`.
+        names: keys of :data:`~bertfn.model.functional.ACTIVATIONS` (one name, or several).
         lo: the left end of x.
         hi: the right end of x.
         ax (matplotlib.axes.Axes | None): draw into this ``Axes``, else on a new figure.
@@ -335,6 +338,7 @@ def activation_curves(names: Sequence[str] = ("gelu", "relu"), lo: float = -4.0,
     Raises:
         InputError: an unknown activation.
     """
+    names = [names] if isinstance(names, str) else list(names)  # "gelu" is one name, not four letters
     unknown = [n for n in names if n not in ACTIVATIONS]
     if unknown:
         raise InputError(f"unknown activation(s) {unknown}; expected names from {sorted(ACTIVATIONS)}")

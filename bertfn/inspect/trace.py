@@ -15,7 +15,8 @@ names, in order: :func:`~bertfn.model.point_names.point_names`.
 
 from __future__ import annotations
 
-import difflib
+import fnmatch
+import operator
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,10 +27,11 @@ import torch
 from ..checkpoint.checks import refuse_long
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
-from ..errors import InputError, syntax
+from ..errors import InputError, clipped, syntax
 from ..model.config import BertConfig
 from ..model.family import longest_input
-from ..model.recorder import Edits, Trace, check_edits
+from ..model.point_names import layer_of, point_names
+from ..model.recorder import Edits, Trace, check_edits, close_names
 from .batch import padded_batch, record_pass, text_tensors
 from .decision_panel import Decision
 
@@ -64,7 +66,7 @@ class Recording:
     model: Model | None = field(default=None, repr=False, compare=False)  # the model traced (the explorer reads its heads)
 
     def __getitem__(self, name: str) -> Tensor:
-        return named(self.tensors, name)
+        return named(self.tensors, name, self.config)
 
     def __contains__(self, name: object) -> bool:
         return name in self.tensors
@@ -204,12 +206,18 @@ class Recordings:
             InputError: a name the trace does not hold, or an index out of range.
         """
         if isinstance(key, str):
-            return named(self.tensors, key)
-        B = len(self)
-        if isinstance(key, bool) or not isinstance(key, int) or not -B <= key < B:
+            return named(self.tensors, key, self.config)
+        B, index = len(self), None
+        if not isinstance(key, bool):
+            try:  # a Python int, or numpy's and torch's integers (np.argsort's indices, a 0-d tensor)
+                index = operator.index(key)
+            except TypeError:
+                pass
+        if index is None or not -B <= index < B:
+            listed = "; for several texts, [recs[i] for i in ...]" if isinstance(key, slice) else ""
             raise InputError(f"recs[...] takes a text's index from 0 to {B - 1} (or -{B} to -1 from the end) or a "
-                             f"recorded name, got {key!r}; the trace holds {B} texts")
-        i, S = key % B, self.lengths[key]
+                             f"recorded name, got {key!r}; the trace holds {B} texts{listed}")
+        i, S = index % B, self.lengths[index]
         return Recording(self.tokens[i], self.input_ids[i:i + 1, :S], [p for t, p in self.mask_rows if t == i],
                          text_tensors(self.tensors, i, S, self.mask_rows, self.config.chunk_size_feed_forward),
                          self.config, self.model)
@@ -252,19 +260,38 @@ def one_recording(rec: object, does: str) -> None:
         raise InputError(f"{does}, got {what}; pick a text of a batch as recs[i]")
 
 
-def named(tensors: dict[str, Tensor], name: str) -> Tensor:
-    """``tensors[name]``, or an :class:`InputError` naming the close names.
+def named(tensors: dict[str, Tensor], name: str, config: BertConfig) -> Tensor:
+    """``tensors[name]``, or an :class:`InputError` saying why the recording lacks it, or naming the close names.
 
     Args:
         tensors: recorded tensors by name.
         name: the name asked for.
+        config: the traced model's config (its layers and points).
 
     Raises:
         InputError: no tensor of that name.
     """
-    if name not in tensors:
-        close = difflib.get_close_matches(name, tensors, n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else "see .keys() for the names"
+    try:
+        held = name in tensors  # a study's run (interventions/pairs.py) notes the names asked, and refuses others
+    except TypeError:  # unhashable: a list
+        held = False
+    if not held and not isinstance(name, str):
+        raise InputError(f"a recording's tensors are read by name, e.g. rec['layer.0.attention.probs'] (.keys() lists "
+                         f"them), got {type(name).__name__}: {clipped(name, 40)}; a batch's texts are recs[i]")
+    if not held:
+        L = config.num_hidden_layers
+        if fnmatch.fnmatchcase(name, HEAD_OUTPUTS):
+            hint = "a pass computes each head's output only when asked: bertfn.trace(..., head_outputs=True)"
+        elif (layer_of(name) or 0) >= L:
+            hint = f"the model has {L} layers, 0 to {L - 1}"
+        elif name.startswith("mlm.") and name in point_names(config):
+            hint = "the MLM head runs only at the text's mask tokens, and only where the checkpoint has one (a masked LM)"
+        elif name in point_names(config):
+            hint = "the model's pass has that point, but this recording did not keep it (a store= that keeps less, " \
+                "or a part the checkpoint lacks, such as a pooler)"
+        else:
+            close = close_names(name, tensors)
+            hint = f"did you mean {', '.join(close)}?" if close else "see .keys() for the names"
         raise InputError(f"the trace holds no {name!r}; {hint}")
     return tensors[name]
 
@@ -309,10 +336,12 @@ def trace(text: str | list[str], model: Model | str | Path | None = None, pair: 
         edits: ``{point name: edit(tensor, point) -> tensor}`` changes the pass at those points (the names
             above; see :mod:`bertfn.interventions`); the recording then holds what the edited pass computed.
             For a list the edits see the padded batch: (B, ...), ``mlm.*`` (N, ...) for every [MASK].
-        store: for one text, the dict that receives each tensor by name as the pass computes it (default: a new
-            one, which keeps them all); the Recording's ``tensors``. A dict subclass may keep less: ``bertfn view``
-            passes :class:`bertfn.inspect.page_arrays.PageArrays`, which keeps only the explorer's arrays, made as
-            the layers come (at 512 tokens on bert-base's shape a whole trace is about 2 GB).
+        store: the dict that receives each tensor by name as the pass computes it (default: a new one, which
+            keeps them all); the Recording's (or Recordings') ``tensors``. A dict subclass may keep less (its
+            ``__setitem__`` drops the names it does not want): ``bertfn view`` passes
+            :class:`bertfn.inspect.page_arrays.PageArrays`, which keeps only the explorer's arrays, made as the
+            layers come (at 512 tokens on bert-base's shape a whole trace is about 2 GB; 200 AntiBERTy texts of
+            about 100 tokens, 7 GB). ``recs[i]`` cuts what the store kept.
         head_outputs: record each head's write into the residual stream too,
             ``layer.{i}.attention.head_outputs`` (B, nh, S, H), which a pass computes only when asked
             (the output projection is then their sum plus the bias: the same to about 1e-6).
@@ -322,18 +351,18 @@ def trace(text: str | list[str], model: Model | str | Path | None = None, pair: 
 
     Raises:
         InputError: not a text or a list of them, an empty text or pair, a text longer than the model reads,
-            pairs that are not one per text, ``store`` with a list, or edits that name no point.
+            pairs that are not one per text, a ``store`` that is no dict, or edits that name no point.
         MissingPartError: a model without a tokenizer.
     """
     text, model = texts_and_model(text, model, "trace", old_order=True)
     m = get_model(model)
     tok = require_tokenizer(m, "trace")
+    if store is not None and not isinstance(store, dict):
+        raise InputError(f"store= takes a dict (or a dict subclass) that receives each tensor by name, got "
+                         f"{type(store).__name__}; leave it out to keep every tensor in the Recording")
     record = Trace(store, edits=check_edits(edits, m.config), optional=[HEAD_OUTPUTS] if head_outputs else [])
     if not isinstance(text, str):
         texts, _ = text_list(text, "trace")
-        if store is not None:
-            raise InputError("store= receives the pass of one text; for a list of texts leave it out (the "
-                             "Recordings keep every tensor), or trace the texts one at a time with a store each")
         ids, types, mask, tokens = padded_batch(tok, texts, pair)
         refuse_long(mask.sum(dim=1).tolist(), longest_input(m.config), paired=pair is not None)
         ids, mask = ids.to(m.device), mask.to(m.device)  # (B, S)

@@ -19,6 +19,8 @@ width hd, I = FFN width:
 | ``layer.{i}.attention.query|key|value`` | (B, S, nh*hd) | ``x W^T + b``, all heads side by side |
 | ``layer.{i}.attention.q|k|v`` | (B, nh, S, hd) | the same, split into heads |
 | ``layer.{i}.attention.relative_scores`` | (B, nh, S, S) | relative-position scores (if any) |
+| ``layer.{i}.attention.position_bias`` | (B, nh, S, S) | MPNet's relative position bias (one table for every layer), added to ``scaled_scores`` |
+| ``layer.{i}.attention.c2p_scores|p2c_scores`` | (B, nh, S, S) | DeBERTa's content-to-position and position-to-content terms, each divided by the scale (its ``scores``, the content term, is divided already; its ``scaled_scores`` is the three's sum) |
 | ``layer.{i}.attention.scores`` | (B, nh, S, S) | ``q k^T`` |
 | ``layer.{i}.attention.scaled_scores`` | (B, nh, S, S) | ``(scores [+ relative_scores]) / sqrt(hd)`` |
 | ``layer.{i}.attention.masked_scores`` | (B, nh, S, S) | plus the additive padding mask |
@@ -49,7 +51,7 @@ record their points, the BERT classifier's being ``pooler`` and ``classifier.log
 (:mod:`bertfn.model.task_heads`); an ESM-2 checkpoint with its contact head records ``contacts.*``.
 
 The family's members record the same names (DistilBERT has no ``embeddings.token_type``; ELECTRA's and
-ALBERT's embeddings are E wide up to ``embeddings.projected``): :func:`point_names`
+ALBERT's embeddings are E wide up to ``embeddings.projected``, and their ``mlm.transform`` (N, E)): :func:`point_names`
 lists a model's. ESM-2 and ModernBERT, pre-LN with rotary attention (:mod:`bertfn.model.members.prenorm`), have no
 position, segment or sum points and add their own: ``embeddings.token_dropout`` (ESM-2: the masks' vectors
 zeroed, the rest rescaled), ``layer.{i}.attention.norm`` and ``layer.{i}.ffn.norm`` (the LayerNorm before

@@ -310,6 +310,19 @@ OPTIONAL_POINTS = ("head_outputs",)
 WEIGHT_POINTS = ("scores", "scaled_scores", "masked_scores", "probs")
 """The attention points only the eager path forms (the fused SDPA kernel never does)."""
 
+def close_names(name: str, names: Iterable[str], cutoff: float = 0.6) -> list[str]:
+    """Up to three of ``names`` that ``name`` was likely meant to be: those it begins (a name cut short,
+    ``layer.0.attention.c2p``), else difflib's closest.
+
+    Args:
+        name: the name asked for.
+        names: the names there are.
+        cutoff: difflib's least similarity, 0..1.
+    """
+    names = list(names)
+    return [n for n in names if n.startswith(name)][:3] or difflib.get_close_matches(name, names, n=3, cutoff=cutoff)
+
+
 def check_edits(edits: Edits | None, config: BertConfig) -> dict[str, list[Edit]]:
     """``edits`` as a dict of lists, each name (or pattern) checked against :func:`~bertfn.model.point_names.point_names`.
 
@@ -331,7 +344,7 @@ def check_edits(edits: Edits | None, config: BertConfig) -> dict[str, list[Edit]
     valid = point_names(config, optional=True)
     for pattern in edits:
         if not isinstance(pattern, str) or not any(fnmatch.fnmatchcase(n, pattern) for n in valid):
-            close = difflib.get_close_matches(str(pattern), valid, n=3, cutoff=0.5)
+            close = close_names(str(pattern), valid, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}?" if close else \
                 "the points are embeddings.*, layer.{i}.attention.{query,...,probs,context,...}, layer.{i}.ffn.*, " \
                 "layer.{i}.output, pooler, mlm.transform, mlm.logits (bertfn.model.point_names.point_names)"
