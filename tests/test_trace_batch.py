@@ -205,6 +205,7 @@ def test_real_antiberty_fragments_equal_their_own_traces(antiberty):
         assert_same_pass(recs[i], bertfn.trace(text, antiberty))
 
 
+@pytest.mark.needs_transformers  # save_member builds the member with transformers
 @pytest.mark.parametrize("kind, own", [("deberta-v2", ("c2p_scores", "p2c_scores")), ("mpnet", ("position_bias",))])
 def test_a_members_own_attention_terms_are_cut_on_the_keys_too(kind, own, tmp_path):
     """DeBERTa's c2p and p2c terms and MPNet's position bias are (B, nh, S, S), like the scores: recs[i] cuts the
