@@ -299,13 +299,16 @@ def test_a_tasks_refusal_names_the_commands_option(tiny_folder, tmp_path, capsys
 
 def test_a_model_folder_given_as_a_text_is_named(mlm_checkpoint, capsys, tmp_path, monkeypatch):
     """Tried as a user: ``bertfn embed ./tuned "text"`` read the folder as a first text and failed on the default
-    model (google-bert/bert-base-uncased, not reachable offline); the error now says to pass --model (the heads'
-    subcommands require --model). A long text
-    (no path can be that long) is a text, and no model loads before the check."""
+    model (google-bert/bert-base-uncased, not reachable offline); the error now says to pass --model, and names the
+    default the command would read (classify's SST-2 classifier). A long text (no path can be that long) is a text,
+    and no model loads before the check."""
     folder, _ = mlm_checkpoint
     monkeypatch.chdir(folder.parent)
     assert main(["embed", folder.name, "A fine day."]) == bertfn.InputError.exit_code
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert f"'{folder.name}' is a model's folder, given as a text; name the model with --model {folder.name}" in err
+    assert main(["classify", folder.name, "A fine day."]) == bertfn.InputError.exit_code
+    assert (f"name the model with --model {folder.name} (without --model the command reads "
+            "distilbert/distilbert-base-uncased-finetuned-sst-2-english)") in capsys.readouterr().err
     assert main(["fill-mask", "--model", str(folder), "a [MASK] " + "x" * 5000]) == 0  # a text, not a path

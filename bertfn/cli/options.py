@@ -99,7 +99,10 @@ def add_model_options(parser: argparse.ArgumentParser, *, default: str | None = 
 
     Args:
         parser: the subcommand's parser.
-        default: the model when ``--model`` is not given (None: :data:`~bertfn.checkpoint.resolve.DEFAULT_MODEL`).
+        default: the model when ``--model`` is not given (None: :data:`~bertfn.checkpoint.resolve.DEFAULT_MODEL`),
+            kept as ``args.default_model``: ``args.model`` stays None where ``--model`` was not typed, so that a file
+            run takes its task's default (:func:`~bertfn.tasks.runner.chosen_model`) and a model's folder typed as a
+            text is told apart (:func:`model_from_args`).
         needs: what the model must be, for a subcommand no default model can run (a fine-tuned head's): then
             ``--model`` is required, and its help says this.
     """
@@ -107,8 +110,9 @@ def add_model_options(parser: argparse.ArgumentParser, *, default: str | None = 
     if needs:
         group.add_argument("--model", required=True, help=f"hub id, local folder or weights file of {needs} (required)")
     else:
-        group.add_argument("--model", default=default,
+        group.add_argument("--model", default=None,
                            help=f"hub id, local folder or weights file (default: {default or DEFAULT_MODEL})")
+        parser.set_defaults(default_model=default or DEFAULT_MODEL)
     group.add_argument("--tokenizer", default=None,
                        help="vocab.txt, tokenizer.json or a folder with one, when it is not beside the weights")
     case = group.add_mutually_exclusive_group()
@@ -163,8 +167,9 @@ def model_from_args(args: argparse.Namespace, prepare: Callable[[dict], bool] | 
     folders = [t for t in getattr(args, "text", None) or [] if is_model_folder(t)]
     if args.model is None and folders:  # bertfn classify ./my-model "text": the folder read as the first text
         raise InputError(f"{folders[0]!r} is a model's folder, given as a text; name the model with --model "
-                         f"{folders[0]} (without --model the command reads {DEFAULT_MODEL})")
-    return open_model(args.model, tokenizer=args.tokenizer, lowercase=args.lowercase, device=args.device,
+                         f"{folders[0]} (without --model the command reads {args.default_model})")
+    model = args.model if args.model is not None else args.default_model
+    return open_model(model, tokenizer=args.tokenizer, lowercase=args.lowercase, device=args.device,
                       dtype=args.dtype, prepare=prepare, fresh=True)
 
 
