@@ -102,7 +102,6 @@ class BertConfig:
     model_type: str = "bert"  # which family member's functions and names read the weights (bertfn/model/family.py)
 
     POSITIONS: ClassVar[tuple[str, ...]] = POSITION_EMBEDDING_TYPES  # the position types this class reads
-    HEADS_READ_CLASSIFIER_DROPOUT: ClassVar[bool] = True  # False: the member's heads drop out at hidden_dropout_prob
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -169,6 +168,12 @@ class BertConfig:
         ``BertSelfOutput``, ESM-2's); a member whose config names another overrides it (ModernBERT's
         ``attention_dropout``)."""
         return self.hidden_dropout_prob
+
+    @property
+    def head_dropout(self) -> float:
+        """The dropout of a task head, before its classifier: ``classifier_dropout``, else ``hidden_dropout_prob``
+        (BERT's heads); a member whose heads never read ``classifier_dropout`` overrides it (ESM-2's, MPNet's)."""
+        return self.classifier_dropout if self.classifier_dropout is not None else self.hidden_dropout_prob
 
     @property
     def head_dim(self) -> int:
@@ -297,14 +302,14 @@ def as_config(config: object) -> BertConfig:
     Raises:
         InputError: anything else.
     """
-    if isinstance(config, dict):
-        return BertConfig.from_dict(config)
-    if not isinstance(config, BertConfig) and callable(getattr(config, "to_dict", None)):  # transformers' config
-        return BertConfig.from_dict(config.to_dict())
-    if not isinstance(config, BertConfig):
+    if isinstance(config, BertConfig):
+        return config
+    if not isinstance(config, dict) and callable(getattr(config, "to_dict", None)):  # transformers' config
+        config = config.to_dict()
+    if not isinstance(config, dict):
         raise InputError(f"a model is made from its config: a BertConfig (bertfn.BertConfig(...), "
                          f"bertfn.BertConfig.from_file('config.json')) or a config.json's dict, got {type(config).__name__}")
-    return config
+    return BertConfig.from_dict(config)
 
 
 CONFIGS["bert"] = BertConfig

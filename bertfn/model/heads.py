@@ -116,19 +116,6 @@ def nsp_head(params: Params, pooled: Tensor, *, config: BertConfig | dict | None
     return linear(pooled, p["weight"], p["bias"])
 
 
-def classifier_dropout(config: BertConfig) -> float:
-    """The dropout of a classification head: ``config.classifier_dropout``, else ``hidden_dropout_prob``; always
-    ``hidden_dropout_prob`` for a member whose transformers heads never read ``classifier_dropout`` (ESM-2's and
-    MPNet's: ``HEADS_READ_CLASSIFIER_DROPOUT`` false on their config class).
-
-    Args:
-        config: the model's config.
-    """
-    if config.classifier_dropout is None or not config.HEADS_READ_CLASSIFIER_DROPOUT:
-        return config.hidden_dropout_prob
-    return config.classifier_dropout
-
-
 def sequence_classification(params: Params, pooled: Tensor, generator: torch.Generator | None = None, *,
                             config: BertConfig | dict | None = None) -> Tensor:
     """One label per text (``BertForSequenceClassification``).
@@ -144,7 +131,7 @@ def sequence_classification(params: Params, pooled: Tensor, generator: torch.Gen
         (B, num_labels).
     """
     params = as_params(params, config, "sequence_classification")
-    x = dropout(pooled, classifier_dropout(params.config), generator)
+    x = dropout(pooled, params.config.head_dropout, generator)
     return linear(x, params["classifier.weight"], params["classifier.bias"])
 
 
@@ -163,7 +150,7 @@ def token_classification(params: Params, h: Tensor, generator: torch.Generator |
         (B, S, num_labels).
     """
     params = as_params(params, config, "token_classification")
-    x = dropout(h, classifier_dropout(params.config), generator)
+    x = dropout(h, params.config.head_dropout, generator)
     return linear(x, params["classifier.weight"], params["classifier.bias"])
 
 
@@ -202,6 +189,6 @@ def multiple_choice(params: Params, pooled: Tensor, num_choices: int,
         (B, C).
     """
     params = as_params(params, config, "multiple_choice")
-    x = dropout(pooled, classifier_dropout(params.config), generator)
+    x = dropout(pooled, params.config.head_dropout, generator)
     scores = linear(x, params["classifier.weight"], params["classifier.bias"])  # (B*C, 1)
     return scores.view(-1, num_choices)  # (B, C)

@@ -44,7 +44,7 @@ from ..errors import InputError
 Tensor = torch.Tensor
 
 BUILT: WeakIdKeyDictionary = WeakIdKeyDictionary()
-"""The additive masks bertfn made (or checked once, :func:`~bertfn.model.masks.check_additive`): read as they are."""
+"""The additive masks bertfn made (or checked once, :func:`~bertfn.model.masks.check_attention`): read as they are."""
 
 
 def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:

@@ -61,11 +61,10 @@ def check_mask(name: str, mask: object, B: int, S: int, S_k: int, nh: int) -> No
 
 def check_attention(q: Tensor, k: Tensor, v: Tensor, mask: object, head_mask: object = None) -> None:
     """Raise :class:`InputError` unless q, k, v are split into heads, (B, nh, S, hd) each, and ``mask`` is an additive
-    mask attention can add to their scores: a floating
-    tensor of 4 dimensions broadcastable to them, 0 where a key is read and negative (``finfo.min``) where not. A 0/1
-    keep-mask (the tokenizer's, or bools) would shift the scores by 1 instead of hiding keys, silently. The masks
-    bertfn makes (:func:`~bertfn.model.layout.extended_mask`) are read as they are, another once (on an accelerator
-    its values are read back once, not at every layer).
+    mask attention can add to their scores: a floating tensor of 4 dimensions broadcastable to them, 0 where a key is
+    read and negative (``finfo.min``) where not. A 0/1 keep-mask (the tokenizer's, or bools) would shift the scores by
+    1 instead of hiding keys, silently. The masks bertfn makes (:func:`~bertfn.model.layout.extended_mask`) are read
+    as they are, another once (on an accelerator its values are read back once, not at every layer).
 
     Args:
         q: (B, nh, S_q, hd).

@@ -31,7 +31,7 @@ from ..config import BertConfig
 from ..embeddings import check_ids, default_position_ids, word_vectors
 from ..family import Family, TaskHead, register
 from ..functional import dropout, layer_norm, linear
-from ..heads import classifier_dropout, question_answering, token_classification
+from ..heads import question_answering, token_classification
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, Trace
 from ..task_heads import linear_shapes
@@ -130,7 +130,7 @@ def pre_classifier_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
     x = trace("classifier.input", h[:, 0])  # (B, H): [CLS]
     x = trace("classifier.dense", linear(x, params["pre_classifier.weight"], params["pre_classifier.bias"]))  # (B, H)
     x = trace("classifier.activation", torch.relu(x))
-    x = dropout(x, classifier_dropout(params.config), generator)
+    x = dropout(x, params.config.head_dropout, generator)
     return trace("classifier.logits", linear(x, params["classifier.weight"], params["classifier.bias"]))
 
 

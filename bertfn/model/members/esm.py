@@ -117,7 +117,12 @@ class EsmConfig(BertConfig):
     model_type: str = "esm"
 
     POSITIONS = ("rotary", "absolute")  # ESM-2's rotary, ESM-1b's learned table
-    HEADS_READ_CLASSIFIER_DROPOUT = False  # EsmClassificationHead's, EsmForTokenClassification's: hidden_dropout_prob
+
+    @property
+    def head_dropout(self) -> float:
+        """``EsmClassificationHead``'s and ``EsmForTokenClassification``'s dropout: ``hidden_dropout_prob`` (they
+        never read ``classifier_dropout``)."""
+        return self.hidden_dropout_prob
 
     def __post_init__(self) -> None:
         super().__post_init__()

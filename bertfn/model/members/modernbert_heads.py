@@ -24,7 +24,6 @@ import torch
 from ..config import BertConfig
 from ..family import TaskHead
 from ..functional import ACTIVATIONS, dropout, linear
-from ..heads import classifier_dropout
 from ..params import Params
 from .prenorm import norm
 from ..recorder import NO_TRACE, Trace
@@ -85,7 +84,7 @@ def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
         (B, num_labels), or (B, 1) for multiple choice.
     """
     x = trace("classifier.input", pooled(h, mask, params.config.classifier_pooling))  # (B, H)
-    x = dropout(prediction_head(params, x, trace), classifier_dropout(params.config), generator)
+    x = dropout(prediction_head(params, x, trace), params.config.head_dropout, generator)
     return trace("classifier.logits", linear(x, params["classifier.weight"], params.get("classifier.bias")))
 
 
@@ -103,7 +102,7 @@ def token_head(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Gene
     Returns:
         (B, S, num_labels).
     """
-    x = dropout(prediction_head(params, h, trace), classifier_dropout(params.config), generator)  # (B, S, H)
+    x = dropout(prediction_head(params, h, trace), params.config.head_dropout, generator)  # (B, S, H)
     return trace("classifier.logits", linear(x, params["classifier.weight"], params.get("classifier.bias")))
 
 
@@ -121,7 +120,7 @@ def span_reader(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Gen
     Returns:
         start: (B, S); end: (B, S).
     """
-    x = dropout(prediction_head(params, h, trace), classifier_dropout(params.config), generator)  # (B, S, H)
+    x = dropout(prediction_head(params, h, trace), params.config.head_dropout, generator)  # (B, S, H)
     start, end = linear(x, params["classifier.weight"], params.get("classifier.bias")).unbind(-1)  # each (B, S)
     return trace("qa.start_logits", start), trace("qa.end_logits", end)
 

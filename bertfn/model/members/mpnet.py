@@ -78,7 +78,10 @@ class MPNetConfig(BertConfig):
     relative_attention_num_buckets: int = 32
     model_type: str = "mpnet"
 
-    HEADS_READ_CLASSIFIER_DROPOUT = False  # MPNetClassificationHead's dropout is hidden_dropout_prob
+    @property
+    def head_dropout(self) -> float:
+        """``MPNetClassificationHead``'s dropout: ``hidden_dropout_prob`` (it never reads ``classifier_dropout``)."""
+        return self.hidden_dropout_prob
 
 
 def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,

@@ -35,7 +35,6 @@ from ..config import BertConfig
 from ..embeddings import embeddings as bert_embeddings
 from ..family import Family, TaskHead, register
 from ..functional import ACTIVATIONS, dropout, linear
-from ..heads import classifier_dropout
 from ..params import Params
 from ..recorder import NO_TRACE, Trace
 from ..task_heads import linear_shapes
@@ -148,7 +147,7 @@ def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: t
         (B, num_labels).
     """
     p = params.scope("classifier")
-    rate = classifier_dropout(params.config)
+    rate = params.config.head_dropout
     x = trace("classifier.input", h[:, 0])  # (B, H): <s>
     x = dropout(x, rate, generator)
     x = trace("classifier.dense", linear(x, p["dense.weight"], p["dense.bias"]))  # (B, H)
