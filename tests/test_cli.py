@@ -301,7 +301,8 @@ def test_a_model_folder_given_as_a_text_is_named(mlm_checkpoint, capsys, tmp_pat
     """Tried as a user: ``bertfn embed ./tuned "text"`` read the folder as a first text and failed on the default
     model (google-bert/bert-base-uncased, not reachable offline); the error now says to pass --model, and names the
     default the command would read (classify's SST-2 classifier). A long text (no path can be that long) is a text,
-    and no model loads before the check."""
+    and no model loads before the check. A subcommand without a default model (zero-shot, rerank) names the folder
+    too, where it said only that --model is required."""
     folder, _ = mlm_checkpoint
     monkeypatch.chdir(folder.parent)
     assert main(["embed", folder.name, "A fine day."]) == bertfn.InputError.exit_code
@@ -312,3 +313,7 @@ def test_a_model_folder_given_as_a_text_is_named(mlm_checkpoint, capsys, tmp_pat
     assert (f"name the model with --model {folder.name} (without --model the command reads "
             "distilbert/distilbert-base-uncased-finetuned-sst-2-english)") in capsys.readouterr().err
     assert main(["fill-mask", "--model", str(folder), "a [MASK] " + "x" * 5000]) == 0  # a text, not a path
+    for command in (["zero-shot", folder.name, "A fine day.", "--labels", "a", "b"], ["rerank", folder.name, "q"]):
+        assert main(command) == bertfn.InputError.exit_code  # no default model: --model is required
+        assert (f"'{folder.name}' is a model's folder, given as a text; name the model with --model {folder.name}\n"
+                == capsys.readouterr().err.split("error: ", 1)[1])

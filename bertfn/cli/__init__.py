@@ -51,7 +51,7 @@ from ..errors import (SURFACE, BertfnError, CheckpointError, ConfigError, Depend
 from ..tasks import TASKS
 from ..tasks.task import Task
 from . import view
-from .options import one_line, refuse_dash
+from .options import is_model_folder, one_line, refuse_dash
 
 
 def task_command(task: Task) -> tuple[Callable, Callable[[argparse.Namespace], int]]:
@@ -120,8 +120,16 @@ class _Parser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None) -> argparse.Namespace:
         """As argparse's, except that words no option or positional takes are refused with the subcommand's help
         named, and the option meant (``--topk``: ``--top-k``) or, for a word that starts with -, how to pass it
-        as a text (after ``--``)."""
-        parsed, extra = self.parse_known_args(args, namespace)
+        as a text (after ``--``); a required ``--model`` left out where a model's folder came as a text is pointed
+        at that folder."""
+        try:
+            parsed, extra = self.parse_known_args(args, namespace)
+        except InputError as error:
+            folder = next((word for word in (sys.argv[1:] if args is None else args) if is_model_folder(word)), None)
+            if folder is None or "required: --model" not in str(error):
+                raise
+            raise InputError(f"{folder!r} is a model's folder, given as a text; name the model with --model "
+                             f"{shlex.quote(folder)}") from None
         if not extra:
             return parsed
         parser = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices[parsed.command]
