@@ -15,6 +15,8 @@ thing (both full, or both step by step) every position is compared.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import build_hf, hf_params
@@ -154,3 +156,22 @@ def test_transformers_relative_cache_quirk():
     assert not torch.allclose(cached, uncached, **TOL)
     close(ours, uncached, "bertfn with a cache vs transformers without")
     close(cached[:, -1], uncached[:, -1], "transformers' last position, where its rule is right")
+
+
+def test_a_cache_the_pass_cannot_continue_is_refused():
+    """Tried as a student decoding by hand: a cache of another batch (a torch size error), of another model's layer
+    count (IndexError), or transformers' own past_key_values (AttributeError: no .length) gave Python's errors."""
+    hf, params = decoder("absolute", cross=True)
+    ids, types, mask, enc, enc_mask = inputs(hf, pad=0)
+    with torch.no_grad():
+        cache = bertfn.encoder(params, ids[:, :2], encoder_hidden_states=enc, use_cache=True).cache
+        hf_cache = hf(ids[:, :2], encoder_hidden_states=enc, use_cache=True).past_key_values
+    cut = bertfn.Cache(cache.self_attention[:1], cache.cross_attention[:1])
+    refused = {"of 1 texts and 3 heads; this pass has 2 texts": (ids[:, 2:3], enc, cache._replace(
+                   self_attention=tuple((k[:1], v[:1]) for k, v in cache.self_attention))),
+               "this pass has 1 texts and the model 3 heads": (ids[:1, 2:3], enc[:1], cache),
+               "cache.self_attention holds 1 layers' keys and values; this model has 2": (ids[:, 2:3], enc, cut),
+               "got EncoderDecoderCache; transformers' past_key_values are not read": (ids[:, 2:3], enc, hf_cache)}
+    for message, (step, states, given) in refused.items():
+        with pytest.raises(bertfn.InputError, match=re.escape(message)):
+            bertfn.encoder(params, step, encoder_hidden_states=states, cache=given)

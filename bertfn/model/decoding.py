@@ -84,6 +84,34 @@ class Decoding(NamedTuple):
         return self.cache.self_attention[i], self.cache.cross_attention[i] if self.cache.cross_attention else None
 
 
+def check_cache(cache: object, batch: int, config) -> None:
+    """Refuse a cache this pass cannot continue: not a :class:`Cache` (transformers' ``past_key_values`` among
+    them), or one of another batch size, layer count or head count than the pass's.
+
+    Args:
+        cache: what ``encoder(..., cache=)`` was given (not None).
+        batch: the pass's B.
+        config: the model's config (``num_hidden_layers``, ``num_attention_heads``).
+
+    Raises:
+        InputError: saying which and what to pass instead.
+    """
+    if not isinstance(cache, Cache):
+        raise InputError(f"cache must be the Cache an earlier bertfn.encoder(..., use_cache=True) returned (its "
+                         f".cache), got {type(cache).__name__}; transformers' past_key_values are not read")
+    layers, heads = config.num_hidden_layers, config.num_attention_heads
+    for name, pairs in (("self_attention", cache.self_attention), ("cross_attention", cache.cross_attention)):
+        if pairs is None:
+            continue
+        if len(pairs) != layers:
+            raise InputError(f"cache.{name} holds {len(pairs)} layers' keys and values; this model has {layers} "
+                             "(a cache continues the model that made it)")
+        got = tuple(pairs[0][0].shape[:2])  # (B, nh) of layer 0's keys
+        if got != (batch, heads):
+            raise InputError(f"cache.{name}'s keys are of {got[0]} texts and {got[1]} heads; this pass has {batch} "
+                             f"texts and the model {heads} heads (a cache continues the batch that made it)")
+
+
 def decoding_of(cache: Cache | None, encoder_hidden: Tensor | None, encoder_mask: Tensor | None) -> Decoding | None:
     """A pass's :class:`Decoding`, or None where it has no cache to continue and no encoder states to read (BERT's
     layers run then, a decoder's first step among them: their keys and values start its cache).

@@ -21,7 +21,7 @@ import torch
 from ..errors import InputError
 from .attention import KV, attention, chosen_impl
 from .config import BertConfig
-from .decoding import Cache, Decoding, cross_attention, decoding_of, self_attention
+from .decoding import Cache, Decoding, check_cache, cross_attention, decoding_of, self_attention
 from .embeddings import embeddings
 from .family import Family, family_of, member_name
 from .feed_forward import chunked_feed_forward
@@ -188,6 +188,9 @@ def encoder(
     cfg = params.config
     trace = with_edits(trace, edits, cfg)
     p = params.scope("bert")
+    tokens = input_ids if input_ids is not None else inputs_embeds  # (B, S) or (B, S, H); neither: embeddings says
+    if cache is not None and tokens is not None:
+        check_cache(cache, tokens.shape[0], cfg)
     past = cache.length if cache is not None else 0
     family = family_of(cfg)
     if family.layer is not None and (cache is not None or use_cache or encoder_hidden_states is not None):
@@ -198,8 +201,8 @@ def encoder(
     if trace.edits and isinstance(attention_mask, Tensor) and attention_mask.dim() == 2 and not past:  # padded texts
         trace = trace.counted(attention_mask)  # where each ends, for its edits (Point.lengths)
     if segments is not None:
-        check_segments((input_ids if input_ids is not None else inputs_embeds).shape, segments, cache=cache,
-                       use_cache=use_cache, encoder_hidden_states=encoder_hidden_states)
+        check_segments(tokens.shape, segments, cache=cache, use_cache=use_cache,
+                       encoder_hidden_states=encoder_hidden_states)
         if position_ids is None and input_ids is not None:
             position_ids = segment_positions(input_ids, segments, cfg)  # (1, T), restarting at each text
     own = {} if family.embeddings is None else {"attention_mask": attention_mask}  # the padding, or the texts (ESM's)
