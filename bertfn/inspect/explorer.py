@@ -62,6 +62,7 @@ import numpy as np
 from ..errors import InputError, require_folder, syntax
 from ..model.config import BertConfig
 from ..model.family import family_of
+from ..tasks.fill_mask import other_spelling
 from .decision_panel import Decision
 from .page_arrays import LEVELS, PageArrays, layer_windows, score_vectors, top_k as _top_k
 
@@ -149,6 +150,8 @@ def page_data(rec: Recording, top_k: int = 5, decision: Decision | None = None) 
         else:
             predictions = []  # no [MASK] in the text
     text = _text(tok, rec.input_ids[0].tolist()) if tok else " ".join(rec.tokens)
+    if predictions == [] and tok.mask_token:  # the page's note: the other spelling typed, whose it is
+        missing = other_spelling(tok.mask_token, text) or None
     meta = {
         "format": 1,
         "levels": LEVELS,

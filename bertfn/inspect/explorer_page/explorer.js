@@ -743,7 +743,7 @@ function explorer(meta, data) {
   } else if (!meta.predictions) {
     predictions.innerHTML = `<p class="note">${escapeXml(meta.no_predictions || "")}</p>`;
   } else if (!meta.predictions.length) {
-    predictions.innerHTML = `<p class="note">no ${escapeXml(maskToken)} in the text: put one in to see what the model predicts there</p>`;
+    predictions.innerHTML = `<p class="note">no ${escapeXml(maskToken)} in the text: ${escapeXml(meta.no_predictions || "")}put one in to see what the model predicts there</p>`;
   } else {
     for (const m of meta.predictions) {
       const box = document.createElement("div");
