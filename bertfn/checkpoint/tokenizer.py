@@ -27,8 +27,8 @@ from tokenizers import normalizers
 
 from ..errors import CheckpointError, InputError, UnknownTokensWarning, clipped, require_readable, syntax, unreadable
 from .sentencepiece import deberta_from_spm
-from .tokenizer_files import (ESM_NAMES, ROLES, esm_from_vocab, find_special, is_esm_vocab, lowercases, read_json,
-                              word_marks, wordpiece_from_vocab)
+from .tokenizer_files import (ESM_NAMES, ROLES, SLOW_FILES, esm_from_vocab, find_special, is_esm_vocab, lowercases,
+                              read_json, slow_files_advice, word_marks, wordpiece_from_vocab, write_tokenizer_json)
 
 class Encoding(NamedTuple):
     """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span;
@@ -169,7 +169,8 @@ class Tokenizer:
             if path.is_dir():
                 tok = cls.from_folder(path, max_length, lowercase)
                 if tok is None:
-                    raise CheckpointError(f"{path} has no tokenizer.json or vocab.txt; pass the tokenizer's file itself")
+                    raise CheckpointError(f"{path} has no tokenizer.json, vocab.txt or spm.model"
+                                          f"{slow_files_advice(path) or '; pass the tokenizer file itself'}")
                 return tok
             exists = path.is_file()
         except PermissionError:  # the folder, or one above it, that this user may not search or list
@@ -178,6 +179,10 @@ class Tokenizer:
             raise InputError(f"there is no tokenizer file {str(path)!r}; pass a vocab.txt, a tokenizer.json or a "
                              "folder holding one")
         require_readable(path)  # the tokenizers library reports a denied file as a bare Exception
+        if path.name in SLOW_FILES:
+            raise CheckpointError(f"{path} is {SLOW_FILES[path.name]}, which bertfn does not read (it reads a "
+                                  "tokenizer.json, a WordPiece or ESM vocab.txt, or DeBERTa's spm.model): "
+                                  f"{write_tokenizer_json(path.parent)}, then pass that folder")
         options = read_json(path.parent / "tokenizer_config.json")
         names = {**read_json(path.parent / "special_tokens_map.json"), **options}
         if lowercase is not None:
