@@ -30,6 +30,12 @@ from .sentencepiece import deberta_from_spm
 from .tokenizer_files import (ESM_NAMES, ROLES, SLOW_FILES, esm_from_vocab, find_special, is_esm_vocab, lowercases,
                               read_json, slow_files_advice, word_marks, wordpiece_from_vocab, write_tokenizer_json)
 
+NO_FIX = ("its vocabulary has no pieces for them: a script or language the model was not trained on, or another "
+          "model's tokenizer (use the one that came with the model)")
+"""What :meth:`Tokenizer.unknown` says of unknown tokens no other fix explains: the text's own tokenizer lacks them
+(Thai given to a model trained on European languages) as often as another model's tokenizer does."""
+
+
 class Encoding(NamedTuple):
     """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span;
     ``word_ids[b][s]`` numbers the words of a text (and again of its second segment) from 0 (the
@@ -252,7 +258,7 @@ class Tokenizer:
         about it; <the likely fix>"`` (``<unk>`` for RoBERTa's kind: the tokenizer's own name). The fix named: keeping
         case (a cased vocabulary read with BERT's lowercasing, e.g. amino acids as capitals), writing capitals (small
         letters given to a vocabulary of capitals), or spacing (a vocabulary of single characters written without
-        spaces, unless the tokenizer splits them itself, as ESM's does). The vocabulary's words are read without
+        spaces, unless the tokenizer splits them itself, as ESM's does); else :data:`NO_FIX`. The vocabulary's words are read without
         their marks (``##`` pieces left out, ``▁`` and ``Ġ`` taken off) and without its ``[...]`` / ``<...>``
         specials; a lone ``▁`` piece is a space, not a token of the text.
 
@@ -296,7 +302,7 @@ class Tokenizer:
             advice = "; ".join(fixes) + (f": write {written!r}, not {shown!r}" if written != shown else "")
             examples = ", ".join(repr(w[:20]) for w in unknown[:3])
             said[i] = (f"{n_unk} of its {n} tokens are {self.unk_token} (e.g. {examples}), "
-                       f"so the results say little about it; {advice or 'use the tokenizer that came with the model'}")
+                       f"so the results say little about it; {advice or NO_FIX}")
         return said
 
     def _vocabulary_words(self) -> set[str]:
