@@ -112,6 +112,23 @@ def test_the_windows_are_the_fast_tokenizers(member):
 
 
 @needs_transformers
+def test_xlm_r_with_two_token_types_reads_every_window_as_type_0(tmp_path):
+    """XLM-R's template types every token 0, but the windows after a pair's first hold type 1 for the context (as
+    ``tokenizers`` cuts them); the pipeline gives XLM-R no token types, so a reader whose table has two rows
+    (XLMRobertaConfig's default) reads type 0 in every window."""
+    import transformers
+
+    hf = save_head("xlm-roberta", "question-answering", tmp_path, type_vocab_size=2)
+    pipe = transformers.pipeline("question-answering", model=hf, tokenizer=member_tokenizer("xlm-roberta"), device="cpu")
+    model = bertfn.load(tmp_path)
+    question, context = PAIRS[2]
+    windows, _ = context_windows(model.tokenizer, [(question, context)], ["text 0"], 40, 10)
+    assert len(windows[0]) > 2 and 1 in windows[0][1].type_ids  # what tokenizers leaves in the later windows
+    same(bertfn.answer(question, context, model, top_k=5, max_seq_len=40, doc_stride=10),
+         pipe(question=question, context=context, top_k=5, max_seq_len=40, doc_stride=10))
+
+
+@needs_transformers
 def test_the_default_window_holds_the_tokenizers_model_max_length(tmp_path):
     """The default max_seq_len is the pipeline's min(384, model_max_length): 40 where tokenizer_config.json says 40
     of the model's 64 positions (it was 64), and doc_stride half of it; an explicit max_seq_len up to 64 still runs."""

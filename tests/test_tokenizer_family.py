@@ -15,8 +15,9 @@ import warnings
 
 import pytest
 import torch
-from family_checkpoints import MEMBERS, member_fixture, member_tokenizer
+from family_checkpoints import MEMBERS, member_fixture, member_tokenizer, save_member
 
+import bertfn
 from bertfn import CheckpointError, UnknownTokensWarning
 from bertfn.checkpoint.tokenizer import Tokenizer
 from bertfn.tasks.fill_mask import _propositions, mask_windows
@@ -120,7 +121,8 @@ def test_unknown_tokens_are_named_as_the_tokenizer_names_them(tokenizers):
     kind, tok, _ = tokenizers
     if kind in BYTE_LEVEL:
         pytest.skip("byte-level BPE spells every text with its 256 bytes: nothing is unknown")
-    said = rf"text 0: 3 of its 3 tokens are {re.escape(tok.unk_token)} \(e\.g\. '中', '文', '字'\)"
+    said = rf"text 0: 3 of its 3 tokens are {re.escape(tok.unk_token)} \(e\.g\. '中', '文', '字'\), .*; its " \
+           "vocabulary has no pieces for them: a script or language the model was not trained on"
     with pytest.warns(UnknownTokensWarning, match=said):  # SentencePiece's lone "▁" pieces count as spaces, not text
         tok(["中 文 字"])
 
@@ -202,3 +204,26 @@ def test_a_tokenizer_without_start_separator_or_mask_is_refused(tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
     with pytest.raises(CheckpointError, match=r"no mask token \(looked for \[MASK\], <mask>\)"):
         Tokenizer.from_folder(tmp_path)
+
+
+def test_a_slow_tokenizers_files_are_named_with_how_to_convert_them(tmp_path):
+    """A folder saved by a slow tokenizer (vocab.json and merges.txt, no tokenizer.json) says which files bertfn does not
+    read and how to write the tokenizer.json it reads; the folder then reads as the fast tokenizer does."""
+    save_member("roberta", tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    member_tokenizer("roberta").save_pretrained(str(tmp_path), legacy_format=True)  # a slow tokenizer's files only
+    assert (tmp_path / "merges.txt").is_file() and not (tmp_path / "tokenizer.json").exists()
+    convert = re.escape(f"AutoTokenizer.from_pretrained({str(tmp_path)!r}).save_pretrained({str(tmp_path)!r})")
+    with pytest.warns(UserWarning, match=f"no tokenizer.json, vocab.txt or spm.model, .*it holds vocab.json .* and "
+                                         f"merges.txt .*which bertfn does not read: .*{convert}"):
+        assert not bertfn.load(tmp_path).tokenizer
+    with pytest.raises(CheckpointError, match=f"no tokenizer.json, vocab.txt or spm.model; it holds vocab.json.*"
+                                              f"{convert}"):
+        Tokenizer.from_path(tmp_path)
+    for name in ("vocab.json", "merges.txt"):  # not read as a tokenizer.json or a WordPiece vocab.txt
+        with pytest.raises(CheckpointError, match=f"{name} is RoBERTa's byte-level BPE .*, which bertfn does not read "
+                                                  f".*{convert}.*, then pass that folder"):
+            Tokenizer.from_path(tmp_path / name)
+    transformers.AutoTokenizer.from_pretrained(str(tmp_path)).save_pretrained(str(tmp_path))  # as the message says
+    text = "Ça va, Zürich? 東京 👍🏽 <mask>"
+    assert bertfn.load(tmp_path).tokenizer([text]).input_ids[0].tolist() == member_tokenizer("roberta")(text)["input_ids"]

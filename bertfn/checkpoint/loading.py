@@ -33,7 +33,7 @@ from ..model.naming import names_of
 from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
-from .tokenizer_files import read_json
+from .tokenizer_files import read_json, slow_files_advice
 from .weights import SHARD_INDEXES, read_weights, shard_map
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -344,8 +344,9 @@ def load_tokenizer(tokenizer: Tokenizer | str | Path | None, folder: Path, lower
             if near is not None:
                 cased = near.name == "vocab.txt" and _has_capitals(near)  # a bare vocab.txt would be lowercased
                 example = f", e.g. {near}{syntax(python=' with lowercase=False', cli=' with --cased') if cased else ''}"
-            warnings.warn(f"{folder} has no tokenizer.json or vocab.txt, so the model can read ids but not text; pass "
-                          f"{syntax(python='tokenizer=', cli='--tokenizer ')}PATH (a vocab.txt, tokenizer.json or "
+            option = syntax(python='tokenizer=', cli='--tokenizer ')
+            warnings.warn(f"{folder} has no tokenizer.json, vocab.txt or spm.model, so the model can read ids but not "
+                          f"text{slow_files_advice(folder)}; pass {option}PATH (a vocab.txt, tokenizer.json or "
                           f"folder){example}", stacklevel=3)
             return None
     if tok.vocab_size > config.vocab_size:

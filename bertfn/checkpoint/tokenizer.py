@@ -27,8 +27,14 @@ from tokenizers import normalizers
 
 from ..errors import CheckpointError, InputError, UnknownTokensWarning, clipped, require_readable, syntax, unreadable
 from .sentencepiece import deberta_from_spm
-from .tokenizer_files import (ESM_NAMES, ROLES, esm_from_vocab, find_special, is_esm_vocab, lowercases, read_json,
-                              word_marks, wordpiece_from_vocab)
+from .tokenizer_files import (ESM_NAMES, ROLES, SLOW_FILES, esm_from_vocab, find_special, is_esm_vocab, lowercases,
+                              read_json, slow_files_advice, word_marks, wordpiece_from_vocab, write_tokenizer_json)
+
+NO_FIX = ("its vocabulary has no pieces for them: a script or language the model was not trained on, or another "
+          "model's tokenizer (use the one that came with the model)")
+"""What :meth:`Tokenizer.unknown` says of unknown tokens no other fix explains: the text's own tokenizer lacks them
+(Thai given to a model trained on European languages) as often as another model's tokenizer does."""
+
 
 class Encoding(NamedTuple):
     """A padded batch. Tensors are (B, S) int64; ``offsets[b][s]`` is a (start, end) character span;
@@ -169,7 +175,8 @@ class Tokenizer:
             if path.is_dir():
                 tok = cls.from_folder(path, max_length, lowercase)
                 if tok is None:
-                    raise CheckpointError(f"{path} has no tokenizer.json or vocab.txt; pass the tokenizer's file itself")
+                    raise CheckpointError(f"{path} has no tokenizer.json, vocab.txt or spm.model"
+                                          f"{slow_files_advice(path) or '; pass the tokenizer file itself'}")
                 return tok
             exists = path.is_file()
         except PermissionError:  # the folder, or one above it, that this user may not search or list
@@ -178,6 +185,10 @@ class Tokenizer:
             raise InputError(f"there is no tokenizer file {str(path)!r}; pass a vocab.txt, a tokenizer.json or a "
                              "folder holding one")
         require_readable(path)  # the tokenizers library reports a denied file as a bare Exception
+        if path.name in SLOW_FILES:
+            raise CheckpointError(f"{path} is {SLOW_FILES[path.name]}, which bertfn does not read (it reads a "
+                                  "tokenizer.json, a WordPiece or ESM vocab.txt, or DeBERTa's spm.model): "
+                                  f"{write_tokenizer_json(path.parent)}, then pass that folder")
         options = read_json(path.parent / "tokenizer_config.json")
         names = {**read_json(path.parent / "special_tokens_map.json"), **options}
         if lowercase is not None:
@@ -247,7 +258,7 @@ class Tokenizer:
         about it; <the likely fix>"`` (``<unk>`` for RoBERTa's kind: the tokenizer's own name). The fix named: keeping
         case (a cased vocabulary read with BERT's lowercasing, e.g. amino acids as capitals), writing capitals (small
         letters given to a vocabulary of capitals), or spacing (a vocabulary of single characters written without
-        spaces, unless the tokenizer splits them itself, as ESM's does). The vocabulary's words are read without
+        spaces, unless the tokenizer splits them itself, as ESM's does); else :data:`NO_FIX`. The vocabulary's words are read without
         their marks (``##`` pieces left out, ``▁`` and ``Ġ`` taken off) and without its ``[...]`` / ``<...>``
         specials; a lone ``▁`` piece is a space, not a token of the text.
 
@@ -291,7 +302,7 @@ class Tokenizer:
             advice = "; ".join(fixes) + (f": write {written!r}, not {shown!r}" if written != shown else "")
             examples = ", ".join(repr(w[:20]) for w in unknown[:3])
             said[i] = (f"{n_unk} of its {n} tokens are {self.unk_token} (e.g. {examples}), "
-                       f"so the results say little about it; {advice or 'use the tokenizer that came with the model'}")
+                       f"so the results say little about it; {advice or NO_FIX}")
         return said
 
     def _vocabulary_words(self) -> set[str]:

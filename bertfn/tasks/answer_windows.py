@@ -118,18 +118,21 @@ def context_windows(tok: Tokenizer, pairs: Pairs, labels: list[str], max_seq_len
 def window_batch(tok: Tokenizer, windows: list[WindowEncoding], segments: bool) -> tuple[Encoding, list[int]]:
     """The windows as one padded batch, for :func:`~bertfn.tasks.runner.head_logits`.
 
-    A model of one segment type reads every token as type 0, as transformers gives it no token types (RoBERTa's
-    kind): the windows after the first of a pair may hold type 1 for the context, as ``tokenizers`` leaves them
-    when its template (``<s> A </s></s> B </s>``) gives the second sequence no type of its own.
+    Every token is type 0 unless the model reads token types and the template gives the context a type of its own
+    (BERT's ``[CLS] A [SEP] B:1 [SEP]:1``): where the template types it 0 (RoBERTa's and XLM-R's ``<s> A </s></s> B
+    </s>``) the windows after the first of a pair hold type 1 for the context, as ``tokenizers`` leaves them, and
+    transformers gives such a model no token types (its tokenizer's ``model_input_names``), even where its
+    checkpoint's table has two rows (``XLMRobertaConfig``'s default ``type_vocab_size``).
 
     Args:
-        tok: the model's tokenizer (its padding id).
+        tok: the model's tokenizer (its padding id, its template).
         windows: W windows' encodings.
         segments: the model reads token types (``type_vocab_size`` > 1).
 
     Returns:
         The (W, S) batch, S the longest window, and each window's tokens.
     """
+    segments = segments and 1 in tok.backend.encode("a", "b").type_ids  # the template's types of a pair
     lengths = [len(w.ids) for w in windows]
     S = max(lengths)
     input_ids = torch.full((len(windows), S), tok.pad_token_id, dtype=torch.long)  # (W, S)
