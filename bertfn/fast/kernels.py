@@ -28,6 +28,7 @@ the reference's numbers (fp32 to 1e-5; bf16 to bf16 rounding: oneDNN sums in ano
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -44,7 +45,7 @@ DTYPES = (torch.float32, torch.bfloat16)
 """The dtypes whose kernel is chosen by measurement; others (fp16, fp64) run ``F.linear``."""
 
 _copies: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version when packed, packed copy)
-_joined: WeakIdKeyDictionary = WeakIdKeyDictionary()  # first weight -> ((id, version) of each, packed stack, joined bias)
+_joined: WeakIdKeyDictionary = WeakIdKeyDictionary()  # first weight -> ((weakref, version) of each, packed stack, joined bias)
 _lock = threading.Lock()
 
 
@@ -163,15 +164,29 @@ def joined(ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> tuple[Tensor, Tens
         weight: (sum out_i, in), packed.
         bias: (sum out_i,).
     """
-    stamp = tuple((id(t), t._version) for t in ws + bs)
+    parts = ws + bs
     entry = _joined.get(ws[0])
-    if entry is None or entry[0] != stamp:
+    if entry is None or not made_from(entry[0], parts):
         with _lock:
             entry = _joined.get(ws[0])
-            if entry is None or entry[0] != stamp:
+            if entry is None or not made_from(entry[0], parts):
+                stamp = tuple((weakref.ref(t), t._version) for t in parts)
                 entry = (stamp, torch.ops.mkldnn._reorder_linear_weight(torch.cat(ws)), torch.cat(bs))
                 _joined[ws[0]] = entry
     return entry[1], entry[2]
+
+
+def made_from(stamp: tuple[tuple[weakref.ref, int], ...], parts: tuple[Tensor, ...]) -> bool:
+    """Whether a :func:`joined` copy was made from ``parts`` as they are now: the same tensors at the same versions.
+
+    The stamp holds weak references, not ids: a tensor replaced and freed may hand its id to a later one, which
+    an id would take for the old (a stale copy, silently).
+
+    Args:
+        stamp: ``(weak reference, version)`` of each tensor the copy was made from.
+        parts: the tensors now.
+    """
+    return len(stamp) == len(parts) and all(r() is t and v == t._version for (r, v), t in zip(stamp, parts))
 
 
 def packed(w: Tensor) -> Tensor:
