@@ -170,23 +170,36 @@ def joined(ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> tuple[Tensor, Tens
         with _lock:
             entry = _joined.get(ws[0])
             if entry is None or not made_from(entry[0], parts):
-                stamp = tuple((weakref.ref(t), t._version) for t in parts)
-                entry = (stamp, torch.ops.mkldnn._reorder_linear_weight(torch.cat(ws)), torch.cat(bs))
+                entry = (stamp(parts), torch.ops.mkldnn._reorder_linear_weight(torch.cat(ws)), torch.cat(bs))
                 _joined[ws[0]] = entry
     return entry[1], entry[2]
 
 
-def made_from(stamp: tuple[tuple[weakref.ref, int], ...], parts: tuple[Tensor, ...]) -> bool:
-    """Whether a :func:`joined` copy was made from ``parts`` as they are now: the same tensors at the same versions.
+Stamp = tuple[tuple[weakref.ref, int], ...]
+"""What a copy derived from some tensors was made from (:func:`stamp`): a weak reference to each and its version."""
 
-    The stamp holds weak references, not ids: a tensor replaced and freed may hand its id to a later one, which
-    an id would take for the old (a stale copy, silently).
+
+def stamp(parts: tuple[Tensor, ...]) -> Stamp:
+    """The :data:`Stamp` of ``parts`` as they are now, for :func:`made_from` to hold them to later.
+
+    Weak references, not ids: a tensor replaced and freed may hand its id to a later one, which an id would take
+    for the old (a stale copy, silently); nor does a stamp keep a replaced tensor alive.
 
     Args:
-        stamp: ``(weak reference, version)`` of each tensor the copy was made from.
+        parts: the tensors (none made under ``torch.inference_mode``, which have no version).
+    """
+    return tuple((weakref.ref(t), t._version) for t in parts)
+
+
+def made_from(made: Stamp, parts: tuple[Tensor, ...]) -> bool:
+    """Whether a copy stamped ``made`` (:func:`stamp`) was made from ``parts`` as they are now: the same tensors,
+    none changed in place since (its version).
+
+    Args:
+        made: the copy's stamp.
         parts: the tensors now.
     """
-    return len(stamp) == len(parts) and all(r() is t and v == t._version for (r, v), t in zip(stamp, parts))
+    return len(made) == len(parts) and all(r() is t and v == t._version for (r, v), t in zip(made, parts))
 
 
 def packed(w: Tensor) -> Tensor:
