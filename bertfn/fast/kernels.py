@@ -21,7 +21,8 @@ close on a Xeon with AMX: bench/kernels.py measures them), so the choice cannot 
 The state_dict stays the source of truth: a packed copy is derived from one of its tensors, is never
 written back, and is rebuilt when that tensor changes in place (its version counter moves), so
 edits to ``model.state`` are always seen (a weight made under ``torch.inference_mode`` has no version
-counter: it is read as stored instead). tests/test_fast_path.py checks that every kernel gives
+counter: it is read as stored instead), but for one made through ``.data`` (``w.data.copy_(...)``), for which torch
+moves no version counter. tests/test_fast_path.py checks that every kernel gives
 the reference's numbers (fp32 to 1e-5; bf16 to bf16 rounding: oneDNN sums in another order).
 """
 
