@@ -162,6 +162,28 @@ def test_query_key_value_as_one_product_equal_three_and_follow_edits():
 
 @cpu_kernels
 @needs_onednn
+def test_a_stacked_copy_is_made_anew_when_a_freed_weights_id_comes_back():
+    """kernels.joined: the key weight replaced out of place twice (an optimizer's ``w = w - lr * g``) and the
+    first one freed, so the second may take its id at the same version; the stack follows the weight it reads now,
+    not the one whose id that was (a stamp of ids handed back the first stack, silently)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 5, 16, generator=g)
+    ws = [torch.randn(16, 16, generator=g) for _ in range(3)]
+    bs = [torch.randn(16, generator=g) for _ in ws]
+    with forced("onednn-packed"), torch.inference_mode():
+        choice.linears(x, tuple(ws), tuple(bs))
+    first = id(ws[1])
+    for _ in range(8):  # CPython hands a freed object's place to the next one of its size: two steps bring it back
+        ws[1] = ws[1] - 0.5
+        if id(ws[1]) == first:
+            break
+    assert id(ws[1]) == first and ws[1]._version == 0  # what a stamp of (id, version) took for the first weight
+    with forced("onednn-packed"), torch.inference_mode():
+        torch.testing.assert_close(choice.linears(x, tuple(ws), tuple(bs))[1], F.linear(x, ws[1], bs[1]), **TOL)
+
+
+@cpu_kernels
+@needs_onednn
 @SETTINGS
 @given(act=st.sampled_from(sorted(kernels.FUSED) + ["silu"]), rows=st.integers(1, 20), seed=st.integers(0, 2**16))
 def test_an_activation_applied_by_the_kernel_equals_the_reference_one(act, rows, seed):

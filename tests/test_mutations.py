@@ -145,6 +145,19 @@ def test_the_matrix_is_made_once_for_a_reference_and_anew_after_a_weight_changes
     assert len(made) == 2 and not torch.allclose(changed.log_probs, first.log_probs)
 
 
+def test_the_matrix_is_made_anew_after_a_weight_is_replaced(tiny_folder):
+    """A weight replaced by another tensor (``state[k] = state[k] + d``, an optimizer's out-of-place step) makes the
+    matrix anew too: the new tensor's version is 0, as the old one's was, so a sum of versions kept the old matrix."""
+    m = bertfn.load(tiny_folder)  # its own: a weight of it is replaced below
+    reference = "the cat sat on the mat ."
+    first = substitution_matrix(reference, m)
+    m.state["cls.predictions.bias"] = m.state["cls.predictions.bias"] + torch.arange(m.config.vocab_size) / 4.0
+    changed = substitution_matrix(reference, m)
+    fresh = substitution_matrix(reference, m.to(None, torch.float64)).log_probs.float()  # a model of new tensors
+    assert not torch.allclose(changed.log_probs, first.log_probs)
+    torch.testing.assert_close(changed.log_probs, fresh, atol=1e-5, rtol=1e-5)
+
+
 def test_the_matrix_to_a_folder_that_does_not_exist(antiberty, tmp_path, capsys):
     """save() where it cannot write is an InputError (was a FileNotFoundError, which the CLI called a bug)."""
     subs = substitution_matrix(HEAVY, antiberty)

@@ -62,6 +62,26 @@ def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tens
         ) from e
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path} does not hold a flat state_dict of tensors")
+    return one_tensor_per_view(state)
+
+
+def one_tensor_per_view(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with keys that read the same view of one storage given one tensor: tied in the file, tied in the state.
+
+    ``torch.save`` writes a tied weight's storage once (BERT's MLM decoder and its word embeddings), and
+    ``torch.load`` makes a tensor of it per key, each with a version counter of its own: an edit in place through one
+    moved the other's values but not its version, so a copy derived from it (the fast path's packed decoder) stayed
+    stale, silently, and :meth:`~bertfn.checkpoint.model.Model.to` made two copies of it. One tensor, as a
+    safetensors file loads a tied weight (stored once, named twice by the names' ``normalize``).
+
+    Args:
+        state: a state as ``torch.load`` gives it.
+    """
+    first: dict[tuple, torch.Tensor] = {}
+    for k, t in state.items():
+        if t.numel():  # an empty tensor reads no storage
+            view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype)
+            state[k] = first.setdefault(view, t)
     return state
 
 

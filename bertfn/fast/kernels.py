@@ -21,13 +21,15 @@ close on a Xeon with AMX: bench/kernels.py measures them), so the choice cannot 
 The state_dict stays the source of truth: a packed copy is derived from one of its tensors, is never
 written back, and is rebuilt when that tensor changes in place (its version counter moves), so
 edits to ``model.state`` are always seen (a weight made under ``torch.inference_mode`` has no version
-counter: it is read as stored instead). tests/test_fast_path.py checks that every kernel gives
+counter: it is read as stored instead), but for one made through ``.data`` (``w.data.copy_(...)``), for which torch
+moves no version counter. tests/test_fast_path.py checks that every kernel gives
 the reference's numbers (fp32 to 1e-5; bf16 to bf16 rounding: oneDNN sums in another order).
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -44,7 +46,7 @@ DTYPES = (torch.float32, torch.bfloat16)
 """The dtypes whose kernel is chosen by measurement; others (fp16, fp64) run ``F.linear``."""
 
 _copies: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version when packed, packed copy)
-_joined: WeakIdKeyDictionary = WeakIdKeyDictionary()  # first weight -> ((id, version) of each, packed stack, joined bias)
+_joined: WeakIdKeyDictionary = WeakIdKeyDictionary()  # first weight -> ((weakref, version) of each, packed stack, joined bias)
 _lock = threading.Lock()
 
 
@@ -163,15 +165,42 @@ def joined(ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> tuple[Tensor, Tens
         weight: (sum out_i, in), packed.
         bias: (sum out_i,).
     """
-    stamp = tuple((id(t), t._version) for t in ws + bs)
+    parts = ws + bs
     entry = _joined.get(ws[0])
-    if entry is None or entry[0] != stamp:
+    if entry is None or not made_from(entry[0], parts):
         with _lock:
             entry = _joined.get(ws[0])
-            if entry is None or entry[0] != stamp:
-                entry = (stamp, torch.ops.mkldnn._reorder_linear_weight(torch.cat(ws)), torch.cat(bs))
+            if entry is None or not made_from(entry[0], parts):
+                entry = (stamp(parts), torch.ops.mkldnn._reorder_linear_weight(torch.cat(ws)), torch.cat(bs))
                 _joined[ws[0]] = entry
     return entry[1], entry[2]
+
+
+Stamp = tuple[tuple[weakref.ref, int], ...]
+"""What a copy derived from some tensors was made from (:func:`stamp`): a weak reference to each and its version."""
+
+
+def stamp(parts: tuple[Tensor, ...]) -> Stamp:
+    """The :data:`Stamp` of ``parts`` as they are now, for :func:`made_from` to hold them to later.
+
+    Weak references, not ids: a tensor replaced and freed may hand its id to a later one, which an id would take
+    for the old (a stale copy, silently); nor does a stamp keep a replaced tensor alive.
+
+    Args:
+        parts: the tensors (none made under ``torch.inference_mode``, which have no version).
+    """
+    return tuple((weakref.ref(t), t._version) for t in parts)
+
+
+def made_from(made: Stamp, parts: tuple[Tensor, ...]) -> bool:
+    """Whether a copy stamped ``made`` (:func:`stamp`) was made from ``parts`` as they are now: the same tensors,
+    none changed in place since (its version).
+
+    Args:
+        made: the copy's stamp.
+        parts: the tensors now.
+    """
+    return len(made) == len(parts) and all(r() is t and v == t._version for (r, v), t in zip(made, parts))
 
 
 def packed(w: Tensor) -> Tensor:

@@ -34,6 +34,7 @@ from ..checkpoint.checks import count, one_of
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
 from ..errors import DependencyError, InputError, clipped, syntax
+from ..fast.kernels import Stamp, made_from, stamp
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.family import longest_input
@@ -196,8 +197,8 @@ def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = Tru
                          masked)
 
 
-_last: tuple[weakref.ref, int, str, Substitutions] | None = None  # the last matrix: (model, weights' version, reference,
-# matrix)
+_last: tuple[weakref.ref, Stamp, str, Substitutions] | None = None  # the last matrix: (model, its weights' stamp,
+# reference, matrix)
 
 
 def _cached_substitutions(m: Model, reference: str, batch_size: int, masked: bool = True) -> Substitutions:
@@ -206,7 +207,7 @@ def _cached_substitutions(m: Model, reference: str, batch_size: int, masked: boo
     A file run scores its variants a piece at a time, and the reference's matrix is the costly part (``bertfn score
     --reference R --matrix FILE --input variants`` writes it and scores the file on one). The model is held by a weak
     reference: the cache never keeps a model alive that its caller let go; a weight changed in place since (its
-    version counter moved) makes the matrix anew.
+    version counter moved) or replaced by another tensor makes the matrix anew (:func:`~bertfn.fast.kernels.made_from`).
 
     Args:
         m: the model.
@@ -215,10 +216,12 @@ def _cached_substitutions(m: Model, reference: str, batch_size: int, masked: boo
         masked: masked marginals (else wild-type ones).
     """
     global _last
-    version = sum(t._version for t in m.state.values() if not t.is_inference())  # moves with every in-place edit
-    if _last is None or _last[0]() is not m or _last[1:3] != (version, reference) or _last[3].masked != masked:
-        _last = (weakref.ref(m), version, reference, _substitutions(m, reference, batch_size, masked))
-    return _last[3]
+    weights = tuple(t for t in m.state.values() if not t.is_inference())
+    last = _last  # read once: another thread may put its own matrix there meanwhile
+    if last is None or last[0]() is not m or last[2] != reference or last[3].masked != masked \
+            or not made_from(last[1], weights):
+        last = _last = (weakref.ref(m), stamp(weights), reference, _substitutions(m, reference, batch_size, masked))
+    return last[3]
 
 
 def score_mutations(

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ...model.config import BertConfig
 from ...model.naming import CheckpointNames
@@ -38,7 +39,7 @@ def renamed(name: str, table: Table) -> str:
     return name
 
 
-_renamers: dict[int, tuple[BertConfig, Callable[[str], str]]] = {}
+_renamers: WeakIdKeyDictionary = WeakIdKeyDictionary()  # config -> its renaming function, gone with the config
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,9 @@ class Names(CheckpointNames):
         """
         if not self.table:  # BERT's: the names are the keys
             return None
-        found = _renamers.get(id(config))
-        if found is not None and found[0] is config:
-            return found[1]
+        found = _renamers.get(config)
+        if found is not None:
+            return found
         table = self.table_of(config)
         memo: dict[str, str] = {}
 
@@ -95,7 +96,7 @@ class Names(CheckpointNames):
                 k = memo[name] = renamed(name, table)
             return k
 
-        _renamers[id(config)] = (config, rename)  # the config is kept alive with it, so its id stays its own
+        _renamers[config] = rename
         return rename
 
     def named_shapes(self, config: BertConfig, present: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
