@@ -9,8 +9,8 @@ renaming function reads every member's table, ALBERT's shared layers and DeBERTa
 from __future__ import annotations
 
 import ast
-import gc
 import dataclasses
+import gc
 import weakref
 from pathlib import Path
 
