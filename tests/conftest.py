@@ -232,6 +232,7 @@ def cached_on_hub(folder: Path, repo_id: str, tmp_path: Path, monkeypatch) -> li
     import shutil
 
     import huggingface_hub
+    import huggingface_hub.file_download
     from huggingface_hub import constants
 
     cache = tmp_path / "hf-cache"
@@ -240,6 +241,8 @@ def cached_on_hub(folder: Path, repo_id: str, tmp_path: Path, monkeypatch) -> li
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0" * 40)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    # huggingface_hub before 0.25 copied it into file_download at import (the plain install's floor is 0.23)
+    monkeypatch.setattr(huggingface_hub.file_download, "HF_HUB_CACHE", str(cache), raising=False)
     asked: list[str] = []
     download = huggingface_hub.hf_hub_download
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, name, **kw: asked.append(name) or download(repo, name, **kw))

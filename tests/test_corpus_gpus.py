@@ -73,6 +73,7 @@ def test_the_callers_device_wins(assigned):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU here")
 def test_a_gpu_assigned_to_a_torch_without_cuda_is_one_line_error(assigned, monkeypatch):
     assigned(["1"])
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU build, even where this torch is PyPI's CUDA build
     with pytest.raises(DependencyError) as e:
         worker_device(None)
     message = str(e.value)

@@ -91,7 +91,7 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         revision: a branch, tag or commit (default: the main branch).
     """
     from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
-    from huggingface_hub.errors import (
+    from huggingface_hub.utils import (  # not .errors: it holds them from 0.25 on, .utils from before 0.23 to 2.x
         EntryNotFoundError,
         HfHubHTTPError,
         HFValidationError,
