@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -76,12 +77,18 @@ def longest_pair(m: Model) -> int:
     return min(P, told) if isinstance(told, int) and not isinstance(told, bool) and told > 0 else P
 
 
+_cutting: weakref.WeakKeyDictionary[Tokenizer, dict[tuple[int, str], Tokenizer]] = weakref.WeakKeyDictionary()
+"""Per model tokenizer, its copies that cut (:func:`cut_pairs`), one per (limit, truncation): made once, as a copy costs
+as much as tokenizing (15 ms for a 30k vocabulary, ten times that for XLM-R's 250k), and gone with the tokenizer."""
+
+
 def cut_pairs(tok: Tokenizer, firsts: list[str], seconds: list[str] | None, limit: int, truncation: str) -> Encoding:
     """``tok(firsts, seconds)`` with the pairs (or texts) longer than ``limit`` tokens cut by ``truncation``.
 
     The cut is ``tokenizers``' own (``enable_truncation(limit, strategy=truncation)``, what a transformers fast
-    tokenizer does with ``truncation=...``), on a copy of the tokenizer's backend: the model's tokenizer, which other
-    calls share, is left as it is.
+    tokenizer does with ``truncation=...``), on a copy of the tokenizer's backend, made once per tokenizer, limit and
+    truncation (:data:`_cutting`): the model's tokenizer, which other calls share, is left as it is, and a copy's
+    settings never change once made (threads may share it).
 
     Args:
         tok: the model's tokenizer.
@@ -93,10 +100,14 @@ def cut_pairs(tok: Tokenizer, firsts: list[str], seconds: list[str] | None, limi
     Returns:
         The padded batch (N, S), S <= ``limit``.
     """
-    backend = _HFTokenizer.from_str(tok.backend.to_str())  # a copy: from_str(to_str()) holds every setting
-    backend.enable_truncation(limit, strategy=truncation)
-    cutting = copy.copy(tok)
-    cutting.backend = backend
+    copies = _cutting.setdefault(tok, {})
+    cutting = copies.get((limit, truncation))
+    if cutting is None:  # two threads may both make it: the same copy, one kept
+        backend = _HFTokenizer.from_str(tok.backend.to_str())  # a copy: from_str(to_str()) holds every setting
+        backend.enable_truncation(limit, strategy=truncation)
+        cutting = copy.copy(tok)
+        cutting.backend = backend
+        copies[(limit, truncation)] = cutting
     with warnings.catch_warnings():  # the caller has said what tok(...) says of the texts
         warnings.simplefilter("ignore", UnknownTokensWarning)
         return cutting(firsts, seconds)
