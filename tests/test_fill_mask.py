@@ -99,6 +99,30 @@ def test_model_by_path_is_loaded_once(mlm_checkpoint):
     assert bertfn.fill_mask("hello [MASK] !", str(folder), top_k=1)[0]["token_str"]
 
 
+def test_a_folder_saved_again_or_another_folder_of_the_same_name_loads_anew(tiny_folder, tmp_path, monkeypatch):
+    """Tried as a student fine-tuning in a notebook: ``fill_mask(text, "./tuned")``, then the model trained further and
+    saved to ./tuned again, then ``fill_mask(text, "./tuned")`` answered with the first weights (the cache kept a
+    folder by its name for ever); and after ``os.chdir``, ``"./tuned"`` named the other directory's folder."""
+    from bertfn.checkpoint.resolve import get_model
+
+    text = "the cat sat on the [MASK] ."
+    model = bertfn.load(tiny_folder)
+    for place in ("a", "b"):
+        (tmp_path / place).mkdir()
+        bertfn.save(model, tmp_path / place / "tuned")
+    monkeypatch.chdir(tmp_path / "a")
+    first = get_model("tuned")
+    assert get_model("tuned") is first  # unchanged: loaded once
+    model.state["cls.predictions.bias"].add_(torch.arange(model.config.vocab_size) / 2.0)  # trained further
+    bertfn.save(model, tmp_path / "a" / "tuned")
+    again = get_model("tuned")
+    assert again is not first and torch.equal(again.state["cls.predictions.bias"], model.state["cls.predictions.bias"])
+    assert bertfn.fill_mask(text, "tuned") == bertfn.fill_mask(text, model)
+    monkeypatch.chdir(tmp_path / "b")  # the same name, another folder: the first weights
+    assert torch.equal(get_model("tuned").state["cls.predictions.bias"],
+                       bertfn.load(tiny_folder).state["cls.predictions.bias"])
+
+
 def test_device_is_part_of_the_cache_and_no_move_when_already_there(mlm_checkpoint):
     from bertfn.checkpoint.resolve import get_model
 

@@ -9,6 +9,7 @@ always a :class:`~bertfn.errors.MissingPartError` saying which part and what to 
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -25,14 +26,15 @@ from .tokenizer import Tokenizer, check_text
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"
 
-_models: dict[tuple, Model] = {}  # (name, device, dtype, prepare) -> model
+_models: dict[tuple, tuple[tuple, Model]] = {}  # (name or folder, device, dtype, prepare) -> (its files' stamp, model)
 _models_lock = threading.Lock()
 
 
 def get_model(model: Model | str | Path | None, device: str | torch.device | None = None,
               dtype: torch.dtype | str | None = None,
               prepare: Callable[[dict[str, torch.Tensor]], object] | None = None) -> Model:
-    """A loaded model on ``device`` in ``dtype``: given, or loaded once per process by name, device and dtype.
+    """A loaded model on ``device`` in ``dtype``: given, or loaded once per process by name, device and dtype (a local
+    folder's again when its files change: :func:`on_disk`).
 
     A given :class:`Model` on another device or in another dtype is converted for this call only; load it
     with ``device=`` / ``dtype=`` to avoid that. A given :class:`Model` is never changed.
@@ -62,11 +64,43 @@ def get_model(model: Model | str | Path | None, device: str | torch.device | Non
     if model is not None and not isinstance(model, (str, Path)):
         raise InputError(f"model must be a Model from bertfn.load, a local folder or a hub id, got {type(model).__name__}")
     name = str(model) if model is not None else DEFAULT_MODEL
-    key = (name, None if device is None else str(device), dtype, prepare)
+    where, stamp = on_disk(name)
+    key = (where, None if device is None else str(device), dtype, prepare)
     with _models_lock:
-        if key not in _models:
-            _models[key] = load(name, device=device, dtype=dtype, prepare=prepare)
-        return _models[key]
+        kept = _models.get(key)
+        if kept is None or kept[0] != stamp:  # new, or its files changed since (saved again, fine-tuned further)
+            kept = _models[key] = (stamp, load(name, device=device, dtype=dtype, prepare=prepare))
+        return kept[1]
+
+
+def on_disk(name: str) -> tuple[str, tuple]:
+    """Where a model named ``name`` lies and a stamp of its files, for :func:`get_model`'s cache: a local folder or
+    file by its absolute path (``./tuned`` names another folder after ``os.chdir``) and each file's name, size and
+    modification time (a folder saved again loads again); a hub id as it is, with no stamp (the hub's cache holds a
+    revision's files unchanged).
+
+    Args:
+        name: a local folder, a weights file or a hub id.
+    """
+    path = Path(name).expanduser()
+    try:
+        if path.is_file():
+            st = path.stat()
+            return os.path.abspath(path), ((path.name, st.st_mtime_ns, st.st_size),)
+        if not path.is_dir():
+            return name, ()
+        stamp, folders = [], [str(path)]
+        for folder in folders:  # the folder's files, and its subfolders' (a sentence-transformers folder's modules)
+            with os.scandir(folder) as entries:
+                for e in entries:
+                    if e.is_dir() and folder == folders[0]:
+                        folders.append(e.path)
+                    elif e.is_file():
+                        st = e.stat()
+                        stamp.append((e.path, st.st_mtime_ns, st.st_size))
+        return os.path.abspath(path), tuple(sorted(stamp))
+    except OSError:  # unreadable: load says so
+        return name, ()
 
 
 def require_tokenizer(m: Model, what: str) -> Tokenizer:

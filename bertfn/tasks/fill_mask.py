@@ -144,7 +144,7 @@ def fill_mask(
     Args:
         inputs: a text holding at least one ``[MASK]``, or a list of such texts.
         model: a hub id, a local folder or a loaded :class:`Model` (default: google-bert/bert-base-uncased,
-            loaded once per process).
+            loaded once per process; a folder again when its files change).
         top_k: answers per mask, at least 1. More than there are candidates (the model's vocabulary: its
             ``vocab_size`` rows, which may outnumber its tokenizer's tokens, as DeBERTa-v3's 128100 do its 128001;
             or the targets) is clamped to that number: every candidate is returned, best first.

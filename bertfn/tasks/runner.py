@@ -114,7 +114,8 @@ def chosen_model(task: Task, model: Model | str | Path | None) -> Model | str | 
 def loaded(task: Task | str, model: Model | str | Path | None, device: str | torch.device | None = None,
            dtype: torch.dtype | str | None = None, edits: Mapping[str, Edit] | None = None, *, head: str | None = None,
            called: str | None = None) -> Loaded:
-    """The model a call runs (loaded once per process by name), its tokenizer and its edits' trace.
+    """The model a call runs (loaded once per process by name, a folder again when its files change), its tokenizer
+    and its edits' trace.
 
     Args:
         task: the pipeline's :class:`~bertfn.tasks.task.Task` (its ``fast`` says whether the weights are packed,
