@@ -78,6 +78,24 @@ def slow_files_advice(folder: Path) -> str:
            f"{write_tokenizer_json(folder)}"
 
 
+MASK_SPELLINGS = {"[MASK]": "BERT's", "<mask>": "RoBERTa's and ESM-2's"}
+"""The two ways the members spell the mask token, and whose they are: what a text may hold by mistake."""
+
+
+def other_spelling(mask: str, text: str) -> str:
+    """Whose spelling of the mask ``text`` holds where the model's is ``mask`` (``<mask>`` for a model that spells
+    it ``[MASK]``, or the reverse), as a clause ending in ``"; "``; ``""`` when it holds neither.
+
+    Args:
+        mask: the model's mask token.
+        text: a text without it (as typed, or as the tokenizer decodes it: spaces inside the other spelling
+            are not read).
+    """
+    squeezed = "".join(text.split())
+    other = next((m for m in MASK_SPELLINGS if m != mask and m in squeezed), None)
+    return f"{other} is {MASK_SPELLINGS[other]} spelling and this model's is {mask}; " if other else ""
+
+
 def read_json(path: Path) -> dict:
     if not path.is_file():
         return {}

@@ -59,10 +59,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..checkpoint.tokenizer_files import other_spelling
 from ..errors import InputError, require_folder, syntax
 from ..model.config import BertConfig
 from ..model.family import family_of
-from ..tasks.fill_mask import other_spelling
 from .decision_panel import Decision
 from .page_arrays import LEVELS, PageArrays, layer_windows, score_vectors, top_k as _top_k
 

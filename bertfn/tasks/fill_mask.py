@@ -21,6 +21,7 @@ from ..checkpoint.checks import count, flag, refuse_long, truncate
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head
 from ..checkpoint.tokenizer import Encoding, Tokenizer, check_text
+from ..checkpoint.tokenizer_files import other_spelling
 from ..errors import InputError, clipped, syntax
 from ..model.family import longest_input
 from ..model.heads import mlm_head
@@ -81,27 +82,9 @@ def target_pieces(model: Model, targets: str | list[str]) -> list[tuple[int, ...
     return pieces
 
 
-# The two ways the members spell the mask token, and whose they are: what a text may hold by mistake.
-MASK_SPELLINGS = {"[MASK]": "BERT's", "<mask>": "RoBERTa's and ESM-2's"}
-
-
-def other_spelling(mask: str, text: str) -> str:
-    """Whose spelling of the mask ``text`` holds where the model's is ``mask`` (``<mask>`` for a model that spells
-    it ``[MASK]``, or the reverse), as a clause ending in ``"; "``; ``""`` when it holds neither.
-
-    Args:
-        mask: the model's mask token.
-        text: a text without it (as typed, or as the tokenizer decodes it: spaces inside the other spelling
-            are not read).
-    """
-    squeezed = "".join(text.split())
-    other = next((m for m in MASK_SPELLINGS if m != mask and m in squeezed), None)
-    return f"{other} is {MASK_SPELLINGS[other]} spelling and this model's is {mask}; " if other else ""
-
-
 def missing_mask(tok: Tokenizer, i: int, text: str) -> InputError:
     """The error for text ``i``, which holds no mask token of ``tok``: what to put in, and, when the text holds
-    the other spelling, whose spelling that is (:func:`other_spelling`)."""
+    the other spelling, whose spelling that is (:func:`~bertfn.checkpoint.tokenizer_files.other_spelling`)."""
     mask = tok.mask_token
     return InputError(f"text {i} has no {mask} token: {clipped(text, 80)}; {other_spelling(mask, text)}put {mask} "
                       "where the word to predict goes")
