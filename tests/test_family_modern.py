@@ -304,6 +304,16 @@ def test_esm_token_dropout_scales_by_the_share_of_masks_in_each_text(esm):
     assert share[0] == 0 and share[2] == 2 / mask[2].sum()
 
 
+def test_esm_refuses_a_mask_its_embeddings_cannot_read(esm):
+    # ESM's embeddings zero the padding by the (B, S) mask before attention checks it: an extended (B, 1, 1, S) mask,
+    # as bertfn.extended_mask makes it, or a mask of another length, raised torch's broadcasting RuntimeError there
+    kind, _, model, _ = esm
+    ids, mask = batch(kind)
+    for wrong in (bertfn.extended_mask(mask, torch.float32), mask[:, :3], mask.tolist()):
+        with pytest.raises(bertfn.InputError, match=r"0/1 mask of the real tokens, of shape \(3, \d+\)"):
+            bertfn.encoder(model, ids, wrong)
+
+
 def test_a_bare_base_model_loads_and_equals_its_masked_lm(member, tmp_path):
     import transformers
 

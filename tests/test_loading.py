@@ -295,3 +295,24 @@ def test_a_weight_tied_in_a_bin_file_is_one_tensor_and_an_edit_through_it_is_see
     fresh = bertfn.load(folder)
     fresh.state[words].add_(edit)
     assert bertfn.score(text, model)["pll"] == pytest.approx(bertfn.score(text, fresh)["pll"], abs=1e-4)
+
+
+def test_a_file_of_several_precisions_runs_in_its_word_embeddings(tiny_folder, tmp_path):
+    # a half-precision file holding one norm in fp32 (kept so by its writer) loaded each tensor as stored, and the
+    # first LayerNorm met bf16 hidden states with an fp32 weight: torch's "mixed dtype (CPU)" RuntimeError
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = shutil.copytree(tiny_folder, tmp_path / "mixed")
+    state = {k: t.to(torch.bfloat16) if t.is_floating_point() else t
+             for k, t in load_file(folder / "model.safetensors").items()}
+    norm = next(k for k in state if k.endswith("LayerNorm.weight"))
+    state[norm] = state[norm].float()
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    model = bertfn.load(folder)
+    assert model.dtype == torch.bfloat16
+    assert {t.dtype for t in model.state.values() if t.is_floating_point()} == {torch.bfloat16}
+    got = bertfn.fill_mask("the [MASK] sat .", model, top_k=3)
+    assert got == bertfn.fill_mask("the [MASK] sat .", bertfn.load(folder, dtype="bfloat16"), top_k=3)
+    assert bertfn.load(folder, dtype="float32").state[norm].dtype == torch.float32  # a dtype given still rules

@@ -168,3 +168,18 @@ def test_fill_mask_in_low_precision(model, dtype):
     got = bertfn.fill_mask(texts, model.to(dtype=dtype), top_k=3)
     scores = [a["score"] for a in got[0] + got[1] + got[2][0] + got[2][1]]
     assert all(math.isfinite(s) and 0 <= s <= 1 for s in scores)
+
+
+def test_a_dtype_in_the_device_place_of_to_is_the_dtype(model):
+    # torch's Module.to and Tensor.to take a dtype first (model.to(torch.bfloat16)); Model.to read it as a device
+    # and refused it as "device 'torch.float32' cannot be used here"
+    half = model.to(torch.bfloat16)
+    assert half.dtype == torch.bfloat16 and half.device == model.device
+    back = half.to(torch.float32)
+    assert back.dtype == torch.float32
+    assert all(torch.equal(back.state[k], half.state[k].float()) for k in half.state if half.state[k].is_floating_point())
+    assert model.to("fp16").dtype == torch.float16 and model.to(model.device, "bf16").dtype == torch.bfloat16
+    with pytest.raises(bertfn.InputError, match=r"to\(\) got two dtypes, torch.float32 in the device's place"):
+        model.to(torch.float32, torch.float16)
+    with pytest.raises(bertfn.InputError, match="dtype must be a floating-point torch.dtype"):
+        model.to(torch.int8)

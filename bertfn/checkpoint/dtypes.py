@@ -25,8 +25,21 @@ def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     """
     if dtype is None or (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         return dtype
-    name = dtype.strip().lower().removeprefix("torch.") if isinstance(dtype, str) else None
-    if name in DTYPES:
-        return DTYPES[name]
+    if _name(dtype) in DTYPES:
+        return DTYPES[_name(dtype)]
     raise InputError(f"dtype must be a floating-point torch.dtype or one of {', '.join(map(repr, DTYPES))}, "
                      f"got {dtype!r}")
+
+
+def _name(dtype: object) -> str | None:
+    """A string's key in :data:`DTYPES` (``" torch.BFloat16"`` -> ``"bfloat16"``), None for anything else."""
+    return dtype.strip().lower().removeprefix("torch.") if isinstance(dtype, str) else None
+
+
+def names_dtype(x: object) -> bool:
+    """Whether ``x`` stands for a dtype: a ``torch.dtype`` (floating-point or not) or a name in :data:`DTYPES`.
+
+    Args:
+        x: anything, e.g. the first argument of ``Model.to``, which torch's ``.to(torch.bfloat16)`` fills with a dtype.
+    """
+    return isinstance(x, torch.dtype) or _name(x) in DTYPES

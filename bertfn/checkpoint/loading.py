@@ -266,7 +266,8 @@ def load(
             e.g. AntiBERTy's), True lowercases; default: as the tokenizer's files say.
         config: overrides ``config.json`` (a :class:`BertConfig`, a dict, or a path).
         device: where the weights go (default: as stored, on the CPU).
-        dtype: their precision (default: as stored), also as a string such as ``"bfloat16"``.
+        dtype: their precision (default: as stored; a file of several precisions in its word embeddings', the
+            model's ``dtype``), also as a string such as ``"bfloat16"``.
         revision: the hub revision (branch, tag or commit) of a hub id.
         strict: refuse keys that no BERT part reads.
         prepare: a change made to the state in place, on the weights as stored ((out, in), on ``device``
@@ -310,6 +311,8 @@ def load(
                       "kept in model.state, skipped by the forward pass", UnusedWeightsWarning, stacklevel=2)
     model = Model(config, state, load_tokenizer(tokenizer, folder, lowercase, config), str(name_or_path))
     del state  # the model's own: after a move, ``prepare`` frees each weight it replaces only if nothing else holds it
+    if dtype is None and len({t.dtype for t in model.state.values() if t.is_floating_point()}) > 1:
+        dtype = model.dtype  # a file of several precisions (a norm kept in fp32 beside bf16 weights) runs in one
     if device is not None or dtype is not None:
         model = model.to(device, dtype)
     if prepare is None or not prepare(model.state):

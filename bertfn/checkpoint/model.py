@@ -18,7 +18,7 @@ from ..model.family import family_of, member_name
 from ..model.naming import names_of
 from ..model.params import Params
 from ..model.task_heads import Head, head_of
-from .dtypes import resolve_dtype
+from .dtypes import names_dtype, resolve_dtype
 from .sentence_folder import SentenceFolder, sentence_folder
 from .state import extra_heads
 from .tokenizer import Tokenizer
@@ -150,13 +150,19 @@ class Model:
         Tied weights stay tied, and each weight keeps its memory layout, see :func:`matmul_layout`.
 
         Args:
-            device: where the weights go (None: where they are).
+            device: where the weights go (None: where they are); a dtype here, ``model.to(torch.bfloat16)`` as
+                torch's ``.to`` takes it, is the dtype.
             dtype: the floating-point precision, a ``torch.dtype`` or a string such as ``"bfloat16"``
                 (None: as they are; integer tensors keep theirs).
 
         Raises:
-            InputError: a device this torch cannot use or a dtype that is not floating point.
+            InputError: a device this torch cannot use, a dtype that is not floating point, or two dtypes.
         """
+        if names_dtype(device):  # model.to(torch.float32): a dtype in the device's place, as torch allows
+            if dtype is not None:
+                raise InputError(f"to() got two dtypes, {device!r} in the device's place and dtype={dtype!r}; pass "
+                                 "one, as model.to(dtype) or model.to(device, dtype)")
+            device, dtype = None, device
         dtype = resolve_dtype(dtype)
         if device is not None:
             usable = f"pass 'cpu'{' or cuda' if torch.cuda.is_available() else ''}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from ...errors import InputError
 from ..config import BertConfig
 from ..embeddings import check_ids, word_vectors
 from ..layout import Segments
@@ -151,12 +152,19 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
         (B, S, H).
 
     Raises:
-        InputError: ids or positions outside their tables (an input longer than :func:`longest_input`).
+        InputError: ids or positions outside their tables (an input longer than :func:`longest_input`); an
+            ``attention_mask`` that is not (B, S).
     """
     p = scoped(p, "embeddings()", "model.params.scope('bert.embeddings')")
     cfg = p.config
     segments = attention_mask if isinstance(attention_mask, Segments) else None
     x = trace("word", word_vectors(p, input_ids, inputs_embeds))  # (B, S, H)
+    if attention_mask is not None and segments is None and not (
+            isinstance(attention_mask, torch.Tensor) and tuple(attention_mask.shape) == tuple(x.shape[:2])):
+        got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
+        raise InputError(f"ESM's embeddings read attention_mask as the 0/1 mask of the real tokens, of shape "
+                         f"{tuple(x.shape[:2])} (1 = a residue or special token, 0 = padding), got {got}; "
+                         "tokenizer(...).attention_mask has that form (ESM takes no 3D or 4D mask)")
     if cfg.token_dropout and input_ids is not None:
         x = trace("token_dropout", token_dropout(x, input_ids, cfg.mask_token_id, attention_mask))
     if learned(cfg):
