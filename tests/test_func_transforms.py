@@ -9,7 +9,8 @@ bertfn's functions are pure functions of a state_dict, so ``torch.func`` should 
   each copy's pass, and ``vmap(grad)`` each text's gradient; the checks of values (ids in the vocabulary, a 0/1 mask)
   are still made under it, on the values beneath;
 * ``torch.compile`` traces ``encoder`` and ``mlm_head`` as one graph (``fullgraph=True``: no cache or check of values
-  breaks it) that is not compiled again for another input of the same shape, and gives the plain call's numbers.
+  breaks it) that is not compiled again for another input of the same shape, and gives the plain call's numbers;
+* ``checkpoint=True`` under ``grad`` (torch's checkpoint cannot run there) is an InputError that says what works.
 """
 
 from __future__ import annotations
@@ -117,3 +118,16 @@ def test_compile_traces_encoder_and_mlm_head_as_one_graph_once(model, kernel):
             torch.testing.assert_close(compiled(ids, MASK), logits(ids, MASK), atol=1e-5, rtol=1e-5)
     assert counters["stats"]["unique_graphs"] == 1
     torch._dynamo.reset()
+
+
+def test_checkpointing_is_refused_where_torch_func_cannot_run_it(model):
+    """torch.utils.checkpoint's saved-tensor hooks fail under torch.func's reverse mode: bertfn says so and what works."""
+    def loss(state, checkpoint):
+        return hidden(state, model.config, IDS, MASK, checkpoint=checkpoint).square().mean()
+
+    with pytest.raises(InputError, match=r"checkpoint=True .* torch.func's grad, vjp, jacrev and hessian cannot run"):
+        grad(loss)(dict(model.state), True)
+    w = "bert.encoder.layer.0.intermediate.dense.weight"
+    leaf = model.state[w].clone().requires_grad_(True)
+    loss({**model.state, w: leaf}, True).backward()  # what works instead: the same gradient as without checkpointing
+    torch.testing.assert_close(leaf.grad, grad(loss)(dict(model.state), False)[w], atol=1e-6, rtol=1e-5)
