@@ -10,6 +10,8 @@ bertfn's functions are pure functions of a state_dict, so ``torch.func`` should 
   are still made under it, on the values beneath;
 * ``torch.compile`` traces ``encoder`` and ``mlm_head`` as one graph (``fullgraph=True``: no cache or check of values
   breaks it) that is not compiled again for another input of the same shape, and gives the plain call's numbers;
+  So do the members whose checkpoints name their weights otherwise (their views' renaming is looked up once, for the
+  root ``Params`` made outside), but DeBERTa, which counts its farthest relative position on the host;
 * ``checkpoint=True`` under ``grad`` (torch's checkpoint cannot run there) is an InputError that says what works.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import TINY, random_model
+from family_checkpoints import MEMBERS, MODERN, kind_params, save_member
 from torch.func import grad, jvp, vmap
 
 import bertfn
@@ -57,7 +60,8 @@ def test_jvp_carries_the_tangent_on_every_kernel(model, kernel, impl):
     wide = {k: v.double() for k, v in model.state.items()}
     _, expected = jvp(lambda e: hidden(wide, model.config, inputs_embeds=e, attention_mask=MASK, impl=impl),
                       (x.double(),), (t.double(),))
-    _, got = jvp(lambda e: hidden(model.state, model.config, inputs_embeds=e, attention_mask=MASK, impl=impl), (x,), (t,))
+    _, got = jvp(lambda e: hidden(model.state, model.config, inputs_embeds=e, attention_mask=MASK, impl=impl),
+                 (x,), (t,))
     torch.testing.assert_close(got, expected.float(), atol=1e-4, rtol=1e-4)
     with torch.autograd.forward_ad.dual_level():  # forward mode without torch.func: a tangent on a weight
         w = "bert.encoder.layer.0.attention.self.query.weight"
@@ -121,7 +125,8 @@ def test_compile_traces_encoder_and_mlm_head_as_one_graph_once(model, kernel):
 
 
 def test_checkpointing_is_refused_where_torch_func_cannot_run_it(model):
-    """torch.utils.checkpoint's saved-tensor hooks fail under torch.func's reverse mode: bertfn says so and what works."""
+    """torch.utils.checkpoint's saved-tensor hooks fail under torch.func's reverse mode: bertfn says so, and what
+    works."""
     def loss(state, checkpoint):
         return hidden(state, model.config, IDS, MASK, checkpoint=checkpoint).square().mean()
 
@@ -131,3 +136,23 @@ def test_checkpointing_is_refused_where_torch_func_cannot_run_it(model):
     leaf = model.state[w].clone().requires_grad_(True)
     loss({**model.state, w: leaf}, True).backward()  # what works instead: the same gradient as without checkpointing
     torch.testing.assert_close(leaf.grad, grad(loss)(dict(model.state), False)[w], atol=1e-6, rtol=1e-5)
+
+
+COMPILED = [k for k in MEMBERS + MODERN if k != "deberta-v2"]  # DeBERTa: a break per layer (docs/guides/fine-tuning.md)
+
+
+@pytest.mark.needs_transformers
+@pytest.mark.parametrize("kind", kind_params(COMPILED, quick=("roberta", "esm")))
+def test_compile_traces_a_members_pass_as_one_graph(kind, tmp_path):
+    save_member(kind, tmp_path)
+    member = bertfn.load(tmp_path)
+    p, enc = member.params, member.tokenizer(["The cat sat on the mat.", "Paris is a city"])
+
+    def logits(ids, mask):
+        return bertfn.mlm_head(p, bertfn.encoder(p, ids, mask).last_hidden_state)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(logits, backend="eager", fullgraph=True)(enc.input_ids, enc.attention_mask)
+        torch.testing.assert_close(compiled, logits(enc.input_ids, enc.attention_mask), atol=1e-5, rtol=1e-5)
+    torch._dynamo.reset()

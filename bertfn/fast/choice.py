@@ -55,7 +55,7 @@ _lock = threading.Lock()
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None = None) -> Tensor:
     """``x W^T + b`` as :func:`~bertfn.model.functional.linear` computes it, by the kernel chosen for it.
 
-    The kernel chosen for its dtype and rows; ``F.linear`` where no other fits: a gradient to track,
+    The kernel chosen for its dtype and rows; ``F.linear`` where no other fits: a gradient to track, a transform,
     another device or dtype.
 
     Args:

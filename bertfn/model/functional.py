@@ -74,7 +74,8 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None = None
     Any memory layout of ``w`` gives the same values (:func:`bertfn.load` lays each weight out
     (in, out) in memory, :func:`~bertfn.checkpoint.state.matmul_layout`). The product runs on the kernel
     :func:`use_products` installed (:mod:`bertfn.fast.kernels`, chosen per CPU; ``F.linear`` where none fits: a
-    gradient to track, another device or dtype), which may apply ``act`` as it writes the result.
+    gradient to track, a ``torch.func`` transform, ``torch.compile``, another device or dtype), which may apply ``act``
+    as it writes the result.
 
     Args:
         x: (..., in).

@@ -97,7 +97,8 @@ def check_attention(q: Tensor, k: Tensor, v: Tensor, mask: object, head_mask: ob
     values = checkable(mask)
     if values is not None and bool((values > 0).any()):
         raise InputError(f"attention's mask is additive (0 = attend, finfo.min = ignore), but holds values up to "
-                         f"{values.max().item():g}: a 0/1 keep-mask would shift the scores instead of hiding keys; {make}")
+                         f"{values.max().item():g}: a 0/1 keep-mask would shift the scores instead of hiding keys; "
+                         f"{make}")
     built(mask)  # checked: read as it is from now on
 
 

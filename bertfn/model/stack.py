@@ -62,9 +62,10 @@ def checkpointed(run: LayerRun, x: Tensor, generator: torch.Generator | None) ->
     except RuntimeError as e:
         if "saved tensor hooks" not in str(e):
             raise
-        raise InputError("checkpoint=True runs torch.utils.checkpoint, which torch.func's grad, vjp, jacrev and hessian "
-                         "cannot run (torch: they do not support saved tensor hooks); drop checkpoint=True under them, "
-                         "or take the gradient with loss.backward() or torch.autograd.grad, where it works") from None
+        raise InputError("checkpoint=True runs torch.utils.checkpoint, which torch.func's grad, vjp, jacrev and "
+                         "hessian cannot run (torch: they do not support saved tensor hooks); drop checkpoint=True "
+                         "under them, or take the gradient with loss.backward() or torch.autograd.grad, where it works"
+                         ) from None
 
 
 class Stack(NamedTuple):
