@@ -55,7 +55,7 @@ _lock = threading.Lock()
 def linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None = None) -> Tensor:
     """``x W^T + b`` as :func:`~bertfn.model.functional.linear` computes it, by the kernel chosen for it.
 
-    The kernel chosen for its dtype and rows; ``F.linear`` where no other fits: a gradient to track,
+    The kernel chosen for its dtype and rows; ``F.linear`` where no other fits: a gradient to track, a transform,
     another device or dtype.
 
     Args:
@@ -90,7 +90,7 @@ def linears(x: Tensor, ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> list[T
     Returns:
         Each (..., out_i).
     """
-    plain = all(not w.is_mkldnn and not w.is_inference() and b is not None and onednn_fits(x, w, b)
+    plain = all(b is not None and onednn_fits(x, w, b) and not w.is_mkldnn and not w.is_inference()
                 for w, b in zip(ws, bs))
     if not (plain and kernel(x.dtype, x.numel() // x.shape[-1]) == "onednn-packed"):
         return [linear(x, w, b) for w, b in zip(ws, bs)]

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..model.functional import ACTIVATIONS
+from ..model.functional import ACTIVATIONS, transformed
 
 Tensor = torch.Tensor
 
@@ -81,7 +81,10 @@ KERNELS = ("F.linear", "onednn", "onednn-packed")
 def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
     """Whether ``x W^T + b`` may run on another kernel than ``F.linear``.
 
-    fp32 or bf16 on the CPU with oneDNN, one dtype throughout, no gradient to track.
+    fp32 or bf16 on the CPU with oneDNN, one dtype throughout, no gradient to track, none of ``x``, ``w``, ``b``
+    seen through a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``, ``jacrev`` ...) or carrying a forward-mode
+    tangent, and not inside ``torch.compile``: oneDNN's ops have no derivative and no batching rule (a ``jvp``
+    through them would drop its tangent, silently), and the compiler makes its own kernels of ``F.linear``.
 
     Args:
         x: (..., in).
@@ -93,7 +96,7 @@ def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
     if b is not None and b.dtype != w.dtype:
         return False
     tracked = x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
-    return not (tracked and torch.is_grad_enabled())
+    return not (tracked and torch.is_grad_enabled()) and not (torch.compiler.is_compiling() or transformed(x, w, b))
 
 
 FUSED = {"gelu": ("gelu", "none"), "gelu_python": ("gelu", "none"), "gelu_new": ("gelu", "tanh"),

@@ -30,11 +30,10 @@ import math
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import InputError
 from .embeddings import position_scores, relative_position_scores
-from .functional import dropout, layer_norm, linear, linears
+from .functional import dropout, fused_attention, layer_norm, linear, linears
 from .layout import Mask, Segments, causal_scores, with_keys
 from .masks import check_attention
 from .params import Params, scoped
@@ -157,7 +156,7 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, 
     if bias is not None:
         bias = bias / math.sqrt(q.shape[-1])
         mask = bias if mask is None else (bias + mask).clamp(min=torch.finfo(mask.dtype).min)  # as in eager
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return fused_attention(q, k, v, mask)
 
 
 def chosen_impl(impl: str, need_probs: bool, head_mask: Tensor | None, p_drop: float) -> str:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InputError, clipped
-from .functional import dropout, layer_norm
+from .functional import checkable, dropout, layer_norm
 from .params import Params, scoped
 from .recorder import NO_TRACE, Trace
 
@@ -55,9 +55,10 @@ def check_ids(name: str, ids: Tensor, limit: int, what_to_do: str, shape: tuple[
                               or (ids.dim() == 2 and ids.shape[0] not in (1, shape[0]))):
         raise InputError(f"{name} must have shape {shape} (batch, seq) like the input, or ({shape[1]},); "
                          f"got {tuple(ids.shape)}")
-    if ids.numel() and not ids.is_meta and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+    values = checkable(ids)
+    if ids.numel() and values is not None and (int(values.min()) < 0 or int(values.max()) >= limit):
         raise InputError(
-            f"{name} must lie in [0, {limit}), got values from {int(ids.min())} to {int(ids.max())}; {what_to_do}"
+            f"{name} must lie in [0, {limit}), got values from {int(values.min())} to {int(values.max())}; {what_to_do}"
         )
 
 

@@ -165,7 +165,9 @@ def encoder(
             (``output_attentions``, a ``trace`` that keeps, an edit of the scores or probabilities, head_mask,
             dropout), and ``EncoderOutput.attn_impl`` says which ran.
         generator: turns dropout on (training).
-        checkpoint: recompute each layer in backward (activation checkpointing) to save memory.
+        checkpoint: recompute each layer in backward (activation checkpointing) to save memory; with
+            ``loss.backward()``, ``torch.autograd.grad``, ``torch.func.vmap`` or ``jvp``, not under ``torch.func.grad``,
+            ``vjp``, ``jacrev`` or ``hessian`` (:class:`~bertfn.errors.InputError`: torch cannot run it there).
         trace: a :class:`~bertfn.model.recorder.Trace` that keeps every intermediate by name. One that keeps
             (``keep=True``, the default) makes every layer run the eager path, whatever ``impl`` says, so it holds
             the attention scores and probabilities too: every point :func:`bertfn.trace` records, never fewer.

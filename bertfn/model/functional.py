@@ -7,11 +7,16 @@ exactly the same numerics, so parity with transformers holds to float rounding.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
+from torch.autograd import forward_ad
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ..errors import InputError, clipped
 
@@ -69,7 +74,8 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None, act: str | None = None
     Any memory layout of ``w`` gives the same values (:func:`bertfn.load` lays each weight out
     (in, out) in memory, :func:`~bertfn.checkpoint.state.matmul_layout`). The product runs on the kernel
     :func:`use_products` installed (:mod:`bertfn.fast.kernels`, chosen per CPU; ``F.linear`` where none fits: a
-    gradient to track, another device or dtype), which may apply ``act`` as it writes the result.
+    gradient to track, a ``torch.func`` transform, ``torch.compile``, another device or dtype), which may apply ``act``
+    as it writes the result.
 
     Args:
         x: (..., in).
@@ -119,6 +125,80 @@ def check_product(x: Tensor, w: Tensor) -> None:
     if x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
         raise InputError(f"the input is {x.dtype} but the weights are {w.dtype}; cast one to the other "
                          f"(x.to({w.dtype}), or bertfn.load(..., dtype=...))")
+
+
+def checkable(t: Tensor) -> Tensor | None:
+    """The values of ``t`` a check of the caller's input may read, or None where it reads none.
+
+    ``t`` itself, outside any transform. Under a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``, ``jacrev`` ...)
+    the plain tensor beneath it (under ``vmap``, every example's values at once), so the check is made without the
+    data-dependent branch the transform refuses. None on the meta device (no values), and while ``torch.compile``
+    traces the pass: a check of values would break its graph at every call, so a compiled pass does not make them
+    (transformers' compiled models make none either); the checks of shapes and dtypes are made there too.
+
+    Args:
+        t: a tensor the caller passed.
+    """
+    if t.is_meta or torch.compiler.is_compiling():
+        return None
+    while is_functorch_wrapped_tensor(t):
+        t = get_unwrapped(t)
+    return t
+
+
+BUILT: WeakIdKeyDictionary = WeakIdKeyDictionary()
+"""The additive masks bertfn made (or checked once, :func:`~bertfn.model.masks.check_attention`): read as they are."""
+
+
+def built(mask: Tensor) -> Tensor:
+    """``mask``, noted in :data:`BUILT`: an additive mask bertfn made or checked, read as it is from now on.
+
+    Not while ``torch.compile`` traces the pass, which cannot look into the weak dictionary without breaking its graph
+    (and makes no checks of values there, :func:`checkable`).
+
+    Args:
+        mask: the additive mask.
+    """
+    if not torch.compiler.is_compiling():
+        BUILT[mask] = True
+    return mask
+
+
+def transformed(*ts: Tensor | None) -> bool:
+    """Whether any of ``ts`` is seen through a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``, ``jacrev`` ...) or
+    carries a forward-mode tangent (``torch.autograd.forward_ad``): where only torch's composite ops give the
+    transform's answer (oneDNN's products and the fused attention kernel have no forward derivative or batching rule).
+    False while ``torch.compile`` traces, which cannot ask and handles the transforms it traces itself.
+
+    Args:
+        *ts: tensors, or None.
+    """
+    if torch.compiler.is_compiling():
+        return False
+    ts = [t for t in ts if t is not None]
+    if any(map(is_functorch_wrapped_tensor, ts)):
+        return True
+    # forward_ad's own test of an open dual level (unpack_dual's), read first: a pass asks this at every product
+    return forward_ad._current_level >= 0 and any(forward_ad.unpack_dual(t).tangent is not None for t in ts)
+
+
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """``softmax(q k^T / sqrt(hd) + mask) v`` by torch's ``scaled_dot_product_attention``.
+
+    Its fused CPU kernel has no forward-mode derivative and no batching rule: under a ``torch.func`` transform or
+    forward-mode AD (:func:`transformed`) torch's math kernel runs it, which has both (the same numbers to rounding).
+
+    Args:
+        q: (B, nh, S_q, hd).
+        k: (B, nh, S_k, hd).
+        v: (B, nh, S_k, hd).
+        mask: additive, broadcastable to (B, nh, S_q, S_k), or None.
+
+    Returns:
+        (B, nh, S_q, hd).
+    """
+    with sdpa_kernel(SDPBackend.MATH) if transformed(q, k, v, mask) else nullcontext():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def product_rows(x: Tensor, w: Tensor, b: Tensor | None = None) -> int:

@@ -37,15 +37,11 @@ from functools import lru_cache
 from itertools import accumulate
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ..errors import InputError
+from .functional import built
 
 Tensor = torch.Tensor
-
-BUILT: WeakIdKeyDictionary = WeakIdKeyDictionary()
-"""The additive masks bertfn made (or checked once, :func:`~bertfn.model.masks.check_attention`): read as they are."""
-
 
 def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """0/1 keep-mask -> additive mask ``(1 - m) * finfo(dtype).min`` that broadcasts over heads.
@@ -71,8 +67,7 @@ def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
             f"attention_mask must be (batch, seq), (batch, q, k) or (batch, heads, q, k); got {tuple(mask.shape)}"
         )
     out = (1.0 - mask.to(dtype)) * torch.finfo(dtype).min
-    BUILT[out] = True
-    return out
+    return built(out)
 
 
 def causal_keep_mask(mask: Tensor, seq: int) -> Tensor:
@@ -391,8 +386,7 @@ def with_keys(mask: Tensor | None, keys: Tensor | None) -> Tensor | None:
     if keys is None or mask is None:
         return keys if mask is None else mask
     out = (mask + keys).clamp(min=torch.finfo(keys.dtype).min)
-    BUILT[out] = True
-    return out
+    return built(out)
 
 
 Mask = Tensor | Segments | None

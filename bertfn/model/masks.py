@@ -26,8 +26,8 @@ from dataclasses import replace
 import torch
 
 from ..errors import InputError
-from .functional import product_rows
-from .layout import BUILT, Segments, causal_keep_mask, extended_mask
+from .functional import BUILT, built, checkable, product_rows
+from .layout import Segments, causal_keep_mask, extended_mask
 from .config import BertConfig
 from .family import family_of
 from .recorder import NO_TRACE, Trace
@@ -52,8 +52,9 @@ def check_mask(name: str, mask: object, B: int, S: int, S_k: int, nh: int) -> No
         got = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
         raise InputError(f"{name} must be a tensor of shape {' or '.join(map(str, allowed))} "
                          f"(1 = attend, 0 = ignore), got {got}; tokenizer(...).attention_mask has the 2D form")
-    if mask.device.type != "meta" and bool(((mask != 0) & (mask != 1)).any()):  # an additive mask, or counts
-        low, high = mask.min().item(), mask.max().item()
+    values = checkable(mask)
+    if values is not None and bool(((values != 0) & (values != 1)).any()):  # an additive mask, or counts
+        low, high = values.min().item(), values.max().item()
         raise InputError(f"{name} is the 0/1 mask of the keys to read (1 = attend, 0 = ignore), as the tokenizer gives "
                          f"it, but holds values from {low:g} to {high:g}; an additive mask (0 = attend, a large "
                          f"negative number = ignore) is what attention() takes: pass the 0/1 mask it was made from")
@@ -83,7 +84,7 @@ def check_attention(q: Tensor, k: Tensor, v: Tensor, mask: object, head_mask: ob
         got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else type(head_mask).__name__
         raise InputError(f"head_mask must be a tensor of shape ({q.shape[1]},) (1 keeps a head, 0 silences it), "
                          f"or broadcastable to the probabilities {scores}; got {got}")
-    if mask is None or mask in BUILT:
+    if mask is None or (not torch.compiler.is_compiling() and mask in BUILT):  # compile: no weak lookup
         return
     make = "bertfn.extended_mask(attention_mask, x.dtype) makes it from the tokenizer's 0/1 mask"
     if not isinstance(mask, Tensor) or not mask.is_floating_point():
@@ -93,10 +94,12 @@ def check_attention(q: Tensor, k: Tensor, v: Tensor, mask: object, head_mask: ob
     if mask.dim() != 4 or not broadcasts(mask.shape, scores):
         raise InputError(f"attention's additive mask must broadcast to the scores (B, nh, S_q, S_k) = {tuple(scores)}, "
                          f"e.g. (B, 1, 1, S_k), got {tuple(mask.shape)}; {make}")
-    if mask.device.type != "meta" and bool((mask > 0).any()):
+    values = checkable(mask)
+    if values is not None and bool((values > 0).any()):
         raise InputError(f"attention's mask is additive (0 = attend, finfo.min = ignore), but holds values up to "
-                         f"{mask.max().item():g}: a 0/1 keep-mask would shift the scores instead of hiding keys; {make}")
-    BUILT[mask] = True  # checked: read as it is from now on
+                         f"{values.max().item():g}: a 0/1 keep-mask would shift the scores instead of hiding keys; "
+                         f"{make}")
+    built(mask)  # checked: read as it is from now on
 
 
 def broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
@@ -118,7 +121,8 @@ def warn_if_padding_without_mask(input_ids: Tensor | None, attention_mask: Tenso
         attention_mask: what was passed, or None.
         pad: the pad id, or None.
     """
-    if attention_mask is None and input_ids is not None and pad is not None and bool((input_ids[:, [0, -1]] == pad).any()):
+    if attention_mask is None and input_ids is not None and pad is not None and checkable(input_ids) is input_ids \
+            and bool((input_ids[:, [0, -1]] == pad).any()):  # read where the ids are as given: not under vmap
         warnings.warn(f"input_ids hold padding (id {pad}) but no attention_mask was given, so the padding is "
                       "attended to and changes the results; pass the tokenizer's attention_mask", stacklevel=3)
 

@@ -59,7 +59,20 @@ class Params(Mapping):
         Args:
             name: the part, relative to this scope.
         """
-        return Params(self.state, self.config, f"{self.prefix}{name}.")
+        return self.at(f"{self.prefix}{name}.")
+
+    def at(self, prefix: str) -> Params:
+        """The view of the same weights at another scope, from the root: ``p.at("bert.")``.
+
+        It shares this view's renaming, looked up once for the root: a pass makes hundreds of views, and
+        ``torch.compile`` traces this without the lookup (a weak dictionary), so its graph does not break at each.
+
+        Args:
+            prefix: the full prefix, e.g. ``bert.encoder.layer.0.`` ("" for the root).
+        """
+        view = object.__new__(Params)
+        view.state, view.config, view.prefix, view.rename = self.state, self.config, prefix, self.rename
+        return view
 
     def layer(self, i: int) -> Params:
         """Layer ``i``'s weights (``bert.encoder.layer.{i}.``), what :func:`~bertfn.model.encoder.layer` reads.
@@ -73,7 +86,7 @@ class Params(Mapping):
         L = self.config.num_hidden_layers
         if isinstance(i, bool) or not isinstance(i, int) or not -L <= i < L:
             raise InputError(f"layer must be an integer from 0 to {L - 1} (this model has {L} layers), got {i!r}")
-        return Params(self.state, self.config, f"{self.prefix}bert.encoder.layer.{i % L}.")
+        return self.at(f"{self.prefix}bert.encoder.layer.{i % L}.")
 
     def __getitem__(self, name: str) -> torch.Tensor:
         full = self.prefix + name
@@ -107,7 +120,7 @@ class Params(Mapping):
         n = len(self.prefix)
         if self.rename is None:
             return (k[n:] for k in self.state if k.startswith(self.prefix))
-        root = Params(self.state, self.config)  # a member's keys, by the BERT names that read them
+        root = self.at("")  # a member's keys, by the BERT names that read them
         names = names_of(self.config).named_shapes(self.config, root)
         return (k[n:] for k in names if k.startswith(self.prefix) and k in root)
 

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
+from ..errors import InputError
 from .attention import KV
 
 Tensor = torch.Tensor
@@ -48,12 +49,23 @@ def checkpointed(run: LayerRun, x: Tensor, generator: torch.Generator | None) ->
         run: one layer, ``x -> LayerOutput``.
         x: (B, S, H), the layer's input.
         generator: the dropout generator, or None.
+
+    Raises:
+        InputError: under ``torch.func.grad``, ``vjp``, ``jacrev`` or ``hessian``, which cannot run torch's checkpoint.
     """
-    if generator is None:
-        return activation_checkpoint(run, x, use_reentrant=False)
-    start = generator.get_state()
-    return activation_checkpoint(run, x, use_reentrant=False,
-                                 context_fn=lambda: (nullcontext(), rewound(generator, start)))
+    options = {}
+    if generator is not None:
+        start = generator.get_state()
+        options["context_fn"] = lambda: (nullcontext(), rewound(generator, start))
+    try:
+        return activation_checkpoint(run, x, use_reentrant=False, **options)
+    except RuntimeError as e:
+        if "saved tensor hooks" not in str(e):
+            raise
+        raise InputError("checkpoint=True runs torch.utils.checkpoint, which torch.func's grad, vjp, jacrev and "
+                         "hessian cannot run (torch: they do not support saved tensor hooks); drop checkpoint=True "
+                         "under them, or take the gradient with loss.backward() or torch.autograd.grad, where it works"
+                         ) from None
 
 
 class Stack(NamedTuple):

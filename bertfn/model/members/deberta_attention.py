@@ -327,7 +327,7 @@ def layer(p: Params, x: Tensor, mask: Mask, *, index: int, position_ids: Tensor 
         :class:`~bertfn.model.encoder.LayerOutput`.
     """
     cfg, trace = p.config, trace.on(mask)  # on segments: each point in the padded layout's shape
-    base = Params(p.state, cfg, p.prefix.split("encoder.layer.")[0])  # the base model's scope, "bert."
+    base = p.at(p.prefix.split("encoder.layer.")[0])  # the base model's scope, "bert."
     rel = relative_embeddings(base, generator) if cfg.relative_attention else None  # (2k, H)
     conv = index == 0 and cfg.conv_kernel_size > 0
     layout = mask.reading(False) if conv and isinstance(mask, Segments) else mask  # the convolution reads every row

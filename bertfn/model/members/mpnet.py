@@ -36,7 +36,7 @@ from ..embeddings import check_ids, word_vectors
 from ..encoder import LayerOutput
 from ..family import Family, register
 from ..feed_forward import chunked_feed_forward
-from ..functional import dropout, layer_norm
+from ..functional import dropout, fused_attention, layer_norm
 from ..layout import Mask, Segments, with_keys
 from ..params import Params, scoped
 from ..recorder import NO_TRACE, WEIGHT_POINTS, Trace
@@ -235,7 +235,7 @@ def attention(p: Params, x: Tensor, mask: Mask, bias: Tensor, *, head_mask: Tens
         context = probs @ v  # (B, nh, S, hd)
     else:
         full = bias if mask is None else (bias + mask).clamp(min=torch.finfo(q.dtype).min)
-        context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=full), None
+        context, probs = fused_attention(q, k, v, full), None
     if not isinstance(mask, Segments):
         merged = merge_heads(trace("context", context))  # (B, S, nh*hd)
     if segments is not None:  # on the sequence again, at the positions read
