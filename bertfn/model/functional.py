@@ -1,14 +1,16 @@
 """The smallest building blocks: a linear map, LayerNorm and the activations BERT configs name.
 
 Everything else in bertfn is made of these. Each mirrors a torch / transformers primitive with
-exactly the same numerics, so parity with transformers holds to float rounding.
+exactly the same numerics, so parity with transformers holds to float rounding. Beside them, what every step asks of
+the tensors it is given: whether a ``torch.func`` transform or ``torch.compile`` sees them (:func:`transformed`,
+:func:`checkable`: the kernels and checks that can run there), and the additive masks bertfn made (:data:`BUILT`).
 """
 
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import torch
