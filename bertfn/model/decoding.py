@@ -25,6 +25,7 @@ import torch
 from ..errors import InputError
 from .attention import (KV, AttentionOutput, attend, attention_output, block_scope, merge_heads, separate_projections,
                         split_heads)
+from .config import BertConfig
 from .embeddings import position_scores
 from .functional import linear, linears
 from .params import Params
@@ -84,7 +85,7 @@ class Decoding(NamedTuple):
         return self.cache.self_attention[i], self.cache.cross_attention[i] if self.cache.cross_attention else None
 
 
-def check_cache(cache: object, batch: int, config) -> None:
+def check_cache(cache: object, batch: int, config: BertConfig) -> None:
     """Refuse a cache this pass cannot continue: not a :class:`Cache` (transformers' ``past_key_values`` among
     them), or one of another batch size, layer count or head count than the pass's.
 
