@@ -83,6 +83,25 @@ def test_the_way_is_measured_once_per_device_and_dtype_then_read_from_the_cache(
     assert written["attention float32"] == {"way": "padded", "ms": {"runs": 2000.0, "padded": 1000.0}}
 
 
+def test_a_changed_thread_count_chooses_the_way_anew(monkeypatch, tmp_path):
+    """On the CPU the way is the thread count's (the cache file's key holds it): after ``torch.set_num_threads`` the
+    process measures again instead of keeping the way measured at the other count."""
+    monkeypatch.delenv("BERTFN_ATTENTION", raising=False)
+    monkeypatch.setenv("BERTFN_KERNEL_CACHE", str(tmp_path / "kernels.json"))
+    monkeypatch.setattr(ab, "_chosen", {})
+    monkeypatch.setattr(ab, "_times", {})
+    threads = torch.get_num_threads()
+    measured = iter([{"runs": 1.0, "padded": 2.0}, {"runs": 2.0, "padded": 1.0}])
+    monkeypatch.setattr(ab, "measure", lambda device, dtype: next(measured))
+    try:
+        assert ab.way("cpu", torch.float32) == "runs"
+        torch.set_num_threads(1 if threads > 1 else 2)
+        assert ab.way("cpu", torch.float32) == "padded" and ab.chosen()["cpu float32"]["way"] == "padded"
+    finally:
+        torch.set_num_threads(threads)
+    assert ab.way("cpu", torch.float32) == "runs" and ab.chosen()["cpu float32"]["way"] == "runs"
+
+
 def test_the_measurement_times_both_ways():
     times = ab.measure(torch.device("cpu"), torch.float32, reps=1)
     assert set(times) == set(ab.WAYS) and all(t > 0 for t in times.values())

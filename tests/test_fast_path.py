@@ -345,6 +345,30 @@ def test_the_choice_is_measured_once_then_read_from_the_cache(cache):
 
 
 @cpu_kernels
+def test_a_changed_thread_count_chooses_anew(cache, monkeypatch):
+    """The choice is the thread count's: after ``torch.set_num_threads`` the process measures (or reads the file's entry
+    for that count) instead of keeping the kernel measured at the other count, and ``chosen()`` reports the choices
+    at the count now."""
+    path, calls = cache
+    threads = torch.get_num_threads()
+    other = 1 if threads > 1 else 2
+    try:
+        assert choice.kernel(torch.float32, 12) == AVAILABLE[-1] and len(calls) == 1
+        torch.set_num_threads(other)
+        monkeypatch.setattr(choice, "measure", lambda dtype, band: calls.append((dtype, band)) or
+                            {k: 1.0 + i for i, k in enumerate(AVAILABLE)})  # at this count the first kernel wins
+        assert choice.kernel(torch.float32, 12) == AVAILABLE[0] and len(calls) == 2
+        assert choice.chosen() == {"float32 few": {"kernel": AVAILABLE[0], "ms": {k: 1e3 * (1.0 + i)
+                                                                                  for i, k in enumerate(AVAILABLE)}}}
+        saved = json.loads(path.read_text())
+        assert sorted(key.rsplit("| ", 1)[1] for key in saved) == sorted(f"{n} threads" for n in (threads, other))
+    finally:
+        torch.set_num_threads(threads)
+    assert choice.kernel(torch.float32, 12) == AVAILABLE[-1] and len(calls) == 2  # kept for the first count
+    assert choice.chosen()["float32 few"]["kernel"] == AVAILABLE[-1]
+
+
+@cpu_kernels
 @pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00", b"[1, 2]", b'{"AMD": 3}', None])
 def test_a_corrupt_cache_file_is_ignored_and_rewritten(cache, content):
     path, calls = cache

@@ -14,7 +14,8 @@ A CPU pays little for a call and the full price of every padded score: on an AMD
 pays a launch per call and little for a score. So the first layout of several lengths attended on a device in a
 dtype times both ways on a group of texts of mixed lengths (:func:`measure`, 0.1-0.3 s on a CPU) and keeps the
 faster, for the process and in the kernels' cache file (:mod:`bertfn.fast.choice`: ``BERTFN_KERNEL_CACHE``), under
-the machine (the CPU's key) or the GPU's name. A layout of one length (a sentence, a text's masked copies) has one
+the machine (the CPU's key, which holds torch's thread count: a CPU chooses anew after ``torch.set_num_threads``) or
+the GPU's name. A layout of one length (a sentence, a text's masked copies) has one
 way only, and chooses nothing.
 
 Environment: ``BERTFN_ATTENTION=runs`` or ``=padded`` takes that way on every device; nothing is measured.
@@ -46,8 +47,8 @@ PROBE = tuple(range(16, 257, 16))
 """The lengths :func:`measure` times: 16 texts of 16-256 tokens (2176 tokens), a group as
 :func:`~bertfn.fast.batching.text_groups` forms them, at bert-base's 12 heads of 64."""
 
-_chosen: dict[tuple[str, torch.dtype], str] = {}  # (device, dtype) -> way, for this process
-_times: dict[tuple[str, torch.dtype], dict[str, float]] = {}  # what the measurement found, in ms
+_chosen: dict[tuple[str, torch.dtype, int], str] = {}  # (device, dtype, torch's threads) -> way, for this process
+_times: dict[tuple[str, torch.dtype, int], dict[str, float]] = {}  # what the measurement found, in ms
 _lock = threading.Lock()
 
 
@@ -115,7 +116,7 @@ def way(device: torch.device | str, dtype: torch.dtype) -> str:
     named = forced()
     if named is not None:
         return named
-    key = (str(torch.device(device)), dtype)
+    key = (str(torch.device(device)), dtype, torch.get_num_threads())
     found = _chosen.get(key)
     if found is not None:
         return found
@@ -204,6 +205,8 @@ def synchronize(device: torch.device) -> None:
 
 
 def chosen() -> dict[str, dict]:
-    """What this process has chosen so far: ``{"cpu float32": {"way": ..., "ms": {way: ms}}, ...}``."""
-    return {f"{d} {str(t).removeprefix('torch.')}": {"way": w, "ms": _times.get((d, t), {})}
-            for (d, t), w in _chosen.items()}
+    """What this process has chosen so far at torch's thread count now: ``{"cpu float32": {"way": ..., "ms": {way:
+    ms}}, ...}``."""
+    threads = torch.get_num_threads()
+    return {f"{d} {str(t).removeprefix('torch.')}": {"way": w, "ms": _times.get((d, t, n), {})}
+            for (d, t, n), w in _chosen.items() if n == threads}

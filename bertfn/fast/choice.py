@@ -4,9 +4,10 @@ The fastest of :data:`~bertfn.fast.kernels.KERNELS` depends on the CPU (MKL's sg
 weights won on a Xeon with AMX, oneDNN on packed weights on an AMD EPYC by 2x), on the dtype and on
 the number of rows. So the fast path measures: the first product of a dtype (fp32, bf16) in a row
 band (:data:`BANDS`: a sentence or a few, or a batch) times every kernel on bert-base-shaped
-weights of that dtype (:func:`measure`, 0.1-0.5 s) and keeps the fastest for the process. The
-result is cached per CPU model, torch version and thread count in a user file, so later
-processes skip the measurement.
+weights of that dtype (:func:`measure`, 0.1-0.5 s) and keeps the fastest for the process, per
+thread count (``torch.set_num_threads`` later in the process chooses anew: one thread and many can
+favour different kernels). The result is cached per CPU model, torch version and thread count in a
+user file, so later processes skip the measurement.
 
 Environment:
   ``BERTFN_KERNEL=NAME``        every fast-path product runs kernel NAME (``F.linear``, ``onednn``,
@@ -47,8 +48,8 @@ MEASURED_BYTES = 64e6
 a CPU's caches hold: at few rows a product's time is reading its weight from memory, as in a
 forward pass over a real model."""
 
-_chosen: dict[tuple[torch.dtype, str], str] = {}  # (dtype, band) -> kernel, for this process
-_times: dict[tuple[torch.dtype, str], dict[str, float]] = {}  # what the measurement found, in ms
+_chosen: dict[tuple[torch.dtype, str, int], str] = {}  # (dtype, band, threads) -> kernel, for this process
+_times: dict[tuple[torch.dtype, str, int], dict[str, float]] = {}  # what the measurement found, in ms
 _lock = threading.Lock()
 
 
@@ -177,20 +178,21 @@ def band(rows: int) -> str:
 
 
 def kernel(dtype: torch.dtype, rows: int) -> str:
-    """The kernel for a product of ``rows`` rows in ``dtype``: forced, cached, or measured now (once).
+    """The kernel for a product of ``rows`` rows in ``dtype`` at torch's thread count now: forced, cached, or measured
+    now (once per thread count).
 
     Args:
         dtype: the product's dtype.
         rows: its rows.
     """
-    b = band(rows)
-    found = _chosen.get((dtype, b))
+    key = (dtype, band(rows), torch.get_num_threads())
+    found = _chosen.get(key)
     if found is not None:
         return found
     with _lock:
-        if (dtype, b) not in _chosen:
-            _chosen[(dtype, b)] = _choose(dtype, b)
-        return _chosen[(dtype, b)]
+        if key not in _chosen:
+            _chosen[key] = _choose(*key[:2])
+        return _chosen[key]
 
 
 def forced() -> str | None:
@@ -219,11 +221,11 @@ def _choose(dtype: torch.dtype, b: str) -> str:
     cached = read_cache(path).get(key, {}).get(entry) if path is not None else None
     if isinstance(cached, dict) and cached.get("kernel") in KERNELS and (ONEDNN or cached["kernel"] == "F.linear"):
         ms = cached.get("ms")
-        _times[(dtype, b)] = ms if isinstance(ms, dict) else {}
+        _times[(dtype, b, torch.get_num_threads())] = ms if isinstance(ms, dict) else {}
         return cached["kernel"]
     ms = {k: 1e3 * s for k, s in measure(dtype, b).items()}
     best = min(ms, key=ms.get)
-    _times[(dtype, b)] = ms
+    _times[(dtype, b, torch.get_num_threads())] = ms
     if path is not None:
         cache = read_cache(path)
         cache.setdefault(key, {})[entry] = {"kernel": best, "ms": {k: round(v, 3) for k, v in ms.items()}}
@@ -268,16 +270,18 @@ def measure(dtype: torch.dtype, b: str, reps: int = 5) -> dict[str, float]:
 
 
 def chosen() -> dict[str, dict]:
-    """What this process has chosen so far: ``{"float32 few": {"kernel": ..., "ms": {kernel: ms}}, ...}``.
+    """What this process has chosen so far at torch's thread count now: ``{"float32 few": {"kernel": ..., "ms":
+    {kernel: ms}}, ...}``.
 
     ms: what the measurement found, here or when the cache was written; empty when forced.
     """
-    return {f"{str(d).removeprefix('torch.')} {b}": {"kernel": k, "ms": _times.get((d, b), {})}
-            for (d, b), k in sorted(_chosen.items(), key=str)}
+    threads = torch.get_num_threads()
+    return {f"{str(d).removeprefix('torch.')} {b}": {"kernel": k, "ms": _times.get((d, b, n), {})}
+            for (d, b, n), k in sorted(_chosen.items(), key=str) if n == threads}
 
 
 def forget() -> None:
-    """Drop this process's choices, so that the next product chooses again (tests; a changed thread count)."""
+    """Drop this process's choices, so that the next product chooses again (tests)."""
     with _lock:
         _chosen.clear()
         _times.clear()
