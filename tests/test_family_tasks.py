@@ -225,6 +225,33 @@ def test_replaced_tokens_equal_electras_discriminator(tmp_path):
     del generator
 
 
+def test_trace_records_electras_discriminator_as_transformers_computes_it(tmp_path):
+    """The discriminator of an ``ElectraForPreTraining`` checkpoint runs in a traced pass (``Family.own_head``): its
+    ``discriminator.*`` points are listed by point_names, equal transformers' logits (a batch of two lengths too), and
+    an edit takes them by name."""
+    from bertfn.model.point_names import point_names
+
+    hf = save_member("electra-discriminator", tmp_path)
+    tok = member_tokenizer("electra-discriminator")
+    model = bertfn.load(tmp_path)
+    texts = ["The cat sat on the mat.", "When in Rome, do as the Romans do."]
+    assert list(point_names(model.config)[-2:]) == ["discriminator.transform", "discriminator.logits"]
+    rec = bertfn.trace(texts[1], model)
+    enc = tok(texts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        theirs = hf(**enc).logits  # (2, S)
+    torch.testing.assert_close(rec["discriminator.logits"], theirs[1:], atol=1e-5, rtol=0)
+    assert rec["discriminator.transform"].shape == (1, theirs.shape[1], model.config.hidden_size)
+    recs = bertfn.trace(texts, model)
+    real = enc["attention_mask"].bool()
+    torch.testing.assert_close(recs["discriminator.logits"][real], theirs[real], atol=1e-5, rtol=0)
+    short = recs[0]  # the shorter text's own: its tokens alone, no padding
+    assert short["discriminator.logits"].shape == (1, len(short.tokens)) == (1, int(real[0].sum()))
+    assert short["discriminator.transform"].shape == (1, len(short.tokens), model.config.hidden_size)
+    flipped = bertfn.trace(texts[1], model, edits={"discriminator.logits": lambda t, point: -t})
+    torch.testing.assert_close(flipped["discriminator.logits"], -theirs[1:], atol=1e-5, rtol=0)
+
+
 def test_a_target_of_several_pieces_is_scored_as_a_whole_word(member):
     """A word the vocabulary cuts into pieces is scored whole (P(piece 1 | k masked) x P(piece 2 | piece 1 shown, ...)),
     the product computed here with transformers; transformers' pipeline would score its first piece alone."""

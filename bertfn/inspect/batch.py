@@ -83,7 +83,7 @@ def padded_batch(tok: Tokenizer, texts: list[str], pairs: Sequence[str | None] |
 def record_pass(m: Model, ids: Tensor, types: Tensor, mask: Tensor, record: Trace) -> list[tuple[int, int]]:
     """The encoder on the eager path, then the MLM head at every [MASK] (if the model has one), then the task head the
     checkpoint carries (a classifier's, a tagger's, a reader's: :attr:`Model.head`) and a member's own head on the
-    attention maps (ESM-2's contacts), into ``record``.
+    attention maps (ESM-2's contacts) or tokens (ELECTRA's discriminator), into ``record``.
 
     The functions :func:`~bertfn.tasks.fill_mask.fill_mask` (and the pipelines of the heads) run, in their order;
     the padding's positions are masked out of attention and never read by the heads.
@@ -99,7 +99,7 @@ def record_pass(m: Model, ids: Tensor, types: Tensor, mask: Tensor, record: Trac
         (text, position) of each [MASK], text by text: row n of ``mlm.*`` belongs to the n-th.
     """
     mask = mask.to(m.device)
-    own = m.family.attention_head
+    own = m.family.own_head
     with torch.no_grad():
         out = encoder(m.params, ids, mask, types.to(m.device), impl="eager", trace=record, output_attentions=own is not None)
         where = ((ids == m.tokenizer.mask_token_id) & mask.bool()).nonzero()  # (N, 2): (text, position)
@@ -107,7 +107,7 @@ def record_pass(m: Model, ids: Tensor, types: Tensor, mask: Tensor, record: Trac
             mlm_head(m.params, out.last_hidden_state[where[:, 0], where[:, 1]], trace=record)  # (N, V)
         checkpoint_head(m, out.last_hidden_state, mask, record)
         if own is not None:
-            own(m.params, ids, out.attentions, mask, record)
+            own(m.params, ids, out, mask, record)
     return [(text, position) for text, position in where.tolist()]
 
 
@@ -164,8 +164,8 @@ def text_tensors(tensors: dict[str, Tensor], i: int, length: int, mask_rows: lis
             if not rows:  # a text without [MASK]: its own pass never runs the head
                 continue
             x = x[rows]  # (N_i, X)
-        elif name.startswith("qa."):
-            x = x[i:i + 1, :n]  # (1, n): a reader's logit per token
+        elif name.startswith(("qa.", "discriminator.")):
+            x = x[i:i + 1, :n]  # (1, n[, H]): a reader's or a discriminator's logit per token
         elif name.startswith("contacts."):  # (B, [L*nh,] S-2, S-2): the text's residues, its <cls> and <eos> left out
             x = x[i:i + 1, ..., :n - 2, :n - 2]
         elif x.dim() == 2:

@@ -2,7 +2,7 @@
 
 :func:`~bertfn.model.point_names.point_names` lists every point a pass of a model can pass through, in order. No
 list is written by hand: :func:`dry_run` runs the steps :func:`bertfn.trace` runs (the encoder, the MLM head, the
-task head the config's ``architectures`` names, a member's own head on the attention maps: ESM-2's contacts), in
+task head the config's ``architectures`` names, a member's own head: ESM-2's contacts, ELECTRA's discriminator), in
 their order, into a :class:`~bertfn.model.recorder.Trace`, and the names it recorded are the list. The weights are
 the config's shapes (the member's :meth:`~bertfn.model.naming.CheckpointNames.named_shapes` with every optional part, the task head's
 :attr:`~bertfn.model.family.TaskHead.shapes`) as tensors on PyTorch's ``meta`` device, which have a shape and a dtype
@@ -96,8 +96,8 @@ def dry_run(config: BertConfig) -> tuple[str, ...]:
 
     What :func:`bertfn.inspect.batch.record_pass` runs, in its order: the encoder (its pooler where the member has
     one; a decoder's cross-attention on encoder states), the MLM head, the task head ``config.architectures`` names
-    (where the member has that task), the member's head on the attention maps (ESM-2's contacts; not where heads are
-    pruned, as its weights read every head's map). The weights hold every part the config allows (:class:`EveryPart`),
+    (where the member has that task), the member's own head (ESM-2's contacts, not where heads are pruned, as its
+    weights read every head's map; ELECTRA's discriminator). The weights hold every part the config allows (:class:`EveryPart`),
     so ``pooler`` and ``mlm.*`` are listed whatever a checkpoint holds.
 
     Args:
@@ -116,7 +116,7 @@ def dry_run(config: BertConfig) -> tuple[str, ...]:
     ids = torch.zeros((1, S), dtype=torch.long, device="meta")  # (1, S)
     mask = torch.ones((1, S), dtype=torch.long, device="meta")  # (1, S)
     states = torch.empty((1, S, config.hidden_size), device="meta") if config.add_cross_attention else None
-    own = family.attention_head if not config.pruned_heads else None  # it reads all L*nh maps: a pruned model lacks some
+    own = family.own_head
     with torch.no_grad():
         out = encoder(params, ids, mask, impl="eager", encoder_hidden_states=states, trace=record,
                       output_attentions=own is not None)
@@ -126,7 +126,7 @@ def dry_run(config: BertConfig) -> tuple[str, ...]:
         if task is not None:
             run_head(params, task, h, mask, trace=record)
         if own is not None:
-            own(params, ids, out.attentions, mask, record)
+            own(params, ids, out, mask, record)
     return tuple(record.store)
 
 

@@ -14,8 +14,9 @@ exception the forward pass reads are:
   generator's are always exact GELU; ModernBERT's config names its own).
 * **task_heads**: the heads of fine-tuned checkpoints (sequence classification, token classification, question
   answering, multiple choice) where the member's is not BERT's (RoBERTa's classifier reads ``<s>`` through dense,
-  tanh and ``out_proj``; :mod:`bertfn.model.task_heads` has BERT's); **attention_head**: a head on every layer's
-  attention maps (ESM-2's contacts).
+  tanh and ``out_proj``; :mod:`bertfn.model.task_heads` has BERT's); **own_head**: a head of the member's own that
+  :func:`bertfn.trace` runs after the encoder (ESM-2's contacts on every layer's attention maps, ELECTRA's
+  discriminator on every token).
 * **layer**, **final_norm**, **window**: a layer other than BERT's post-LN one (ESM-2's and ModernBERT's pre-LN
   layers with rotary attention, :mod:`bertfn.model.members.prenorm`), the LayerNorm after the last layer, and which
   layers attend within a window (ModernBERT's local ones).
@@ -93,9 +94,10 @@ class Family:
         window: ``(config, layer) -> window or None``: the tokens a layer's queries see, where it attends within a
             window (ModernBERT's local layers: ``local_attention``, half on either side); None attends to all.
         task_heads: ``{task: TaskHead}``, the member's heads where they are not BERT's.
-        attention_head: a head of the member's that reads every layer's attention maps, ``(params, input_ids (B, S),
-            attentions (L of (B, nh, S, S)), attention_mask (B, S), trace) -> tensor``, or None where the weights lack
-            it (ESM-2's contact head); :func:`bertfn.trace` runs it after the encoder.
+        own_head: a head of the member's own, none of BERT's, ``(params, input_ids (B, S), out (the encoder's
+            :class:`~bertfn.model.encoder.EncoderOutput`, with its attentions), attention_mask (B, S), trace) ->
+            tensor``, or None where the weights lack it: ESM-2's contact head on every layer's attention maps,
+            ELECTRA's discriminator on the last hidden states. :func:`bertfn.trace` runs it after the encoder.
         variant: ``config -> name``: the model a config describes, where one record reads several under one
             ``model_type`` (ESM: "ESM-2", or "ESM-1b" with learned positions); None: ``name``.
     """
@@ -110,7 +112,7 @@ class Family:
     final_norm: Callable[..., Tensor] | None = None  # the step after the last layer
     window: Callable[[BertConfig, int], int | None] | None = None  # a layer's attention window (None: every token)
     task_heads: Mapping[str, TaskHead] | None = None  # {task: its head}, where not BERT's
-    attention_head: Callable[..., object] | None = None  # a head on every layer's attention maps (ESM-2's contacts)
+    own_head: Callable[..., object] | None = None  # traced after the encoder: ESM-2's contacts, ELECTRA's discriminator
     variant: Callable[[BertConfig], str] | None = None  # config -> the model's name, where not ``name`` (ESM-1b)
 
 

@@ -45,10 +45,13 @@ width hd, I = FFN width:
 | ``contacts.maps`` | (B, L*nh, n, n) | ESM-2's attention maps of the residues (n = S - 2), made symmetric |
 | ``contacts.apc`` | (B, L*nh, n, n) | after the average product correction |
 | ``contacts.logits`` | (B, n, n) | the contact head's logits |
+| ``discriminator.transform`` | (B, S, H) | ELECTRA's discriminator: ``act(W h + b)`` at every token |
+| ``discriminator.logits`` | (B, S) | its logit per token: was it replaced? (a padding token's means nothing) |
 
 The heads of a fine-tuned checkpoint (``model.head``: classifier, tagger, reader) run after the encoder and
 record their points, the BERT classifier's being ``pooler`` and ``classifier.logits``
-(:mod:`bertfn.model.task_heads`); an ESM-2 checkpoint with its contact head records ``contacts.*``.
+(:mod:`bertfn.model.task_heads`); an ESM-2 checkpoint with its contact head records ``contacts.*``, an ELECTRA
+discriminator (``ElectraForPreTraining``) ``discriminator.*``.
 
 The family's members record the same names (DistilBERT has no ``embeddings.token_type``; ELECTRA's and
 ALBERT's embeddings are E wide up to ``embeddings.projected``, and their ``mlm.transform`` (N, E)): :func:`point_names`
@@ -82,7 +85,8 @@ def point_names(config: BertConfig, *, optional: bool = False) -> list[str]:
     ESM-2's and ModernBERT's pre-LN layers with their ``attention.norm``, ``attention.q_rotated``, ``ffn.gate``, ...),
     ``final_norm`` where the member has one, ``pooler`` and ``mlm.*`` where the member has those parts (whatever the
     weights hold), the task head the config's ``architectures`` names (``classifier.input`` ...
-    ``classifier.logits``, ``qa.start_logits``, ...) and a member's own head (ESM-2's ``contacts.*``).
+    ``classifier.logits``, ``qa.start_logits``, ...) and a member's own head (ESM-2's ``contacts.*``, ELECTRA's
+    ``discriminator.*``).
 
     Args:
         config: the model's config.

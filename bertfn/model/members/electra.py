@@ -27,6 +27,7 @@ import torch
 from ...errors import ConfigError
 from ..config import BertConfig
 from ..embeddings import embeddings as bert_embeddings
+from ..encoder import EncoderOutput
 from ..family import Family, TaskHead, register
 from ..functional import ACTIVATIONS, dropout, linear
 from ..params import Params, as_params
@@ -113,7 +114,8 @@ def factorized_embeddings(p: Params, input_ids: Tensor | None = None, token_type
     return x
 
 
-def discriminator_head(params: Params, h: Tensor, *, config: BertConfig | dict | None = None) -> Tensor:
+def discriminator_head(params: Params, h: Tensor, *, config: BertConfig | dict | None = None,
+                       trace: Trace = NO_TRACE) -> Tensor:
     """One logit per token: was it replaced? ``dense_prediction(act(dense h))`` (``ElectraDiscriminatorPredictions``).
 
     Args:
@@ -121,6 +123,7 @@ def discriminator_head(params: Params, h: Tensor, *, config: BertConfig | dict |
             ``discriminator_predictions.dense.*`` (H, H) and ``.dense_prediction.*`` (1, H).
         h: (..., H) last hidden states.
         config: the config of a bare state_dict.
+        trace: records ``discriminator.transform`` (..., H), ``act(dense h)``, and ``discriminator.logits`` (...).
 
     Returns:
         (..., ) logits; sigmoid gives the probability that a token is not the original.
@@ -128,7 +131,28 @@ def discriminator_head(params: Params, h: Tensor, *, config: BertConfig | dict |
     params = as_params(params, config, "discriminator_head")
     p = params.scope("discriminator_predictions")
     t = ACTIVATIONS[params.config.hidden_act](linear(h, p["dense.weight"], p["dense.bias"]))  # (..., H)
-    return linear(t, p["dense_prediction.weight"], p["dense_prediction.bias"]).squeeze(-1)  # (...,)
+    t = trace("discriminator.transform", t)
+    return trace("discriminator.logits", linear(t, p["dense_prediction.weight"], p["dense_prediction.bias"]).squeeze(-1))
+
+
+def discriminator_of(params: Params, input_ids: Tensor, out: EncoderOutput, attention_mask: Tensor,
+                     trace: Trace = NO_TRACE) -> Tensor | None:
+    """:func:`discriminator_head` at every token, where the checkpoint has it (``ElectraForPreTraining``; ELECTRA's
+    ``Family.own_head``), else None.
+
+    Args:
+        params: the root view.
+        input_ids: (B, S), unread (the heads' common signature).
+        out: the encoder's output; its ``last_hidden_state`` (B, S, H).
+        attention_mask: (B, S), unread: a padding token's logit is computed and means nothing.
+        trace: records the head's points.
+
+    Returns:
+        (B, S) logits, or None.
+    """
+    if "discriminator_predictions.dense.weight" not in params:
+        return None
+    return discriminator_head(params, out.last_hidden_state, trace=trace)
 
 
 def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
@@ -196,4 +220,5 @@ ELECTRA = register(Family(
     embeddings=factorized_embeddings,
     head_act="gelu",
     task_heads={"sequence-classification": CLASSIFIER, "multiple-choice": TaskHead(summary_scorer, summary_shapes, True)},
+    own_head=discriminator_of,
 ))

@@ -45,7 +45,7 @@ import torch
 from ...errors import ConfigError, IgnoredConfigWarning
 from ..attention import separate_projections
 from ..config import BertConfig
-from ..encoder import LayerOutput
+from ..encoder import EncoderOutput, LayerOutput
 from ..family import Family, register
 from ..functional import linear
 from ..layout import Mask
@@ -221,24 +221,24 @@ def contact_head(params: Params, input_ids: Tensor, attentions: Tensor, attentio
     return torch.sigmoid(trace("contacts.logits", logits))
 
 
-def contacts_of(params: Params, input_ids: Tensor, attentions: tuple[Tensor, ...], attention_mask: Tensor,
+def contacts_of(params: Params, input_ids: Tensor, out: EncoderOutput, attention_mask: Tensor,
                 trace: Trace = NO_TRACE) -> Tensor | None:
-    """:func:`contact_head` on an encoder's attention probabilities, where the checkpoint has the head (ESM-2's
-    ``Family.attention_head``), else None.
+    """:func:`contact_head` on an encoder's attention probabilities, where the checkpoint has the head and every head
+    of every layer (ESM-2's ``Family.own_head``), else None.
 
     Args:
         params: the root view.
         input_ids: (B, S).
-        attentions: L of (B, nh, S, S), as :func:`~bertfn.model.encoder.encoder` returns them.
+        out: the encoder's output; its ``attentions``: L of (B, nh, S, S).
         attention_mask: (B, S) 1 for real tokens.
         trace: records the head's points.
 
     Returns:
         (B, n, n) contact probabilities, n = S - 2, or None.
     """
-    if "bert.contact_head.regression.weight" not in params:
+    if "bert.contact_head.regression.weight" not in params or params.config.pruned_heads:  # it reads all L*nh maps
         return None
-    return contact_head(params, input_ids, torch.stack(attentions, dim=1), attention_mask, trace)  # (B, L, nh, S, S) in
+    return contact_head(params, input_ids, torch.stack(out.attentions, dim=1), attention_mask, trace)  # (B, L, nh, S, S) in
 
 
 ESM = register(Family(
@@ -248,6 +248,6 @@ ESM = register(Family(
     layer=layer,
     final_norm=final_norm,
     task_heads={"sequence-classification": CLASSIFIER},
-    attention_head=contacts_of,
+    own_head=contacts_of,
     variant=lambda config: "ESM-1b" if learned(config) else "ESM-2",
 ))
