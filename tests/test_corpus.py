@@ -622,6 +622,29 @@ def test_score_file_and_mapper(tiny_folder, model, tmp_path, capsys):
         Score(model)(batch, method="within_word_l2r")  # map_batches(Score, fn_kwargs={"method": ...}) calls it so
 
 
+def test_embed_mapper_gives_each_row_its_vector(model):
+    """Embed's class gives vectors, not JSON text: a dict batch's result is an (n, D) float32 array (Ray's tensor
+    column), a DataFrame's a vector per row; NaN where a row was refused (as out.npy holds it), also in a batch whose
+    every row was refused (the width then the probe's)."""
+    import numpy as np
+
+    from bertfn.corpus import Embed
+
+    texts = ["the cat sat on the mat .", None, "paris is the capital of france ."]
+    mapper = Embed(model)
+    mapped = mapper({"id": np.arange(3), "text": texts})
+    want = bertfn.embed([texts[0], texts[2]], model).numpy()  # (2, H)
+    assert mapped["result"].dtype == np.float32 and mapped["result"].shape == (3, model.config.hidden_size)
+    np.testing.assert_allclose(mapped["result"][[0, 2]], want, atol=1e-6, rtol=0)
+    assert np.isnan(mapped["result"][1]).all() and mapped["error"][1].startswith("the text must be a string")
+    assert [e is None for e in mapped["error"]] == [True, False, True]
+    refused = mapper({"text": [None, 3]})
+    assert refused["result"].shape == (2, model.config.hidden_size) and np.isnan(refused["result"]).all()
+    pandas = pytest.importorskip("pandas")  # in the test extra, not in a plain install
+    frame = mapper(pandas.DataFrame({"text": texts}))
+    np.testing.assert_allclose(np.stack(frame["result"][[0, 2]].tolist()), want, atol=1e-6, rtol=0)
+
+
 # --- compact outputs, warnings ----------------------------------------------------------------------
 
 

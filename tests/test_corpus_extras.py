@@ -9,6 +9,7 @@ import json
 import re
 
 import datasets
+import numpy
 import pytest
 import ray
 
@@ -78,7 +79,8 @@ def test_ray_map_batches_on_a_roberta(local_ray, tmp_path):
 @pytest.mark.needs_transformers
 def test_ray_map_batches_embeds_as_the_sentence_transformers_folder_says(local_ray, tmp_path):
     """Embed on Ray reads the folder's modules as bertfn.embed does: a BGE-shaped folder (CLS, Normalize, a query
-    prompt, saved by sentence-transformers) gives each row the vector embed gives, prompt_name and truncate_dim too."""
+    prompt, saved by sentence-transformers) gives each row the vector embed gives, prompt_name and truncate_dim too, as
+    a float32 vector (Ray's tensor column), NaN where a row was refused."""
     from sentence_transformers import SentenceTransformer
     from family_checkpoints import save_member
     from test_sentence_folders import st_modules
@@ -87,16 +89,16 @@ def test_ray_map_batches_embeds_as_the_sentence_transformers_folder_says(local_r
     SentenceTransformer(modules=st_modules(tmp_path / "hf", "cls", True, ["normalize"]), device="cpu",
                         prompts={"query": "Represent this sentence: "}).save(str(tmp_path / "st"))
     texts = ["The cat sat on the mat.", "Paris is a beautiful city.", "Hi."] * 8
-    ds = ray.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)])
+    ds = ray.data.from_items([{"id": i, "text": t if i != 5 else None} for i, t in enumerate(texts)])
     options = {"model": str(tmp_path / "st"), "prompt_name": "query", "truncate_dim": 12}
     out = ds.map_batches(Embed, fn_constructor_kwargs=options, batch_size=8, compute=ray.data.ActorPoolStrategy(size=1),
                          num_cpus=1)
     rows = sorted(out.take_all(), key=lambda r: r["id"])
-    want = bertfn.embed(texts, tmp_path / "st", prompt_name="query", truncate_dim=12)
-    assert [r["error"] for r in rows] == [None] * len(texts)
-    got = [json.loads(r["result"]) for r in rows]
-    assert all(len(v) == 12 for v in got)
-    assert max(abs(a - b) for v, w in zip(got, want.tolist()) for a, b in zip(v, w)) < 1e-6  # JSON keeps float32's digits
+    want = bertfn.embed(texts, tmp_path / "st", prompt_name="query", truncate_dim=12).numpy()  # (N, 12)
+    assert [r["error"] is None for r in rows] == [i != 5 for i in range(len(texts))]
+    got = numpy.stack([r["result"] for r in rows])  # each row's vector, an array: no JSON to read
+    assert got.dtype == numpy.float32 and got.shape == want.shape and numpy.isnan(got[5]).all()
+    numpy.testing.assert_allclose(numpy.delete(got, 5, axis=0), numpy.delete(want, 5, axis=0), atol=1e-6, rtol=0)
 
 
 def test_ray_map_batches_classifies_with_antibertys_trained_species_head(local_ray, antiberty):

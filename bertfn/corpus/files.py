@@ -277,8 +277,8 @@ def run_file(
         raise InputError("retrying error lines reads the input twice, so it cannot be standard input; pass the file")
     count("chunk_size", chunk_size)
     asked = None if to_stdout else Path(target)
-    target, formats = (None, tuple(formats)) if to_stdout else output_files(asked, formats, task == "embed")
-    check_formats(formats, task == "embed", to_stdout)
+    target, formats = (None, tuple(formats)) if to_stdout else output_files(asked, formats, named.vectors)
+    check_formats(formats, named.vectors, to_stdout)
     if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
         raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
     lines = enumerate(inputs.read(source), 1)
@@ -310,7 +310,7 @@ def run_file(
                     lines = itertools.islice(enumerate(inputs.read(source), 1), done, None)
                 if record is not None:
                     write_record(target, record, done, printed)
-                compact = [] if to_stdout else open_compact(target, formats, task == "embed", done, read_lines(target),
+                compact = [] if to_stdout else open_compact(target, formats, named.vectors, done, read_lines(target),
                                                             rebuild=retried > 0)
                 out = sys.stdout.buffer if to_stdout else open(target, "ab")
                 try:

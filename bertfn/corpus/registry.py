@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy
 import torch
 
 from ..checkpoint.model import Model
@@ -84,6 +85,9 @@ class Mapper:
     refusal's message or None. JSON text because results need not share one Arrow type (fill-mask
     gives a list of answers for a text with one [MASK] and a list of such lists for several), and
     Ray Data and datasets store columns in Arrow: a string column writes to Parquet or JSON as is.
+    A task of vectors (``Embed``: :attr:`~bertfn.tasks.task.Task.vectors`) gives each row's vector itself instead,
+    float32 (a dict batch's ``result`` an (n, D) array: Ray's tensor column, datasets' list of floats), NaN where
+    the text was refused, as ``out.npy`` holds them.
 
     A task of several inputs (a reader's question and context, a classifier's text and text_pair) reads each from
     the column of its name, or of the name ``column`` gives it (``column={"context": "passage"}``); an optional
@@ -142,10 +146,32 @@ class Mapper:
             texts = [{n: v[i] for n, v in values.items()} for i in range(len(next(iter(values.values()))))]
         results = [relabel(r, "the text") if isinstance(r, InputError) else r for r in self.runner(texts)]
         out = batch.copy() if hasattr(batch, "iloc") else dict(batch)  # a pandas DataFrame, or a dict of columns
-        out["result"] = [None if isinstance(r, InputError) else json.dumps(jsonable(r), ensure_ascii=False)
-                         for r in results]
+        if TASKS[self.task].vectors:
+            rows = vector_rows(results, self.runner.probed)  # (n, D)
+            out["result"] = list(rows) if hasattr(out, "iloc") else rows  # a DataFrame's column: a vector per row
+        else:
+            out["result"] = [None if isinstance(r, InputError) else json.dumps(jsonable(r), ensure_ascii=False)
+                             for r in results]
         out["error"] = [str(r) if isinstance(r, InputError) else None for r in results]
         return out
+
+
+def vector_rows(results: list, like: torch.Tensor) -> numpy.ndarray:
+    """A task's vectors as one float32 array, a row per text: NaN where the text was refused (its result an
+    :class:`InputError`), as ``out.npy`` holds them.
+
+    Args:
+        results: a vector (D,) or an InputError per text.
+        like: a vector of the run's width (the probe's), for a batch whose every text was refused.
+
+    Returns:
+        (n, D) float32.
+    """
+    rows = numpy.full((len(results), like.shape[-1]), numpy.nan, dtype=numpy.float32)
+    for i, r in enumerate(results):
+        if not isinstance(r, InputError):
+            rows[i] = r.float().cpu().numpy()
+    return rows
 
 
 def worker_device(device: str | torch.device | None) -> str | torch.device | None:

@@ -173,11 +173,12 @@ class Runner:
                                 prepare=packing(self.task, options.get("edits")))
         self.options = options
         self.limit = self.task.max_tokens(self.model, options) if self.task.max_tokens else None
+        self.probed = None  # the probe's result (embed's: a vector of the run's width)
         if probe:
             with warnings.catch_warnings():  # the probe's own text may be all [UNK] (e.g. "a" for capitals)
                 warnings.simplefilter("ignore")
                 probe = self.task.probe(self.model, options) if callable(self.task.probe) else self.task.probe
-                self.task.function([probe], self.model, **options)
+                self.probed = self.task.function([probe], self.model, **options)[0]
 
     def __call__(self, texts: list) -> list:
         """One result (or the :class:`InputError` that refused it) per text of ``texts``.

@@ -265,7 +265,8 @@ def embed(
     return finished(vectors, None, single)
 
 
-TASK = Task("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")))
+TASK = Task("embed", embed, probe="a", max_tokens=lambda m, options: max_tokens(m, options.get("max_length")),
+            vectors=True)
 """The task (:mod:`bertfn.tasks.task`) :func:`embed` is: ``bertfn embed``, the corpus's ``Embed``."""
 
 

@@ -38,6 +38,8 @@ class Task:
         fast: without edits the task runs on the fast path alone, so a model loaded for it holds its layers'
             weights packed once, as that path reads them (:func:`~bertfn.fast.choice.pack_state`); said here alone:
             :func:`~bertfn.tasks.runner.packing` reads it for the pipeline, the corpus and the command line.
+        vectors: the task gives one vector per text (embed): a file run may write them as ``.npy``, and the corpus's
+            class gives them as an array column.
         command: the task has its own subcommand, ``bertfn/cli/<name, - as _>.py`` (its ``add`` and ``run``);
             False: another subcommand runs it (score-mutations: ``bertfn score --reference``).
         model: the model a call given none runs (the hub id transformers' pipeline takes for the task where it has
@@ -52,6 +54,7 @@ class Task:
     inputs: tuple[str, ...] = ("text",)
     optional: tuple[str, ...] = ()
     fast: bool = False
+    vectors: bool = False
     command: bool = True
     model: str | None = DEFAULT_MODEL
 
