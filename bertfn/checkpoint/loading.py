@@ -33,6 +33,7 @@ from ..model.naming import names_of
 from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
+from .sentence_folder import TRANSFORMER_CONFIGS
 from .tokenizer_files import read_json, slow_files_advice
 from .weights import SHARD_INDEXES, read_weights, shard_map
 
@@ -140,7 +141,12 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         modules = fetch("modules.json")  # a sentence-transformers folder: its modules' files, as bertfn.embed reads them
         for entry in (read_json(modules) if modules is not None else []):
             path = entry.get("path") if isinstance(entry, dict) else None
-            if path and isinstance(path, str) and not (Path(path).is_absolute() or ".." in Path(path).parts):
+            if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
+                continue
+            if str(entry.get("type", "")).endswith("Transformer"):  # its config under the older names too
+                for name in TRANSFORMER_CONFIGS[1:]:
+                    fetch(f"{path}/{name}" if path else name)
+            if path:
                 for name in MODULE_FILES:
                     fetch(f"{path}/{name}")
                 next((w for w in WEIGHT_FILES if fetch(f"{path}/{w}") is not None), None)  # a Dense module's weights

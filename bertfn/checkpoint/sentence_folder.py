@@ -3,7 +3,8 @@
 ``SentenceTransformer(folder).encode(texts)`` runs the modules that the folder's ``modules.json`` lists, in order,
 each from its own sub-folder:
 
-    Transformer  ""            the encoder (bertfn's model); sentence_bert_config.json: max_seq_length, do_lower_case
+    Transformer  ""            the encoder (bertfn's model); sentence_bert_config.json (or an older name,
+                               :data:`TRANSFORMER_CONFIGS`): max_seq_length, do_lower_case
     Pooling      1_Pooling/    token vectors -> one vector per text: config.json's pooling_mode (one mode or several,
                                concatenated; older folders: pooling_mode_*_token(s) flags) and include_prompt
     Dense        2_Dense/      y = activation(x W^T + b): config.json (in_features, out_features, bias,
@@ -47,6 +48,12 @@ ACTIVATIONS = ("tanh", "identity", "relu", "gelu", "sigmoid", "silu")
 MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 """The modules bertfn runs, by the last part of ``modules.json``'s type (``sentence_transformers.models.Pooling``,
 ``sentence_transformers.sentence_transformer.modules.pooling.Pooling``, ...)."""
+
+TRANSFORMER_CONFIGS = ("sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
+                       "sentence_camembert_config.json", "sentence_albert_config.json",
+                       "sentence_xlm-roberta_config.json", "sentence_xlnet_config.json")
+"""The Transformer module's config (``max_seq_length``, ``do_lower_case``), by the names sentence-transformers tries in
+turn (``Transformer.load_config``): folders saved by its early versions name it after the model."""
 
 SIMILARITIES = ("cosine", "dot", "euclidean", "manhattan")
 """sentence-transformers' ``similarity_fn_name`` values (:func:`bertfn.similarity`)."""
@@ -118,7 +125,7 @@ def sentence_folder(folders: Iterable[Path]) -> SentenceFolder:
     """What the folder a model came from says about its sentence vectors (the module docstring).
 
     The folder is the first of ``folders`` (a model's: :func:`~bertfn.checkpoint.model.source_folders`) that holds
-    ``modules.json``, ``sentence_bert_config.json`` or ``config_sentence_transformers.json``; where the weights came
+    ``modules.json``, a Transformer module's config (:data:`TRANSFORMER_CONFIGS`) or ``config_sentence_transformers.json``; where the weights came
     from a Transformer module's own sub-folder (``0_Transformer``), the folder above it. ``model.sentence_folder``
     holds what this gives for a model, read once.
 
@@ -129,7 +136,7 @@ def sentence_folder(folders: Iterable[Path]) -> SentenceFolder:
         ConfigError: a module bertfn does not run, or a module's config it cannot read.
         CheckpointError: a Dense module's weights that are missing or do not fit its config.
     """
-    names = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+    names = ("modules.json", *TRANSFORMER_CONFIGS, "config_sentence_transformers.json")
     for folder in folders:
         parent = folder.parent / "modules.json"
         if parent.is_file() and any(isinstance(e, dict) and e.get("path") == folder.name for e in _listed(parent)):
@@ -203,9 +210,10 @@ def _read(folder: Path) -> SentenceFolder:
 
 
 def _transformer(folder: Path) -> dict:
-    """The Transformer module's settings: ``max_seq_length`` (sentence_bert_config.json's, else the tokenizer's
-    ``model_max_length``, which sentence-transformers' 5.x ``save`` writes instead) and ``do_lower_case``."""
-    settings = read_json(folder / "sentence_bert_config.json")
+    """The Transformer module's settings: ``max_seq_length`` (its config's, the first of :data:`TRANSFORMER_CONFIGS`
+    that holds any, else the tokenizer's ``model_max_length``, which sentence-transformers' 5.x ``save`` writes
+    instead) and ``do_lower_case``."""
+    settings = next((s for s in (read_json(folder / n) for n in TRANSFORMER_CONFIGS) if s), {})
     told = settings.get("max_seq_length")
     if told is None:
         told = read_json(folder / "tokenizer_config.json").get("model_max_length")
