@@ -19,7 +19,7 @@ import warnings
 import pytest
 import torch
 from conftest import cached_on_hub, fp32_atol, minilm_folder
-from family_checkpoints import save_member
+from family_checkpoints import member_tokenizer, save_member
 
 import bertfn
 from bertfn.checkpoint.sentence_folder import NORMALIZE
@@ -223,6 +223,24 @@ def test_a_module_bertfn_does_not_run_is_refused_by_name(bge, tmp_path):
         bertfn.embed("a text", bertfn.load(folder))
     assert main(["embed", "a text", "--model", str(folder)]) == bertfn.ConfigError.exit_code
     assert "layer.0.output" in bertfn.trace("a text", bertfn.load(folder))  # the other calls read the encoder as ever
+
+
+def test_a_folder_that_begins_with_another_module_than_a_transformer_is_refused_by_name(bge, tmp_path):
+    """A Router (its encoders in sub-folders) and a StaticEmbedding (a table of vectors, no config.json) are refused
+    by name when loaded, not as a checkpoint without its weights or its config.json."""
+    from sentence_transformers import SentenceTransformer
+
+    models = st_models()
+    st = SentenceTransformer(str(bge), device="cpu")
+    router = models.Router.for_query_document(query_modules=[st[0], st[1]], document_modules=[st[0], st[1]])
+    SentenceTransformer(modules=[router], device="cpu").save(str(tmp_path / "router"))
+    static = models.StaticEmbedding(member_tokenizer("bert").backend_tokenizer, embedding_dim=8)
+    SentenceTransformer(modules=[static], device="cpu").save(str(tmp_path / "static"))
+    for name, module in (("router", "Router"), ("static", "StaticEmbedding")):
+        with pytest.raises(bertfn.ConfigError, match=rf"{name}/modules.json lists module 0, sentence_transformers\..*"
+                                                     rf"\.{module}, which bertfn does not run"):
+            bertfn.load(tmp_path / name)
+        assert main(["embed", "a text", "--model", str(tmp_path / name)]) == bertfn.ConfigError.exit_code
 
 
 def test_a_modules_list_without_a_pooling_module_is_refused_as_sentence_transformers_gives_no_vector(bge, tmp_path):

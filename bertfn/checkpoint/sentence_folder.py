@@ -155,6 +155,19 @@ def _listed(path: Path) -> list:
     return entries
 
 
+def not_run(modules: Path, i: int, entry: object) -> ConfigError:
+    """The error for the ``i``-th module of a ``modules.json``, one bertfn does not run.
+
+    Args:
+        modules: the ``modules.json`` file.
+        i: the module's index in it.
+        entry: its entry (``{"type": "sentence_transformers.models.CNN", ...}``).
+    """
+    named = entry.get("type") if isinstance(entry, dict) else repr(entry)
+    return ConfigError(f"{modules} lists module {i}, {named}, which bertfn does not run (it runs sentence-transformers' "
+                       f"{', '.join(MODULES)}); this folder's vectors need sentence-transformers itself")
+
+
 def _read(folder: Path) -> SentenceFolder:
     """The :class:`SentenceFolder` of ``folder``."""
     settings = read_json(folder / "config_sentence_transformers.json")
@@ -184,9 +197,7 @@ def _read(folder: Path) -> SentenceFolder:
         kind = str(entry.get("type", "")).rsplit(".", 1)[-1] if isinstance(entry, dict) else ""
         path = str(entry.get("path", "")) if isinstance(entry, dict) else ""
         if kind not in MODULES or not str(entry.get("type")).startswith("sentence_transformers."):
-            named = entry.get("type") if isinstance(entry, dict) else repr(entry)
-            raise ConfigError(f"{folder / 'modules.json'} lists module {i}, {named}, which bertfn does not run (it runs sentence-transformers' {', '.join(MODULES)}); "
-                              "this folder's vectors need sentence-transformers itself")
+            raise not_run(folder / "modules.json", i, entry)
         if (kind == "Transformer") != (i == 0) or (kind == "Pooling" and (pooling or i != 1)):
             order = " -> ".join(str(e.get("type", "?")).rsplit(".", 1)[-1] for e in _listed(folder / "modules.json"))
             raise ConfigError(f"{folder / 'modules.json'} lists its modules as {order}; bertfn runs a Transformer, then "
