@@ -190,6 +190,31 @@ def test_overriding_the_folder_says_so_once_and_gives_those_modules(bge):
     torch.testing.assert_close(got, raw.encode(TEXTS[:2], convert_to_tensor=True), atol=fp32_atol(1e-5), rtol=0)
 
 
+def test_a_pooling_whose_width_the_dense_module_does_not_take_is_refused(tmp_path):
+    """A folder whose Dense module takes two modes' values: pooling= of one or three is refused before the encoder
+    runs (it was torch's 'mat1 and mat2 shapes cannot be multiplied'); two others fit, and give sentence-transformers'
+    vectors with those modes."""
+    from sentence_transformers import SentenceTransformer
+
+    models = st_models()
+    save_member("bert", tmp_path / "hf", seed=3)
+    transformer = models.Transformer(str(tmp_path / "hf"))
+    H = transformer.get_embedding_dimension()
+    dense = models.Dense(2 * H, 8)
+    SentenceTransformer(modules=[transformer, models.Pooling(H, ["cls", "mean"]), dense], device="cpu").save(str(tmp_path / "st"))
+    model = bertfn.load(tmp_path / "st")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the overrides' warnings
+        for pooling, modes in (("cls", 1), (["cls", "max", "mean"], 3)):
+            with pytest.raises(bertfn.InputError, match=rf"its Dense module \(2_Dense\) takes {2 * H} values, and the "
+                                                        rf"pooling .* makes {modes * H} \({modes} x the hidden size {H}\); "
+                                                        "pass 2 mode"):
+                bertfn.embed(TEXTS[:2], model, pooling=pooling)
+        got = bertfn.embed(TEXTS[:2], model, pooling=["max", "mean"])
+    other = SentenceTransformer(modules=[transformer, models.Pooling(H, ["max", "mean"]), dense], device="cpu")
+    torch.testing.assert_close(got, other.encode(TEXTS[:2], convert_to_tensor=True), atol=fp32_atol(1e-5), rtol=0)
+
+
 def test_a_prompt_longer_than_max_seq_length_is_left_out_as_sentence_transformers_counts_it(bge, tmp_path):
     """With include_prompt false, sentence-transformers counts the prompt's tokens cut to max_seq_length too: a prompt
     longer than that leaves the cut text's [SEP] to pool (its cls is that [SEP]), not nothing."""
