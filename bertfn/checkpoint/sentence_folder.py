@@ -3,7 +3,8 @@
 ``SentenceTransformer(folder).encode(texts)`` runs the modules that the folder's ``modules.json`` lists, in order,
 each from its own sub-folder:
 
-    Transformer  ""            the encoder (bertfn's model); sentence_bert_config.json: max_seq_length, do_lower_case
+    Transformer  ""            the encoder (bertfn's model); sentence_bert_config.json (or an older name,
+                               :data:`TRANSFORMER_CONFIGS`): max_seq_length, do_lower_case
     Pooling      1_Pooling/    token vectors -> one vector per text: config.json's pooling_mode (one mode or several,
                                concatenated; older folders: pooling_mode_*_token(s) flags) and include_prompt
     Dense        2_Dense/      y = activation(x W^T + b): config.json (in_features, out_features, bias,
@@ -47,6 +48,12 @@ ACTIVATIONS = ("tanh", "identity", "relu", "gelu", "sigmoid", "silu")
 MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 """The modules bertfn runs, by the last part of ``modules.json``'s type (``sentence_transformers.models.Pooling``,
 ``sentence_transformers.sentence_transformer.modules.pooling.Pooling``, ...)."""
+
+TRANSFORMER_CONFIGS = ("sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json",
+                       "sentence_camembert_config.json", "sentence_albert_config.json",
+                       "sentence_xlm-roberta_config.json", "sentence_xlnet_config.json")
+"""The Transformer module's config (``max_seq_length``, ``do_lower_case``), by the names sentence-transformers tries in
+turn (``Transformer.load_config``): folders saved by its early versions name it after the model."""
 
 SIMILARITIES = ("cosine", "dot", "euclidean", "manhattan")
 """sentence-transformers' ``similarity_fn_name`` values (:func:`bertfn.similarity`)."""
@@ -118,7 +125,7 @@ def sentence_folder(folders: Iterable[Path]) -> SentenceFolder:
     """What the folder a model came from says about its sentence vectors (the module docstring).
 
     The folder is the first of ``folders`` (a model's: :func:`~bertfn.checkpoint.model.source_folders`) that holds
-    ``modules.json``, ``sentence_bert_config.json`` or ``config_sentence_transformers.json``; where the weights came
+    ``modules.json``, a Transformer module's config (:data:`TRANSFORMER_CONFIGS`) or ``config_sentence_transformers.json``; where the weights came
     from a Transformer module's own sub-folder (``0_Transformer``), the folder above it. ``model.sentence_folder``
     holds what this gives for a model, read once.
 
@@ -129,7 +136,7 @@ def sentence_folder(folders: Iterable[Path]) -> SentenceFolder:
         ConfigError: a module bertfn does not run, or a module's config it cannot read.
         CheckpointError: a Dense module's weights that are missing or do not fit its config.
     """
-    names = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+    names = ("modules.json", *TRANSFORMER_CONFIGS, "config_sentence_transformers.json")
     for folder in folders:
         parent = folder.parent / "modules.json"
         if parent.is_file() and any(isinstance(e, dict) and e.get("path") == folder.name for e in _listed(parent)):
@@ -146,6 +153,19 @@ def _listed(path: Path) -> list:
         raise ConfigError(f"{path} should hold a list of modules (as sentence-transformers writes it), got "
                           f"{type(entries).__name__}; re-download the folder or remove the file")
     return entries
+
+
+def not_run(modules: Path, i: int, entry: object) -> ConfigError:
+    """The error for the ``i``-th module of a ``modules.json``, one bertfn does not run.
+
+    Args:
+        modules: the ``modules.json`` file.
+        i: the module's index in it.
+        entry: its entry (``{"type": "sentence_transformers.models.CNN", ...}``).
+    """
+    named = entry.get("type") if isinstance(entry, dict) else repr(entry)
+    return ConfigError(f"{modules} lists module {i}, {named}, which bertfn does not run (it runs sentence-transformers' "
+                       f"{', '.join(MODULES)}); this folder's vectors need sentence-transformers itself")
 
 
 def _read(folder: Path) -> SentenceFolder:
@@ -177,9 +197,7 @@ def _read(folder: Path) -> SentenceFolder:
         kind = str(entry.get("type", "")).rsplit(".", 1)[-1] if isinstance(entry, dict) else ""
         path = str(entry.get("path", "")) if isinstance(entry, dict) else ""
         if kind not in MODULES or not str(entry.get("type")).startswith("sentence_transformers."):
-            named = entry.get("type") if isinstance(entry, dict) else repr(entry)
-            raise ConfigError(f"{folder / 'modules.json'} lists module {i}, {named}, which bertfn does not run (it runs sentence-transformers' {', '.join(MODULES)}); "
-                              "this folder's vectors need sentence-transformers itself")
+            raise not_run(folder / "modules.json", i, entry)
         if (kind == "Transformer") != (i == 0) or (kind == "Pooling" and (pooling or i != 1)):
             order = " -> ".join(str(e.get("type", "?")).rsplit(".", 1)[-1] for e in _listed(folder / "modules.json"))
             raise ConfigError(f"{folder / 'modules.json'} lists its modules as {order}; bertfn runs a Transformer, then "
@@ -203,9 +221,10 @@ def _read(folder: Path) -> SentenceFolder:
 
 
 def _transformer(folder: Path) -> dict:
-    """The Transformer module's settings: ``max_seq_length`` (sentence_bert_config.json's, else the tokenizer's
-    ``model_max_length``, which sentence-transformers' 5.x ``save`` writes instead) and ``do_lower_case``."""
-    settings = read_json(folder / "sentence_bert_config.json")
+    """The Transformer module's settings: ``max_seq_length`` (its config's, the first of :data:`TRANSFORMER_CONFIGS`
+    that holds any, else the tokenizer's ``model_max_length``, which sentence-transformers' 5.x ``save`` writes
+    instead) and ``do_lower_case``."""
+    settings = next((s for s in (read_json(folder / n) for n in TRANSFORMER_CONFIGS) if s), {})
     told = settings.get("max_seq_length")
     if told is None:
         told = read_json(folder / "tokenizer_config.json").get("model_max_length")

@@ -23,6 +23,9 @@ def add(sub) -> None:
                     help="print the best N passages only (default: all)")
     rr.add_argument("--activation", choices=sorted(ACTIVATIONS), default=None,
                     help="applied to the model's logit (default: the model's own, as sentence-transformers loads it)")
+    rr.add_argument("--prompt-name", metavar="NAME", help="put the folder's prompt NAME before each query (default: its "
+                    "default_prompt_name, if any)")
+    rr.add_argument("--prompt", metavar="TEXT", help="put TEXT before each query (instead of --prompt-name; '': none)")
     rr.add_argument("--batch-size", type=int, default=32, metavar="N",
                     help="(query, passage) pairs per encoder pass, at most (default 32)")
     rr.add_argument("--json", action="store_true",
@@ -45,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the passages' ranking: a table, or JSON as bertfn.rerank(..., return_documents=True) gives it."""
     from ..tasks.rerank import TASK, rerank
 
-    options = dict(top_k=args.top_k, activation=args.activation, batch_size=args.batch_size)
+    options = dict(top_k=args.top_k, activation=args.activation, prompt_name=args.prompt_name, prompt=args.prompt,
+                   batch_size=args.batch_size)
     args.text = [args.query, *args.passages] if args.query is not None else []  # what run_file_command checks
     if args.input is not None:
         return run_file_command(args, "rerank", **options)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tokenizers.normalizers import Lowercase
 
 from ..checkpoint.checks import count
 from ..checkpoint.model import Model
@@ -207,10 +208,11 @@ def embed(
             a Dense module's width, or ``truncate_dim``); in the order of ``texts``, on the model's device.
 
     Raises:
-        InputError: an unknown pooling, a bad normalize, prompt, prompt_name, truncate_dim, batch_size or max_length.
+        InputError: an unknown pooling, or one whose width the folder's Dense module does not take; a bad normalize,
+            prompt, prompt_name, truncate_dim, batch_size or max_length.
         MissingPartError: a model without a tokenizer.
-        ConfigError: a folder whose modules bertfn does not run (named in the message), or whose modules.json lists
-            no Pooling module when no ``pooling`` is given.
+        ConfigError: a folder whose modules bertfn does not run (named in the message), whose modules.json lists
+            no Pooling module when no ``pooling`` is given, or whose Dense module does not take its pooled vectors.
 
     Warns:
         UserWarning: texts longer than ``max_length`` tokens, cut.
@@ -225,14 +227,24 @@ def embed(
     folder = sentence_modules(m.sentence_folder, pooling, normalize)
     before = chosen_prompt(folder, prompt, prompt_name)
     max_length = max_tokens(m, max_length, folder)
-    width = next((d.weight.shape[0] for d in reversed(folder.after) if isinstance(d, Dense)),
-                 m.config.hidden_size * len(folder.pooling))  # D: the last Dense's, else the pooled modes'
+    pooled = m.config.hidden_size * len(folder.pooling)  # the pooled modes' values, side by side
+    first = next((d for d in folder.after if isinstance(d, Dense)), None)
+    if first is not None and first.weight.shape[1] != pooled:  # said before the encoder runs, not as torch's matmul
+        fix = (f"its Dense module ({first.path}) takes {first.weight.shape[1]} values, and the pooling "
+               f"{'+'.join(folder.pooling)} makes {pooled} ({len(folder.pooling)} x the hidden size {m.config.hidden_size})")
+        if pooling is None:
+            raise ConfigError(f"{folder.path}: {fix}; the folder's modules do not fit together: re-download it")
+        raise InputError(f"{syntax(python='pooling=', cli='--pooling ')}{'+'.join(folder.pooling)} does not fit the "
+                         f"model's folder: {fix}; pass {first.weight.shape[1] // m.config.hidden_size} mode(s), or "
+                         "none for the folder's own")
+    width = next((d.weight.shape[0] for d in reversed(folder.after) if isinstance(d, Dense)), pooled)  # D
     if truncate_dim is not None and truncate_dim > width:  # said before the encoder runs over every text
         raise InputError(f"{syntax(python='truncate_dim', cli='--truncate-dim')} must be at most the vectors' {width} "
                          f"values, got {truncate_dim}; pass a smaller one, or none for the whole vectors")
     batch = [before + t for t in batch]
-    if folder.do_lower_case:  # sentence-transformers lowercases before its tokenizer, when asked to
-        batch, before = [t.lower() for t in batch], before.lower()
+    if folder.do_lower_case:  # sentence-transformers adds a Lowercase step to its tokenizer, when asked to: each
+        lower = Lowercase().normalize_str  # character alone (Python's str.lower writes a word's last sigma as ς)
+        batch, before = [lower(t) for t in batch], lower(before)
     # the prompt's tokens left out of the pooling, counted as sentence-transformers counts them: the prompt
     # tokenized alone and cut to max_length too, so a longer prompt leaves out all but the cut text's [SEP]
     skip = min(prompt_tokens(tok, before), max_length - 1) if before and not folder.include_prompt else 0

@@ -11,7 +11,8 @@ passage's score:
 The activation is the one :class:`CrossEncoder` loads with the model (:func:`model_activation`): named in its
 ``config_sentence_transformers.json`` (``activation_fn``) or its config.json (``sentence_transformers.activation_fn``,
 or ``sbert_ce_default_activation_function``, sentence-transformers' older key), else sigmoid. Pass ``activation=`` to
-choose.
+choose. A folder's prompt (``config_sentence_transformers.json``'s ``default_prompt_name``, or the one ``prompt_name=``
+names; or ``prompt=``) goes before each query, as ``CrossEncoder.predict`` puts it before each pair's first text.
 
 :func:`rerank` gives ``rank()``'s result: ``[{"corpus_id": i, "score": s}, ...]`` best first; with ``sort=False``
 ``predict()``'s, the scores in the passages' order. Long pairs are cut as CrossEncoder cuts them: tokens come off the
@@ -31,6 +32,7 @@ from ..checkpoint.resolve import fits, listed
 from ..checkpoint.tokenizer import check_text
 from ..errors import InputError, MissingPartError, clipped, syntax
 from ..model.recorder import Edit
+from .embed import chosen_prompt
 from .pairs import beside_model, pair_logits
 from .runner import finished, loaded
 from .task import Task
@@ -123,6 +125,8 @@ def rerank(
     return_documents: bool = False,
     sort: bool = True,
     activation: str | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
     batch_size: int = 32,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
@@ -145,6 +149,9 @@ def rerank(
             (``top_k`` and ``return_documents`` then do not apply).
         activation: applied to the logit: "sigmoid" or "identity" (:data:`ACTIVATIONS`); None: the model's own
             (:func:`model_activation`).
+        prompt_name: the folder's prompt of that name goes before each query (default: its ``default_prompt_name``'s,
+            if it has one).
+        prompt: this text goes before each query (instead of a ``prompt_name``; ``""``: none).
         batch_size: pairs per encoder pass, at most.
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in (``"bfloat16"``: the bf16 mode).
@@ -158,7 +165,7 @@ def rerank(
 
     Raises:
         InputError: a query or passage that is no string, no passages, bad options, an activation the model names
-            that bertfn does not apply (an empty or blank query or passage is scored, as CrossEncoder scores it).
+            that bertfn does not apply, a prompt_name its folder does not have, both prompt and prompt_name (an empty or blank query or passage is scored, as CrossEncoder scores it).
         MissingPartError: a model without a tokenizer, or that is no cross-encoder (another head, or several outputs).
 
     Warns:
@@ -184,7 +191,8 @@ def rerank(
                                f"{syntax(python='bertfn.zero_shot', cli='bertfn zero-shot')} scores labels")
     act = ACTIVATIONS[activation or model_activation(m)]
 
-    firsts = [q for q, ps in items for _ in ps]
+    before = chosen_prompt(m.sentence_folder, prompt, prompt_name)  # before each pair's first text, as CrossEncoder
+    firsts = [before + q for q, ps in items for _ in ps]
     seconds = [p for _, ps in items for p in ps]
     owners = [i for i, (_, ps) in enumerate(items) for _ in ps]
     start = [0]
