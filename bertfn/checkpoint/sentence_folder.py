@@ -125,8 +125,9 @@ def sentence_folder(folders: Iterable[Path]) -> SentenceFolder:
     """What the folder a model came from says about its sentence vectors (the module docstring).
 
     The folder is the first of ``folders`` (a model's: :func:`~bertfn.checkpoint.model.source_folders`) that holds
-    ``modules.json``, a Transformer module's config (:data:`TRANSFORMER_CONFIGS`) or ``config_sentence_transformers.json``; where the weights came
-    from a Transformer module's own sub-folder (``0_Transformer``), the folder above it. ``model.sentence_folder``
+    ``modules.json``, a Transformer module's config (:data:`TRANSFORMER_CONFIGS`) or
+    ``config_sentence_transformers.json``; where the weights came from a Transformer module's own sub-folder
+    (``0_Transformer``), the folder above it. ``model.sentence_folder``
     holds what this gives for a model, read once.
 
     Args:

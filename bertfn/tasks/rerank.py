@@ -165,7 +165,8 @@ def rerank(
 
     Raises:
         InputError: a query or passage that is no string, no passages, bad options, an activation the model names
-            that bertfn does not apply, a prompt_name its folder does not have, both prompt and prompt_name (an empty or blank query or passage is scored, as CrossEncoder scores it).
+            that bertfn does not apply, a prompt_name its folder does not have, both prompt and prompt_name (an empty
+            or blank query or passage is scored, as CrossEncoder scores it).
         MissingPartError: a model without a tokenizer, or that is no cross-encoder (another head, or several outputs).
 
     Warns:
