@@ -201,8 +201,12 @@ def test_output_named_npy_or_parquet_writes_that_format(tiny_folder, tmp_path, c
     before = (tmp_path / "v.npy").read_bytes()
     assert main([*embed, "--output", str(tmp_path / "v.npy")]) == 2  # the log is there: never overwritten
     assert (f"bertfn: error: {tmp_path / 'v.jsonl'} (the run log of {tmp_path / 'v.npy'}) already exists; pass "
-            f"--resume to continue the run that wrote it, or delete it and {tmp_path / 'v.npy'} to start again") \
-        in capsys.readouterr().err
+            f"--resume to continue the run that wrote it, or delete it and {tmp_path / 'v.npy'} to start again, or name "
+            "another output") in capsys.readouterr().err
+    assert main([*embed, "--output", str(tmp_path / "v.parquet")]) == 2  # the same log: the files there are named
+    assert (f"(the run log of {tmp_path / 'v.parquet'}) already exists; pass --resume to continue the run that wrote "
+            f"it, or delete it and {tmp_path / 'v.npy'} to start again") in capsys.readouterr().err
+    assert not (tmp_path / "v.parquet").exists()
     assert main([*embed, "--output", str(tmp_path / "v.npy"), "--resume"]) == 2  # the kept error line
     assert "0 texts (resumed after line 4)" in capsys.readouterr().err
     assert (tmp_path / "v.npy").read_bytes() == before

@@ -360,9 +360,11 @@ def _continues(source: str | Path, asked: Path, log: Path, resume: bool) -> bool
         raise InputError(f"{asked} already exists, and its run log {log} does not (or is empty): it is not the output "
                          f"of a run to continue; delete {asked} to start again, or name another output")
     if written and not resume:
-        also = f" and {asked}" if asked != log else ""
+        beside = dict.fromkeys(p for p in (asked, compact_path(log, "npy"), compact_path(log, "parquet"))
+                               if p != log and p.exists())  # what the run that wrote the log wrote beside it
+        also = "".join(f" and {p}" for p in beside)
         raise InputError(f"{log}{of} already exists; pass {syntax(python='resume=True', cli='--resume')} to "
-                         f"continue the run that wrote it, or delete it{also} to start again")
+                         f"continue the run that wrote it, or delete it{also} to start again, or name another output")
     return written
 
 
