@@ -155,6 +155,8 @@ def test_cli_json_is_embed_as_a_list(tiny_folder, capsys):
     assert json.loads(capsys.readouterr().out) == bertfn.embed(TEXTS[:2], cpu, pooling="cls", normalize=True).tolist()
     assert main(["embed", TEXTS[0], "--model", str(tiny_folder), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == bertfn.embed(TEXTS[0], cpu).tolist()  # one text: its vector
+    assert main(["embed", *TEXTS[:2], "--model", str(tiny_folder), "--json", "--pooling", "cls+mean"]) == 0
+    assert json.loads(capsys.readouterr().out) == bertfn.embed(TEXTS[:2], cpu, pooling=("cls", "mean")).tolist()
 
 
 def test_cli_default_prints_one_line_of_numbers_per_text(tiny_folder, capsys):
@@ -173,7 +175,9 @@ def test_cli_errors_are_one_line(tiny_folder, capsys):
     assert capsys.readouterr().err == ("bertfn: error: max_length must be an integer from 2 to 64 (the tokens the model "
                                        "reads), got 1\n")
     assert main(["embed", "a", "--model", str(tiny_folder), "--pooling", "sum"]) == 2
-    assert "invalid choice: 'sum'" in capsys.readouterr().err
+    assert "argument --pooling: 'sum' names no pooling mode ('sum'); use one of cls, max, mean" in capsys.readouterr().err
+    assert main(["embed", "a", "--model", str(tiny_folder), "--pooling", "cls+avg"]) == 2
+    assert "'cls+avg' names no pooling mode ('avg')" in capsys.readouterr().err
 
 
 # --- the real all-MiniLM-L6-v2 against sentence-transformers ---------------------------------------

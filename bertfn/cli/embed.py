@@ -14,8 +14,9 @@ def add(sub) -> None:
     em = subcommand(sub, "embed", "one vector per text (sentence embeddings), made as the model's sentence-transformers "
                     "folder says", 'bertfn embed "how do I bake bread?" --prompt-name query --model ./bge-small-en-v1.5')
     em.add_argument("text", nargs="*", help="one or more texts (or --input FILE)")
-    em.add_argument("--pooling", choices=POOLINGS, default=None, metavar="MODE",
-                    help=f"instead of the folder's Pooling module (default; mean without one): {', '.join(POOLINGS)}")
+    em.add_argument("--pooling", type=pooling_modes, default=None, metavar="MODE",
+                    help=f"instead of the folder's Pooling module (default; mean without one): {', '.join(POOLINGS)}; "
+                         "several joined by + are concatenated, as a Pooling module of several modes does (cls+mean)")
     em.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                     help="scale each vector to length 1 at the end (dot product = cosine), or leave out the folder's "
                          "Normalize module (default: as the folder says)")
@@ -32,6 +33,23 @@ def add(sub) -> None:
                     help="print JSON: the vector of one text, or a list of vectors (default: one line of numbers per text)")
     add_model_options(em)
     add_file_options(em, vectors=True)
+
+
+def pooling_modes(given: str) -> str | tuple[str, ...]:
+    """``--pooling``'s value: one mode of :data:`POOLINGS`, or several joined by ``+`` (a tuple, concatenated).
+
+    Args:
+        given: the value on the command line.
+
+    Raises:
+        argparse.ArgumentTypeError: a mode bertfn does not know.
+    """
+    modes = tuple(given.split("+"))
+    unknown = [m for m in modes if m not in POOLINGS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{given!r} names no pooling mode ({', '.join(map(repr, unknown))}); use one "
+                                         f"of {', '.join(POOLINGS)}, or several joined by + (cls+mean)")
+    return modes[0] if len(modes) == 1 else modes
 
 
 def run(args: argparse.Namespace) -> int:
