@@ -607,9 +607,11 @@ def test_hub_id_that_cannot_exist(hf_cache, name):
 class _NoSuchRepo(http.server.BaseHTTPRequestHandler):
     """Answers every request as the hub does for a repository that does not exist."""
 
+    code = "RepoNotFound"
+
     def _answer(self):
         self.send_response(404)
-        self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("X-Error-Code", self.code)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -619,9 +621,22 @@ class _NoSuchRepo(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_hub_id_that_does_not_exist(tmp_path):
-    """Online, against a stand-in hub on localhost that answers 404 RepoNotFound, through the real CLI."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoSuchRepo)
+class _NoSuchFile(_NoSuchRepo):
+    """Answers every request as the hub does for a file that a repository does not hold."""
+
+    code = "EntryNotFound"
+
+
+@pytest.mark.parametrize("handler, said", [
+    (_NoSuchRepo, "'some-org/nope' is neither a local folder nor a model on the hub (RepositoryNotFoundError); check "
+                  "the spelling"),
+    (_NoSuchFile, "'some-org/nope' on the hub has no config.json (nor its modules.json a Transformer module with one): "
+                  "it is not a transformers checkpoint bertfn can read"),  # was: "HF_HUB_OFFLINE is set", online
+])
+def test_hub_id_that_does_not_exist(tmp_path, handler, said):
+    """Online, against a stand-in hub on localhost that answers 404 RepoNotFound (or EntryNotFound for every file),
+    through the real CLI."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     env.update(HF_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}", HF_HUB_CACHE=str(tmp_path))
@@ -633,8 +648,7 @@ def test_hub_id_that_does_not_exist(tmp_path):
         server.server_close()  # its listening socket too (else a ResourceWarning: unclosed socket)
     assert done.returncode == bertfn.ModelLoadError.exit_code == 5
     assert done.stderr.count("\n") == 1 and done.stdout == ""
-    assert done.stderr.startswith("bertfn: error: 'some-org/nope' is neither a local folder nor a model on the hub "
-                                  "(RepositoryNotFoundError); check the spelling")
+    assert done.stderr.startswith(f"bertfn: error: {said}"), done.stderr
 
 
 # --- the CLI: one line, the error's exit code, never a traceback ----------------------------------

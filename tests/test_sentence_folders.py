@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
@@ -306,9 +307,9 @@ def test_a_dense_activation_bertfn_does_not_apply_is_refused(bge, tmp_path):
         bertfn.embed("a text", bertfn.load(tmp_path / "softplus"))
 
 
-def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp_path):
-    """Older folders keep the transformer in 0_Transformer/ (loaded by the folder's path or its own), and all-MiniLM-L6-v2 lists a
-    2_Normalize that is not there: both read as sentence-transformers reads them."""
+def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp_path, monkeypatch):
+    """Older folders keep the transformer in 0_Transformer/ (loaded by the folder's path or its own, or from the hub),
+    and all-MiniLM-L6-v2 lists a 2_Normalize that is not there: both read as sentence-transformers reads them."""
     folder, modules = changed(bge, tmp_path)
     (folder / "0_Transformer").mkdir()
     for f in folder.iterdir():
@@ -323,6 +324,11 @@ def test_a_transformer_in_its_own_folder_and_a_missing_normalize_folder(bge, tmp
     assert read.max_seq_length == MAX_SEQ_LENGTH
     vectors = bertfn.embed(TEXTS[:3], bertfn.load(folder / "0_Transformer"))
     torch.testing.assert_close(vectors, bertfn.embed(TEXTS[:3], bertfn.load(bge)), atol=1e-6, rtol=0)
+    asked = cached_on_hub(folder, "some-org/old-layout", tmp_path, monkeypatch)  # the same folder from the hub
+    hub = bertfn.load("some-org/old-layout")  # it was "HF_HUB_OFFLINE is set while the cache has no copy of it"
+    assert {"0_Transformer/config.json", "0_Transformer/model.safetensors", "1_Pooling/config.json"} <= set(asked)
+    torch.testing.assert_close(bertfn.embed(TEXTS[:3], hub), vectors, atol=1e-6, rtol=0)
+    assert hub.sentence_folder == replace(read, path=hub.sentence_folder.path)
     shutil.rmtree(folder / "0_Transformer")  # a copy that lost it: said so, not "put the model's weights there"
     with pytest.raises(bertfn.CheckpointError, match=r"modules.json puts the Transformer module \(the encoder's weights, "
                                                      r"config and tokenizer\) in 0_Transformer/, which is not there"):

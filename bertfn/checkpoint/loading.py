@@ -33,7 +33,7 @@ from ..model.naming import names_of
 from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
-from .sentence_folder import TRANSFORMER_CONFIGS, not_run
+from .sentence_folder import TRANSFORMER_CONFIGS, not_run, transformer_path
 from .tokenizer_files import read_json, slow_files_advice
 from .weights import SHARD_INDEXES, read_weights, shard_map
 
@@ -104,7 +104,8 @@ def download(repo_id: str, revision: str | None = None) -> Path:
     how = (f"pass a local folder with config.json, model.safetensors and vocab.txt (or tokenizer.json) "
            f"instead, e.g. {_local_folder_hint(repo_id)}")
     try:
-        cached = isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+        cached = any(isinstance(try_to_load_from_cache(repo_id, name, revision=revision), str)
+                     for name in ("config.json", "modules.json"))
     except (HFValidationError, ValueError) as e:
         raise ModelLoadError(f"{repo_id!r} is neither a local folder nor a model on the hub "
                              f"({type(e).__name__}); check the spelling, or {how}") from e
@@ -125,21 +126,28 @@ def download(repo_id: str, revision: str | None = None) -> Path:
             return None  # the repo has no such file
 
     try:
+        modules = fetch("modules.json")  # a sentence-transformers folder: its modules' files, as bertfn.embed reads them
+        entries = read_json(modules) if modules is not None else []
         config = fetch("config.json")
-        if config is None:
+        inner = f"{transformer_path(entries)}/" if config is None and transformer_path(entries) else ""
+        if inner:  # an older sentence-transformers folder: the encoder in its Transformer module's 0_Transformer/
+            config = fetch(inner + "config.json")
+        if config is None and local_only:
             fix = syntax(python="unset HF_HUB_OFFLINE", cli="run without HF_HUB_OFFLINE=1") + " to download it, or "
             raise ModelLoadError(f"there is no folder named {repo_id!r} here, and HF_HUB_OFFLINE is set while the "
                                  f"Hugging Face cache ({constants.HF_HUB_CACHE}) has no copy of it; {fix}{how}")
-        weights = next((w for w in map(fetch, CHECKPOINT_FILES) if w is not None), None)
+        if config is None:
+            raise ModelLoadError(f"{repo_id!r} on the hub has no config.json (nor its modules.json a Transformer module "
+                                 f"with one): it is not a transformers checkpoint bertfn can read; {how}")
+        weights = next((w for w in (fetch(inner + c) for c in CHECKPOINT_FILES) if w is not None), None)
         if weights is None:
             raise ModelLoadError(f"{repo_id!r} has no {' or '.join(CHECKPOINT_FILES)} available here; {how}")
         if weights.name in SHARD_INDEXES:  # a sharded checkpoint: every shard its index names
             for shard in dict.fromkeys(shard_map(weights).values()):
-                fetch(shard)
+                fetch(inner + shard)
         for name in TOKENIZER_FILES:
-            fetch(name)
-        modules = fetch("modules.json")  # a sentence-transformers folder: its modules' files, as bertfn.embed reads them
-        for entry in (read_json(modules) if modules is not None else []):
+            fetch(inner + name)
+        for entry in entries:
             path = entry.get("path") if isinstance(entry, dict) else None
             if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
                 continue
@@ -156,7 +164,7 @@ def download(repo_id: str, revision: str | None = None) -> Path:
     except (HfHubHTTPError, OSError) as e:  # the hub answered with an error, or the cache cannot be written
         first_line = str(e).splitlines()[0] if str(e) else ""
         raise ModelLoadError(f"cannot get {repo_id!r} ({type(e).__name__}: {first_line}); try again later, or {how}") from e
-    return config.parent
+    return modules.parent if inner else config.parent
 
 
 def _looks_like_path(name: str) -> bool:
@@ -176,14 +184,14 @@ def transformer_folder(folder: Path) -> Path:
     """
     if not (folder / "modules.json").is_file():
         return folder
-    first = read_json(folder / "modules.json")
-    first = first[0] if isinstance(first, list) and first and isinstance(first[0], dict) else {}
+    entries = read_json(folder / "modules.json")
+    first = entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else {}
     if first and not str(first.get("type", "")).endswith("Transformer") and not (folder / "config.json").is_file():
         raise not_run(folder / "modules.json", 0, first)
-    path = first.get("path")
-    inner = folder / path if isinstance(path, str) and path and ".." not in Path(path).parts else None
-    if inner is None or any((folder / w).is_file() for w in CHECKPOINT_FILES):
+    path = transformer_path(entries)
+    if path is None or any((folder / w).is_file() for w in CHECKPOINT_FILES):
         return folder
+    inner = folder / path
     if not inner.is_dir():
         raise CheckpointError(f"{folder / 'modules.json'} puts the Transformer module (the encoder's weights, config "
                               f"and tokenizer) in {path}/, which is not there, and {folder} holds no weights of its "
@@ -243,7 +251,7 @@ def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path,
     if _looks_like_path(str(name_or_path)):
         raise ModelLoadError(f"{str(name_or_path)!r} does not exist (no such folder or file here); pass an existing "
                              "folder, file or a hub id")
-    folder = download(str(name_or_path), revision)
+    folder = transformer_folder(download(str(name_or_path), revision))
     return folder, next(folder / w for w in CHECKPOINT_FILES if (folder / w).is_file())
 
 

@@ -156,6 +156,20 @@ def _listed(path: Path) -> list:
     return entries
 
 
+def transformer_path(entries: object) -> str | None:
+    """The sub-folder a ``modules.json``'s entries give its first module, where that is a Transformer module in a
+    sub-folder of its own (``"0_Transformer"``, as sentence-transformers before 2.x saved it); else None.
+
+    Args:
+        entries: the file's content (a list of ``{"type": ..., "path": ...}``; anything else gives None).
+    """
+    first = entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else {}
+    path = first.get("path")
+    if not str(first.get("type", "")).endswith("Transformer") or not isinstance(path, str) or not path:
+        return None
+    return path if not (Path(path).is_absolute() or ".." in Path(path).parts) else None
+
+
 def not_run(modules: Path, i: int, entry: object) -> ConfigError:
     """The error for the ``i``-th module of a ``modules.json``, one bertfn does not run.
 

@@ -42,7 +42,7 @@ def pooling_modes(given: str) -> str | tuple[str, ...]:
         given: the value on the command line.
 
     Raises:
-        argparse.ArgumentTypeError: a mode bertfn does not know.
+        ArgumentTypeError: a mode bertfn does not know (argparse says it as its own error).
     """
     modes = tuple(given.split("+"))
     unknown = [m for m in modes if m not in POOLINGS]
