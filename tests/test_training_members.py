@@ -125,3 +125,52 @@ def test_the_padding_position_row_gets_no_gradient(tmp_path, kind):
     ours, theirs = state[name].grad, base.embeddings.position_embeddings.weight.grad
     assert not ours[hf.config.pad_token_id].any()
     torch.testing.assert_close(ours, theirs, **TOL)
+
+
+DROPOUTS = {"distilbert": ("dropout", "attention_dropout", ("qa_dropout", "seq_classif_dropout")),
+            "modernbert": ("mlp_dropout", "attention_dropout", ("embedding_dropout", "classifier_dropout")),
+            "albert": ("hidden_dropout_prob", "attention_probs_dropout_prob", ("classifier_dropout_prob",)),
+            "deberta-v2": ("hidden_dropout_prob", "attention_probs_dropout_prob", ("pooler_dropout", "cls_dropout")),
+            "electra": ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                        ("classifier_dropout", "summary_first_dropout", "summary_last_dropout"))}
+"""Each member's config fields of its hidden states', its attention probabilities' and its heads' dropouts
+(BERT's names where it has no others)."""
+
+QUICK_DROPOUTS = {("distilbert", "masked-lm"), ("albert", "masked-lm"), ("roberta", "multiple-choice")}
+"""The cases of the quick run: DistilBERT's attention output and ALBERT's feed-forward output, which transformers
+does not drop out, and RoBERTa's multiple-choice head, which drops out at ``hidden_dropout_prob``."""
+
+DROPOUT_CASES = [pytest.param(*case.values, which, marks=() if tuple(case.values) in QUICK_DROPOUTS else pytest.mark.slow,
+                              id=f"{case.id}-{which}")
+                 for case in CASES for which in ("hidden", "attention", "head")
+                 if which != "head" or case.values[1] not in ("masked-lm", "replaced-tokens")]
+"""(kind, task, which dropout is 1): the head's own dropouts where the head has any."""
+
+
+@pytest.mark.parametrize("kind, task, which", DROPOUT_CASES)
+def test_a_dropout_of_one_drops_where_transformers_drops(tmp_path, kind, task, which):
+    """Training mode with one kind of dropout at 1 and every other at 0: transformers' ``model.train()`` draws nothing
+    at random (a dropout of 1 zeroes what it drops), so bertfn's training pass (a generator) must give its logits
+    exactly, which it does only if it drops out the same tensors, at the same rates, read from the same fields."""
+    hidden, attention, heads = DROPOUTS.get(kind, ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                                                   ("classifier_dropout",)))
+    fields = dict.fromkeys((hidden, attention, *heads), 0.0) | {
+        "hidden": {hidden: 1.0}, "attention": {attention: 1.0}, "head": dict.fromkeys(heads, 1.0)}[which]
+    hf = save_member(kind, tmp_path, **fields) if task in ("masked-lm", "replaced-tokens") else \
+        save_head(kind, task, tmp_path, **fields)
+    model = bertfn.load(tmp_path)
+    ids = torch.randint(5, hf.config.vocab_size, (3, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        out = hf.train()(**(dict(input_ids=ids[None], attention_mask=mask[None]) if task == "multiple-choice" else
+                            dict(input_ids=ids, attention_mask=mask)))
+        h = bertfn.encoder(model.params, ids, mask, generator=g).last_hidden_state
+        if task in ("masked-lm", "replaced-tokens"):
+            ours = (discriminator_head if task == "replaced-tokens" else bertfn.mlm_head)(model.params, h)
+        else:
+            ours = run_head(model.params, task, h, mask, generator=g)
+    theirs = (out.start_logits, out.end_logits) if task == "question-answering" else out.logits
+    if task == "multiple-choice":
+        ours = ours.view(1, -1)
+    torch.testing.assert_close(ours, theirs, **TOL)

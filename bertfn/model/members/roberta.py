@@ -58,6 +58,12 @@ class RobertaConfig(BertConfig):
     eos_token_id: int | None = 2
     model_type: str = "roberta"
 
+    @property
+    def choice_dropout(self) -> float:
+        """``RobertaForMultipleChoice``'s dropout: ``hidden_dropout_prob`` (it never reads ``classifier_dropout``, which
+        its sequence classifier and tagger read)."""
+        return self.hidden_dropout_prob
+
 
 @dataclass(frozen=True)
 class XLMRobertaConfig(RobertaConfig):
