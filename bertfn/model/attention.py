@@ -365,7 +365,7 @@ def attention_output(p: Params, merged: Tensor, x: Tensor, generator: torch.Gene
         out = heads.sum(dim=1) + p["output.dense.bias"]  # (B, S, H), heads: (B, nh, S, H)
     else:
         out = linear(merged, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
-    out = dropout(out, cfg.hidden_dropout_prob, generator)
+    out = dropout(out, cfg.attention_output_dropout, generator)
     out = trace("dense", out)
     out = layer_norm(out + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
     return trace("output", out)

@@ -170,6 +170,18 @@ class BertConfig:
         return self.hidden_dropout_prob
 
     @property
+    def feed_forward_dropout(self) -> float:
+        """The dropout of a post-LN layer's feed-forward output, before its residual: ``hidden_dropout_prob`` (BERT's
+        ``BertOutput``); ALBERT's layer defines one and never applies it (0)."""
+        return self.hidden_dropout_prob
+
+    @property
+    def choice_dropout(self) -> float:
+        """The dropout of BERT's multiple-choice head, before its classifier: :attr:`head_dropout`
+        (``BertForMultipleChoice``'s); RoBERTa's reads ``hidden_dropout_prob`` alone."""
+        return self.head_dropout
+
+    @property
     def head_dropout(self) -> float:
         """The dropout of a task head, before its classifier: ``classifier_dropout``, else ``hidden_dropout_prob``
         (BERT's heads); a member whose heads never read ``classifier_dropout`` overrides it (ESM-2's, MPNet's)."""

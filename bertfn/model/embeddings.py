@@ -127,6 +127,8 @@ def embeddings(
     past_length: int = 0,
     generator: torch.Generator | None = None,
     trace: Trace = NO_TRACE,
+    *,
+    position_padding: int | None = None,
 ) -> Tensor:
     """Word + token-type (+ absolute position) embeddings, then LayerNorm and dropout.
 
@@ -143,6 +145,8 @@ def embeddings(
         generator: turns dropout on (training; :func:`~bertfn.model.functional.dropout`).
         trace: records (and edits) the steps under ``word``, ``token_type``, ``position``, ``sum``
             and ``output`` (:class:`~bertfn.model.recorder.Trace`).
+        position_padding: the position table's row that gets no gradient (``nn.Embedding``'s ``padding_idx``):
+            None in BERT; RoBERTa's padding position (``pad_token_id``), which its padding reads.
 
     Returns:
         (B, S, H).
@@ -170,7 +174,8 @@ def embeddings(
             position_ids = default_position_ids(B, S, past_length, device)
         check_ids("position_ids", position_ids, cfg.max_position_embeddings,
                   f"this model has {cfg.max_position_embeddings} positions; shorten the input", (B, S))
-        positions = p["position_embeddings.weight"][position_ids]  # (B, S, H)
+        # (B, S, H); a padding row as the member's nn.Embedding has one: the same values, no gradient to that row
+        positions = F.embedding(position_ids, p["position_embeddings.weight"], padding_idx=position_padding)
         positions = trace("position", positions)
         x = x + positions
     elif past_length + S > cfg.max_position_embeddings:  # relative: attention looks up distances up to P - 1

@@ -37,7 +37,7 @@ def feed_forward(p: Params, x: Tensor, generator: torch.Generator | None = None,
     h = linear(x, p["intermediate.dense.weight"], p["intermediate.dense.bias"], cfg.hidden_act)  # act(x W_1^T + b_1): (B, S, I)
     h = trace("intermediate", h)
     h = linear(h, p["output.dense.weight"], p["output.dense.bias"])  # (B, S, H)
-    h = dropout(h, cfg.hidden_dropout_prob, generator)
+    h = dropout(h, cfg.feed_forward_dropout, generator)
     h = trace("dense", h)
     h = layer_norm(h + x, p["output.LayerNorm.weight"], p["output.LayerNorm.bias"], cfg.layer_norm_eps)
     return trace("output", h)

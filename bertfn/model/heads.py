@@ -182,13 +182,14 @@ def multiple_choice(params: Params, pooled: Tensor, num_choices: int,
             (reads ``classifier.*``, one logit per choice).
         pooled: (B*C, H), the pooled outputs of the B*C flattened (text, choice) pairs.
         num_choices: C.
-        generator: turns dropout on (training; ``config.classifier_dropout``, else ``hidden_dropout_prob``).
+        generator: turns dropout on (training; ``config.choice_dropout``: ``classifier_dropout``, else
+            ``hidden_dropout_prob``, in BERT).
         config: the config of a bare state_dict.
 
     Returns:
         (B, C).
     """
     params = as_params(params, config, "multiple_choice")
-    x = dropout(pooled, params.config.head_dropout, generator)
+    x = dropout(pooled, params.config.choice_dropout, generator)
     scores = linear(x, params["classifier.weight"], params["classifier.bias"])  # (B*C, 1)
     return scores.view(-1, num_choices)  # (B, C)

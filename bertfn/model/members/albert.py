@@ -68,6 +68,12 @@ class AlbertConfig(BertConfig):
     classifier_dropout: float | None = 0.1
     model_type: str = "albert"
 
+    @property
+    def feed_forward_dropout(self) -> float:
+        """0: ``AlbertLayer`` makes a dropout at ``hidden_dropout_prob`` but its feed-forward never applies it (its
+        attention's output and its embeddings drop out at that rate)."""
+        return 0.0
+
     @classmethod
     def renamed(cls, d: dict[str, Any]) -> dict[str, Any]:
         """ALBERT's config.json fields under BertConfig's names: ``classifier_dropout_prob`` is ``classifier_dropout``.

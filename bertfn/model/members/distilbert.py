@@ -17,7 +17,7 @@ DistilBERT is BERT except:
 
 Its layers are BERT's: post-LN attention and feed-forward with the same residuals (transformers
 scales the queries before ``q k^T`` rather than the scores after it: the same numbers to float
-rounding). Its positions are 0, 1, ... as BERT's, padding included.
+rounding), except that training drops out no attention output (:attr:`DistilBertConfig.attention_output_dropout`). Its positions are 0, 1, ... as BERT's, padding included.
 """
 
 from __future__ import annotations
@@ -60,6 +60,12 @@ class DistilBertConfig(BertConfig):
     NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
              "hidden_dim": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
              "attention_dropout": "attention_probs_dropout_prob", "seq_classif_dropout": "classifier_dropout"}
+
+    @property
+    def attention_output_dropout(self) -> float:
+        """0: ``TransformerBlock`` adds ``out_lin``'s output to its input with no dropout (``dropout`` drops out the
+        embeddings and the feed-forward's output)."""
+        return 0.0
 
     @classmethod
     def renamed(cls, d: dict[str, Any]) -> dict[str, Any]:

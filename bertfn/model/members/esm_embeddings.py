@@ -22,6 +22,7 @@ In transformers' order: ``e = dropout_tokens(word(x)) [+ pos(x)]``, ``[LayerNorm
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ...errors import InputError
 from ..config import BertConfig
@@ -174,7 +175,8 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
         check_ids("position_ids", position_ids, cfg.max_position_embeddings,
                   f"this model has {cfg.max_position_embeddings} positions, which hold {longest_input(cfg)} tokens "
                   "(they start at padding_idx + 1); shorten the input", (B, S))
-        x = x + trace("position", p["position_embeddings.weight"][position_ids])  # (B, S, H)
+        table = p["position_embeddings.weight"]  # EsmEmbeddings' nn.Embedding has padding_idx=pad_token_id
+        x = x + trace("position", F.embedding(position_ids, table, padding_idx=cfg.pad_token_id))  # (B, S, H)
     if "LayerNorm.weight" in p:  # emb_layer_norm_before (ESM-1b; false in ESM-2)
         x = norm(p, "LayerNorm", x)
     if attention_mask is not None and segments is None:

@@ -116,7 +116,8 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
         position_ids = torch.arange(PADDING_IDX + 1, PADDING_IDX + 1 + S, device=words.device).expand(B, S)
     check_ids("position_ids", position_ids, cfg.max_position_embeddings,
               f"this model has {cfg.max_position_embeddings} positions; shorten the input", (B, S))
-    positions = trace("position", p["position_embeddings.weight"][position_ids])  # (B, S, H)
+    positions = F.embedding(position_ids, p["position_embeddings.weight"], padding_idx=PADDING_IDX)  # no grad to row 1
+    positions = trace("position", positions)  # (B, S, H)
     x = trace("sum", words + positions)
     x = layer_norm(x, p["LayerNorm.weight"], p["LayerNorm.bias"], cfg.layer_norm_eps)
     return trace("output", dropout(x, cfg.hidden_dropout_prob, generator))

@@ -58,6 +58,12 @@ class RobertaConfig(BertConfig):
     eos_token_id: int | None = 2
     model_type: str = "roberta"
 
+    @property
+    def choice_dropout(self) -> float:
+        """``RobertaForMultipleChoice``'s dropout: ``hidden_dropout_prob`` (it never reads ``classifier_dropout``, which
+        its sequence classifier and tagger read)."""
+        return self.hidden_dropout_prob
+
 
 @dataclass(frozen=True)
 class XLMRobertaConfig(RobertaConfig):
@@ -126,7 +132,8 @@ def embeddings(p: Params, input_ids: Tensor | None = None, token_type_ids: Tenso
     elif position_ids is None and isinstance(inputs_embeds, Tensor) and inputs_embeds.dim() == 3:
         B, S = inputs_embeds.shape[:2]
         position_ids = torch.arange(pad + 1, pad + 1 + S, device=inputs_embeds.device).expand(B, S)
-    return bert_embeddings(p, input_ids, token_type_ids, position_ids, inputs_embeds, past_length, generator, trace)
+    return bert_embeddings(p, input_ids, token_type_ids, position_ids, inputs_embeds, past_length, generator, trace,
+                           position_padding=pad)  # RobertaEmbeddings' position table has padding_idx=pad_token_id
 
 
 def classification_head(params: Params, h: Tensor, mask: Tensor, *, generator: torch.Generator | None = None,
