@@ -17,7 +17,8 @@ DistilBERT is BERT except:
 
 Its layers are BERT's: post-LN attention and feed-forward with the same residuals (transformers
 scales the queries before ``q k^T`` rather than the scores after it: the same numbers to float
-rounding), except that training drops out no attention output (:attr:`DistilBertConfig.attention_output_dropout`). Its positions are 0, 1, ... as BERT's, padding included.
+rounding), except that training drops out no attention output
+(:attr:`DistilBertConfig.attention_output_dropout`). Its positions are 0, 1, ... as BERT's, padding included.
 """
 
 from __future__ import annotations
