@@ -298,6 +298,20 @@ def test_command_line_mistakes(tiny_folder, tmp_path, capsys):
     assert sorted(tmp_path.iterdir()) == [src, utf16]  # nothing written
 
 
+def test_flush_every_infinite_flushes_per_chunk_and_a_negative_one_is_refused_by_its_flag(tiny_folder, tmp_path,
+                                                                                        capsys):
+    """--flush-every inf (never by time) runs the whole file, in pieces up to a chunk; a negative one is refused naming
+    the option as typed (not flush_every)."""
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--model", str(tiny_folder), "--top-k", "1", "--no-progress"]
+    assert main([*argv, "--output", str(out), "--flush-every", "inf"]) == 0, capsys.readouterr().err
+    assert [r["text"] for r in read_jsonl(out)] == GOOD
+    capsys.readouterr()
+    assert main([*argv, "--flush-every", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("bertfn: error: --flush-every must be a number of seconds >= 0, got -1")
+
+
 def test_stdin_to_stdout(tiny_folder):
     folder = tiny_folder
     done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "--input", "-", "--model", str(folder),

@@ -175,7 +175,7 @@ def run_entries(runner: Runner, entries: Iterator[tuple[int, bytes, bytes | None
             output.write(run_piece(runner, piece, inputs, echo, drop, tally, output.printed), force=not todo)
             tally.update(running)
             per_text = (time.monotonic() - began) / max(running, 1)
-            size = max(1, min(chunk_size, 2 * size, int(output.flush_every / max(per_text, 1e-6))))
+            size = max(1, int(min(chunk_size, 2 * size, output.flush_every / max(per_text, 1e-6))))  # inf: a chunk
 
 
 def run_file(
@@ -280,7 +280,8 @@ def run_file(
     target, formats = (None, tuple(formats)) if to_stdout else output_files(asked, formats, task == "embed")
     check_formats(formats, task == "embed", to_stdout)
     if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
-        raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
+        raise InputError(f"{syntax(python='flush_every', cli='--flush-every')} must be a number of seconds >= 0, "
+                         f"got {flush_every!r}")
     lines = enumerate(inputs.read(source), 1)
     first = next(lines, None)
     rows = inputs.probe(first and first[1], source)  # a table's rows, for the bar
