@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -321,6 +322,42 @@ def test_stdin_to_stdout(tiny_folder):
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["text"] for r in rows] == GOOD[:3]
     assert done.stderr.startswith("bertfn: done: 3 texts, 0 with errors") and "\r" not in done.stderr  # no bar
+
+
+def test_pipes_and_devices_are_read_and_written_as_they_go(tiny_folder, tmp_path, capsys):
+    """--input <(cmd) and --output >(gzip > out.gz) name pipes (the shell's /dev/fd/63): read once (the bar counts no
+    lines of a pipe) and written as they go, with no record beside them; --output /dev/null leaves no
+    /dev/null.run.json; --resume on a pipe is refused in one line."""
+    src, out = tmp_path / "in.fifo", tmp_path / "out.fifo"
+    os.mkfifo(src)
+    os.mkfifo(out)
+    got = []
+    threads = [threading.Thread(target=src.write_text, args=("\n".join(GOOD) + "\n",), daemon=True),
+               threading.Thread(target=lambda: got.append(out.read_text()), daemon=True)]
+    for t in threads:
+        t.start()
+    argv = ["fill-mask", "--model", str(tiny_folder), "--top-k", "1"]
+    try:
+        code = main([*argv, "--input", str(src), "--output", str(out), "--progress"])
+    finally:  # a run that never opened the pipes leaves no thread waiting on them
+        for fifo, flags in ((src, os.O_RDONLY), (out, os.O_WRONLY)):
+            try:
+                os.close(os.open(fifo, flags | os.O_NONBLOCK))
+            except OSError:
+                pass
+        for t in threads:
+            t.join(timeout=60)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert [json.loads(line)["text"] for line in got[0].splitlines()] == GOOD
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fifo", "out.fifo"]  # no record, no lock file
+    lines = tmp_path / "in.txt"
+    lines.write_text(GOOD[0] + "\n", encoding="utf-8")
+    assert main([*argv, "--input", str(lines), "--output", os.devnull]) == 0
+    assert not Path(os.devnull + ".run.json").exists()
+    assert main([*argv, "--input", str(lines), "--output", os.devnull, "--resume"]) == 2
+    assert capsys.readouterr().err.endswith(f"--resume needs an output file to continue, not the pipe or device "
+                                            f"{os.devnull}\n")
 
 
 def test_progress_bar(tiny_folder, tmp_path):

@@ -311,21 +311,22 @@ class Output:
         self.flushed_at = time.monotonic()
 
 
-def check_formats(formats: Iterable[str], vectors: bool, to_stdout: bool) -> None:
+def check_formats(formats: Iterable[str], vectors: bool, streamed: bool) -> None:
     """Check that every one of ``formats`` is known and can be written.
 
     Args:
         formats: format names.
         vectors: the task gives vectors, as embed does (``"npy"`` needs them).
-        to_stdout: the output is standard output (only ``"jsonl"`` then: the others go beside an output file).
+        streamed: the output is standard output, a pipe or a device (only ``"jsonl"`` then: the others go beside an
+            output file).
 
     Raises:
         InputError: an unknown format, or one that cannot be written here.
     """
     formats = tuple(formats)
-    if any(f not in FORMATS for f in formats) or (to_stdout and any(f != "jsonl" for f in formats)):
+    if any(f not in FORMATS for f in formats) or (streamed and any(f != "jsonl" for f in formats)):
         raise InputError(f"formats are {', '.join(map(repr, FORMATS))}, written beside an --output file; got "
-                         f"{', '.join(map(repr, formats))}{' with standard output' if to_stdout else ''}")
+                         f"{', '.join(map(repr, formats))}{' with standard output or a pipe' if streamed else ''}")
     if "npy" in formats and not vectors:
         raise InputError("--format npy holds one vector per line (bertfn embed); use --format parquet for "
                          "other results")

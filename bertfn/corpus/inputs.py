@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,6 +31,24 @@ from .record import OWN_KEYS
 TABLES = {".csv": ",", ".tsv": "\t"}
 """The inputs read as tables (:mod:`csv`'s default dialect, ``strict``), by the ending of the file's name: its
 delimiter."""
+
+
+def is_stream(path: str | Path) -> bool:
+    """Whether ``path`` is read or written once, as it goes, not a file a run can look at again (resume, a record
+    beside it): ``-`` (standard input or output), a pipe or a device (``<(zcat chains.gz)`` and ``>(gzip > out.gz)``,
+    which the shell names ``/dev/fd/63``; ``/dev/stdout``, ``/dev/null``).
+
+    Args:
+        path: an input or an output, as named.
+    """
+    if str(path) == "-":
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # not there (an output to create), or no path at all
+        return False
+    return not stat.S_ISDIR(mode) and (not stat.S_ISREG(mode) or Path(path).absolute().parts[1:2] in (("dev",),
+                                                                                                       ("proc",)))
 
 
 def read_lines(source: str | Path) -> Iterator[bytes]:
