@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bz2
 import fcntl
+import gzip
 import itertools
 import json
 import random
@@ -279,6 +281,9 @@ def test_command_line_mistakes(tiny_folder, tmp_path, capsys):
     src.write_text(GOOD[0] + "\n", encoding="utf-8")
     utf16 = tmp_path / "utf16.txt"
     utf16.write_text(GOOD[0] + "\n", encoding="utf-16")
+    packed = [tmp_path / "in.txt.gz", tmp_path / "in.txt.bz2"]
+    packed[0].write_bytes(gzip.compress(src.read_bytes()))
+    packed[1].write_bytes(bz2.compress(src.read_bytes()))
     for argv, message in [
         (["fill-mask"], "at least one text"),
         (["fill-mask", GOOD[0], "--input", str(src)], "not both"),
@@ -292,11 +297,15 @@ def test_command_line_mistakes(tiny_folder, tmp_path, capsys):
          "holds a NUL byte (at byte "),  # not a run of thousands of "not valid UTF-8" lines
         (["embed", "--input", str(utf16)], "utf16.txt is not text: its first line holds a NUL byte (at byte 3), as a "
          "binary file or a UTF-16 one does; nothing was run: pass a text, JSON Lines, .csv or .tsv file in UTF-8"),
+        (["embed", "--input", str(packed[0])], f"{packed[0]} is gzip-compressed; nothing was run: decompress it as it "
+         f"is read, with --input <(zcat {packed[0]}) or zcat {packed[0]} | bertfn ... --input -"),
+        (["embed", "--input", str(packed[1])], f"{packed[1]} is bzip2-compressed; nothing was run: decompress it as it "
+         f"is read, with --input <(bzcat {packed[1]})"),
     ]:
         assert main([*argv, "--model", str(folder)]) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, (argv, err)
-    assert sorted(tmp_path.iterdir()) == [src, utf16]  # nothing written
+    assert sorted(tmp_path.iterdir()) == sorted([src, utf16, *packed])  # nothing written
 
 
 def test_flush_every_infinite_flushes_per_chunk_and_a_negative_one_is_refused_by_its_flag(tiny_folder, tmp_path,
