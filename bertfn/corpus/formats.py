@@ -74,7 +74,7 @@ def output_files(target: Path, formats: Iterable[str], vectors: bool) -> tuple[P
 
     Raises:
         InputError: ``out.npy`` for a task whose results are not vectors; a name whose suffix says a format bertfn
-            does not write (``out.csv``: :data:`NOT_WRITTEN`); a folder, or a file in a folder that does not exist.
+            does not write (``out.csv``: :data:`NOT_WRITTEN`), or one it writes in capitals (``out.NPY``); a folder, or a file in a folder that does not exist.
     """
     output = syntax(python="target", cli="--output")
     fmt = target.suffix[1:]
@@ -83,6 +83,9 @@ def output_files(target: Path, formats: Iterable[str], vectors: bool) -> tuple[P
         raise InputError(f"{output} {target} names {NOT_WRITTEN[fmt.lower()]}, which bertfn does not write; name "
                          f"{npy}{target.with_suffix('.parquet')} (a table pandas reads, a row per line) or "
                          f"{target.with_suffix('.jsonl')} (JSON Lines, a line per line)")
+    if fmt != fmt.lower() and fmt.lower() in FORMATS and fmt.lower() != "jsonl":  # else JSON Lines in out.NPY
+        raise InputError(f"{output} {target}: name it {target.with_suffix('.' + fmt.lower())}, the ending in lowercase, "
+                         f"for the {fmt.lower()} format")
     if target.is_dir():
         raise InputError(f"{output} {target} is a folder; name a file in it ({target / 'results.jsonl'})")
     require_folder(target, output)
