@@ -270,6 +270,10 @@ def test_every_line_good_exits_0_and_jsonl_needs_field(tiny_folder, tmp_path, ca
     src.write_text(json.dumps({"text": GOOD[0]}) + "\n", encoding="utf-8")
     assert main(["fill-mask", "--input", str(src), "--model", str(folder)]) == 2
     assert "--field NAME" in capsys.readouterr().err
+    shouted = src.rename(tmp_path / "IN.JSONL")  # not read as lines of text (each a JSON object's source)
+    assert main(["fill-mask", "--input", str(shouted), "--model", str(folder)]) == 2
+    assert "IN.JSONL looks like JSON Lines; name the field that holds the text with --field NAME" in capsys.readouterr().err
+    src = shouted.rename(src)
     assert main(["fill-mask", "--input", str(src), "--model", str(folder), "--field", "text", "--top-k", "1"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["line"] == 1 and len(row["result"]) == 1

@@ -260,7 +260,7 @@ def run_file(
                          "file, or - for stdin")
     named = task_named(task)
     inputs = Inputs.of(named.inputs, named.optional, field, source)
-    if inputs.fields is None and str(source).endswith((".jsonl", ".ndjson")):
+    if inputs.fields is None and str(source).lower().endswith((".jsonl", ".ndjson")):
         also = ""
         if named.optional:  # classify's text_pair: the form that names every field
             python = "field={" + ", ".join(f"{n!r}: NAME" for n in named.inputs) + "}"
