@@ -326,6 +326,15 @@ def test_flush_every_infinite_flushes_per_chunk_and_a_negative_one_is_refused_by
     assert capsys.readouterr().err.startswith("bertfn: error: --flush-every must be a number of seconds >= 0, got -1")
 
 
+def test_an_output_that_cannot_be_opened_is_one_line(tiny_folder, tmp_path, capsys):
+    """An --output the system refuses to open (another user's, a read-only file system; here a name in Linux's /proc) is a
+    bertfn error naming it, not an unexpected OSError said to be a bug."""
+    src = tmp_path / "in.txt"
+    src.write_text(GOOD[0] + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(src), "--output", "/proc/no-such.jsonl", "--model", str(tiny_folder)]) == 2
+    assert capsys.readouterr().err.startswith("bertfn: error: cannot write --output /proc/no-such.jsonl (")
+
+
 def test_stdin_to_stdout(tiny_folder):
     folder = tiny_folder
     done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "--input", "-", "--model", str(folder),
