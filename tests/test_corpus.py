@@ -335,6 +335,28 @@ def test_an_output_that_cannot_be_opened_is_one_line(tiny_folder, tmp_path, caps
     assert capsys.readouterr().err.startswith("bertfn: error: cannot write --output /proc/no-such.jsonl (")
 
 
+def test_an_input_this_user_may_not_read_is_one_line(tiny_folder, tmp_path):
+    """An --input file (lines or a table) without read permission for this user is a bertfn error naming it, before the
+    model loads, not an unexpected PermissionError said to be a bug (root runs it without its override of
+    permissions, as test_real_checkpoints does)."""
+    from test_real_checkpoints import DRIVER, _without_permission_override
+
+    inputs = [tmp_path / "in.txt", tmp_path / "in.csv"]
+    for path in inputs:
+        path.write_text("text\nthe [MASK] sat\n", encoding="utf-8")
+        path.chmod(0)
+    argvs = [["fill-mask", "--input", str(path), "--model", str(tiny_folder)] for path in inputs]
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(inputs[0]), json.dumps(argvs)], capture_output=True,
+                          text=True, timeout=300, env=_env(),
+                          preexec_fn=_without_permission_override if os.geteuid() == 0 else None)
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert results != ["permissions do not apply to this user"], "no user here that file permissions bind"
+    for path, (code, err) in zip(inputs, results, strict=True):
+        assert code == 2 and err == (f"bertfn: error: cannot read {path}: permission denied for this user; give this "
+                                     "user read access to it (chmod a+r), or copy it to a folder you own\n")
+
+
 def test_stdin_to_stdout(tiny_folder):
     folder = tiny_folder
     done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "--input", "-", "--model", str(folder),

@@ -26,7 +26,7 @@ import torch
 
 from ..checkpoint.checks import count
 from ..checkpoint.model import Model
-from ..errors import InputError, UnknownTokensWarning, syntax
+from ..errors import InputError, UnknownTokensWarning, require_readable, syntax
 from .formats import Output, check_formats, compact_path, open_compact, output_files
 from .inputs import Inputs, is_stream, label, read_lines
 from .record import (InputPrint, OutputLock, check_record, make_record, read_record, scan_output,
@@ -258,6 +258,8 @@ def run_file(
         what = "is a folder" if Path(source).is_dir() else "does not exist"
         raise InputError(f"input file {source} {what}; pass --input with a text, JSON Lines, .csv or .tsv "
                          "file, or - for stdin")
+    if not is_stream(source):
+        require_readable(Path(source), InputError)  # another user's file: said before the model loads
     named = task_named(task)
     inputs = Inputs.of(named.inputs, named.optional, field, source)
     if inputs.fields is None and str(source).lower().endswith((".jsonl", ".ndjson")):
