@@ -357,6 +357,16 @@ def test_an_input_this_user_may_not_read_is_one_line(tiny_folder, tmp_path):
                                      "user read access to it (chmod a+r), or copy it to a folder you own\n")
 
 
+def test_a_full_disk_is_said_as_such_not_as_a_bug(tiny_folder, tmp_path, capsys):
+    """A write the disk refuses (no space left: Linux's /dev/full) is one line saying so and what to do, not an
+    'unexpected OSError ... a bug in bertfn'."""
+    src = tmp_path / "in.txt"
+    src.write_text(GOOD[0] + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(src), "--output", "/dev/full", "--model", str(tiny_folder)]) == 1
+    assert capsys.readouterr().err == ("bertfn: error: No space left on device; make room, then run it again (a file "
+                                       "run with --resume: it continues after the last complete line)\n")
+
+
 def test_stdin_to_stdout(tiny_folder):
     folder = tiny_folder
     done = subprocess.run([sys.executable, "-m", "bertfn", "fill-mask", "--input", "-", "--model", str(folder),
