@@ -74,7 +74,8 @@ def output_files(target: Path, formats: Iterable[str], vectors: bool) -> tuple[P
 
     Raises:
         InputError: ``out.npy`` for a task whose results are not vectors; a name whose suffix says a format bertfn
-            does not write (``out.csv``: :data:`NOT_WRITTEN`), or one it writes in capitals (``out.NPY``); a folder, or a file in a folder that does not exist.
+            does not write (``out.csv``: :data:`NOT_WRITTEN`), or one it writes in capitals (``out.NPY``); a folder,
+            or a file in a folder that does not exist.
     """
     output = syntax(python="target", cli="--output")
     fmt = target.suffix[1:]
