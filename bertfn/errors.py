@@ -148,14 +148,16 @@ def unreadable(path: str | Path, error: type[BertfnError] | None = None) -> Bert
 
     Args:
         path: the file or folder.
-        error: the class to return (default :class:`CheckpointError`, a file of the checkpoint).
+        error: the class to return (default :class:`CheckpointError`, a file of the checkpoint; :class:`InputError`:
+            an input file, whose fix is said without the model).
 
     Returns:
         The error, to raise.
     """
-    return (error or CheckpointError)(
-        f"cannot read {path}: permission denied for this user; give this user read access to it and the folders "
-        "above it (e.g. chmod -R a+rX on the model's folder), or copy the model to a folder you own")
+    fix = "give this user read access to it (chmod a+r), or copy it to a folder you own" if error is InputError else \
+        ("give this user read access to it and the folders above it (e.g. chmod -R a+rX on the model's folder), or "
+         "copy the model to a folder you own")
+    return (error or CheckpointError)(f"cannot read {path}: permission denied for this user; {fix}")
 
 
 def require_folder(path: Path, what: str) -> None:

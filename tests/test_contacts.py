@@ -181,6 +181,16 @@ def test_plots_draw_the_map_and_the_layer_beside_it(esm):
         contact_map(probs, protein[:-1])
 
 
+def test_cli_out_dash_writes_the_map_on_stdout(esm, tmp_path, capsysbinary, monkeypatch):
+    """--out - is standard output (> map.png), as --output - is: the PNG there, not a file named '-'."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    assert main(["contacts", PROTEINS[3], "--model", str(esm[0]), "--out", "-"]) == 0
+    printed = capsysbinary.readouterr()
+    assert printed.out[:8] == b"\x89PNG\r\n\x1a\n" and printed.err.startswith(b"bertfn: done: wrote stdout (")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_table_json_and_out(esm, tmp_path, capsys):
     folder, _, model = esm
     protein = PROTEINS[3]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bz2
 import fcntl
+import gzip
 import itertools
 import json
 import random
@@ -10,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -267,6 +270,10 @@ def test_every_line_good_exits_0_and_jsonl_needs_field(tiny_folder, tmp_path, ca
     src.write_text(json.dumps({"text": GOOD[0]}) + "\n", encoding="utf-8")
     assert main(["fill-mask", "--input", str(src), "--model", str(folder)]) == 2
     assert "--field NAME" in capsys.readouterr().err
+    shouted = src.rename(tmp_path / "IN.JSONL")  # not read as lines of text (each a JSON object's source)
+    assert main(["fill-mask", "--input", str(shouted), "--model", str(folder)]) == 2
+    assert "IN.JSONL looks like JSON Lines; name the field that holds the text with --field NAME" in capsys.readouterr().err
+    src = shouted.rename(src)
     assert main(["fill-mask", "--input", str(src), "--model", str(folder), "--field", "text", "--top-k", "1"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["line"] == 1 and len(row["result"]) == 1
@@ -278,6 +285,9 @@ def test_command_line_mistakes(tiny_folder, tmp_path, capsys):
     src.write_text(GOOD[0] + "\n", encoding="utf-8")
     utf16 = tmp_path / "utf16.txt"
     utf16.write_text(GOOD[0] + "\n", encoding="utf-16")
+    packed = [tmp_path / "in.txt.gz", tmp_path / "in.txt.bz2"]
+    packed[0].write_bytes(gzip.compress(src.read_bytes()))
+    packed[1].write_bytes(bz2.compress(src.read_bytes()))
     for argv, message in [
         (["fill-mask"], "at least one text"),
         (["fill-mask", GOOD[0], "--input", str(src)], "not both"),
@@ -291,11 +301,70 @@ def test_command_line_mistakes(tiny_folder, tmp_path, capsys):
          "holds a NUL byte (at byte "),  # not a run of thousands of "not valid UTF-8" lines
         (["embed", "--input", str(utf16)], "utf16.txt is not text: its first line holds a NUL byte (at byte 3), as a "
          "binary file or a UTF-16 one does; nothing was run: pass a text, JSON Lines, .csv or .tsv file in UTF-8"),
+        (["embed", "--input", str(packed[0])], f"{packed[0]} is gzip-compressed; nothing was run: decompress it as it "
+         f"is read, with --input <(zcat {packed[0]}) or zcat {packed[0]} | bertfn ... --input -"),
+        (["embed", "--input", str(packed[1])], f"{packed[1]} is bzip2-compressed; nothing was run: decompress it as it "
+         f"is read, with --input <(bzcat {packed[1]})"),
     ]:
         assert main([*argv, "--model", str(folder)]) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, (argv, err)
-    assert sorted(tmp_path.iterdir()) == [src, utf16]  # nothing written
+    assert sorted(tmp_path.iterdir()) == sorted([src, utf16, *packed])  # nothing written
+
+
+def test_flush_every_infinite_flushes_per_chunk_and_a_negative_one_is_refused_by_its_flag(tiny_folder, tmp_path,
+                                                                                        capsys):
+    """--flush-every inf (never by time) runs the whole file, in pieces up to a chunk; a negative one is refused naming
+    the option as typed (not flush_every)."""
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    argv = ["fill-mask", "--input", str(src), "--model", str(tiny_folder), "--top-k", "1", "--no-progress"]
+    assert main([*argv, "--output", str(out), "--flush-every", "inf"]) == 0, capsys.readouterr().err
+    assert [r["text"] for r in read_jsonl(out)] == GOOD
+    capsys.readouterr()
+    assert main([*argv, "--flush-every", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("bertfn: error: --flush-every must be a number of seconds >= 0, got -1")
+
+
+def test_an_output_that_cannot_be_opened_is_one_line(tiny_folder, tmp_path, capsys):
+    """An --output the system refuses to open (another user's, a read-only file system; here a name in Linux's /proc) is a
+    bertfn error naming it, not an unexpected OSError said to be a bug."""
+    src = tmp_path / "in.txt"
+    src.write_text(GOOD[0] + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(src), "--output", "/proc/no-such.jsonl", "--model", str(tiny_folder)]) == 2
+    assert capsys.readouterr().err.startswith("bertfn: error: cannot write --output /proc/no-such.jsonl (")
+
+
+def test_an_input_this_user_may_not_read_is_one_line(tiny_folder, tmp_path):
+    """An --input file (lines or a table) without read permission for this user is a bertfn error naming it, before the
+    model loads, not an unexpected PermissionError said to be a bug (root runs it without its override of
+    permissions, as test_real_checkpoints does)."""
+    from test_real_checkpoints import DRIVER, _without_permission_override
+
+    inputs = [tmp_path / "in.txt", tmp_path / "in.csv"]
+    for path in inputs:
+        path.write_text("text\nthe [MASK] sat\n", encoding="utf-8")
+        path.chmod(0)
+    argvs = [["fill-mask", "--input", str(path), "--model", str(tiny_folder)] for path in inputs]
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(inputs[0]), json.dumps(argvs)], capture_output=True,
+                          text=True, timeout=300, env=_env(),
+                          preexec_fn=_without_permission_override if os.geteuid() == 0 else None)
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert results != ["permissions do not apply to this user"], "no user here that file permissions bind"
+    for path, (code, err) in zip(inputs, results, strict=True):
+        assert code == 2 and err == (f"bertfn: error: cannot read {path}: permission denied for this user; give this "
+                                     "user read access to it (chmod a+r), or copy it to a folder you own\n")
+
+
+def test_a_full_disk_is_said_as_such_not_as_a_bug(tiny_folder, tmp_path, capsys):
+    """A write the disk refuses (no space left: Linux's /dev/full) is one line saying so and what to do, not an
+    'unexpected OSError ... a bug in bertfn'."""
+    src = tmp_path / "in.txt"
+    src.write_text(GOOD[0] + "\n", encoding="utf-8")
+    assert main(["fill-mask", "--input", str(src), "--output", "/dev/full", "--model", str(tiny_folder)]) == 1
+    assert capsys.readouterr().err == ("bertfn: error: No space left on device; make room, then run it again (a file "
+                                       "run with --resume: it continues after the last complete line)\n")
 
 
 def test_stdin_to_stdout(tiny_folder):
@@ -307,6 +376,42 @@ def test_stdin_to_stdout(tiny_folder):
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["text"] for r in rows] == GOOD[:3]
     assert done.stderr.startswith("bertfn: done: 3 texts, 0 with errors") and "\r" not in done.stderr  # no bar
+
+
+def test_pipes_and_devices_are_read_and_written_as_they_go(tiny_folder, tmp_path, capsys):
+    """--input <(cmd) and --output >(gzip > out.gz) name pipes (the shell's /dev/fd/63): read once (the bar counts no
+    lines of a pipe) and written as they go, with no record beside them; --output /dev/null leaves no
+    /dev/null.run.json; --resume on a pipe is refused in one line."""
+    src, out = tmp_path / "in.fifo", tmp_path / "out.fifo"
+    os.mkfifo(src)
+    os.mkfifo(out)
+    got = []
+    threads = [threading.Thread(target=src.write_text, args=("\n".join(GOOD) + "\n",), daemon=True),
+               threading.Thread(target=lambda: got.append(out.read_text()), daemon=True)]
+    for t in threads:
+        t.start()
+    argv = ["fill-mask", "--model", str(tiny_folder), "--top-k", "1"]
+    try:
+        code = main([*argv, "--input", str(src), "--output", str(out), "--progress"])
+    finally:  # a run that never opened the pipes leaves no thread waiting on them
+        for fifo, flags in ((src, os.O_RDONLY), (out, os.O_WRONLY)):
+            try:
+                os.close(os.open(fifo, flags | os.O_NONBLOCK))
+            except OSError:
+                pass
+        for t in threads:
+            t.join(timeout=60)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert [json.loads(line)["text"] for line in got[0].splitlines()] == GOOD
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fifo", "out.fifo"]  # no record, no lock file
+    lines = tmp_path / "in.txt"
+    lines.write_text(GOOD[0] + "\n", encoding="utf-8")
+    assert main([*argv, "--input", str(lines), "--output", os.devnull]) == 0
+    assert not Path(os.devnull + ".run.json").exists()
+    assert main([*argv, "--input", str(lines), "--output", os.devnull, "--resume"]) == 2
+    assert capsys.readouterr().err.endswith(f"--resume needs an output file to continue, not the pipe or device "
+                                            f"{os.devnull}\n")
 
 
 def test_progress_bar(tiny_folder, tmp_path):

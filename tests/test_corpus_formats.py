@@ -273,6 +273,9 @@ def test_output_named_as_a_format_not_written_or_in_no_folder_is_refused_before_
     assert main(["classify", "--input", str(src), "--output", str(tmp_path / "c.TSV"), *nowhere]) == 2
     assert "c.TSV names a tab-separated table, which bertfn does not write; name " \
            f"{tmp_path / 'c.parquet'} (a table" in capsys.readouterr().err  # no .npy: labels are no vectors
+    assert main(["embed", "--input", str(src), "--output", str(tmp_path / "V.NPY"), *nowhere]) == 2  # not JSON Lines
+    assert capsys.readouterr().err == (f"bertfn: error: --output {tmp_path / 'V.NPY'}: name it {tmp_path / 'V.npy'}, "
+                                       "the ending in lowercase, for the npy format\n")
     missing = tmp_path / "no" / "such"
     assert main(["score", "--input", str(src), "--output", str(missing / "s.jsonl"), *nowhere]) == 2
     assert capsys.readouterr().err == (f"bertfn: error: --output {missing / 's.jsonl'}: its folder {missing} does not "

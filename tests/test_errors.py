@@ -529,6 +529,15 @@ def test_folder_without_weights(ckpt):
         bertfn.load(ckpt)
 
 
+def test_a_folder_of_checkpoints_names_the_one_inside(ckpt, tmp_path, capsys):
+    """antiberty's trained_models holds its checkpoint in a subfolder: --model on the folder above names that one."""
+    inner = ckpt  # in tmp_path, which holds no weights of its own
+    assert main(["fill-mask", "the [MASK] .", "--model", str(inner.parent)]) == bertfn.CheckpointError.exit_code
+    assert capsys.readouterr().err.strip().endswith(f"; {inner} holds them: pass --model {inner}")
+    with pytest.raises(bertfn.CheckpointError, match=re.escape(f"; {inner} holds them: pass {str(inner)!r}")):
+        bertfn.load(inner.parent)
+
+
 def test_path_that_does_not_exist(tmp_path):
     with pytest.raises(bertfn.ModelLoadError, match=r"does not exist \(no such folder or file here\); pass an existing folder, file or a hub id"):
         bertfn.load(tmp_path / "no-such-model")

@@ -274,6 +274,19 @@ def test_cli_view_writes_the_page(tiny_folder, tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err.startswith(f"bertfn: error: --out {tmp_path / 'no' / 'v.html'}: its folder")
 
 
+def test_cli_view_out_dash_writes_the_page_on_stdout(tiny_folder, tmp_path, capsysbinary, monkeypatch):
+    """--out - is standard output, as --output - is (| gzip > view.html.gz): the page alone there, byte for byte the
+    file's, what was written said on stderr; no file named '-'."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["view", TEXT, "--model", str(tiny_folder), "--out", "view.html"]) == 0
+    capsysbinary.readouterr()
+    assert main(["view", TEXT, "--model", str(tiny_folder), "--out", "-"]) == 0
+    printed = capsysbinary.readouterr()
+    assert printed.out == (tmp_path / "view.html").read_bytes()
+    assert re.fullmatch(rb"bertfn: done: wrote stdout \(12 tokens, \d+ kB\); open it in a browser\n", printed.err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["view.html"]
+
+
 def test_the_wheel_ships_the_page(tmp_path):
     """pyproject's package-data must name the page's files, or an installed bertfn could not write pages;
     and the package list must take every sub-package, or an installed bertfn could not even be imported."""

@@ -132,6 +132,15 @@ def test_cli_attention_scale(mlm_checkpoint, tmp_path, capsys, monkeypatch, scal
     assert seen == [scale.replace("-", "_")] and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_cli_attention_out_dash_writes_a_png_on_stdout(mlm_checkpoint, tmp_path, capsysbinary, monkeypatch):
+    """--out - is standard output (> attn.png, | display): a PNG there, 'wrote stdout' on stderr; no file named '-'."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["attention", TEXT, "--model", str(mlm_checkpoint[0]), "--out", "-"]) == 0
+    printed = capsysbinary.readouterr()
+    assert printed.out[:8] == b"\x89PNG\r\n\x1a\n" and printed.err == b"bertfn: done: wrote stdout\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_import_bertfn_does_not_import_matplotlib():
     code = "import sys, bertfn; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

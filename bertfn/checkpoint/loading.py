@@ -238,8 +238,11 @@ def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path,
             path = transformer_folder(path)
             weights = next((path / w for w in CHECKPOINT_FILES if (path / w).is_file()), None)
             if weights is None:
+                inside = sorted(str(p) for p in path.iterdir() if any((p / w).is_file() for w in CHECKPOINT_FILES))
+                named = inside and syntax(python=repr(inside[0]), cli=f"--model {shlex.quote(inside[0])}")
+                there = f"; {inside[0]} holds them: pass {named}" if inside else "; put the model's weights there"
                 raise CheckpointError(f"{path} has no {' or '.join(WEIGHT_FILES)} (nor a sharded checkpoint's "
-                                      f"{' or '.join(SHARD_INDEXES)}); put the model's weights there")
+                                      f"{' or '.join(SHARD_INDEXES)}){there}")  # a folder of checkpoints: antiberty's
             return path, weights
         if path.is_file():
             wrong = not_weights(path)

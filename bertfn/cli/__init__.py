@@ -28,7 +28,7 @@ task (:data:`bertfn.tasks.TASKS`), and found by that name; options.py holds what
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
 arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, missing
-optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback), Ctrl-C 130, SIGTERM 143,
+optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback; a full disk is said as such), Ctrl-C 130, SIGTERM 143,
 a closed pipe 141 (``bertfn embed ... | head``: quietly, as other tools stop). Warnings are one line too.
 The messages count the texts typed on the command line from 1, as a file's lines are counted ("text 1" is the first;
 the Python API's "text 0", as lists count): :func:`counted_from_one`.
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import importlib
 import os
 import re
@@ -225,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if os.environ.get("BERTFN_DEBUG"):
             raise
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):  # the disk, not bertfn
+            one_line("error", f"{e.strerror}{f': {e.filename}' if e.filename else ''}; make room, then run it again "
+                              "(a file run with --resume: it continues after the last complete line)")
+            return 1
         one_line("error", f"unexpected {type(e).__name__}: {e} (a bug in bertfn: please report it; "
                            "BERTFN_DEBUG=1 shows the traceback)")
         return 1

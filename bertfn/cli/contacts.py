@@ -7,7 +7,8 @@ import json
 
 from ..errors import InputError
 from ..tasks.runner import packing
-from .options import add_file_options, add_model_options, emit, model_from_args, no_texts, run_file_command, subcommand
+from .options import (add_file_options, add_model_options, emit, model_from_args, no_texts, out_file, run_file_command,
+                      subcommand, wrote)
 
 
 def add(sub) -> None:
@@ -23,7 +24,7 @@ def add(sub) -> None:
                     help="with --top and in the table: pairs at least this far apart in the chain (default 6)")
     ct.add_argument("--out", default=None, metavar="FILE",
                     help="write one protein's whole map: a picture (.png, .svg, .pdf; needs matplotlib) or .npy "
-                         "(float32)")
+                         "(float32); - for stdout, as PNG")
     ct.add_argument("--json", action="store_true", help="print the map (or --top's contacts) as JSON")
     ct.add_argument("--batch-size", type=int, default=8, metavar="N",
                     help="proteins per encoder pass, at most (default 8)")
@@ -62,8 +63,10 @@ def write(path: str, probs, sequence: str) -> None:
 
     fig = contact_map(probs, sequence if len(sequence) == len(probs) else None)
     try:
-        fig.savefig(path, dpi=150)
+        fig.savefig(out_file(path), dpi=150)
     except (OSError, ValueError) as e:  # ValueError: a file ending matplotlib cannot write
+        if isinstance(e, BrokenPipeError):  # stdout's reader went away (--out - | head): the CLI's quiet stop
+            raise
         raise InputError(f"cannot write {path} ({e}); pass --out with a writable .png, .svg, .pdf or .npy path") from e
 
 
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             require_matplotlib()  # before the model loads: a missing matplotlib is known at once
         probs = contacts(texts[0], model_from_args(args, packing(TASK)), batch_size=args.batch_size)  # (r, r)
         write(args.out, probs, texts[0])
-        emit(f"wrote {args.out} ({len(probs)} x {len(probs)} residues)")
+        wrote(args.out, f" ({len(probs)} x {len(probs)} residues)")
         return 0
     if args.json:
         from ..corpus.runner import jsonable

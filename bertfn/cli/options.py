@@ -37,6 +37,30 @@ def one_line(kind: str, message: object) -> None:
     print(f"bertfn: {kind}: {LINE_BREAKS.sub(' ', str(message)).strip()}", file=sys.stderr)
 
 
+def out_file(out: str):
+    """Where ``--out`` writes attention's or contacts' picture: the file named, or for ``-`` standard output (a PNG),
+    as ``--output -`` is (``bertfn attention TEXT --out - > attn.png``).
+
+    Args:
+        out: ``--out``'s value.
+    """
+    return sys.stdout.buffer if out == "-" else out
+
+
+def wrote(out: str, details: str = "") -> None:
+    """``wrote FILE`` and ``details``: on stdout, or on stderr where the file itself went to stdout (``--out -``), so
+    that nothing follows it there.
+
+    Args:
+        out: ``--out``'s value.
+        details: what follows the file's name (`` (63 tokens, 1.0 MB); open it in a browser``).
+    """
+    if out == "-":
+        one_line("done", f"wrote stdout{details}")
+    else:
+        emit(f"wrote {out}{details}")
+
+
 LIST_OPTIONS = ("pair", "labels", "targets", "choices")
 """Options that take every word after them (``nargs="+"``): a text typed after one is read as one of its values."""
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..checkpoint.state import as_stored
 from ..errors import InputError, require_folder
-from .options import add_head_options, add_model_options, emit, model_from_args, subcommand
+from .options import add_head_options, add_model_options, model_from_args, out_file, subcommand, wrote
 
 
 def add_view(sub) -> None:
@@ -17,7 +18,7 @@ def add_view(sub) -> None:
     vw.add_argument("--pair", default=None, help="a second segment, as in BERT's sentence pairs")
     vw.add_argument("--top-k", type=int, default=5, metavar="N",
                     help="predictions kept per [MASK] and per layer (default 5)")
-    vw.add_argument("--out", default="view.html", help="HTML file to write (default view.html)")
+    vw.add_argument("--out", default="view.html", help="HTML file to write (default view.html; - for stdout)")
     vw.add_argument("--steps", type=int, default=20,
                     help="integrated gradients' points for the decision panel of a checkpoint with a task head (default 20)")
     vw.add_argument("--no-decision", dest="decision", action="store_false",
@@ -39,10 +40,15 @@ def run_view(args: argparse.Namespace) -> int:
     chosen = args.head is not None or args.labels is not None  # a head (or its labels) named: explain it or say why not
     panel = decision(args.text, m, pair=args.pair, steps=args.steps, head=args.head, labels=args.labels) \
         if args.decision and (chosen or has_decision(m)) else None
-    path = rec.save_html(args.out, top_k=args.top_k, decision=panel)
-    size = path.stat().st_size
-    emit(f"wrote {path} ({len(rec.tokens)} tokens, "
-         f"{f'{size / 1e6:.1f} MB' if size >= 1e6 else f'{size / 1e3:.0f} kB'}); open it in a browser")
+    if args.out == "-":
+        page = memoryview(rec.to_html(top_k=args.top_k, decision=panel).encode("ascii"))
+        size = len(page)
+        while page:  # a write that stdout's reader cut short (| head) returns what went; the next one raises
+            page = page[sys.stdout.buffer.write(page):]
+    else:
+        size = rec.save_html(args.out, top_k=args.top_k, decision=panel).stat().st_size
+    wrote(args.out, f" ({len(rec.tokens)} tokens, {f'{size / 1e6:.1f} MB' if size >= 1e6 else f'{size / 1e3:.0f} kB'}); "
+                    "open it in a browser")
     return 0
 
 
@@ -55,7 +61,7 @@ def add_attention(sub) -> None:
     at.add_argument("--scale", choices=("per-head", "shared", "fixed"), default="per-head",
                     help="colour scale: 0 to each head's own largest probability (default), one scale for "
                          "all heads of the layer, or 0 to 1")
-    at.add_argument("--out", default="attention.png", help="image file to write (default attention.png)")
+    at.add_argument("--out", default="attention.png", help="image file to write (default attention.png; - for stdout, as PNG)")
     add_model_options(at)
 
 
@@ -68,8 +74,10 @@ def run_attention(args: argparse.Namespace) -> int:
     require_folder(Path(args.out), "--out")
     fig = attention_figure(trace(args.text, model_from_args(args, as_stored)), args.layer, args.head, args.scale.replace("-", "_"))
     try:
-        fig.savefig(args.out, dpi=150)
+        fig.savefig(out_file(args.out), dpi=150)
     except (OSError, ValueError) as e:  # ValueError: a file ending matplotlib cannot write
+        if isinstance(e, BrokenPipeError):  # stdout's reader went away (--out - | head): the CLI's quiet stop
+            raise
         raise InputError(f"cannot write {args.out} ({e}); pass --out with a writable .png, .svg or .pdf path") from e
-    emit(f"wrote {args.out}")
+    wrote(args.out)
     return 0

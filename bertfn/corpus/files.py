@@ -26,9 +26,9 @@ import torch
 
 from ..checkpoint.checks import count
 from ..checkpoint.model import Model
-from ..errors import InputError, UnknownTokensWarning, syntax
+from ..errors import InputError, UnknownTokensWarning, require_readable, syntax
 from .formats import Output, check_formats, compact_path, open_compact, output_files
-from .inputs import Inputs, label, read_lines
+from .inputs import Inputs, is_stream, label, read_lines
 from .record import (InputPrint, OutputLock, check_record, make_record, read_record, scan_output,
                      write_record)
 from .runner import CHUNK, Runner, chunks, jsonable, relabel, task_named
@@ -175,7 +175,7 @@ def run_entries(runner: Runner, entries: Iterator[tuple[int, bytes, bytes | None
             output.write(run_piece(runner, piece, inputs, echo, drop, tally, output.printed), force=not todo)
             tally.update(running)
             per_text = (time.monotonic() - began) / max(running, 1)
-            size = max(1, min(chunk_size, 2 * size, int(output.flush_every / max(per_text, 1e-6))))
+            size = max(1, int(min(chunk_size, 2 * size, output.flush_every / max(per_text, 1e-6))))  # inf: a chunk
 
 
 def run_file(
@@ -215,7 +215,8 @@ def run_file(
             text; a file named ``.csv`` or ``.tsv``, a table whose header names its columns (``field`` names the
             text's column, default ``"text"``; a row is a line: output line n is its n-th row,
             :mod:`~bertfn.corpus.inputs`); ``"-"`` reads standard input (lines, never a table).
-        target: a file, or ``"-"`` for standard output. A name ending in ``.npy`` (embed) or ``.parquet``
+        target: a file, or ``"-"`` for standard output (a pipe or a device, ``/dev/null``, is written as it is: no
+            record, no resume). A name ending in ``.npy`` (embed) or ``.parquet``
             writes that format there, and the JSON Lines beside it as the run's log (``out.npy`` ->
             ``out.jsonl``, which ``resume`` checks and continues; :func:`~bertfn.corpus.formats.output_files`).
         model: as in :func:`~bertfn.corpus.runner.open_model`.
@@ -252,14 +253,16 @@ def run_file(
             ``resume`` (or the input itself), or an output that does not match the run record.
     """
     started = time.perf_counter()
-    to_stdout = str(target) == "-"
-    if str(source) != "-" and not Path(source).is_file():
+    streamed = is_stream(target)  # stdout, a pipe or a device: written as it goes, with no record beside it
+    if not is_stream(source) and not Path(source).is_file():
         what = "is a folder" if Path(source).is_dir() else "does not exist"
         raise InputError(f"input file {source} {what}; pass --input with a text, JSON Lines, .csv or .tsv "
                          "file, or - for stdin")
+    if not is_stream(source):
+        require_readable(Path(source), InputError)  # another user's file: said before the model loads
     named = task_named(task)
     inputs = Inputs.of(named.inputs, named.optional, field, source)
-    if inputs.fields is None and str(source).endswith((".jsonl", ".ndjson")):
+    if inputs.fields is None and str(source).lower().endswith((".jsonl", ".ndjson")):
         also = ""
         if named.optional:  # classify's text_pair: the form that names every field
             python = "field={" + ", ".join(f"{n!r}: NAME" for n in named.inputs) + "}"
@@ -267,30 +270,32 @@ def run_file(
             also = f", or with {', '.join(named.optional)} too, {syntax(python=python, cli=cli)}"
         raise InputError(f"{source} looks like JSON Lines; name the field that holds the text with "
                          f"{syntax(python='field=NAME', cli='--field NAME')}{also}")
-    if (resume or retry_errors) and to_stdout:
-        raise InputError(f"{syntax(python='resume=True', cli='--resume')} needs an output file to continue, "
-                         "not standard output")
+    if (resume or retry_errors) and streamed:
+        raise InputError(f"{syntax(python='resume=True', cli='--resume')} needs an output file to continue, not "
+                         f"{'standard output' if str(target) == '-' else f'the pipe or device {target}'}")
     if retry_errors and not resume:
         raise InputError(f"{syntax(python='retry_errors=True', cli='--retry-errors')} re-runs the error lines of an "
                          f"earlier run: pass {syntax(python='resume=True', cli='--resume')} with it")
-    if retry_errors and str(source) == "-":
-        raise InputError("retrying error lines reads the input twice, so it cannot be standard input; pass the file")
+    if retry_errors and is_stream(source):
+        raise InputError("retrying error lines reads the input twice, so it cannot be standard input or a pipe; "
+                         "pass the file")
     count("chunk_size", chunk_size)
-    asked = None if to_stdout else Path(target)
-    target, formats = (None, tuple(formats)) if to_stdout else output_files(asked, formats, named.vectors)
-    check_formats(formats, named.vectors, to_stdout)
+    asked = None if str(target) == "-" else Path(target)
+    target, formats = (None, tuple(formats)) if streamed else output_files(asked, formats, named.vectors)
+    check_formats(formats, named.vectors, streamed)
     if isinstance(flush_every, bool) or not isinstance(flush_every, (int, float)) or not flush_every >= 0:
-        raise InputError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
+        raise InputError(f"{syntax(python='flush_every', cli='--flush-every')} must be a number of seconds >= 0, "
+                         f"got {flush_every!r}")
     lines = enumerate(inputs.read(source), 1)
     first = next(lines, None)
     rows = inputs.probe(first and first[1], source)  # a table's rows, for the bar
     lines = itertools.chain([first] if first else [], lines)
     with OutputLock(target) as lock:  # before the output is looked at: a second run on it is refused
-        resuming = not to_stdout and _continues(source, asked, target, resume)
+        resuming = not streamed and _continues(source, asked, target, resume)
         old = read_record(target) if resuming else None  # before the model loads: a missing record is known at once
         runner = Runner(task, model, tokenizer=tokenizer, lowercase=lowercase, device=device, dtype=dtype, **options)
         recorded = {k: v for k, v in options.items() if k != "batch_size"}  # batching never changes a result
-        record = None if to_stdout else make_record(task, {**recorded, "tokenizer": tokenizer, "lowercase": lowercase,
+        record = None if streamed else make_record(task, {**recorded, "tokenizer": tokenizer, "lowercase": lowercase,
                                                            "echo": echo, "detail": detail}, inputs.record, runner.model)
         drop = frozenset(("text",) if detail else ("text", "tokens"))  # the line holds the text already (unless not echo)
         done, kept, printed = 0, [], InputPrint()
@@ -310,24 +315,24 @@ def run_file(
                     lines = itertools.islice(enumerate(inputs.read(source), 1), done, None)
                 if record is not None:
                     write_record(target, record, done, printed)
-                compact = [] if to_stdout else open_compact(target, formats, named.vectors, done, read_lines(target),
+                compact = [] if streamed else open_compact(target, formats, named.vectors, done, read_lines(target),
                                                             rebuild=retried > 0)
-                out = sys.stdout.buffer if to_stdout else open(target, "ab")
+                out = sys.stdout.buffer if asked is None else open(target or asked, "ab")
                 try:
                     output = Output(out, target, record, done, printed, flush_every, compact)
                     run_entries(runner, ((n, raw, None) for n, raw in lines), output, tally, inputs, echo, drop, chunk_size)
                 finally:
                     for o in compact:  # what was given them reaches the disk, stopped or not (no later than the JSON Lines)
                         o.flush(final=True)
-                    if not to_stdout:
+                    if asked is not None:
                         out.close()
                 for o in compact:
                     o.close()
             finally:
                 if bar is not None:
                     bar.close()
-    if to_stdout:
-        written = "stdout"
+    if streamed:
+        written = "stdout" if asked is None else str(asked)
     else:
         beside = [str(compact_path(target, f)) for f in dict.fromkeys(formats) if f != "jsonl"]
         written = ", ".join(beside) + f" (run log {target})" if asked != target else ", ".join([str(target), *beside])

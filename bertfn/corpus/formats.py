@@ -74,7 +74,8 @@ def output_files(target: Path, formats: Iterable[str], vectors: bool) -> tuple[P
 
     Raises:
         InputError: ``out.npy`` for a task whose results are not vectors; a name whose suffix says a format bertfn
-            does not write (``out.csv``: :data:`NOT_WRITTEN`); a folder, or a file in a folder that does not exist.
+            does not write (``out.csv``: :data:`NOT_WRITTEN`), or one it writes in capitals (``out.NPY``); a folder,
+            or a file in a folder that does not exist.
     """
     output = syntax(python="target", cli="--output")
     fmt = target.suffix[1:]
@@ -83,6 +84,9 @@ def output_files(target: Path, formats: Iterable[str], vectors: bool) -> tuple[P
         raise InputError(f"{output} {target} names {NOT_WRITTEN[fmt.lower()]}, which bertfn does not write; name "
                          f"{npy}{target.with_suffix('.parquet')} (a table pandas reads, a row per line) or "
                          f"{target.with_suffix('.jsonl')} (JSON Lines, a line per line)")
+    if fmt != fmt.lower() and fmt.lower() in FORMATS and fmt.lower() != "jsonl":  # else JSON Lines in out.NPY
+        raise InputError(f"{output} {target}: name it {target.with_suffix('.' + fmt.lower())}, the ending in lowercase, "
+                         f"for the {fmt.lower()} format")
     if target.is_dir():
         raise InputError(f"{output} {target} is a folder; name a file in it ({target / 'results.jsonl'})")
     require_folder(target, output)
@@ -311,21 +315,22 @@ class Output:
         self.flushed_at = time.monotonic()
 
 
-def check_formats(formats: Iterable[str], vectors: bool, to_stdout: bool) -> None:
+def check_formats(formats: Iterable[str], vectors: bool, streamed: bool) -> None:
     """Check that every one of ``formats`` is known and can be written.
 
     Args:
         formats: format names.
         vectors: the task gives vectors, as embed does (``"npy"`` needs them).
-        to_stdout: the output is standard output (only ``"jsonl"`` then: the others go beside an output file).
+        streamed: the output is standard output, a pipe or a device (only ``"jsonl"`` then: the others go beside an
+            output file).
 
     Raises:
         InputError: an unknown format, or one that cannot be written here.
     """
     formats = tuple(formats)
-    if any(f not in FORMATS for f in formats) or (to_stdout and any(f != "jsonl" for f in formats)):
+    if any(f not in FORMATS for f in formats) or (streamed and any(f != "jsonl" for f in formats)):
         raise InputError(f"formats are {', '.join(map(repr, FORMATS))}, written beside an --output file; got "
-                         f"{', '.join(map(repr, formats))}{' with standard output' if to_stdout else ''}")
+                         f"{', '.join(map(repr, formats))}{' with standard output or a pipe' if streamed else ''}")
     if "npy" in formats and not vectors:
         raise InputError("--format npy holds one vector per line (bertfn embed); use --format parquet for "
                          "other results")

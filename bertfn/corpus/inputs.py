@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shlex
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,6 +32,29 @@ from .record import OWN_KEYS
 TABLES = {".csv": ",", ".tsv": "\t"}
 """The inputs read as tables (:mod:`csv`'s default dialect, ``strict``), by the ending of the file's name: its
 delimiter."""
+
+COMPRESSED = {b"\x1f\x8b": ("gzip", "zcat"), b"BZh": ("bzip2", "bzcat"), b"\xfd7zXZ\x00": ("xz", "xzcat"),
+              b"\x28\xb5\x2f\xfd": ("zstd", "zstdcat")}
+"""The compressed files an input may be, by the bytes they start with: the compression's name, the tool that
+decompresses it to stdout."""
+
+
+def is_stream(path: str | Path) -> bool:
+    """Whether ``path`` is read or written once, as it goes, not a file a run can look at again (resume, a record
+    beside it): ``-`` (standard input or output), a pipe or a device (``<(zcat chains.gz)`` and ``>(gzip > out.gz)``,
+    which the shell names ``/dev/fd/63``; ``/dev/stdout``, ``/dev/null``).
+
+    Args:
+        path: an input or an output, as named.
+    """
+    if str(path) == "-":
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # not there (an output to create), or no path at all
+        return False
+    return not stat.S_ISDIR(mode) and (not stat.S_ISREG(mode) or Path(path).absolute().parts[1:2] in (("dev",),
+                                                                                                       ("proc",)))
 
 
 def read_lines(source: str | Path) -> Iterator[bytes]:
@@ -284,11 +310,19 @@ class Inputs:
             bar's total; None for lines.
 
         Raises:
-            InputError: the first line holds a NUL byte (no text does) or lacks a field; what :meth:`rows` refuses in
+            InputError: the input is compressed (gzip, bzip2, xz, zstd), its first line holds a NUL byte (no text
+                does) or lacks a field; what :meth:`rows` refuses in
                 a table.
         """
         if self.table is not None:
             return sum(1 for _ in self.rows(source))
+        packed = next((how for magic, how in COMPRESSED.items() if first and first.startswith(magic)), None)
+        if packed:
+            how = f"... | {packed[1]} | bertfn ... --input -" if str(source) == "-" else \
+                f"--input <({packed[1]} {shlex.quote(str(source))}) or {packed[1]} {shlex.quote(str(source))} | bertfn ... " \
+                "--input -"
+            raise InputError(f"{'standard input' if str(source) == '-' else source} is {packed[0]}-compressed; nothing "
+                             f"was run: decompress it as it is read, with {how}")
         nul = -1 if first is None else first.find(0)  # no text holds a NUL byte: a binary file, or UTF-16 / UTF-32
         if nul >= 0:
             raise InputError(f"{'standard input' if str(source) == '-' else source} is not text: its first line holds "

@@ -224,7 +224,7 @@ class OutputLock:
         target: the run's output file (JSON Lines), or None (standard output: nothing to hold).
 
     Raises:
-        InputError: another process holds the file.
+        InputError: another process holds the file, or it cannot be opened for writing.
     """
 
     def __init__(self, target: Path | None) -> None:
@@ -234,7 +234,11 @@ class OutputLock:
             self.file = self._take()
 
     def _take(self):
-        f = open(self.target, "ab")
+        try:
+            f = open(self.target, "ab")
+        except OSError as e:  # not this user's to write, a read-only file system, /proc
+            raise InputError(f"cannot write {syntax(python='target', cli='--output')} {self.target} "
+                             f"({e.strerror or e}); name a file this user may write") from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .inputs import is_stream
+
 
 class Tally:
     """Counts, warnings and the progress bar of a run: texts, errors, tokens read, lines warned.
@@ -76,7 +78,7 @@ def progress_bar(source: str | Path, done: int, show: bool, total: int | None = 
     from tqdm import tqdm
 
     if total is None:
-        total = None if str(source) == "-" else count_lines(Path(source))
+        total = None if is_stream(source) else count_lines(Path(source))  # a pipe is read once: by the run
 
     return tqdm(total=total, initial=done, unit="text", file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
                 mininterval=0.5)
