@@ -189,6 +189,8 @@ def test_cli_out_dash_writes_the_map_on_stdout(esm, tmp_path, capsysbinary, monk
     printed = capsysbinary.readouterr()
     assert printed.out[:8] == b"\x89PNG\r\n\x1a\n" and printed.err.startswith(b"bertfn: done: wrote stdout (")
     assert list(tmp_path.iterdir()) == []
+    assert main(["contacts", PROTEINS[3], "--model", str(esm[0]), "--out", "map"]) == 0  # no ending: a PNG, named
+    assert capsysbinary.readouterr().out.startswith(b"wrote map.png (") and (tmp_path / "map.png").is_file()
 
 
 def test_cli_table_json_and_out(esm, tmp_path, capsys):

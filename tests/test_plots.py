@@ -139,6 +139,8 @@ def test_cli_attention_out_dash_writes_a_png_on_stdout(mlm_checkpoint, tmp_path,
     printed = capsysbinary.readouterr()
     assert printed.out[:8] == b"\x89PNG\r\n\x1a\n" and printed.err == b"bertfn: done: wrote stdout\n"
     assert list(tmp_path.iterdir()) == []
+    assert main(["attention", TEXT, "--model", str(mlm_checkpoint[0]), "--out", "attn"]) == 0  # no ending: a PNG
+    assert capsysbinary.readouterr().out == b"wrote attn.png\n" and [f.name for f in tmp_path.iterdir()] == ["attn.png"]
 
 
 def test_import_bertfn_does_not_import_matplotlib():

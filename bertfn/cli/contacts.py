@@ -7,8 +7,8 @@ import json
 
 from ..errors import InputError
 from ..tasks.runner import packing
-from .options import (add_file_options, add_model_options, emit, model_from_args, no_texts, out_file, run_file_command,
-                      subcommand, wrote)
+from .options import (add_file_options, add_model_options, emit, model_from_args, no_texts, out_file, picture_name,
+                      run_file_command, subcommand, wrote)
 
 
 def add(sub) -> None:
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--out writes the whole map of one protein; pass one sequence, without --top and --json")
     texts = list(args.text)
     if args.out is not None:
+        args.out = picture_name(args.out)
         if not args.out.endswith(".npy"):
             from ..inspect.plots import require_matplotlib
 

@@ -47,6 +47,16 @@ def out_file(out: str):
     return sys.stdout.buffer if out == "-" else out
 
 
+def picture_name(out: str) -> str:
+    """``--out``'s picture as matplotlib names the file it writes: a name without an ending gets ``.png`` (its
+    ``savefig.format``), so that "wrote" names the file that is there.
+
+    Args:
+        out: ``--out``'s value (``-``: standard output, kept).
+    """
+    return out if out == "-" or Path(out).suffix else out + ".png"
+
+
 def wrote(out: str, details: str = "") -> None:
     """``wrote FILE`` and ``details``: on stdout, or on stderr where the file itself went to stdout (``--out -``), so
     that nothing follows it there.

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..checkpoint.state import as_stored
 from ..errors import InputError, require_folder
-from .options import add_head_options, add_model_options, model_from_args, out_file, subcommand, wrote
+from .options import (add_head_options, add_model_options, model_from_args, out_file, picture_name, subcommand,
+                      wrote)
 
 
 def add_view(sub) -> None:
@@ -71,6 +72,7 @@ def run_attention(args: argparse.Namespace) -> int:
     from ..inspect.trace import trace
 
     require_matplotlib()  # before the model loads: a missing matplotlib is known at once
+    args.out = picture_name(args.out)
     require_folder(Path(args.out), "--out")
     fig = attention_figure(trace(args.text, model_from_args(args, as_stored)), args.layer, args.head, args.scale.replace("-", "_"))
     try:
