@@ -66,6 +66,21 @@ def test_attention_reads_additive_masks_made_by_hand_or_by_extended_mask(model, 
                                bertfn.encoder(model, ids, mask, output_hidden_states=True).hidden_states[1])
 
 
+def test_extended_mask_refuses_a_mask_made_additive_already(model, batch):
+    """extended_mask twice (a student's slip between notebook 01's cells) turned the kept keys into finfo.min and the
+    hidden ones into -inf, which attention's clamp made equal: every query read every key alike, padding included."""
+    ids, mask = batch
+    made = bertfn.extended_mask(mask, torch.float32)
+    with pytest.raises(bertfn.InputError, match=r"extended_mask\(\)'s mask is the 0/1 mask.*additive one to attention"):
+        bertfn.extended_mask(made, torch.float32)
+    with pytest.raises(bertfn.InputError, match="from 0 to 2"):
+        bertfn.extended_mask(mask * 2, torch.float32)
+    with pytest.raises(bertfn.InputError, match="must be a tensor of 0/1.*got list"):
+        bertfn.extended_mask(mask.tolist(), torch.float32)
+    for keep in (mask.bool(), mask.float()):  # bools and floats of 0 and 1 are the 0/1 mask
+        torch.testing.assert_close(bertfn.extended_mask(keep, torch.float32), made)
+
+
 def test_attention_refuses_unsplit_heads_and_masks_that_do_not_fit():
     x = torch.randn(2, 6, 48)
     with pytest.raises(bertfn.InputError, match="split into heads"):
