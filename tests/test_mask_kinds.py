@@ -66,6 +66,38 @@ def test_attention_reads_additive_masks_made_by_hand_or_by_extended_mask(model, 
                                bertfn.encoder(model, ids, mask, output_hidden_states=True).hidden_states[1])
 
 
+def test_extended_mask_refuses_a_mask_made_additive_already(model, batch):
+    """extended_mask twice (a student's slip between notebook 01's cells) turned the kept keys into finfo.min and the
+    hidden ones into -inf, which attention's clamp made equal: every query read every key alike, padding included."""
+    ids, mask = batch
+    made = bertfn.extended_mask(mask, torch.float32)
+    with pytest.raises(bertfn.InputError, match=r"extended_mask\(\)'s mask is the 0/1 mask.*additive one to attention"):
+        bertfn.extended_mask(made, torch.float32)
+    with pytest.raises(bertfn.InputError, match="from 0 to 2"):
+        bertfn.extended_mask(mask * 2, torch.float32)
+    with pytest.raises(bertfn.InputError, match="must be a tensor of 0/1.*got list"):
+        bertfn.extended_mask(mask.tolist(), torch.float32)
+    for keep in (mask.bool(), mask.float()):  # bools and floats of 0 and 1 are the 0/1 mask
+        torch.testing.assert_close(bertfn.extended_mask(keep, torch.float32), made)
+
+
+def test_a_view_of_another_part_is_refused_naming_the_view_to_pass(model, batch):
+    """A view of the wrong part used to be blamed on the checkpoint ("load a checkpoint that contains this part"),
+    though the weights were there, one scope up (feed_forward given the attention block's view), or the view was read
+    under its own prefix twice (mlm_head given the view of cls.predictions)."""
+    ids, _ = batch
+    p = model.params
+    x = bertfn.embeddings(p.scope("bert.embeddings"), ids)
+    with pytest.raises(bertfn.InputError, match=r"scoped to 'bert\.encoder\.layer\.0\.attention\.', and "
+                                                r"'intermediate\.dense\.weight' sits under 'bert\.encoder\.layer\.0\.'"):
+        bertfn.feed_forward(p.layer(0).scope("attention"), x)
+    for head, view in ((bertfn.mlm_head, p.scope("cls.predictions")), (bertfn.pooler, p.scope("bert"))):
+        with pytest.raises(bertfn.InputError, match=r"takes the whole model .* not the view of one part"):
+            head(view, x)
+    with pytest.raises(bertfn.CheckpointError, match="no 'cls.seq_relationship.weight'"):  # not in this checkpoint
+        bertfn.nsp_head(model, x[:, 0])
+
+
 def test_attention_refuses_unsplit_heads_and_masks_that_do_not_fit():
     x = torch.randn(2, 6, 48)
     with pytest.raises(bertfn.InputError, match="split into heads"):

@@ -1,7 +1,7 @@
 """Multi-head attention (``transformers.BertAttention`` = ``BertSelfAttention`` + ``BertSelfOutput``).
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + M) V             (Vaswani et al. 2017, eq. 1)
-    MultiHead(x)       = LayerNorm(x + Concat(head_1..head_nh) W_O)   (eq. 2, plus BERT's residual + LN)
+    MultiHead(x)       = LayerNorm(x + Concat(head_1..head_nh) W_O)   (sec. 3.2.2, plus BERT's residual + LN)
 
 Keys read (under ``bert.encoder.layer.{i}.attention.`` or ``...crossattention.``):
 ``self.query|key|value.weight`` (nh*hd, H) and ``.bias``, ``output.dense.weight`` (H, nh*hd) and
@@ -185,7 +185,7 @@ def chosen_impl(impl: str, need_probs: bool, head_mask: Tensor | None, p_drop: f
 def head_outputs(merged: Tensor, weight: Tensor, nh: int) -> Tensor:
     """Each head's write into the residual stream: its context times its hd columns of ``W_O``, no bias.
 
-    ``Concat(head_1..head_nh) W_O^T = sum_h head_h W_O[:, h*hd:(h+1)*hd]^T`` (Vaswani et al. 2017, eq. 2,
+    ``Concat(head_1..head_nh) W_O^T = sum_h head_h W_O[:, h*hd:(h+1)*hd]^T`` (Vaswani et al. 2017, sec. 3.2.2,
     split by head; Elhage et al. 2021's "heads write independently into the residual stream"), the
     product ``BertSelfOutput.dense`` computes in one step. Summed over the heads, plus the bias, it is that
     product to float rounding (about 1e-6 in fp32: the sum runs in another order than the fused matmul's).

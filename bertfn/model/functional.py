@@ -129,6 +129,25 @@ def check_product(x: Tensor, w: Tensor) -> None:
                          f"(x.to({w.dtype}), or bertfn.load(..., dtype=...))")
 
 
+def check_keep_mask(name: str, mask: object) -> None:
+    """Raise :class:`InputError` unless ``mask`` is a tensor of 0s and 1s (bools included), the tokenizer's kind.
+
+    Args:
+        name: the argument's name, for the message.
+        mask: what was passed.
+    """
+    if not isinstance(mask, Tensor):
+        raise InputError(f"{name} must be a tensor of 0/1 (1 = attend, 0 = ignore), such as tokenizer(...)."
+                         f"attention_mask; got {type(mask).__name__}")
+    values = None if mask.dtype == torch.bool else checkable(mask)  # bools are 0/1 by their type
+    if values is not None and bool(((values != 0) & (values != 1)).any()):  # an additive mask, or counts
+        low, high = values.min().item(), values.max().item()
+        raise InputError(f"{name} is the 0/1 mask of the keys to read (1 = attend, 0 = ignore), as the tokenizer gives "
+                         f"it, but holds values from {low:g} to {high:g}; an additive mask (0 = attend, a large "
+                         f"negative number = ignore) is what attention() takes: pass the 0/1 mask it was made from "
+                         f"here, and an additive one to attention() as it is")
+
+
 def checkable(t: Tensor) -> Tensor | None:
     """The values of ``t`` a check of the caller's input may read, or None where it reads none.
 

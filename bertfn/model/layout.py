@@ -39,11 +39,11 @@ from itertools import accumulate
 import torch
 
 from ..errors import InputError
-from .functional import built
+from .functional import built, check_keep_mask
 
 Tensor = torch.Tensor
 
-def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+def extended_mask(mask: Tensor, dtype: torch.dtype, *, name: str = "extended_mask()'s mask") -> Tensor:
     """0/1 keep-mask -> additive mask ``(1 - m) * finfo(dtype).min`` that broadcasts over heads.
 
     Mirrors ``ModuleUtilsMixin.get_extended_attention_mask`` / ``invert_attention_mask``.
@@ -51,13 +51,16 @@ def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     Args:
         mask: (B, S_k) padding mask, (B, S_q, S_k) per-query mask, or (B, 1 or nh, S_q, S_k); 1 keeps a key.
         dtype: the dtype of the result (that of the scores it is added to).
+        name: what ``mask`` is called in the message of a refusal (the encoder's ``attention_mask``).
 
     Returns:
         (B, 1, 1, S_k), (B, 1, S_q, S_k) or the 4D mask unchanged in shape, in ``dtype``.
 
     Raises:
-        InputError: a mask of another number of dimensions.
+        InputError: not a tensor, a mask of another number of dimensions, or values other than 0 and 1 (an additive
+            mask made additive again would hide every key, so that each query read all of them alike).
     """
+    check_keep_mask(name, mask)
     if mask.dim() == 2:
         mask = mask[:, None, None, :]  # (B, 1, 1, S_k)
     elif mask.dim() == 3:
@@ -103,7 +106,7 @@ def causal_scores(seq: int, dtype: torch.dtype, device: torch.device | str = "cp
     Returns:
         (1, 1, seq, seq): 0 where key j <= query i, ``finfo(dtype).min`` after.
     """
-    return extended_mask(causal_keep_mask(torch.ones(1, seq, device=device), seq), dtype)
+    return extended_mask(causal_keep_mask(torch.ones(1, seq, dtype=torch.bool, device=device), seq), dtype)
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,7 @@ def padding_keys(inside: Tensor, dtype: torch.dtype) -> Tensor:
     Returns:
         (c, 1, 1, m), broadcast over heads and queries.
     """
-    return extended_mask(inside.long(), dtype)
+    return extended_mask(inside, dtype)
 
 
 def with_keys(mask: Tensor | None, keys: Tensor | None) -> Tensor | None:

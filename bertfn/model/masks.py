@@ -36,8 +36,9 @@ Tensor = torch.Tensor
 
 
 def check_mask(name: str, mask: object, B: int, S: int, S_k: int, nh: int) -> None:
-    """Raise :class:`InputError` unless ``mask`` is a 0/1 tensor of one of the shapes attention accepts:
-    (B, S_k), (B, S, S_k) or (B, 1 or nh, S, S_k), where S_k counts the keys (cached + new, or encoder).
+    """Raise :class:`InputError` unless ``mask`` is a tensor of one of the shapes attention accepts:
+    (B, S_k), (B, S, S_k) or (B, 1 or nh, S, S_k), where S_k counts the keys (cached + new, or encoder). Its values,
+    0/1, are checked as it is made additive (:func:`~bertfn.model.layout.extended_mask`).
 
     Args:
         name: the argument's name, for the message.
@@ -52,12 +53,6 @@ def check_mask(name: str, mask: object, B: int, S: int, S_k: int, nh: int) -> No
         got = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
         raise InputError(f"{name} must be a tensor of shape {' or '.join(map(str, allowed))} "
                          f"(1 = attend, 0 = ignore), got {got}; tokenizer(...).attention_mask has the 2D form")
-    values = checkable(mask)
-    if values is not None and bool(((values != 0) & (values != 1)).any()):  # an additive mask, or counts
-        low, high = values.min().item(), values.max().item()
-        raise InputError(f"{name} is the 0/1 mask of the keys to read (1 = attend, 0 = ignore), as the tokenizer gives "
-                         f"it, but holds values from {low:g} to {high:g}; an additive mask (0 = attend, a large "
-                         f"negative number = ignore) is what attention() takes: pass the 0/1 mask it was made from")
 
 
 def check_attention(q: Tensor, k: Tensor, v: Tensor, mask: object, head_mask: object = None) -> None:
@@ -157,7 +152,7 @@ def attention_masks(config: BertConfig, x: Tensor, past: int, attention_mask: Te
         check_mask("attention_mask", attention_mask, B, S, S_k, config.num_attention_heads)
         if config.is_decoder and attention_mask.dim() == 2:
             attention_mask = causal_keep_mask(attention_mask, S)  # (B, S, past + S)
-        mask = extended_mask(attention_mask, x.dtype)
+        mask = extended_mask(attention_mask, x.dtype, name="attention_mask")
     encoder_mask = None
     if encoder_hidden_states is not None and not (isinstance(encoder_hidden_states, Tensor) and
                                                   encoder_hidden_states.dim() == 3 and
@@ -169,7 +164,7 @@ def attention_masks(config: BertConfig, x: Tensor, past: int, attention_mask: Te
     if encoder_hidden_states is not None and encoder_attention_mask is not None:
         check_mask("encoder_attention_mask", encoder_attention_mask, B, S, encoder_hidden_states.shape[1],
                    config.num_attention_heads)
-        encoder_mask = extended_mask(encoder_attention_mask, x.dtype)
+        encoder_mask = extended_mask(encoder_attention_mask, x.dtype, name="encoder_attention_mask")
     return mask, encoder_mask
 
 

@@ -95,6 +95,13 @@ class Params(Mapping):
             return self.state[key]
         except KeyError:
             named = f"{key!r}" if key == full else f"{key!r} (BERT's {full!r})"
+            parts = self.prefix.split(".")[:-1]  # the scopes around this one, nearest first: where the name may sit
+            around = next((p for p in (".".join(parts[:n]) + "." if n else "" for n in range(len(parts) - 1, -1, -1))
+                           if name in self.at(p)), None)
+            if around is not None:  # a view of another part than the step reads: the caller's slip, not the file's
+                raise InputError(f"the weights have no {named}: this view is scoped to {self.prefix!r}, and {name!r} "
+                                 f"sits under {around!r}; pass that part's view, model.params.at({around!r}) (a "
+                                 f"layer's: model.params.layer(i))") from None
             raise CheckpointError(
                 f"the weights have no {named}; this step of the model needs it "
                 "(load a checkpoint that contains this part, e.g. a *ForMaskedLM one for the MLM head)"
@@ -144,6 +151,9 @@ def as_params(model: object, config: BertConfig | dict | None = None, what: str 
         InputError: ``model`` is none of these (saying how to pass one).
     """
     if isinstance(model, Params):
+        if model.prefix:
+            raise InputError(f"{what} reads the model's own keys from its root, so it takes the whole model (the Model "
+                             f"from bertfn.load, or model.params), not the view of one part ({model.prefix!r})")
         return model
     if isinstance(getattr(model, "params", None), Params):  # a loaded Model (imported lazily: loading imports this)
         return model.params
