@@ -237,7 +237,8 @@ def product_rows(x: Tensor, w: Tensor, b: Tensor | None = None) -> int:
 
 
 def layer_norm(x: Tensor, g: Tensor, b: Tensor, eps: float) -> Tensor:
-    """LayerNorm over the last axis (``torch.nn.LayerNorm``; Ba et al. 2016, eq. 15-16).
+    """LayerNorm over the last axis (``torch.nn.LayerNorm``; Ba et al. 2016, sec. 3: statistics over one token's
+    hidden units).
 
     ``y = (x - mean) / sqrt(var + eps) * g + b`` with the biased variance.
     The step-by-step version of the same formula is in notebooks/01_bert_from_scratch.
