@@ -183,6 +183,23 @@ def test_the_errors_say_what_a_target_is(tmp_path):
         iv.token_attributions("The cat sat.", bertfn.load(tmp_path / "choice"), 0)
 
 
+def test_options_a_call_would_ignore_are_refused(tmp_path):
+    """head= and labels= beside a metric target, and a baseline for gradient x input, would change nothing: refused,
+    saying what to drop, where they used to be ignored in silence (an extra head's metric read without its head)."""
+    save_member("bert", tmp_path)
+    mlm = bertfn.load(tmp_path)
+    pooled = lambda run: run["embeddings.output"][0].sum()  # noqa: E731
+    with pytest.raises(bertfn.InputError, match=r"head= and labels= say which head a label target is read from, .* "
+                                                r"drop head= and labels="):
+        iv.token_attributions("The cat sat.", mlm, pooled, head="cls.species")
+    with pytest.raises(bertfn.InputError, match=r"drop head= and labels="):
+        iv.token_attributions(["The cat sat.", "A dog."], mlm, ["cat", pooled], labels=["a", "b"])
+    with pytest.raises(bertfn.InputError, match=r"baseline='\[MASK\]' is integrated gradients' start, and gradient x "
+                                                r"input has none"):
+        iv.token_attributions("The [MASK] sat.", mlm, "cat", method="gradient_x_input", baseline="[MASK]")
+    assert iv.token_attributions("The cat sat.", mlm, pooled, steps=4).delta is not None  # the metric alone runs
+
+
 # --- AntiBERTy's real weights ---------------------------------------------------------------------------
 
 FRAGMENT = "E V Q L V E S G G G L V Q P G R S L R L S C A A S G F [MASK] F D D Y A M H W V R Q A"
