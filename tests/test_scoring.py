@@ -315,3 +315,34 @@ def test_cli_joint_fill_and_errors(mlm_checkpoint, capsys):
     assert "PLL" in out and all(f["sequence"] in out for f in bertfn.fill_mask(text, folder, joint=True, top_k=2))
     assert main(["score", "the [MASK] sat", "--model", folder]) == 2
     assert "score reads complete texts" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # importing minicons takes 5-7 s (its transformers imports)
+@pytest.mark.needs_transformers
+@pytest.mark.parametrize("kind", ["roberta", "esm"])
+def test_score_equals_minicons(kind, tmp_path):
+    """minicons' MaskedLMScorer (sequence_score summed, token_score per token), PLL_metric "original" and
+    "within_word_l2r", on RoBERTa's byte-level BPE (words of several pieces, punctuation, a batch of mixed lengths) and
+    ESM-2 ("original": minicons' within_word_l2r needs a fast tokenizer's word_ids, and ESM's is slow), within 1e-4.
+    On ESM-2 minicons also scores the <eos> that ends each sequence (it skips the tokenizer's
+    cls_token and sep_token, and EsmTokenizer has no sep_token): bertfn's PLL is minicons' less that last term
+    (docs/guides/scoring.md)."""
+    minicons = pytest.importorskip("minicons.scorer", reason="minicons is a peer checked here (pip install -e '.[test]')")
+    from family_checkpoints import CORPUS, PROTEINS, save_member
+
+    save_member(kind, tmp_path)
+    texts = [PROTEINS[5], PROTEINS[3][:12]] if kind == "esm" else [CORPUS[12], CORPUS[15], "Rome."]
+    theirs = minicons.MaskedLMScorer(str(tmp_path), "cpu")
+    model = bertfn.load(tmp_path)
+    for method in scoring.METHODS[:1] if kind == "esm" else scoring.METHODS:
+        ours = bertfn.score(texts, model, method=method)
+        for r, pieces in zip(ours, theirs.token_score(texts, PLL_metric=method)):
+            if kind == "esm":
+                assert pieces[-1][0] == "<eos>"
+                pieces = pieces[:-1]
+            assert len(r["tokens"]) == len(pieces)
+            assert max(abs(t["log_prob"] - p) for t, (_, p) in zip(r["tokens"], pieces)) < TOL
+            assert abs(r["pll"] - sum(p for _, p in pieces)) < TOL
+        sums = theirs.sequence_score(texts, reduction=lambda x: x.sum(0).item(), PLL_metric=method)
+        ends = [pieces[-1][1] for pieces in theirs.token_score(texts, PLL_metric=method)] if kind == "esm" else [0.0] * 3
+        assert all(abs(r["pll"] - (s - e)) < TOL for r, s, e in zip(ours, sums, ends))

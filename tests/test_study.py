@@ -138,6 +138,29 @@ def test_the_interval_is_students_t(tiny, metric):
         study.interval(95)
 
 
+def test_heads_writes_are_patched_as_the_guide_says(tiny, metric):
+    """name="layer.{i}.attention.head_outputs" (each head's write, which a pass computes only when asked): the sweep
+    and attribution patch it, where both refused it (the clean run held no head_outputs, and the message said to
+    trace with head_outputs=True); a head's write is its context times its columns of the output projection, so
+    the maps are those of the contexts, and each cell is that one head's write patched."""
+    name = "layer.{i}.attention.head_outputs"
+    for over, pairs in (("heads", 2), ("heads x positions", 1)):
+        writes = iv.sweep(CLEAN[:pairs], CORRUPTED[:pairs], tiny, metric, over=over, name=name, progress=False)
+        contexts = iv.sweep(CLEAN[:pairs], CORRUPTED[:pairs], tiny, metric, over=over, progress=False)
+        torch.testing.assert_close(writes.per_example, contexts.per_example, atol=1e-5, rtol=1e-5, equal_nan=True)
+        guess = iv.attribution(CLEAN[:pairs], CORRUPTED[:pairs], tiny, metric, over=over, name=name)
+        torch.testing.assert_close(guess.per_example, iv.attribution(CLEAN[:pairs], CORRUPTED[:pairs], tiny, metric,
+                                                                     over=over).per_example,
+                                   atol=1e-5, rtol=1e-5, equal_nan=True)
+    assert writes.names == ["layer.0.attention.head_outputs", "layer.1.attention.head_outputs"]
+    clean, corrupted = CLEAN[0], CORRUPTED[0]
+    one = iv.sweep(clean, corrupted, tiny, metric, over="heads", name=name, progress=False)
+    for h in range(3):
+        run = bertfn.trace(corrupted, tiny, edits=iv.patch(bertfn.trace(clean, tiny, head_outputs=True),
+                                                           "layer.1.attention.head_outputs", heads=h))
+        assert close(one.values[1, h].item(), metric(run).item())
+
+
 def test_attribution_over_pairs_is_each_pairs_attribution(tiny, metric):
     study = iv.attribution(CLEAN, CORRUPTED, tiny, metric, over="heads")
     assert study.per_example.shape == (3, 2, 3)

@@ -136,6 +136,35 @@ def test_bert_masked_lm_equals_captum(tmp_path, device):
 
 
 @needs_transformers
+def test_roberta_delta_is_the_paths_where_captums_reruns_the_baseline_ids(tmp_path, device):
+    """RoBERTa counts positions from the ids (pad tokens take padding_idx), so captum's return_convergence_delta, which
+    runs f on the baseline's ids, starts elsewhere than the path does: its delta is off by f(baseline ids) - f(b).
+    bertfn's f(b) is the path's start (the baseline's embeddings at the input's positions, as captum's path runs them),
+    so its delta is the rule's error alone; the attributions are captum's (docs/guides/interventions.md)."""
+    hf = on_device(save_member("roberta", tmp_path, **SCALE))
+    m = bertfn.load(tmp_path, device=device)
+    text = f"The cat sat on the {m.tokenizer.mask_token}."
+    ids, mask, _, base = inputs(m, [text])
+    at = int((ids[0] == m.tokenizer.mask_token_id).nonzero()[0])
+    forward = lambda i, am: hf(input_ids=i, attention_mask=am).logits[:, at, 7]  # noqa: E731
+    lig = captum_attr.LayerIntegratedGradients(forward, hf.get_input_embeddings())
+    theirs, captum_delta = lig.attribute(ids, base, additional_forward_args=(mask,), method="gausslegendre",
+                                         return_convergence_delta=True)
+    a = iv.token_attributions(text, m, 7)
+    assert_close(a, theirs.sum(-1)[0].cpu())
+    assert abs(a.delta) < 1e-5
+    from transformers.models.roberta.modeling_roberta import create_position_ids_from_input_ids
+
+    positions = create_position_ids_from_input_ids(ids, hf.config.pad_token_id)  # the input's, as the path has them
+    with torch.no_grad():
+        rerun = forward(base, mask).item()
+        start = hf(inputs_embeds=hf.get_input_embeddings()(base), attention_mask=mask, position_ids=positions)
+    assert abs(a.baseline_value - start.logits[0, at, 7].item()) < 1e-5
+    assert abs(rerun - a.baseline_value) > 0.1  # the pad ids' positions move f
+    assert abs(captum_delta.item() - (a.delta + rerun - a.baseline_value)) < 1e-5
+
+
+@needs_transformers
 def test_a_batch_of_texts_equals_each_text_alone(tmp_path, device):
     """Texts of different lengths in one call, their paths' points cut into padded batches of 7 rows, give what each
     text gives alone (1e-5 of its largest), for a label and for a metric of the run."""
@@ -181,6 +210,23 @@ def test_the_errors_say_what_a_target_is(tmp_path):
     with pytest.raises(bertfn.MissingPartError, match=r"is a BertForMultipleChoice: use bertfn.choose; give the target "
                                                       r"as a metric of the run instead"):
         iv.token_attributions("The cat sat.", bertfn.load(tmp_path / "choice"), 0)
+
+
+def test_options_a_call_would_ignore_are_refused(tmp_path):
+    """head= and labels= beside a metric target, and a baseline for gradient x input, would change nothing: refused,
+    saying what to drop, where they used to be ignored in silence (an extra head's metric read without its head)."""
+    save_member("bert", tmp_path)
+    mlm = bertfn.load(tmp_path)
+    pooled = lambda run: run["embeddings.output"][0].sum()  # noqa: E731
+    with pytest.raises(bertfn.InputError, match=r"head= and labels= say which head a label target is read from, .* "
+                                                r"drop head= and labels="):
+        iv.token_attributions("The cat sat.", mlm, pooled, head="cls.species")
+    with pytest.raises(bertfn.InputError, match=r"drop head= and labels="):
+        iv.token_attributions(["The cat sat.", "A dog."], mlm, ["cat", pooled], labels=["a", "b"])
+    with pytest.raises(bertfn.InputError, match=r"baseline='\[MASK\]' is integrated gradients' start, and gradient x "
+                                                r"input has none"):
+        iv.token_attributions("The [MASK] sat.", mlm, "cat", method="gradient_x_input", baseline="[MASK]")
+    assert iv.token_attributions("The cat sat.", mlm, pooled, steps=4).delta is not None  # the metric alone runs
 
 
 # --- AntiBERTy's real weights ---------------------------------------------------------------------------

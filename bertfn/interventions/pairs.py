@@ -4,7 +4,8 @@ A study (:mod:`bertfn.interventions.study`) takes pairs as two texts or two list
 (:func:`pairs_of`), records each pair's clean and corrupted runs as :func:`bertfn.trace` would, in one
 batch of two (:func:`runs`), and runs the metric once on the corrupted run to learn which points it
 reads (:func:`reads_of`): the patched copies then keep only those. A metric that asks for a point a pass
-computes only on request (``layer.{i}.attention.head_outputs``) gets the runs recorded again with it. A
+computes only on request (``layer.{i}.attention.head_outputs``) gets the runs recorded again with it; a study that
+patches such a point (``name="layer.{i}.attention.head_outputs"``) has them recorded with it from the start. A
 fine-tuned checkpoint's task head runs on both texts as :func:`bertfn.trace` runs it, so that a metric can read
 its points (``classifier.logits``, ``qa.start_logits``: :mod:`bertfn.interventions.head_metrics`).
 """
@@ -167,8 +168,8 @@ def reads_of(metric: Metric, run: Recording) -> tuple[frozenset[str], float]:
     return reads, float(value)
 
 
-def prepared(clean_text: str, corrupted_text: str, m: Model, metric: Metric, what: str):
-    """The pair's runs and the points the metric reads (recording the optional points it asks for).
+def prepared(clean_text: str, corrupted_text: str, m: Model, metric: Metric, what: str, patched: Sequence[str] = ()):
+    """The pair's runs and the points the metric reads (recording the optional points it asks for or are patched).
 
     Args:
         clean_text: the clean text.
@@ -176,6 +177,8 @@ def prepared(clean_text: str, corrupted_text: str, m: Model, metric: Metric, wha
         m: the model.
         metric: ``metric(run) -> scalar tensor``.
         what: the call, for the messages.
+        patched: the points the study patches; those of :data:`OPTIONAL_POINTS` (each head's write,
+            ``layer.{i}.attention.head_outputs``) are recorded too, for the clean run's values.
 
     Returns:
         ``(clean, corrupted, reads)``: the two runs as :func:`runs` records them, and :func:`reads_of`'s names.
@@ -183,11 +186,12 @@ def prepared(clean_text: str, corrupted_text: str, m: Model, metric: Metric, wha
     Raises:
         InputError: texts that cannot be compared, or a metric :func:`reads_of` refuses.
     """
-    clean, corrupted = runs(clean_text, corrupted_text, m)
+    optional = [n for n in patched if n.rpartition(".")[2] in OPTIONAL_POINTS]
+    clean, corrupted = runs(clean_text, corrupted_text, m, optional)
     try:
         reads, _ = reads_of(metric, corrupted)
     except _Optional as e:  # an optional point asked for: record it and try again
-        clean, corrupted = runs(clean_text, corrupted_text, m, e.names)
+        clean, corrupted = runs(clean_text, corrupted_text, m, optional + e.names)
         reads, _ = reads_of(metric, corrupted)
     if reads & MLM_POINTS and clean.mask_positions != corrupted.mask_positions:
         raise InputError(f"the clean text has [MASK] at {clean.mask_positions} and the corrupted one at "

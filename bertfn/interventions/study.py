@@ -201,7 +201,7 @@ def sweep(clean: str | Sequence[str], corrupted: str | Sequence[str], model: Mod
 
         each = tqdm(pairs, desc=f"patching {over}", unit="pair", leave=False)
     for clean_text, corrupted_text in each:
-        c, x, reads = prepared(clean_text, corrupted_text, m, metric, "sweep")
+        c, x, reads = prepared(clean_text, corrupted_text, m, metric, "sweep", [names[i] for i in layers])
         _check_axis(c, names, layers, over)
         with torch.no_grad():
             cleans.append(float(metric(c)))
@@ -238,7 +238,7 @@ def attribution(clean: str | Sequence[str], corrupted: str | Sequence[str], mode
     """
     pairs, m, names, layers = _setup(clean, corrupted, model, metric, over, name, layers, "attribution")
     held = [names[i] for i in layers]
-    ready = [prepared(clean_text, corrupted_text, m, metric, "attribution") for clean_text, corrupted_text in pairs]
+    ready = [prepared(clean_text, corrupted_text, m, metric, "attribution", held) for clean_text, corrupted_text in pairs]
     for c, _, _ in ready:
         _check_axis(c, names, layers, over)
     reads = set().union(*(r for _, _, r in ready))

@@ -253,7 +253,8 @@ def token_attributions(texts: str | Sequence[str], model: Model | str | Path, ta
 
     Raises:
         InputError: empty texts, a bad option, a text longer than the model reads, a target that does not fit
-            (:func:`target_metric`), or ``head`` and ``labels`` as :func:`bertfn.classify` refuses them.
+            (:func:`target_metric`), ``head`` and ``labels`` as :func:`bertfn.classify` refuses them or beside a
+            metric target (which they would not change), or a ``baseline`` for gradient x input (which has none).
         MissingPartError: a model without a tokenizer, without a head the target names, or without ``head``.
     """
     texts, single = text_list(texts, "token_attributions")
@@ -264,6 +265,12 @@ def token_attributions(texts: str | Sequence[str], model: Model | str | Path, ta
     if len(targets) != len(texts) or (single and isinstance(target, list)):
         raise InputError(f"target is one for every text or a list of one per text: got {len(targets)} targets for "
                          f"{len(texts)} text{'s' * (len(texts) > 1)}")
+    if baseline is not None and method == "gradient_x_input":
+        raise InputError(f"baseline={baseline!r} is integrated gradients' start, and gradient x input has none; drop "
+                         "baseline=, or use method='integrated_gradients'")
+    if (head is not None or labels is not None) and any(callable(t) for t in targets):
+        raise InputError("head= and labels= say which head a label target is read from, and a metric reads the run "
+                         "itself (e.g. run['pooler']); drop head= and labels=, or give the label as the target")
     m, tok, _ = loaded("token_attributions", model)
     names = None if head is None and labels is None else head_labels(m, head, labels, "token_attributions")
     ids, types, mask, tokens = padded_batch(tok, texts, None if pair is None else [pair] if single else pair)
