@@ -11,7 +11,9 @@ under any key prefix, on the pooler's output (:func:`pooled_linear_outputs`; Ant
 :attr:`Model.extra_heads <bertfn.checkpoint.model.Model.extra_heads>` lists them), with ``labels=`` naming its
 outputs.
 
-A text (or pair) longer than the model reads is refused, as the pipeline's model would fail on it; with
+A text (or pair) longer than the model reads is refused: the pipeline's model fails on it where a learned table of
+positions runs out (BERT, RoBERTa), and runs on, past the lengths it was trained on, where positions are relative or
+rotary (DeBERTa-v2/v3, ModernBERT, ESM-2); with
 ``truncation=True`` it is cut as the pipeline's ``truncation=True`` cuts it: to the tokenizer's ``model_max_length``
 (the model's positions where the folder says none; :func:`~bertfn.tasks.pairs.longest_pair`), a pair by taking tokens
 off the longer of its two texts ("longest_first", :func:`~bertfn.tasks.pairs.cut_pairs`).
