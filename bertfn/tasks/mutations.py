@@ -47,7 +47,7 @@ CODES = re.compile(r"(?:\w+:)?[A-Z]\d+[A-Z](?:[\s,:;]+(?:\w+:)?[A-Z]\d+[A-Z])*")
 """Mutation codes ("E1Q", "H:E1Q", "E1Q:V37P"): what a variant written as codes looks like, for the error that says so."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Substitutions:
     """The masked (or wild-type) marginals of one reference text.
 
@@ -70,6 +70,12 @@ class Substitutions:
     log_probs: torch.Tensor
     vocabulary: list[str]
     masked: bool = True
+
+    def __repr__(self) -> str:
+        """A line, not the (L, V) matrix and the vocabulary (thousands of characters in a notebook's output)."""
+        kind = "masked" if self.masked else "wild-type"
+        return (f"Substitutions({clipped(self.text)}: {kind} marginals, {len(self.tokens)} scored tokens x "
+                f"{len(self.vocabulary)} vocabulary tokens in .log_probs; .effects() scores each substitution)")
 
     def effects(self) -> torch.Tensor:
         """The score of every single substitution: log P(token) - log P(reference token) at each position.
