@@ -34,7 +34,7 @@ from ..checkpoint.checks import count, one_of
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
 from ..errors import DependencyError, InputError, clipped, syntax
-from ..fast.kernels import Stamp, made_from, stamp
+from ..fast.kernels import Stamp, made_from, stamp, versioned
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.family import longest_input
@@ -222,7 +222,7 @@ def _cached_substitutions(m: Model, reference: str, batch_size: int, masked: boo
         masked: masked marginals (else wild-type ones).
     """
     global _last
-    weights = tuple(t for t in m.state.values() if not t.is_inference())
+    weights = versioned(m.state)
     last = _last  # read once: another thread may put its own matrix there meanwhile
     if last is None or last[0]() is not m or last[2] != reference or last[3].masked != masked \
             or not made_from(last[1], weights):
