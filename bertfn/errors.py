@@ -30,6 +30,7 @@ the Python spelling (``lowercase=False``) or, inside the ``bertfn`` command, the
 
 from __future__ import annotations
 
+import sys
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -141,6 +142,19 @@ def clipped(value: object, width: int = 80) -> str:
     """
     shown = repr(value)
     return shown if len(shown) <= width else shown[: width - 1] + "…"
+
+
+def outside_stacklevel() -> int:
+    """The ``stacklevel`` that a ``warnings.warn`` in the caller of this function takes to name the first line outside
+    bertfn: the user's call (a notebook cell's), however deep inside bertfn the warning is raised.
+
+    A fixed stacklevel named a line of bertfn's for some calls (``enc = tok(list(batch))``), and Python's filter says
+    a warning once per place: a re-run cell, or any later cell meeting the same texts, was then told nothing.
+    """
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "bertfn":
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def unreadable(path: str | Path, error: type[BertfnError] | None = None) -> BertfnError:

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -812,3 +813,18 @@ def test_a_whole_word_target_holding_the_unknown_token_is_warned_about(model):
         "target 'cat中' is not in the vocabulary and its word pieces 'cat', '[UNK]' hold [UNK], so it is scored as "
         "those pieces, not as the word; pass words the vocabulary spells"]
     assert sorted(a["pieces"] for a in got) == [2, 2]
+
+
+def test_a_text_of_unknown_tokens_is_warned_about_at_the_users_line(tiny_folder):
+    """The warning names the line that called bertfn, whichever task met the text: it named a line of bertfn's
+    (``enc = tok(list(batch))`` in embed.py), so Python's once-per-place filter kept it from a re-run notebook cell
+    or any later cell that met such a text again."""
+    m = bertfn.load(tiny_folder)
+    calls = {"fill_mask": lambda: bertfn.fill_mask("é ü [MASK]", m), "score": lambda: bertfn.score("é ü ß", m),
+             "embed": lambda: bertfn.embed(["é ü ß"], m), "trace": lambda: bertfn.trace("é ü ß", m)}
+    for name, call in calls.items():
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            call()
+        unknown = [w for w in said if issubclass(w.category, bertfn.UnknownTokensWarning)]
+        assert [w.filename for w in unknown] == [__file__], name

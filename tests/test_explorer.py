@@ -13,6 +13,7 @@ import html
 import json
 import math
 import os
+import pickle
 import re
 import shutil
 import struct
@@ -1311,3 +1312,26 @@ def _blues_red(code: int) -> int:
         k += 1
     (t0, c0), (t1, c1) = stops[k], stops[k + 1]
     return math.floor(c0 + (t - t0) / (t1 - t0) * (c1 - c0) + 0.5)
+
+
+def test_a_weight_changed_after_tracing_leaves_the_per_layer_predictions_out(tiny_folder):
+    """The page makes its per-layer predictions with the model's MLM head when it is drawn (a notebook draws a
+    recording each time a cell shows it): after a weight changed in place, or was replaced, the last row said what
+    the changed head says, not what the traced model said at its [MASK]. They are left out then, saying why."""
+    m = bertfn.load(tiny_folder)  # its own: its weights change below
+    text = "the cat [MASK] on the mat ."
+    rec, recs = bertfn.trace(text, m), bertfn.trace([text, "the dog sat ."], m)
+    meta, arrays = page_data(rec)
+    assert "lens_ids" in arrays and meta["predictions"]
+    assert page_data(pickle.loads(pickle.dumps(recs))[0])[0]["predictions"]  # they pickle still, and draw as traced
+    bias = m.state["cls.predictions.bias"]
+    with torch.no_grad():
+        bias.add_(torch.arange(m.config.vocab_size, dtype=torch.float32))
+    for changed in (rec, recs[0]):  # a text cut from a batch traced before the change too
+        meta, arrays = page_data(changed)
+        assert "lens_ids" not in arrays and meta["predictions"] is None
+        assert "weights changed since this recording was traced" in meta["no_predictions"]
+    again = bertfn.trace(text, m)  # traced anew: the predictions are back
+    assert page_data(again)[0]["predictions"]
+    m.state["cls.predictions.bias"] = bias + 1.0  # replaced by another tensor: changed too
+    assert page_data(again)[0]["predictions"] is None

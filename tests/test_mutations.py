@@ -237,3 +237,14 @@ def test_wild_type_marginals_equal_transformers_and_the_cli(antiberty, antiberty
         pytest.approx([r["score"] for r in results[:2]], abs=1e-6)
     assert main(["score", "--reference", HEAVY, VARIANTS[0], "--wt-marginal", "--pll-change", *model]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_matrix_shows_itself_in_a_line(tiny_folder):
+    """A notebook cell ending in the matrix shows a line saying what it holds, not the (L, V) tensor and the
+    vocabulary (a 36-residue chain printed 14,000 characters)."""
+    reference = "the cat sat on the mat . " * 8
+    subs = substitution_matrix(reference, bertfn.load(tiny_folder))
+    shown = repr(subs)
+    L, V = subs.log_probs.shape
+    assert len(shown) < 300 and "tensor(" not in shown
+    assert f"{L} scored tokens x {V} vocabulary tokens" in shown and shown.startswith("Substitutions('the cat sat")

@@ -180,3 +180,14 @@ def test_cli_attention_errors_are_one_line(mlm_checkpoint, tmp_path, capsys):
     assert main(["attention", TEXT, "--model", model, "--out", str(tmp_path / "missing" / "a.png")]) == 2
     assert f"its folder {tmp_path / 'missing'} does not exist; create it" in capsys.readouterr().err  # before loading
     assert not (tmp_path / "a.png").exists()
+
+
+def test_a_figure_shows_itself_in_jupyter_without_pyplot(rec):
+    """Jupyter draws a figure returned by a cell only if it has a PNG form: ``%matplotlib inline`` registers one,
+    but only pyplot's import sets that up, which bertfn never makes; without it a cell showed '<Figure size ...>'.
+    Once registered (pyplot imported), its own PNG form is used instead, so the figure is drawn once."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    formats, _ = shell.display_formatter.format(plots.attention_figure(rec, layer=0))
+    assert formats["image/png"].startswith(b"\x89PNG") and "<Figure size" in formats["text/plain"]

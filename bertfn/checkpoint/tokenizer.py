@@ -25,7 +25,8 @@ import torch
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import normalizers
 
-from ..errors import CheckpointError, InputError, UnknownTokensWarning, clipped, require_readable, syntax, unreadable
+from ..errors import (CheckpointError, InputError, UnknownTokensWarning, clipped, outside_stacklevel, require_readable,
+                      syntax, unreadable)
 from .sentencepiece import deberta_from_spm
 from .tokenizer_files import (ESM_NAMES, ROLES, SLOW_FILES, esm_from_vocab, find_special, is_esm_vocab, lowercases,
                               read_json, slow_files_advice, word_marks, wordpiece_from_vocab, write_tokenizer_json)
@@ -76,21 +77,20 @@ def check_text(text: str, which: str) -> None:
                              "decode the bytes with their real encoding (or errors='replace')") from None
 
 
-def warn_texts(messages: dict[int, str], category: type[Warning], stacklevel: int = 2) -> None:
+def warn_texts(messages: dict[int, str], category: type[Warning]) -> None:
     """One warning for the texts ``messages`` names, by index: ``text 3 (and texts 7, 9, +12 more like it): <what it
     says of text 3>``; nothing when it names none.
 
     Args:
         messages: ``{text index: what to say of it}``.
         category: the warning's class.
-        stacklevel: as ``warnings.warn`` counts it from the function that calls this one (1: that function).
     """
     if not messages:
         return
     first, *others = sorted(messages)
     more = f", +{len(others) - 9} more" if len(others) > 9 else ""
     also = f" (and text{'s' * (len(others) > 1)} {', '.join(map(str, others[:9]))}{more} like it)" if others else ""
-    warnings.warn(f"text {first}{also}: {messages[first]}", category, stacklevel=stacklevel + 1)
+    warnings.warn(f"text {first}{also}: {messages[first]}", category, stacklevel=outside_stacklevel())  # the user's call
 
 
 class Tokenizer:
@@ -329,7 +329,7 @@ class Tokenizer:
             batch: the ``tokenizers`` encodings.
         """
         said = self.unknown(texts, pairs, batch)
-        warn_texts(said, UnknownTokensWarning, stacklevel=3)
+        warn_texts(said, UnknownTokensWarning)
         return said
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:

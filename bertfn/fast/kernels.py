@@ -195,6 +195,16 @@ def stamp(parts: tuple[Tensor, ...]) -> Stamp:
     return tuple((weakref.ref(t), t._version) for t in parts)
 
 
+def versioned(state: dict[str, Tensor]) -> tuple[Tensor, ...]:
+    """The weights of ``state`` that a :func:`stamp` can hold to: all but those made under ``torch.inference_mode``,
+    which have no version.
+
+    Args:
+        state: a model's weights by name.
+    """
+    return tuple(t for t in state.values() if not t.is_inference())
+
+
 def made_from(made: Stamp, parts: tuple[Tensor, ...]) -> bool:
     """Whether a copy stamped ``made`` (:func:`stamp`) was made from ``parts`` as they are now: the same tensors,
     none changed in place since (its version).

@@ -61,6 +61,7 @@ import numpy as np
 
 from ..checkpoint.tokenizer_files import other_spelling
 from ..errors import InputError, require_folder, syntax
+from ..fast.kernels import made_from, versioned
 from ..model.config import BertConfig
 from ..model.family import family_of
 from .decision_panel import Decision
@@ -120,13 +121,16 @@ def page_data(rec: Recording, top_k: int = 5, decision: Decision | None = None) 
                          f"{type(decision).__name__}")
     if not all(hasattr(rec, part) for part in ("tokens", "tensors", "mask_positions", "config")):
         raise InputError(f"the explorer draws a Recording from bertfn.trace(text, model), got {type(rec).__name__}")
-    if isinstance(rec.tensors, PageArrays):
+    changed = False
+    if isinstance(rec.tensors, PageArrays):  # made as it was traced
         store = rec.tensors
         if top_k != store.top_k:
             raise InputError(f"this recording was traced into a PageArrays store for top_k={store.top_k}, not {top_k}; "
                              f"ask for top_k={store.top_k}, or trace again")
-    else:
-        store = PageArrays(rec.config, rec.model, top_k)
+    else:  # its model's head as it is now makes the per-layer predictions: only if its weights are as traced
+        changed = rec.model is not None and getattr(rec, "weights", None) is not None and \
+            not made_from(rec.weights, versioned(rec.model.state))
+        store = PageArrays(rec.config, None if changed else rec.model, top_k)
         for name, x in rec.tensors.items():
             store[name] = x
     arrays = dict(store.done())
@@ -137,6 +141,9 @@ def page_data(rec: Recording, top_k: int = 5, decision: Decision | None = None) 
     predictions, missing, vocab = None, None, {}
     if model is None:
         missing = "this recording carries no model (make it with bertfn.trace), so there are no word predictions"
+    elif not store.lens and changed:
+        missing = ("the model's weights changed since this recording was traced (in place, or replaced), so its MLM "
+                   "head would not say what the traced model said: trace the text again to see the predictions")
     elif not store.lens:
         missing = ("the model has no masked-LM head (cls.predictions.*), so there are no word predictions; "
                    "trace a *ForMaskedLM or *ForPreTraining checkpoint to see them")

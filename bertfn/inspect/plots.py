@@ -16,7 +16,9 @@ a probability near 0, and its title says "local (window W)".
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -59,18 +61,18 @@ def require_matplotlib():
 
 
 def new_figure(width: float, height: float):
-    """An empty matplotlib ``Figure`` on the Agg canvas (:func:`require_matplotlib`).
+    """A new, empty matplotlib ``Figure`` on the Agg canvas (:func:`require_matplotlib`), which Jupyter shows.
 
     Args:
         width: inches.
         height: inches.
-
-    Returns:
-        (matplotlib.figure.Figure): The figure.
     """
     Figure, FigureCanvasAgg = require_matplotlib()
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
+    if "IPython" in sys.modules:  # as a PNG, as %matplotlib inline would: pyplot's import alone sets that up
+        from IPython.core.pylabtools import print_figure
+        fig._repr_png_ = partial(print_figure, fig)  # a partial, not a lambda: the figure still pickles
     return fig
 
 

@@ -28,6 +28,7 @@ from ..checkpoint.checks import refuse_long
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_tokenizer, text_list, texts_and_model
 from ..errors import InputError, clipped, syntax
+from ..fast.kernels import Stamp, stamp, versioned
 from ..model.config import BertConfig
 from ..model.family import longest_input
 from ..model.point_names import layer_of, point_names
@@ -56,6 +57,8 @@ class Recording:
         tensors: every recorded tensor by name, in the order computed (batch axis B = 1).
         config: the traced model's config.
         model: the model traced (the explorer reads its heads).
+        weights: the model's weights as they were traced (:func:`~bertfn.fast.kernels.stamp`; None: made when the
+            recording is): the explorer makes its per-layer predictions with the MLM head only while they are unchanged.
     """
 
     tokens: list[str]  # S word pieces, [CLS] ... [SEP]
@@ -64,6 +67,14 @@ class Recording:
     tensors: dict[str, Tensor]
     config: BertConfig
     model: Model | None = field(default=None, repr=False, compare=False)  # the model traced (the explorer reads its heads)
+    weights: Stamp | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.weights is None and self.model is not None:
+            object.__setattr__(self, "weights", stamp(versioned(self.model.state)))
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "weights": None}  # weak references do not pickle; the copy's model is as traced
 
     def __getitem__(self, name: str) -> Tensor:
         return named(self.tensors, name, self.config)
@@ -171,6 +182,7 @@ class Recordings:
             (N, ...) for the N [MASK]s).
         config: the traced model's config.
         model: the model traced.
+        weights: the model's weights as they were traced, which each text's :class:`Recording` carries.
     """
 
     tokens: list[list[str]]
@@ -180,6 +192,9 @@ class Recordings:
     tensors: dict[str, Tensor]
     config: BertConfig
     model: Model | None = field(default=None, repr=False, compare=False)
+    weights: Stamp | None = field(default=None, repr=False, compare=False)
+
+    __post_init__, __getstate__ = Recording.__post_init__, Recording.__getstate__
 
     @property
     def lengths(self) -> list[int]:
@@ -220,7 +235,7 @@ class Recordings:
         i, S = index % B, self.lengths[index]
         return Recording(self.tokens[i], self.input_ids[i:i + 1, :S], [p for t, p in self.mask_rows if t == i],
                          text_tensors(self.tensors, i, S, self.mask_rows, self.config.chunk_size_feed_forward),
-                         self.config, self.model)
+                         self.config, self.model, self.weights)
 
     def __contains__(self, name: object) -> bool:
         return name in self.tensors

@@ -34,7 +34,7 @@ from ..checkpoint.checks import count, one_of
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
 from ..errors import DependencyError, InputError, clipped, syntax
-from ..fast.kernels import Stamp, made_from, stamp
+from ..fast.kernels import Stamp, made_from, stamp, versioned
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.family import longest_input
@@ -47,7 +47,7 @@ CODES = re.compile(r"(?:\w+:)?[A-Z]\d+[A-Z](?:[\s,:;]+(?:\w+:)?[A-Z]\d+[A-Z])*")
 """Mutation codes ("E1Q", "H:E1Q", "E1Q:V37P"): what a variant written as codes looks like, for the error that says so."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Substitutions:
     """The masked (or wild-type) marginals of one reference text.
 
@@ -70,6 +70,12 @@ class Substitutions:
     log_probs: torch.Tensor
     vocabulary: list[str]
     masked: bool = True
+
+    def __repr__(self) -> str:
+        """A line, not the (L, V) matrix and the vocabulary (thousands of characters in a notebook's output)."""
+        kind = "masked" if self.masked else "wild-type"
+        return (f"Substitutions({clipped(self.text)}: {kind} marginals, {len(self.tokens)} scored tokens x "
+                f"{len(self.vocabulary)} vocabulary tokens in .log_probs; .effects() scores each substitution)")
 
     def effects(self) -> torch.Tensor:
         """The score of every single substitution: log P(token) - log P(reference token) at each position.
@@ -216,7 +222,7 @@ def _cached_substitutions(m: Model, reference: str, batch_size: int, masked: boo
         masked: masked marginals (else wild-type ones).
     """
     global _last
-    weights = tuple(t for t in m.state.values() if not t.is_inference())
+    weights = versioned(m.state)
     last = _last  # read once: another thread may put its own matrix there meanwhile
     if last is None or last[0]() is not m or last[2] != reference or last[3].masked != masked \
             or not made_from(last[1], weights):

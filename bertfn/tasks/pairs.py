@@ -146,7 +146,7 @@ def pair_logits(m: Model, firsts: list[str], seconds: list[str], owners: list[in
         warnings.simplefilter("ignore", UnknownTokensWarning)
         enc = tok(firsts, seconds)
     unknown = {owners[p]: message for p, message in reversed(list((enc.unknown or {}).items()))}  # an item's first
-    warn_texts(unknown, UnknownTokensWarning, stacklevel=3)
+    warn_texts(unknown, UnknownTokensWarning)
     lengths = enc.attention_mask.sum(dim=1).tolist()
     long = [p for p, n in enumerate(lengths) if n > limit]
     if long:
@@ -162,7 +162,7 @@ def pair_logits(m: Model, firsts: list[str], seconds: list[str], owners: list[in
             cut.setdefault(owners[p], []).append(p)
         more = {i: f" (and {len(ps) - 1} more of its pairs are too long)" if ps[1:] else "" for i, ps in cut.items()}
         warn_texts({i: f"with {named(ps[0])} it is {lengths[ps[0]]} tokens{more[i]}, but the model reads at most {limit}; "
-                       f"{TRUNCATIONS[truncation]}" for i, ps in cut.items()}, UserWarning, stacklevel=3)
+                       f"{TRUNCATIONS[truncation]}" for i, ps in cut.items()}, UserWarning)
         enc = cut_pairs(tok, firsts, seconds, limit, truncation)
         lengths = enc.attention_mask.sum(dim=1).tolist()
     rows = head_logits(m, enc, lengths, "sequence-classification", batch_size=batch_size, points=points)  # N of (L,)
