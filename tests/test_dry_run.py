@@ -1,8 +1,8 @@
 """point_names is what a pass records: the names read from the pass on the meta device (bertfn/model/dry_run.py) held
 to what bertfn.trace records on a tiny random checkpoint of each member, and of each member's task heads.
 
-The dry run's weights hold every part a config allows, so its list has ``pooler`` and ``mlm.*`` wherever the member
-has them; a checkpoint that lacks a part records its points nowhere, and every other point is recorded, in the list's
+The dry run's weights hold every part a config allows, so its list has ``pooler``, ``mlm.*`` (and ELECTRA's
+``discriminator.*``) wherever the member has them; a checkpoint that lacks a part records its points nowhere, and every other point is recorded, in the list's
 order. The quick run takes BERT and RoBERTa (tests/family_checkpoints.py's QUICK_KINDS), the slow run every member.
 """
 
@@ -27,7 +27,8 @@ KINDS = ("bert", *MEMBERS, "electra-discriminator", *MODERN)
 
 PARTS = {"pooler": ("bert.pooler.dense.weight", ("pooler",)),
          "MLM head": ("cls.predictions.decoder.weight", ("mlm.transform", "mlm.logits")),
-         "contact head": ("bert.contact_head.regression.weight", ("contacts.maps", "contacts.apc", "contacts.logits"))}
+         "contact head": ("bert.contact_head.regression.weight", ("contacts.maps", "contacts.apc", "contacts.logits")),
+         "discriminator": ("discriminator_predictions.dense.weight", ("discriminator.transform", "discriminator.logits"))}
 """A part a checkpoint may lack: a weight that stands for it (by BERT's name) and the points only it records."""
 
 
