@@ -33,7 +33,7 @@ from ..model.naming import names_of
 from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
-from .sentence_folder import TRANSFORMER_CONFIGS, not_run, transformer_path
+from .sentence_folder import TRANSFORMER_CONFIGS, first_module, not_run, transformer_path
 from .tokenizer_files import read_json, slow_files_advice
 from .weights import SHARD_INDEXES, read_weights, shard_map
 
@@ -129,7 +129,8 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         modules = fetch("modules.json")  # a sentence-transformers folder: its modules' files, as bertfn.embed reads them
         entries = read_json(modules) if modules is not None else []
         config = fetch("config.json")
-        inner = f"{transformer_path(entries)}/" if config is None and transformer_path(entries) else ""
+        path = transformer_path(entries) if config is None else None
+        inner = f"{path}/" if path else ""
         if inner:  # an older sentence-transformers folder: the encoder in its Transformer module's 0_Transformer/
             config = fetch(inner + "config.json")
         if config is None and local_only:
@@ -185,7 +186,7 @@ def transformer_folder(folder: Path) -> Path:
     if not (folder / "modules.json").is_file():
         return folder
     entries = read_json(folder / "modules.json")
-    first = entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else {}
+    first = first_module(entries)
     if first and not str(first.get("type", "")).endswith("Transformer") and not (folder / "config.json").is_file():
         raise not_run(folder / "modules.json", 0, first)
     path = transformer_path(entries)

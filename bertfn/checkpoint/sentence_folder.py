@@ -156,6 +156,15 @@ def _listed(path: Path) -> list:
     return entries
 
 
+def first_module(entries: object) -> dict:
+    """A ``modules.json``'s first entry (``{"type": ..., "path": ...}``), or ``{}`` where it holds none.
+
+    Args:
+        entries: the file's content (a list of entries; anything else holds none).
+    """
+    return entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else {}
+
+
 def transformer_path(entries: object) -> str | None:
     """The sub-folder a ``modules.json``'s entries give its first module, where that is a Transformer module in a
     sub-folder of its own (``"0_Transformer"``, as sentence-transformers before 2.x saved it); else None.
@@ -163,7 +172,7 @@ def transformer_path(entries: object) -> str | None:
     Args:
         entries: the file's content (a list of ``{"type": ..., "path": ...}``; anything else gives None).
     """
-    first = entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else {}
+    first = first_module(entries)
     path = first.get("path")
     if not str(first.get("type", "")).endswith("Transformer") or not isinstance(path, str) or not path:
         return None

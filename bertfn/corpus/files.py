@@ -254,11 +254,12 @@ def run_file(
     """
     started = time.perf_counter()
     streamed = is_stream(target)  # stdout, a pipe or a device: written as it goes, with no record beside it
-    if not is_stream(source) and not Path(source).is_file():
+    piped = is_stream(source)  # stdin or a pipe: read once, as it comes
+    if not piped and not Path(source).is_file():
         what = "is a folder" if Path(source).is_dir() else "does not exist"
         raise InputError(f"input file {source} {what}; pass --input with a text, JSON Lines, .csv or .tsv "
                          "file, or - for stdin")
-    if not is_stream(source):
+    if not piped:
         require_readable(Path(source), InputError)  # another user's file: said before the model loads
     named = task_named(task)
     inputs = Inputs.of(named.inputs, named.optional, field, source)
@@ -276,7 +277,7 @@ def run_file(
     if retry_errors and not resume:
         raise InputError(f"{syntax(python='retry_errors=True', cli='--retry-errors')} re-runs the error lines of an "
                          f"earlier run: pass {syntax(python='resume=True', cli='--resume')} with it")
-    if retry_errors and is_stream(source):
+    if retry_errors and piped:
         raise InputError("retrying error lines reads the input twice, so it cannot be standard input or a pipe; "
                          "pass the file")
     count("chunk_size", chunk_size)
