@@ -216,6 +216,26 @@ def test_gradients_are_autograds(tiny, metric, monkeypatch, one_kernel):
     assert torch.isfinite((g.grads["layer.0.output"] * g.activations["layer.0.output"]).sum())
 
 
+def test_a_metric_of_a_heads_write_gets_it_computed(tiny):
+    """Each head's write is computed only when asked (head_outputs=True); a metric that reads it gets it, in gradients
+    and token_attributions alike, where the error told the user to pass an option neither takes."""
+    text = "the cat sat on the [MASK] ."
+
+    def metric(run):
+        return run["layer.1.attention.head_outputs"][0, 1, 3].sum()
+
+    asked = iv.gradients(text, tiny, metric, ["embeddings.word", "layer.1.attention.head_outputs"])
+    found = iv.gradients(text, tiny, metric, "embeddings.word")
+    assert found.value == pytest.approx(metric(bertfn.trace(text, tiny, head_outputs=True)).item(), rel=1e-5, abs=1e-5)
+    torch.testing.assert_close(found.grads["embeddings.word"], asked.grads["embeddings.word"], atol=1e-6, rtol=1e-5)
+    a = iv.token_attributions(text, tiny, metric, method="gradient_x_input")
+    torch.testing.assert_close(torch.as_tensor(a.attributions),
+                               (found.grads["embeddings.word"] * found.activations["embeddings.word"]).sum(-1)[0],
+                               atol=1e-5, rtol=1e-4)
+    with pytest.raises(bertfn.InputError, match="the model has 2 layers"):
+        iv.gradients(text, tiny, lambda run: run["layer.7.attention.head_outputs"].sum(), "embeddings.word")
+
+
 def test_integrated_gradients_complete(tiny, metric):
     """Integrated gradients from edits=: the attributions sum to metric(input) - metric(baseline)."""
     text = "when in paris do as the [MASK] do"

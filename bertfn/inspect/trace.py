@@ -295,10 +295,10 @@ def named(tensors: dict[str, Tensor], name: str, config: BertConfig) -> Tensor:
                          f"them), got {type(name).__name__}: {clipped(name, 40)}; a batch's texts are recs[i]")
     if not held:
         L = config.num_hidden_layers
-        if fnmatch.fnmatchcase(name, HEAD_OUTPUTS):
-            hint = "a pass computes each head's output only when asked: bertfn.trace(..., head_outputs=True)"
-        elif (layer_of(name) or 0) >= L:
+        if (layer_of(name) or 0) >= L:
             hint = f"the model has {L} layers, 0 to {L - 1}"
+        elif fnmatch.fnmatchcase(name, HEAD_OUTPUTS):
+            hint = "a pass computes each head's output only when asked: bertfn.trace(..., head_outputs=True)"
         elif name.startswith("mlm.") and name in point_names(config):
             hint = "the MLM head runs only at the text's mask tokens, and only where the checkpoint has one (a masked LM)"
         elif name in point_names(config):

@@ -17,6 +17,7 @@ every path from that point to the metric, through the layers above.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,9 +33,10 @@ from ..inspect.trace import Recording
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.point_names import point_names
-from ..model.recorder import Edits, Point, Trace, check_edits, merge_edits
+from ..model.recorder import OPTIONAL_POINTS, Edits, Point, Trace, check_edits, merge_edits
 from ..tasks.runner import finished, loaded
 from .copies import Kept
+from .pairs import OptionalAsked, Reads, not_computed
 from .patching import Metric
 
 Tensor = torch.Tensor
@@ -144,6 +146,20 @@ def pass_with_grad(m: Model, ids: Tensor, types: Tensor, mask: Tensor, tokens: l
         edits: edits of the pass; they see the padded batch.
     """
     ids, mask = ids.to(m.device), mask.to(m.device)  # (B, S)
+    optional = [n for n in set(names) | (keep or set()) if n.rpartition(".")[2] in OPTIONAL_POINTS]
+    try:
+        return _pass(m, ids, types, mask, tokens, metrics, names, keep, edits, optional)
+    except OptionalAsked as e:  # the metric read each head's write, which a pass computes only when asked: ask
+        return _pass(m, ids, types, mask, tokens, metrics, names, keep, edits, optional + e.names)
+
+
+def _pass(m: Model, ids: Tensor, types: Tensor, mask: Tensor, tokens: list[list[str]], metrics: list[Metric],
+          names: list[str], keep: set[str] | None, edits: Edits | None, optional: list[str]) -> list[Gradients]:
+    """:func:`pass_with_grad`'s pass, computing the optional points ``optional`` too.
+
+    Raises:
+        OptionalAsked: a metric read optional points not in ``optional``.
+    """
     held: dict[str, Tensor] = {}
 
     def start(x: Tensor, point: Point) -> Tensor:  # the graph starts here: the weights need no gradient
@@ -154,10 +170,10 @@ def pass_with_grad(m: Model, ids: Tensor, types: Tensor, mask: Tensor, tokens: l
         held[point.name] = x
         return x
 
-    wanted = set(names) | (keep or set())
+    wanted = set(names) | (keep or set()) | set(optional)
     store = {} if keep is None else Kept(wanted)
     own = merge_edits(check_edits(edits, m.config), {"embeddings.word": start}, dict.fromkeys(names, hold))
-    record = Trace(store, edits=own, optional=[n for n in wanted if n.endswith(".head_outputs")])
+    record = Trace(store, edits=own, optional=optional)
     lengths = mask.sum(dim=1).tolist()
     chunk = m.config.chunk_size_feed_forward
     with torch.enable_grad():
@@ -172,7 +188,7 @@ def pass_with_grad(m: Model, ids: Tensor, types: Tensor, mask: Tensor, tokens: l
             return Recording(tokens[b], ids[b:b + 1, :lengths[b]], [p for t, p in rows if t == b],
                              text_tensors(tensors, b, lengths[b], rows, chunk), m.config, m)
 
-        values = [metric(run(b, record.store)) for b, metric in enumerate(metrics)]
+        values = [_value(metric, run(b, record.store)) for b, metric in enumerate(metrics)]
         for value in values:
             if not isinstance(value, Tensor) or value.numel() != 1:
                 got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
@@ -187,6 +203,22 @@ def pass_with_grad(m: Model, ids: Tensor, types: Tensor, mask: Tensor, tokens: l
     detached = {k: v.detach() for k, v in record.store.items()}
     return [Gradients(values[b].item(), run(b, values_at).tensors, run(b, grads).tensors, run(b, detached))
             for b in range(len(metrics))]
+
+
+def _value(metric: Metric, run: Recording):
+    """``metric(run)``, saying which optional points it read that the pass did not compute.
+
+    Raises:
+        OptionalAsked: the metric read optional points (:data:`~bertfn.model.recorder.OPTIONAL_POINTS`) the run lacks.
+    """
+    seen = Reads(run.tensors)
+    try:
+        return metric(dataclasses.replace(run, tensors=seen))
+    except InputError:
+        missing = not_computed({n for n in seen.asked if n not in run.tensors}, run.config)
+        if missing:
+            raise OptionalAsked(missing) from None
+        raise
 
 
 def gradients(texts: str | Sequence[str], model: Model | str | Path, metric: Metric, names: str | Sequence[str], *,

@@ -24,6 +24,7 @@ from ..inspect.batch import checkpoint_head
 from ..inspect.trace import Recording
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
+from ..model.point_names import point_names
 from ..model.recorder import OPTIONAL_POINTS, Trace
 from .copies import MLM_POINTS, TASK_HEAD_POINTS
 from .patching import Metric
@@ -95,7 +96,7 @@ def runs(clean_text: str, corrupted_text: str, m: Model, optional: Sequence[str]
     return one(0), one(1)
 
 
-class _Optional(InputError):
+class OptionalAsked(InputError):
     """The metric asked for optional points the run did not compute (:data:`OPTIONAL_POINTS`)."""
 
     def __init__(self, names: list[str]):
@@ -103,7 +104,17 @@ class _Optional(InputError):
         self.names = names
 
 
-class _Reads(dict):
+def not_computed(missing: set[str], config) -> list[str]:
+    """Of the points a run lacks, those of the model's pass it computes only when asked (:data:`OPTIONAL_POINTS`).
+
+    Args:
+        missing: names a metric read that the run does not hold.
+        config (BertConfig): the model's config (a name beyond its layers is no point of its pass).
+    """
+    return sorted(set(missing) & set(point_names(config, optional=True)) - set(point_names(config)))
+
+
+class Reads(dict):
     """The tensors of a run, noting which names the metric asks for."""
 
     def __init__(self, tensors: dict):
@@ -131,15 +142,15 @@ def reads_of(metric: Metric, run: Recording) -> tuple[frozenset[str], float]:
     """
     if not callable(metric):
         raise InputError(f"metric must be a function metric(run) -> number, got {type(metric).__name__}")
-    seen = _Reads(run.tensors)
+    seen = Reads(run.tensors)
     try:
         with torch.no_grad():
             value = metric(dataclasses.replace(run, tensors=seen))
     except InputError:
         missing = {n for n in seen.asked if n not in run.tensors}
-        optional = sorted(n for n in missing if n.rpartition(".")[2] in OPTIONAL_POINTS)
+        optional = not_computed(missing, run.config)
         if optional:
-            raise _Optional(optional) from None
+            raise OptionalAsked(optional) from None
         heads = sorted(n for n in missing if n.startswith(TASK_HEAD_POINTS))
         if heads:
             raise MissingPartError(f"the metric reads {heads}, a fine-tuned task head's outputs, and {fits(run.model)}; "
@@ -190,7 +201,7 @@ def prepared(clean_text: str, corrupted_text: str, m: Model, metric: Metric, wha
     clean, corrupted = runs(clean_text, corrupted_text, m, optional)
     try:
         reads, _ = reads_of(metric, corrupted)
-    except _Optional as e:  # an optional point asked for: record it and try again
+    except OptionalAsked as e:  # an optional point asked for: record it and try again
         clean, corrupted = runs(clean_text, corrupted_text, m, optional + e.names)
         reads, _ = reads_of(metric, corrupted)
     if reads & MLM_POINTS and clean.mask_positions != corrupted.mask_positions:
