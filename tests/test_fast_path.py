@@ -42,7 +42,7 @@ from bertfn.model.functional import ACTIVATIONS
 from bertfn.fast import choice, kernels
 from bertfn.fast.batching import end_to_end, text_groups
 from bertfn.fast.choice import linear, pack_state
-from bertfn.fast.kernels import KERNELS, ONEDNN, _copies, onednn_fits, packed, padded_rows, run
+from bertfn.fast.kernels import KERNELS, ONEDNN, ONEDNN_DTYPES, _copies, onednn_fits, packed, padded_rows, run
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -52,6 +52,7 @@ needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this torch build has no on
 cpu_kernels = cpu_only("oneDNN's kernels, their packed weights and the kernel choice are the CPU's; off it every "
                        "product is F.linear (test_off_the_cpu_every_product_is_f_linear_and_nothing_is_measured_or_packed)")
 AVAILABLE = KERNELS if ONEDNN else ("F.linear",)
+BF16_KERNELS = KERNELS if torch.bfloat16 in ONEDNN_DTYPES else ("F.linear",)  # a CPU with AVX2 alone: F.linear
 
 
 @contextmanager
@@ -91,15 +92,18 @@ def test_every_kernel_in_bf16_equals_f_linear_to_bf16_rounding():
     w, b = torch.randn(48, 64, generator=g).bfloat16(), torch.randn(48, generator=g).bfloat16()
     expected = F.linear(x, w, b)
     with torch.inference_mode():
-        for name in KERNELS:
+        for name in BF16_KERNELS:
             for layout in (w, w.t().contiguous().t()):
                 torch.testing.assert_close(run(name, x, layout, b), expected)  # bf16's default tolerance: 1.6e-2
+        torch.testing.assert_close(linear(x, w, b), expected)  # as the fast path chooses, on any CPU
 
 
 @cpu_kernels
 @needs_onednn
 def test_onednn_only_for_cpu_inference_in_fp32_and_bf16():
-    for dtype in (torch.float32, torch.bfloat16):
+    assert ONEDNN_DTYPES[0] == torch.float32
+    assert not onednn_fits(*(torch.ones(2, 2, dtype=torch.bfloat16),) * 3) or torch.bfloat16 in ONEDNN_DTYPES
+    for dtype in ONEDNN_DTYPES:
         w, b = torch.randn(6, 4, dtype=dtype), torch.randn(6, dtype=dtype)
         assert all(onednn_fits(torch.randn(r, 4, dtype=dtype), w, b) for r in (1, 12, 300))
         assert onednn_fits(torch.randn(1, 12, 4, dtype=dtype), w, None)
@@ -385,7 +389,7 @@ def test_a_corrupt_cache_file_is_ignored_and_rewritten(cache, content):
 def test_cache_off_writes_no_file_and_a_forced_kernel_measures_nothing(cache, monkeypatch):
     path, calls = cache
     monkeypatch.setenv("BERTFN_KERNEL_CACHE", "off")
-    assert choice.kernel(torch.bfloat16, 1) == AVAILABLE[-1] and calls and not path.exists()
+    assert choice.kernel(torch.float32, 1) == AVAILABLE[-1] and calls and not path.exists()
     calls.clear()
     monkeypatch.setenv("BERTFN_KERNEL", "F.linear")
     choice.forget()
@@ -397,14 +401,27 @@ def test_cache_off_writes_no_file_and_a_forced_kernel_measures_nothing(cache, mo
         choice.kernel(torch.float32, 12)
 
 
+def onednn_bf16(monkeypatch, makes: bool) -> None:
+    """This process as on a CPU whose oneDNN makes bf16 products (AVX-512) or makes none (AVX2 alone: an AMD EPYC of
+    the Zen 3 generation). Only where no oneDNN bf16 product runs for real (the measurement stood in for)."""
+    from bertfn.fast import __main__ as fast_main
+    from bertfn.inspect import page_arrays
+
+    for module in (kernels, choice, fast_main, page_arrays):
+        monkeypatch.setattr(module, "ONEDNN_DTYPES", (torch.float32, torch.bfloat16) if makes else (torch.float32,))
+
+
 @cpu_kernels
-def test_python_dash_m_bertfn_fast_prints_the_choice_and_its_times(cache, capsys, monkeypatch):
+@pytest.mark.parametrize("bf16", ["onednn", "none"])
+def test_python_dash_m_bertfn_fast_prints_the_choice_and_its_times(cache, capsys, monkeypatch, bf16):
     """``python -m bertfn.fast`` (choice.py's docstring promised ``python -m bertfn.fast.choice``, which had no main):
     each dtype and band measured once (here by the fixture's stand-in), then read from the cache file; then the way
-    texts end to end attend per dtype, with its times (a stand-in measurement here too)."""
+    texts end to end attend per dtype, with its times (a stand-in measurement here too). On a CPU where oneDNN has
+    no bf16 product, bf16 is F.linear's, unmeasured, and a line says why."""
     from bertfn.fast import attention_batches
     from bertfn.fast.__main__ import main
 
+    onednn_bf16(monkeypatch, bf16 == "onednn")
     monkeypatch.delenv("BERTFN_ATTENTION", raising=False)
     monkeypatch.setattr(attention_batches, "_chosen", {})
     monkeypatch.setattr(attention_batches, "measure", lambda device, dtype: {"runs": 0.001, "padded": 0.002})
@@ -414,10 +431,14 @@ def test_python_dash_m_bertfn_fast_prints_the_choice_and_its_times(cache, capsys
     assert out[0] == f"machine: {choice.machine_key()}" and out[1] == f"cache: {path}"
     bands = [f"{str(d).removeprefix('torch.')} {b}" for d in (torch.bfloat16, torch.float32) for b, _, _ in choice.BANDS]
     kernels = out[2:2 + len(bands)]
-    assert [line.split()[:3] for line in kernels] == [[*entry.split(), AVAILABLE[-1]] for entry in bands]
-    assert all(f"{AVAILABLE[0]} {1e3 * len(AVAILABLE):.1f} ms" in line for line in kernels) and len(calls) == len(bands)
-    assert sorted(out[2 + len(bands):]) == [f"attention cpu {d:<11} runs     (runs 1.0 ms, padded 2.0 ms)"
-                                            for d in ("bfloat16", "float32")]
+    measured = kernels if bf16 == "onednn" else kernels[len(choice.BANDS):]
+    assert [line.split()[:3] for line in measured] == [[*entry.split(), AVAILABLE[-1]] for entry in bands[-len(measured):]]
+    assert all(f"{AVAILABLE[0]} {1e3 * len(AVAILABLE):.1f} ms" in line for line in measured) and len(calls) == len(measured)
+    rest = out[2 + len(bands):]
+    if bf16 == "none":
+        assert kernels[:len(choice.BANDS)] == [f"{entry:<15} F.linear" for entry in bands[:len(choice.BANDS)]]
+        assert rest.pop(0) == "bfloat16: oneDNN has no kernel for it on this CPU, so F.linear runs it"
+    assert sorted(rest) == [f"attention cpu {d:<11} runs     (runs 1.0 ms, padded 2.0 ms)" for d in ("bfloat16", "float32")]
     choice.forget()
     calls.clear()
     main([])  # a later process reads the file
@@ -447,6 +468,34 @@ def test_off_the_cpu_every_product_is_f_linear_and_nothing_is_measured_or_packed
             for t in ys:
                 torch.testing.assert_close(t[0].cpu(), F.linear(x, w, b).cpu(), **TOL)
     assert calls == [] and not path.exists()  # nothing measured, nothing cached
+
+
+@cpu_kernels
+def test_a_cpu_without_onednn_bf16_runs_bf16_on_f_linear(cache, monkeypatch, tmp_path):
+    """Where oneDNN makes no bf16 product (AVX2 alone), bf16 runs F.linear: nothing measured (measuring oneDNN failed
+    there, and with it every bf16 call: "could not create a primitive descriptor"), even with a oneDNN kernel forced,
+    no state packed, and a bf16 model gives its answers; fp32 is chosen as ever."""
+    onednn_bf16(monkeypatch, False)
+    path, calls = cache
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*shape, generator=g).bfloat16() for shape in ((5, 16), (12, 16), (12,)))
+    for kernel in (None, "onednn-packed"):
+        with forced(kernel) if kernel else nullcontext(), torch.inference_mode():
+            assert not onednn_fits(x, w, b) and choice.kernel(torch.bfloat16, 5) == "F.linear"
+            assert torch.equal(linear(x, w, b, "gelu"), F.gelu(F.linear(x, w, b)))
+            assert all(torch.equal(y, F.linear(x, w, b)) for y in choice.linears(x, (w, w), (b, b)))
+            assert choice.run_rows(x, w, b) == 5
+            state = {"bert.encoder.layer.0.attention.self.query.weight": w}
+            assert not pack_state(state) and not state["bert.encoder.layer.0.attention.self.query.weight"].is_mkldnn
+    assert not [c for c in calls if c[0] == torch.bfloat16]
+    model = random_model(bertfn.BertConfig(vocab_size=40, hidden_size=24, num_attention_heads=2, num_hidden_layers=2,
+                                           intermediate_size=32), seed=3)
+    bf16 = bertfn.Params({k: v.bfloat16() for k, v in model.state.items()}, model.config)
+    ids = torch.tensor([[2, 5, 7, 9, 3]])
+    with torch.inference_mode():
+        h16 = bertfn.encoder(bf16, ids).last_hidden_state.float()
+        h = bertfn.encoder(model.params, ids).last_hidden_state
+    assert F.cosine_similarity(h16[0], h[0], dim=-1).min() > 0.999
 
 
 @cpu_kernels

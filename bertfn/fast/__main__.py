@@ -11,7 +11,7 @@ import torch
 
 from . import attention_batches
 from .choice import BANDS, cache_path, chosen, forced, kernel, machine_key
-from .kernels import DTYPES, KERNELS
+from .kernels import DTYPES, KERNELS, ONEDNN_DTYPES
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> None:
     for entry, found in chosen().items():
         times = ", ".join(f"{k} {found['ms'][k]:.1f} ms" for k in KERNELS if k in found["ms"])
         print(f"{entry:<15} {found['kernel']:<14} {f'({times})' if times else ''}".rstrip())
+    for dtype in DTYPES:
+        if dtype not in ONEDNN_DTYPES:
+            print(f"{str(dtype).removeprefix('torch.')}: oneDNN has no kernel for it on this CPU, so F.linear runs it")
     for dtype in DTYPES:
         attention_batches.way("cpu", dtype)  # measured now, unless BERTFN_ATTENTION forces a way
     if attention_batches.forced():

@@ -45,6 +45,12 @@ ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_li
 DTYPES = (torch.float32, torch.bfloat16)
 """The dtypes whose kernel is chosen by measurement; others (fp16, fp64) run ``F.linear``."""
 
+ONEDNN_DTYPES = tuple(d for d in DTYPES if ONEDNN and (d == torch.float32 or torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+"""The dtypes of :data:`DTYPES` that oneDNN's linear kernel runs on this CPU: fp32 wherever torch has oneDNN; bf16
+only where the CPU has the instructions oneDNN's bf16 kernels need (AVX-512 BW, VL and DQ, or AVX-NE-CONVERT). On a
+CPU with AVX2 alone (an AMD EPYC of the Zen 3 generation, many laptops) oneDNN cannot make a bf16 product, and bf16
+runs ``F.linear``."""
+
 _copies: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version when packed, packed copy)
 _joined: WeakIdKeyDictionary = WeakIdKeyDictionary()  # first weight -> ((weakref, version) of each, packed stack, joined bias)
 _lock = threading.Lock()
@@ -81,7 +87,7 @@ KERNELS = ("F.linear", "onednn", "onednn-packed")
 def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
     """Whether ``x W^T + b`` may run on another kernel than ``F.linear``.
 
-    fp32 or bf16 on the CPU with oneDNN, one dtype throughout, no gradient to track, none of ``x``, ``w``, ``b``
+    A dtype of :data:`ONEDNN_DTYPES` on the CPU, one dtype throughout, no gradient to track, none of ``x``, ``w``, ``b``
     seen through a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``, ``jacrev`` ...) or carrying a forward-mode
     tangent, and not inside ``torch.compile``: oneDNN's ops have no derivative and no batching rule (a ``jvp``
     through them would drop its tangent, silently), and the compiler makes its own kernels of ``F.linear``.
@@ -91,7 +97,7 @@ def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
         w: (out, in).
         b: (out,), or None.
     """
-    if not (x.dtype == w.dtype and w.dtype in DTYPES and ONEDNN and x.device.type == "cpu" and x.numel() > 0):
+    if not (x.dtype == w.dtype and w.dtype in ONEDNN_DTYPES and x.device.type == "cpu" and x.numel() > 0):
         return False
     if b is not None and b.dtype != w.dtype:
         return False
