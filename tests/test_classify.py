@@ -206,6 +206,22 @@ def test_edits_run_the_reference_functions_and_change_the_answer(bert):
 
 
 @needs_transformers
+def test_a_head_replaced_by_hand_that_does_not_fit_is_named(bert):
+    """A classifier's weight or bias replaced by hand with another number of labels: the call names the weight and the
+    shape its config implies (it was oneDNN's "could not create a primitive descriptor", or torch's size mismatch),
+    on the fast path (classify) and on the traced one (trace) alike."""
+    folder, _ = bert
+    H = bertfn.load(folder).config.hidden_size
+    for key, shape in (("classifier.bias", (2,)), ("classifier.weight", (2, H))):
+        model = bertfn.load(folder)
+        model.state[key] = torch.zeros(shape)
+        for call in (lambda: bertfn.classify("a cat", model), lambda: bertfn.trace("a cat", model)):
+            with pytest.raises(bertfn.CheckpointError, match=rf"{key} is {re.escape(str(shape))} where the config implies "
+                                                             rf"\(3[,)].*3 labels"):
+                call()
+
+
+@needs_transformers
 def test_bad_inputs_and_options_say_what_to_do(bert):
     _, model = bert
     cases = [

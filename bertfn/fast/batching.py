@@ -20,7 +20,7 @@ from ..checkpoint.tokenizer import Encoding
 from ..model.encoder import encoder
 from ..model.layout import Segments
 from ..model.recorder import NO_TRACE, Trace
-from ..model.task_heads import task_head
+from ..model.task_heads import check_head_weights, task_head
 from .attention_batches import batches
 
 GROUP_TOKENS = 2048
@@ -129,6 +129,7 @@ def head_outputs(m: Model, enc: Encoding, lengths: list[int], task: str, batch_s
         (n,) each for a reader, n the text's tokens.
     """
     head = task_head(m.config, task)
+    check_head_weights(m.params, head.shapes(m.config))
     first = head.reads_first(m.config)
     read = (lambda rows, ids: torch.tensor([0, *[lengths[i] for i in rows[:-1]]], device=ids.device).cumsum(0)) \
         if first else None

@@ -99,8 +99,8 @@ def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
     """
     if not (x.dtype == w.dtype and w.dtype in ONEDNN_DTYPES and x.device.type == "cpu" and x.numel() > 0):
         return False
-    if b is not None and b.dtype != w.dtype:
-        return False
+    if x.shape[-1] != w.shape[-1] or (b is not None and (b.dtype != w.dtype or b.shape != w.shape[:1])):
+        return False  # shapes that do not fit: F.linear says which (oneDNN: "could not create a primitive descriptor")
     tracked = x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
     return not (tracked and torch.is_grad_enabled()) and not (torch.compiler.is_compiling() or transformed(x, w, b))
 

@@ -238,7 +238,28 @@ def run_head(params: Params, task: str, h: Tensor, mask: Tensor, *, generator: t
         raise InputError(f"run_head takes the last hidden states h (batch, seq, {H}) and their mask (batch, seq), as "
                          "bertfn.encoder(...).last_hidden_state and the tokenizer's attention_mask; got h "
                          f"{got[0]} and mask {got[1]}")
+    check_head_weights(params, head.shapes(params.config))
     return head.run(params, h, mask, generator=generator, trace=trace)
+
+
+def check_head_weights(params: Params, shapes: dict[str, tuple[int, ...]]) -> None:
+    """The head's weights are of the shapes its config implies: a weight replaced by hand (a new classifier of
+    other labels, its bias left as it was) would fail inside the product with a kernel's message.
+
+    Args:
+        params: the root view of the model.
+        shapes: the head's keys (BERT's names) and shapes, :attr:`TaskHead.shapes`'s.
+
+    Raises:
+        CheckpointError: a weight of another shape, named with the shape its config implies.
+    """
+    root = params.at("")
+    wrong = {name: tuple(root[name].shape) for name in shapes if name in root and tuple(root[name].shape) != shapes[name]}
+    if wrong:
+        said = "; ".join(f"{root.key(n)} is {got} where the config implies {shapes[n]}" for n, got in wrong.items())
+        raise CheckpointError(f"the task head's weights do not fit together: {said} (config: {params.config.num_labels} "
+                              f"labels, {', '.join(params.config.labels[:6])}{', ...' if len(params.config.labels) > 6 else ''}); "
+                              "set the weight, its bias and the config's id2label to the same labels")
 
 
 # --- BERT's heads ------------------------------------------------------------------------------------
