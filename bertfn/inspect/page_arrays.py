@@ -30,7 +30,8 @@ MLM head on each layer's output     (L + 1, S, k)   top-k token ids (int32) and 
                                                     head run in bf16 on the fast path's kernels
                                                     (fill_mask's bf16 mode): the probabilities within
                                                     0.03 of fp32's (AntiBERTy, 68 tokens: 0.023 at most,
-                                                    the same top-1 everywhere)
+                                                    the same top-1 everywhere); in fp32 on a CPU
+                                                    without fast bf16 (:func:`lens_dtype`)
 MLM predictions at each [MASK]      (N, k)          kept as ``mlm.logits``; the page's meta holds what
                                                     :func:`~bertfn.tasks.fill_mask.fill_mask` would say
 ==================================  ==============  ====================================================
@@ -83,6 +84,18 @@ HEAD = tuple(f"cls.predictions.{n}" for n in ("transform.dense.weight", "transfo
                                                 "transform.LayerNorm.bias", "decoder.weight", "bias"))
 """The weights :func:`~bertfn.model.heads.mlm_head` reads, by BERT's names (those the checkpoint holds:
 ModernBERT's head has no biases but the decoder's)."""
+
+
+def lens_dtype(device: torch.device) -> torch.dtype:
+    """The dtype the per-layer predictions run the MLM head in: bf16, which takes a third of fp32's time on a CPU
+    with AVX-512-bf16, wherever it is fast (an accelerator, a CPU whose oneDNN makes bf16 products:
+    :data:`~bertfn.fast.kernels.ONEDNN_DTYPES`); fp32 on a CPU without (AVX2 alone), where torch's bf16 products take
+    about 6x fp32's time (2048 x 512 x 512 on an AMD EPYC of the Zen 3 generation).
+
+    Args:
+        device: where the head's weights are.
+    """
+    return torch.bfloat16 if device.type != "cpu" or torch.bfloat16 in ONEDNN_DTYPES else torch.float32
 
 
 def _chunk_rows(vocab_size: int) -> int:
@@ -225,7 +238,7 @@ class PageArrays(dict):
         self._root = model.params if model is not None else None  # read by BERT's names, whatever the family's
         self.lens = self._root is not None and "cls.predictions.decoder.weight" in self._root
         self.final_norm = family_of(config).final_norm  # a pre-LN member's LayerNorm after the last layer, or None
-        self.head = None  # the MLM head's weights in bf16, made when the first hidden state comes
+        self.head = None  # the MLM head's weights in lens_dtype, made when the first hidden state comes
         self.arrays: dict[str, np.ndarray] = {}
         self.seen: set[str] = set()
 
@@ -270,26 +283,27 @@ class PageArrays(dict):
         A pre-LN member's hidden state is first put through the final LayerNorm (in float32, by its own
         function, ``Family.final_norm``), as the model does to its last layer's output before the head: the
         residual stream of ESM-2 or ModernBERT is never normalized in between, and the head's dense layer
-        expects a normalized input. Then in bf16, on a bf16 copy of the head's weights (of the decoder only
-        its copy packed for oneDNN), through the fast path's kernels (:func:`~bertfn.model.heads.mlm_head`):
-        (L + 1) x S products with the (V, H) decoder are most of the page's cost, and bf16 takes a third of
-        fp32's time on a CPU with AVX-512-bf16.
+        expects a normalized input. Then in bf16 (fp32 where bf16 is slow: :func:`lens_dtype`), on a copy of the
+        head's weights (of the decoder only its copy packed for oneDNN), through the fast path's kernels
+        (:func:`~bertfn.model.heads.mlm_head`): (L + 1) x S products with the (V, H) decoder are most of the page's
+        cost.
 
         Args:
             h: (S, H), one layer's hidden state.
         """
         if self.head is None:
             root = self._root
-            head = {root.key(n): root[n].to(torch.bfloat16) for n in HEAD if n in root}  # under the checkpoint's own names
             decoder = root.key("cls.predictions.decoder.weight")
-            if torch.bfloat16 in ONEDNN_DTYPES and head[decoder].device.type == "cpu":  # where mlm_head multiplies on oneDNN: keep that copy alone
+            dtype = lens_dtype(root.state[decoder].device)
+            head = {root.key(n): root[n].to(dtype) for n in HEAD if n in root}  # under the checkpoint's own names
+            if dtype in ONEDNN_DTYPES and head[decoder].device.type == "cpu":  # where mlm_head multiplies on oneDNN: keep that copy alone
                 head[decoder] = packed(head[decoder])
             self.head = Params(head, self.config)
         probs, ids = [], []
         with torch.inference_mode():
             if self.final_norm is not None:
                 h = self.final_norm(self._root.scope("bert"), h.float())  # (S, H)
-            h = h.to(torch.bfloat16)
+            h = h.to(next(iter(self.head.state.values())).dtype)
             rows = _chunk_rows(self.config.vocab_size)
             for s in range(0, h.shape[0], rows):
                 p, i = top_k(mlm_head(self.head, h[s:s + rows]), self.top_k)
@@ -304,7 +318,7 @@ class PageArrays(dict):
         return [n for n in names if n not in self.seen]
 
     def done(self) -> dict[str, np.ndarray]:
-        """The page's arrays (and the head's bf16 copy let go).
+        """The page's arrays (and the head's copy let go).
 
         Raises:
             InputError: naming what the pass did not record.
