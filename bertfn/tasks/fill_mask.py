@@ -140,8 +140,8 @@ def fill_mask(
             :func:`~bertfn.tasks.runner.per_text`); the masked copies that score whole-word targets
             and joint fills run this many at a time too.
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
-        dtype: the precision it runs in; ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the faster bf16
-            mode (docs/speed.md).
+        dtype: the precision it runs in; ``dtype="bfloat16"`` (or ``torch.bfloat16``) is the bf16 mode: half the
+            memory, and faster on a GPU or a CPU with AVX-512, slower on one with AVX2 alone (docs/speed.md).
         truncation: a text longer than the model reads (P tokens: its ``max_position_embeddings``, 2 fewer in
             RoBERTa's kind, whose positions start at ``padding_idx + 1``: :func:`~bertfn.model.family.longest_input`) raises
             :class:`InputError` unless this is True. Then the text is cut to a window of P tokens ([CLS],
