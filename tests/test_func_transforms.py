@@ -138,11 +138,8 @@ def test_checkpointing_is_refused_where_torch_func_cannot_run_it(model):
     torch.testing.assert_close(leaf.grad, grad(loss)(dict(model.state), False)[w], atol=1e-6, rtol=1e-5)
 
 
-COMPILED = [k for k in MEMBERS + MODERN if k != "deberta-v2"]  # DeBERTa: a break per layer (docs/guides/fine-tuning.md)
-
-
 @pytest.mark.needs_transformers
-@pytest.mark.parametrize("kind", kind_params(COMPILED, quick=("roberta", "esm")))
+@pytest.mark.parametrize("kind", kind_params(MEMBERS + MODERN, quick=("roberta", "esm", "deberta-v2")))
 def test_compile_traces_a_members_pass_as_one_graph(kind, tmp_path):
     save_member(kind, tmp_path)
     member = bertfn.load(tmp_path)

@@ -180,7 +180,9 @@ def positional_terms(p: Params, rel: Tensor, rel_pos: Tensor, nh: int) -> dict[s
     """
     cfg = p.config
     k2 = span(cfg)
-    reach = farthest(rel_pos.shape[0], cfg)  # the farthest bucket, either side
+    # the farthest bucket, either side; under torch.compile every row (the count, read off a tensor, would break the
+    # graph at each layer: the rows past the reach are computed and never gathered)
+    reach = k2 if torch.compiler.is_compiling() else farthest(rel_pos.shape[0], cfg)
     lo, hi = max(k2 - reach, 0), min(k2 + reach, 2 * k2 - 1) + 1
     names = {"c2p": ("self.key" if cfg.share_att_key else "self.pos_key_proj", rel_pos),
              "p2c": ("self.query" if cfg.share_att_key else "self.pos_query_proj", -rel_pos)}
