@@ -87,19 +87,19 @@ def _decoded(lines: Iterable[bytes], source: str | Path) -> Iterator[str]:
                              "file to UTF-8") from None
 
 
-def looks_like_json_lines(first: bytes, source: str | Path) -> bool:
+def looks_like_json_lines(first: bytes | None, source: str | Path) -> bool:
     """Whether an input read as lines of text is JSON Lines instead: a file named so (``.jsonl``, ``.ndjson``), or
     standard input or a pipe, which have no name to go by, whose first line is a JSON object (``cat x.jsonl |
     bertfn embed --input -`` would otherwise run each line's JSON source as its text).
 
     Args:
-        first: the input's first line.
+        first: the input's first line (None: it is empty).
         source: the input, as named (``-``: standard input).
     """
     if not is_stream(source):
         return str(source).lower().endswith((".jsonl", ".ndjson"))
     try:
-        return first.lstrip().startswith(b"{") and isinstance(json.loads(first), dict)
+        return first is not None and first.lstrip().startswith(b"{") and isinstance(json.loads(first), dict)
     except ValueError:  # not JSON (a text that starts with a brace), or not UTF-8
         return False
 
@@ -345,7 +345,7 @@ class Inputs:
             raise InputError(f"{'standard input' if str(source) == '-' else source} is not text: its first line holds "
                              f"a NUL byte (at byte {nul}), as a binary file or a UTF-16 one does; nothing "
                              "was run: pass a text, JSON Lines, .csv or .tsv file in UTF-8")
-        if self.fields is None and first is not None and looks_like_json_lines(first, source):
+        if self.fields is None and looks_like_json_lines(first, source):
             also = ""
             if self.optional:  # classify's text_pair: the form that names every field
                 python = "field={" + ", ".join(f"{n!r}: NAME" for n in self.names) + "}"
