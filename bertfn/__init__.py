@@ -2,6 +2,7 @@
 
 The house, one room per part a reader would name, each importing only the rooms listed above it:
 
+    interrupts.py Ctrl-C in the ``bertfn`` command, at any moment: one line, and the process ends by SIGINT
     errors.py     the exceptions every room raises
     model/        the forward pass, read top to bottom: functional -> embeddings -> attention ->
                   encoder -> heads (config.py, params.py and recorder.py beside them; layout.py: padded batches
@@ -22,6 +23,10 @@ The house, one room per part a reader would name, each importing only the rooms 
 Calls that read text take the texts first and the model second (``fill_mask(texts, model)``,
 ``trace(text, model)``); checkpoint/resolve.py turns what they are given into a Model.
 """
+
+from . import interrupts  # first, before torch loads: Ctrl-C while it does ends the bertfn command in one line
+
+interrupts.install()
 
 from . import interventions  # edits by name: ablation, steering, activation patching
 from .checkpoint.loading import load

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import fcntl
 import gzip
+import io
 import itertools
 import json
 import random
@@ -277,6 +278,32 @@ def test_every_line_good_exits_0_and_jsonl_needs_field(tiny_folder, tmp_path, ca
     assert main(["fill-mask", "--input", str(src), "--model", str(folder), "--field", "text", "--top-k", "1"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["line"] == 1 and len(row["result"]) == 1
+
+
+def test_json_lines_on_a_pipe_need_field(tiny_folder, tmp_path, capsys, monkeypatch):
+    """JSON Lines piped in (``cat x.jsonl | bertfn embed --input -``, or ``--input <(...)``) have no name to say so: a
+    first line that is a JSON object is refused without --field, before the model loads, as a .jsonl file is (each
+    line's JSON source was embedded as its text); lines that only start with a brace, or JSON that is no object, run
+    as text."""
+    rows = "".join(json.dumps({"id": f"f{i}", "sentence": t}) + "\n" for i, t in enumerate(GOOD[:2]))
+    argv = ["fill-mask", "--model", str(tiny_folder / "missing"), "--top-k", "1"]  # refused before any model loads
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(rows.encode())))
+    assert main([*argv, "--input", "-"]) == 2
+    assert capsys.readouterr().err == ("bertfn: error: standard input looks like JSON Lines (its first line is a JSON "
+                                       "object); nothing was run: name the field that holds the text with --field NAME\n")
+    fifo = tmp_path / "in.fifo"  # what the shell names <(cat x.jsonl): /dev/fd/63
+    os.mkfifo(fifo)
+    threading.Thread(target=fifo.write_text, args=(rows,), daemon=True).start()
+    assert main([*argv, "--input", str(fifo)]) == 2
+    assert f"{fifo} looks like JSON Lines (its first line is a JSON object)" in capsys.readouterr().err
+    argv[2] = str(tiny_folder)
+    for text in ['{the [MASK] sat', '["the [MASK] sat"]']:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode() + b"\n")))
+        assert main([*argv, "--input", "-", "--no-progress"]) == 0
+        assert json.loads(capsys.readouterr().out)["text"] == text
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(rows.encode())))
+    assert main([*argv, "--input", "-", "--field", "sentence", "--no-progress"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ["f0", "f1"]
 
 
 def test_command_line_mistakes(tiny_folder, tmp_path, capsys):

@@ -155,6 +155,28 @@ def test_datasets_map_batched(tiny_folder):
             same_answers(json.loads(row["result"]), next(expected))
 
 
+def test_datasets_map_with_errors_only_in_a_later_batch(tiny_folder):
+    """A first batch without errors typed datasets' error column null, and the first later error stopped the map
+    ("Couldn't cast array of type string to null"): a corpus's refused lines are seldom in its first 256. result and
+    error come back as Arrow columns of their own types (a first batch of refused texts typed result null the same way),
+    and the dataset's columns keep theirs (a ClassLabel)."""
+    model = bertfn.load(tiny_folder)
+    texts = ["the [MASK] sat on the mat .", "paris is the [MASK] of france ."] * 4
+    for batch in (texts[:4] + ["no mask here"] + texts[4:], ["no mask here"] * 4 + texts):
+        ds = datasets.Dataset.from_dict({"text": batch, "label": [0, 1] * (len(batch) // 2) + [0] * (len(batch) % 2)})
+        ds = ds.cast_column("label", datasets.ClassLabel(names=["a", "b"]))
+        out = ds.map(FillMask(model, top_k=1), batched=True, batch_size=4)
+        assert out.features["result"] == out.features["error"] == datasets.Value("string")
+        assert out.features["label"] == ds.features["label"] and out["label"] == ds["label"]
+        assert [e is None for e in out["error"]] == [t != "no mask here" for t in batch]
+        assert [r is None for r in out["result"]] == [t == "no mask here" for t in batch]
+    ds = datasets.Dataset.from_dict({"text": texts[:4] + [None] + texts[4:]})  # a missing text: embed's error
+    out = ds.map(Embed(model), batched=True, batch_size=4)
+    assert out["error"][4].startswith("the text must be a string") and numpy.isnan(out["result"][4]).all()
+    vectors = numpy.array([r for i, r in enumerate(out["result"]) if i != 4], dtype=numpy.float32)
+    assert numpy.array_equal(vectors, bertfn.embed(texts, model).numpy())
+
+
 @pytest.mark.needs_transformers
 def test_a_task_of_two_inputs_reads_each_from_its_column(tmp_path):
     """Answer's question and context come from the columns of their names (the class read only the first input, from

@@ -14,10 +14,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "bertfn"
 
-ROOMS = ["errors", "model", "checkpoint", "fast", "tasks", "inspect", "interventions", "corpus", "__init__", "cli", "__main__"]
+ROOMS = ["interrupts", "errors", "model", "checkpoint", "fast", "tasks", "inspect", "interventions", "corpus", "__init__", "cli", "__main__"]
 """The top-level rooms from the bottom up: a module may import its own room and the rooms before it.
 tasks and inspect are neighbours: neither imports the other. ``__init__`` is the package's public
-face (``bertfn.fill_mask``, ...), which the command line reads its version from."""
+face (``bertfn.fill_mask``, ...), which the command line reads its version from. ``interrupts`` imports nothing of
+bertfn's: ``__init__`` imports it before anything else, so that Ctrl-C while torch loads ends the command in one line."""
 
 
 def module_name(path: Path) -> str:

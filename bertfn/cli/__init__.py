@@ -28,7 +28,8 @@ task (:data:`bertfn.tasks.TASKS`), and found by that name; options.py holds what
 
 Errors print one line on stderr and exit with the error's code (see :mod:`bertfn.errors`): bad
 arguments 2 (as argparse), bad input 2, bad config 3, bad checkpoint 4, model not found 5, missing
-optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback; a full disk is said as such), Ctrl-C 130, SIGTERM 143,
+optional library 6, an unexpected failure 1 (``BERTFN_DEBUG=1`` shows its traceback; a full disk is said as such), Ctrl-C 130
+(:func:`main` returns it; the command then ends by SIGINT, the shell's 130: :mod:`bertfn.interrupts`), SIGTERM 143,
 a closed pipe 141 (``bertfn embed ... | head``: quietly, as other tools stop). Warnings are one line too.
 The messages count the texts typed on the command line from 1, as a file's lines are counted ("text 1" is the first;
 the Python API's "text 0", as lists count): :func:`counted_from_one`.
@@ -175,7 +176,7 @@ exit codes: 0 done; {InputError.exit_code} bad arguments or input (a file run: s
 {ConfigError.exit_code} bad config.json;
 {CheckpointError.exit_code} bad checkpoint; {ModelLoadError.exit_code} model not found; \
 {DependencyError.exit_code} optional library missing; 1 unexpected (a bug: BERTFN_DEBUG=1 shows it);
-130 Ctrl-C; 141 stdout closed (| head); 143 SIGTERM."""
+130 Ctrl-C (the process ends by SIGINT); 141 stdout closed (| head); 143 SIGTERM."""
 """``bertfn --help``'s end: where each command's help is, how texts come, and the exit codes (the module docstring)."""
 
 

@@ -263,14 +263,6 @@ def run_file(
         require_readable(Path(source), InputError)  # another user's file: said before the model loads
     named = task_named(task)
     inputs = Inputs.of(named.inputs, named.optional, field, source)
-    if inputs.fields is None and str(source).lower().endswith((".jsonl", ".ndjson")):
-        also = ""
-        if named.optional:  # classify's text_pair: the form that names every field
-            python = "field={" + ", ".join(f"{n!r}: NAME" for n in named.inputs) + "}"
-            cli = "--field " + " ".join(f"{n}=NAME" for n in named.inputs)
-            also = f", or with {', '.join(named.optional)} too, {syntax(python=python, cli=cli)}"
-        raise InputError(f"{source} looks like JSON Lines; name the field that holds the text with "
-                         f"{syntax(python='field=NAME', cli='--field NAME')}{also}")
     if (resume or retry_errors) and streamed:
         raise InputError(f"{syntax(python='resume=True', cli='--resume')} needs an output file to continue, not "
                          f"{'standard output' if str(target) == '-' else f'the pipe or device {target}'}")

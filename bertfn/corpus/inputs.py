@@ -87,6 +87,23 @@ def _decoded(lines: Iterable[bytes], source: str | Path) -> Iterator[str]:
                              "file to UTF-8") from None
 
 
+def looks_like_json_lines(first: bytes | None, source: str | Path) -> bool:
+    """Whether an input read as lines of text is JSON Lines instead: a file named so (``.jsonl``, ``.ndjson``), or
+    standard input or a pipe, which have no name to go by, whose first line is a JSON object (``cat x.jsonl |
+    bertfn embed --input -`` would otherwise run each line's JSON source as its text).
+
+    Args:
+        first: the input's first line (None: it is empty).
+        source: the input, as named (``-``: standard input).
+    """
+    if not is_stream(source):
+        return str(source).lower().endswith((".jsonl", ".ndjson"))
+    try:
+        return first is not None and first.lstrip().startswith(b"{") and isinstance(json.loads(first), dict)
+    except ValueError:  # not JSON (a text that starts with a brace), or not UTF-8
+        return False
+
+
 def label(n: int, carried: dict) -> str:
     """How messages name input line ``n``: ``line 7``, or ``line 7 (id 'P01')`` when the line has an id."""
     return f"line {n}" + (f" (id {carried['id']!r})" if "id" in carried else "")
@@ -311,8 +328,8 @@ class Inputs:
 
         Raises:
             InputError: the input is compressed (gzip, bzip2, xz, zstd), its first line holds a NUL byte (no text
-                does) or lacks a field; what :meth:`rows` refuses in
-                a table.
+                does) or lacks a field, it is JSON Lines read without a field (:func:`looks_like_json_lines`); what
+                :meth:`rows` refuses in a table.
         """
         if self.table is not None:
             return sum(1 for _ in self.rows(source))
@@ -328,6 +345,16 @@ class Inputs:
             raise InputError(f"{'standard input' if str(source) == '-' else source} is not text: its first line holds "
                              f"a NUL byte (at byte {nul}), as a binary file or a UTF-16 one does; nothing "
                              "was run: pass a text, JSON Lines, .csv or .tsv file in UTF-8")
+        if self.fields is None and looks_like_json_lines(first, source):
+            also = ""
+            if self.optional:  # classify's text_pair: the form that names every field
+                python = "field={" + ", ".join(f"{n!r}: NAME" for n in self.names) + "}"
+                cli = "--field " + " ".join(f"{n}=NAME" for n in self.names)
+                also = f", or with {', '.join(self.optional)} too, {syntax(python=python, cli=cli)}"
+            named = "standard input" if str(source) == "-" else source
+            how = " (its first line is a JSON object); nothing was run:" if is_stream(source) else ";"
+            raise InputError(f"{named} looks like JSON Lines{how} name the field that holds the text with "
+                             f"{syntax(python='field=NAME', cli='--field NAME')}{also}")
         if self.fields is None or first is None:
             return None
         _, record, bad = self.parse(1, first)

@@ -80,7 +80,8 @@ class Mapper:
                        batch_size=256, concurrency=4)
 
     A batch is a dict of columns (numpy arrays or lists) or a pandas DataFrame; what comes back is
-    of the same kind with two more columns: ``result``, the task's result for the row as JSON text
+    of the same kind (for a batch of datasets' map, the Arrow table of its rows: :func:`arrow_rows`) with two more
+    columns: ``result``, the task's result for the row as JSON text
     (what ``run_file`` writes under "result"; None where the text was refused), and ``error``, the
     refusal's message or None. JSON text because results need not share one Arrow type (fill-mask
     gives a list of answers for a text with one [MASK] and a list of such lists for several), and
@@ -153,7 +154,30 @@ class Mapper:
             out["result"] = [None if isinstance(r, InputError) else json.dumps(jsonable(r), ensure_ascii=False)
                              for r in results]
         out["error"] = [str(r) if isinstance(r, InputError) else None for r in results]
-        return out
+        table = getattr(batch, "pa_table", None)  # a batch of datasets' map (a LazyBatch): its rows as an Arrow table
+        return out if table is None else arrow_rows(table, out["result"], out["error"], TASKS[self.task].vectors)
+
+
+def arrow_rows(table, result, error: list, vectors: bool):
+    """A batch of datasets' map as the Arrow table it returns: its rows, with ``result`` and ``error`` as columns of
+    their own types (a string, or a float32 vector), not inferred from the values. datasets fixes a column's type at
+    the first batch it writes, and a batch of no errors (every ``error`` None) typed the column null: the first later
+    batch with an error stopped the map, hours in, with ``Couldn't cast array of type string to null``.
+
+    Args:
+        table (pyarrow.Table): the batch's rows (``LazyBatch.pa_table``).
+        result: the rows' results: JSON texts (None where refused), or an (n, D) array of vectors.
+        error: the rows' errors (None where none).
+        vectors: the results are vectors.
+
+    Returns:
+        pyarrow.Table: ``table``'s columns (less any ``result`` and ``error`` of its own), then ``result`` and ``error``.
+    """
+    import pyarrow as pa  # datasets' own dependency: here only for its batches
+
+    kept = table.select([c for c in table.column_names if c not in ("result", "error")])
+    result = pa.array(list(result), type=pa.list_(pa.float32())) if vectors else pa.array(result, type=pa.string())
+    return kept.append_column("result", result).append_column("error", pa.array(error, type=pa.string()))
 
 
 def vector_rows(results: list, like: torch.Tensor) -> numpy.ndarray:
