@@ -258,6 +258,30 @@ def test_bad_edits_get_clear_errors(tiny):
                  progress=False)
 
 
+def test_transformer_lens_names_are_answered_with_bertfns(tiny):
+    """A name as TransformerLens spells it (HookedEncoder's, the bridge's), in edits=, a recording, path_patch's
+    receivers or activation_means, gets bertfn's point for it, not difflib's nearest spelling (blocks.1.attn.hook_z
+    was answered with layer.1.attention.k)."""
+    ids = tiny.tokenizer(["the cat sat ."]).input_ids
+    rec = bertfn.trace("the cat sat on the [MASK] .", tiny)
+    for theirs, ours in (("blocks.1.attn.hook_z", r"layer\.1\.attention\.context \(bertfn's name for TransformerLens' "
+                                                  r"blocks\.1\.attn\.hook_z; its heads before its positions"),
+                         ("blocks.*.attn.hook_pattern", r"layer\.\*\.attention\.probs \(bertfn's name"),
+                         ("blocks.0.hook_resid_pre", r"did you mean embeddings\.output \("),
+                         ("blocks.1.hook_resid_pre", r"did you mean layer\.0\.output \("),
+                         ("blocks.1.attn.hook_result", r"layer\.1\.attention\.head_outputs \("),
+                         ("blocks.0.mlp.hook_post", r"layer\.0\.ffn\.intermediate \("), ("hook_unembed", r"mlm\.logits \(")):
+        with pytest.raises(bertfn.InputError, match=ours):
+            bertfn.encoder(tiny, ids, edits={theirs: identity})
+        with pytest.raises(bertfn.InputError, match=ours):
+            rec[theirs]
+    with pytest.raises(bertfn.InputError, match=r"layer\.1\.attention\.q \(bertfn's name"):
+        iv.path_patch("the [MASK] sat .", "the [MASK] ran .", tiny, lambda run: run["mlm.logits"][0, 0], sender=(0, 0),
+                      receivers={"blocks.1.attn.hook_q": None})
+    with pytest.raises(bertfn.InputError, match=r"layer\.0\.attention\.context \(bertfn's name"):
+        iv.activation_means(["the cat"], tiny, ["blocks.0.attn.hook_z"])
+
+
 def test_edits_of_attention_weights_run_the_eager_path(tiny):
     ids = tiny.tokenizer(["the cat sat ."]).input_ids
     assert bertfn.encoder(tiny, ids).attn_impl == "sdpa"

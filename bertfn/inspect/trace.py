@@ -305,7 +305,7 @@ def named(tensors: dict[str, Tensor], name: str, config: BertConfig) -> Tensor:
             hint = "the model's pass has that point, but this recording did not keep it (a store= that keeps less, " \
                 "or a part the checkpoint lacks, such as a pooler)"
         else:
-            close = close_names(name, tensors)
+            close = close_names(name, dict.fromkeys([*tensors, *point_names(config, optional=True)]), config)
             hint = f"did you mean {', '.join(close)}?" if close else "see .keys() for the names"
         raise InputError(f"the trace holds no {name!r}; {hint}")
     return tensors[name]

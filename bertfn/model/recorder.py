@@ -46,7 +46,7 @@ import torch
 from ..errors import InputError
 from .config import BertConfig
 from .layout import Segments
-from .point_names import layer_of, point_names
+from .point_names import HEADS_FIRST, layer_of, point_names, transformer_lens_point
 
 
 class Point(NamedTuple):
@@ -337,16 +337,22 @@ OPTIONAL_POINTS = ("head_outputs",)
 WEIGHT_POINTS = ("scores", "scaled_scores", "masked_scores", "probs")
 """The attention points only the eager path forms (the fused SDPA kernel never does)."""
 
-def close_names(name: str, names: Iterable[str], cutoff: float = 0.6) -> list[str]:
-    """Up to three of ``names`` that ``name`` was likely meant to be: those it begins (a name cut short,
+def close_names(name: str, names: Iterable[str], config: BertConfig, cutoff: float = 0.6) -> list[str]:
+    """Up to three of ``names`` that ``name`` was likely meant to be: bertfn's point for a TransformerLens hook name
+    (``blocks.3.attn.hook_z``: ``layer.3.attention.context``, said so), else those it begins (a name cut short,
     ``layer.0.attention.c2p``), else difflib's closest.
 
     Args:
         name: the name asked for.
         names: the names there are.
+        config: the model's config.
         cutoff: difflib's least similarity, 0..1.
     """
     names = list(names)
+    ours = transformer_lens_point(name, config)
+    if ours is not None and any(fnmatch.fnmatchcase(n, ours) for n in names):
+        axes = "; its heads before its positions, (B, nh, S, ...)" if ours.endswith(HEADS_FIRST) else ""
+        return [f"{ours} (bertfn's name for TransformerLens' {name}{axes})"]
     return [n for n in names if n.startswith(name)][:3] or difflib.get_close_matches(name, names, n=3, cutoff=cutoff)
 
 
@@ -371,7 +377,7 @@ def check_edits(edits: Edits | None, config: BertConfig) -> dict[str, list[Edit]
     valid = point_names(config, optional=True)
     for pattern in edits:
         if not isinstance(pattern, str) or not any(fnmatch.fnmatchcase(n, pattern) for n in valid):
-            close = close_names(str(pattern), valid, cutoff=0.5)
+            close = close_names(str(pattern), valid, config, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}?" if close else \
                 "the points are embeddings.*, layer.{i}.attention.{query,...,probs,context,...}, layer.{i}.ffn.*, " \
                 "layer.{i}.output, pooler, mlm.transform, mlm.logits (bertfn.model.point_names.point_names)"
