@@ -31,8 +31,8 @@ from ..errors import InputError, clipped, syntax
 from ..fast.kernels import Stamp, stamp, versioned
 from ..model.config import BertConfig
 from ..model.family import longest_input
-from ..model.point_names import layer_of, point_names
-from ..model.recorder import Edits, Trace, check_edits, close_names
+from ..model.point_names import close_names, layer_of, point_names
+from ..model.recorder import Edits, Trace, check_edits
 from .batch import padded_batch, record_pass, text_tensors
 from .decision_panel import Decision
 

@@ -24,8 +24,8 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, text_list
 from ..errors import InputError, clipped
 from ..model.encoder import encoder
-from ..model.point_names import point_names
-from ..model.recorder import Edit, Point, Trace, close_names
+from ..model.point_names import close_names, point_names
+from ..model.recorder import Edit, Point, Trace
 from ..tasks.runner import loaded
 from .points import select
 

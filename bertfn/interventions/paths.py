@@ -28,8 +28,8 @@ from ..checkpoint.model import Model
 from ..errors import InputError, clipped
 from ..inspect.trace import trace
 from ..model.config import BertConfig
-from ..model.point_names import layer_of, point_names
-from ..model.recorder import close_names, merge_edits
+from ..model.point_names import close_names, layer_of, point_names
+from ..model.recorder import merge_edits
 from ..tasks.runner import loaded
 from .patching import Metric, patch
 from .points import as_list, per_head

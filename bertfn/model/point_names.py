@@ -66,8 +66,10 @@ the heads read); their ``attention.output`` and ``ffn.output`` are the residual 
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .config import BertConfig
 
@@ -171,3 +173,22 @@ def transformer_lens_point(name: str, config: BertConfig) -> str | None:
     if hook == "hook_resid_pre":
         return None if i == "*" else layer_input(config) if i == "0" else f"layer.{int(i) - 1}.output"
     return f"layer.{i}.{TRANSFORMER_LENS[hook]}" if hook in TRANSFORMER_LENS else None
+
+
+def close_names(name: str, names: Iterable[str], config: BertConfig, cutoff: float = 0.6) -> list[str]:
+    """Up to three of ``names`` that ``name`` was likely meant to be: bertfn's point for a TransformerLens hook name
+    (``blocks.3.attn.hook_z``: ``layer.3.attention.context``, said so), else those it begins (a name cut short,
+    ``layer.0.attention.c2p``), else difflib's closest.
+
+    Args:
+        name: the name asked for.
+        names: the names there are.
+        config: the model's config.
+        cutoff: difflib's least similarity, 0..1.
+    """
+    names = list(names)
+    ours = transformer_lens_point(name, config)
+    if ours is not None and any(fnmatch.fnmatchcase(n, ours) for n in names):
+        axes = "; its heads before its positions, (B, nh, S, ...)" if ours.endswith(HEADS_FIRST) else ""
+        return [f"{ours} (bertfn's name for TransformerLens' {name}{axes})"]
+    return [n for n in names if n.startswith(name)][:3] or difflib.get_close_matches(name, names, n=3, cutoff=cutoff)

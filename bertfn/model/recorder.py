@@ -34,7 +34,6 @@ write into the residual stream); they are computed only where a trace asks for t
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import copy
 import inspect
@@ -46,7 +45,7 @@ import torch
 from ..errors import InputError
 from .config import BertConfig
 from .layout import Segments
-from .point_names import HEADS_FIRST, layer_of, point_names, transformer_lens_point
+from .point_names import close_names, layer_of, point_names
 
 
 class Point(NamedTuple):
@@ -336,25 +335,6 @@ OPTIONAL_POINTS = ("head_outputs",)
 
 WEIGHT_POINTS = ("scores", "scaled_scores", "masked_scores", "probs")
 """The attention points only the eager path forms (the fused SDPA kernel never does)."""
-
-def close_names(name: str, names: Iterable[str], config: BertConfig, cutoff: float = 0.6) -> list[str]:
-    """Up to three of ``names`` that ``name`` was likely meant to be: bertfn's point for a TransformerLens hook name
-    (``blocks.3.attn.hook_z``: ``layer.3.attention.context``, said so), else those it begins (a name cut short,
-    ``layer.0.attention.c2p``), else difflib's closest.
-
-    Args:
-        name: the name asked for.
-        names: the names there are.
-        config: the model's config.
-        cutoff: difflib's least similarity, 0..1.
-    """
-    names = list(names)
-    ours = transformer_lens_point(name, config)
-    if ours is not None and any(fnmatch.fnmatchcase(n, ours) for n in names):
-        axes = "; its heads before its positions, (B, nh, S, ...)" if ours.endswith(HEADS_FIRST) else ""
-        return [f"{ours} (bertfn's name for TransformerLens' {name}{axes})"]
-    return [n for n in names if n.startswith(name)][:3] or difflib.get_close_matches(name, names, n=3, cutoff=cutoff)
-
 
 def check_edits(edits: Edits | None, config: BertConfig) -> dict[str, list[Edit]]:
     """``edits`` as a dict of lists, each name (or pattern) checked against :func:`~bertfn.model.point_names.point_names`.
