@@ -25,6 +25,7 @@ from family_checkpoints import (CORPUS, ESM_KINDS, HEAD_TASKS, PROTEINS, kind_pa
                                 say_max_length)
 
 import bertfn
+from bertfn import interventions as iv
 from bertfn.cli import main
 
 needs_transformers = pytest.mark.needs_transformers
@@ -219,6 +220,20 @@ def test_a_head_replaced_by_hand_that_does_not_fit_is_named(bert):
             with pytest.raises(bertfn.CheckpointError, match=rf"{key} is {re.escape(str(shape))} where the config implies "
                                                              rf"\(3[,)].*3 labels"):
                 call()
+
+
+@needs_transformers
+def test_a_patch_of_several_texts_gives_each_text_of_the_groups_its_own(bert):
+    """classify runs its texts in groups sorted by length; the head's points (pooler, classifier.logits) of a recording
+    of several texts go each to its own text there (they went by row, to another text of the group): patched with the
+    clean texts' pooler or logits, each text is classified as its clean text."""
+    _, model = bert
+    cleans = ["the cat sat on the mat and the dog sat on the cat .", "rome .", "the cat sat on the mat ."]
+    others = ["a dog .", "when in rome do as the romans do", "the dog sat on the mat ."]
+    recs = bertfn.trace(cleans, model)
+    for name in ("pooler", "classifier.logits"):
+        same(bertfn.classify(others, model, top_k=None, edits=iv.patch(recs, name), batch_size=2),
+             bertfn.classify(cleans, model, top_k=None), 1e-5)
 
 
 @needs_transformers

@@ -4,7 +4,8 @@
 * patching every layer's output of a clean run into a corrupted run gives the clean logits exactly;
 * zero-ablating a head equals a head mask of 0 and prune_heads (1e-6), on both attention paths;
 * in a padded batch of sentence pairs with token types, each text gets under every intervention what
-  it gets alone (1e-5); fill_mask, score and embed take edits;
+  it gets alone (1e-5); fill_mask, score and embed take edits, and a patch of a recording of several texts gives
+  each text of the pipeline's groups its own;
 * a sweep's every value equals the corrupted run patched at that one slice (1e-5), and attribution
   patching correlates with it; gradients flow through edits; bad names, shapes and positions get
   InputError naming what is valid.
@@ -133,6 +134,44 @@ def test_a_negative_position_counts_from_each_texts_own_end_in_a_batch(tiny):
         bertfn.trace(texts, tiny, edits=iv.zero_heads({1: [0]}, positions=-10))
 
 
+SEVERAL = (["when in rome do as the [MASK] do", "the cat sat on the [MASK] .", "a big [MASK] dog [MASK]"],
+           ["when in paris do as the [MASK] do", "the dog sat on the [MASK] .", "a red [MASK] cat [MASK]"])
+"""Clean and corrupted texts of 10, 9 and 7 tokens, in no order of length (a pipeline runs them as 2, 1; 0)."""
+
+
+@pytest.mark.parametrize("name, where", [("layer.1.output", dict(positions=[1, 2])),
+                                         pytest.param("layer.0.attention.probs", dict(heads=1), marks=pytest.mark.slow),
+                                         pytest.param("mlm.transform", {}, marks=pytest.mark.slow)])
+def test_a_recording_of_several_texts_patches_each_into_its_own_text_in_a_pipeline(tiny, name, where):
+    """fill_mask runs its texts in groups sorted by length; a patch of bertfn.trace(clean texts) gives each corrupted
+    text its own clean text's tensor there (Point.rows), as patching the texts one at a time does (it gave a group's
+    row the recording's row of the same index, another text's, silently where the shapes agreed); a clean run that
+    cannot say which of its rows are the group's texts is refused."""
+    cleans, corrupted = SEVERAL
+    recs = bertfn.trace(cleans, tiny)
+    ours = bertfn.fill_mask(corrupted, tiny, edits=iv.patch(recs, name, **where), batch_size=2)  # texts 2, 1; then 0
+    for i, (got, text) in enumerate(zip(ours, corrupted)):
+        alone = bertfn.fill_mask(text, tiny, edits=iv.patch(recs[i], name, **where))
+        got, alone = ([r] if isinstance(r[0], dict) else r for r in (got, alone))  # each mask's answers
+        assert [[a["token"] for a in m] for m in got] == [[a["token"] for a in m] for m in alone]
+        assert all(abs(a["score"] - b["score"]) < 1e-5 for m, n in zip(got, alone) for a, b in zip(m, n))
+    with pytest.raises(bertfn.InputError, match=r"runs its inputs 2, 1 as one batch .*a dict of tensors"):
+        bertfn.fill_mask(corrupted, tiny, edits=iv.patch(dict(recs.tensors), name, **where), batch_size=2)
+    with pytest.raises(bertfn.InputError, match=r"holds 3 text\(s\) of \[7, 9, 10\] tokens"):
+        bertfn.fill_mask(corrupted, tiny, edits=iv.patch(bertfn.trace(cleans[::-1], tiny), "layer.1.output"))
+
+
+@pytest.mark.slow
+def test_a_recording_of_several_texts_patches_each_into_its_own_text_in_embed(tiny):
+    """embed's groups too: each text gets its own clean text's tensor."""
+    cleans, corrupted = ([t.replace("[MASK]", "dog") for t in texts] for texts in SEVERAL)
+    natives = bertfn.trace(cleans, tiny)
+    alone = torch.cat([bertfn.embed(t, tiny, edits=iv.patch(natives[i], "layer.0.output"))[None]
+                       for i, t in enumerate(corrupted)])
+    torch.testing.assert_close(bertfn.embed(corrupted, tiny, edits=iv.patch(natives, "layer.0.output"), batch_size=2),
+                               alone, **TOL)
+
+
 def test_tasks_take_edits(tiny):
     texts = ["the cat sat on the [MASK] .", "when in rome do as the [MASK] do"]
     edits = iv.zero_heads({0: [0, 1]})
@@ -217,6 +256,30 @@ def test_bad_edits_get_clear_errors(tiny):
                                                 r"corrupted 'on the mat \.'\)"):
         iv.sweep("the [MASK] sat .", "the [MASK] sat on the mat .", tiny, lambda run: run["mlm.logits"][0, 0],
                  progress=False)
+
+
+def test_transformer_lens_names_are_answered_with_bertfns(tiny):
+    """A name as TransformerLens spells it (HookedEncoder's, the bridge's), in edits=, a recording, path_patch's
+    receivers or activation_means, gets bertfn's point for it, not difflib's nearest spelling (blocks.1.attn.hook_z
+    was answered with layer.1.attention.k)."""
+    ids = tiny.tokenizer(["the cat sat ."]).input_ids
+    rec = bertfn.trace("the cat sat on the [MASK] .", tiny)
+    for theirs, ours in (("blocks.1.attn.hook_z", r"layer\.1\.attention\.context \(bertfn's name for TransformerLens' "
+                                                  r"blocks\.1\.attn\.hook_z; its heads before its positions"),
+                         ("blocks.*.attn.hook_pattern", r"layer\.\*\.attention\.probs \(bertfn's name"),
+                         ("blocks.0.hook_resid_pre", r"did you mean embeddings\.output \("),
+                         ("blocks.1.hook_resid_pre", r"did you mean layer\.0\.output \("),
+                         ("blocks.1.attn.hook_result", r"layer\.1\.attention\.head_outputs \("),
+                         ("blocks.0.mlp.hook_post", r"layer\.0\.ffn\.intermediate \("), ("hook_unembed", r"mlm\.logits \(")):
+        with pytest.raises(bertfn.InputError, match=ours):
+            bertfn.encoder(tiny, ids, edits={theirs: identity})
+        with pytest.raises(bertfn.InputError, match=ours):
+            rec[theirs]
+    with pytest.raises(bertfn.InputError, match=r"layer\.1\.attention\.q \(bertfn's name"):
+        iv.path_patch("the [MASK] sat .", "the [MASK] ran .", tiny, lambda run: run["mlm.logits"][0, 0], sender=(0, 0),
+                      receivers={"blocks.1.attn.hook_q": None})
+    with pytest.raises(bertfn.InputError, match=r"layer\.0\.attention\.context \(bertfn's name"):
+        iv.activation_means(["the cat"], tiny, ["blocks.0.attn.hook_z"])
 
 
 def test_edits_of_attention_weights_run_the_eager_path(tiny):

@@ -89,8 +89,8 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
             those alone.
         points: a :class:`~bertfn.model.recorder.Trace` with edits, run on the same layout: each group's edits see
             the named tensors with the shapes :func:`bertfn.trace` shows, the group's texts as a padded batch (b, S)
-            (b <= batch_size texts, sorted by length; :mod:`bertfn.model.segment_points`), and the last layer runs at
-            every position.
+            (b <= batch_size texts, sorted by length; :mod:`bertfn.model.segment_points`; which texts the rows are:
+            :attr:`~bertfn.model.recorder.Point.rows`), and the last layer runs at every position.
 
     Yields:
         ``(rows, where, h)`` per group: the texts' indices in ``enc``, those positions (N,) and the last
@@ -103,7 +103,7 @@ def encoded_groups(m: Model, enc: Encoding, lengths: list[int], batch_size: int,
         where = read(rows, ids) if read is not None else None  # (N,) or all T
         ns = tuple(lengths[i] for i in rows)
         segments = Segments(ns, read=where, batches=batches(ns, m.device, m.dtype))  # read at where
-        yield rows, where, encoder(m.params, ids, segments, types, trace=points).last_hidden_state[0]
+        yield rows, where, encoder(m.params, ids, segments, types, trace=points.of_rows(rows)).last_hidden_state[0]
 
 
 def head_outputs(m: Model, enc: Encoding, lengths: list[int], task: str, batch_size: int,
@@ -142,7 +142,7 @@ def head_outputs(m: Model, enc: Encoding, lengths: list[int], task: str, batch_s
             hidden = torch.nn.utils.rnn.pad_sequence(list(pieces), batch_first=True)  # (b, S, H)
             mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(p), dtype=torch.long, device=h.device)
                                                     for p in pieces], batch_first=True)  # (b, S)
-        logits = head.run(m.params, hidden, mask, trace=points)
+        logits = head.run(m.params, hidden, mask, trace=points.of_rows(rows))  # its points say the group's texts
         for j, i in enumerate(rows):
             if isinstance(logits, tuple):  # a reader's start and end, (b, S) each
                 out[i] = tuple(t[j, :lengths[i]] for t in logits)

@@ -31,8 +31,8 @@ from ..errors import InputError, clipped, syntax
 from ..fast.kernels import Stamp, stamp, versioned
 from ..model.config import BertConfig
 from ..model.family import longest_input
-from ..model.point_names import layer_of, point_names
-from ..model.recorder import Edits, Trace, check_edits, close_names
+from ..model.point_names import close_names, layer_of, point_names
+from ..model.recorder import Edits, Trace, check_edits
 from .batch import padded_batch, record_pass, text_tensors
 from .decision_panel import Decision
 
@@ -305,7 +305,7 @@ def named(tensors: dict[str, Tensor], name: str, config: BertConfig) -> Tensor:
             hint = "the model's pass has that point, but this recording did not keep it (a store= that keeps less, " \
                 "or a part the checkpoint lacks, such as a pooler)"
         else:
-            close = close_names(name, tensors)
+            close = close_names(name, dict.fromkeys([*tensors, *point_names(config, optional=True)]), config)
             hint = f"did you mean {', '.join(close)}?" if close else "see .keys() for the names"
         raise InputError(f"the trace holds no {name!r}; {hint}")
     return tensors[name]

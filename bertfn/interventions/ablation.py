@@ -15,7 +15,6 @@ place of the head's or neuron's own.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, text_list
 from ..errors import InputError, clipped
 from ..model.encoder import encoder
-from ..model.point_names import point_names
+from ..model.point_names import close_names, point_names
 from ..model.recorder import Edit, Point, Trace
 from ..tasks.runner import loaded
 from .points import select
@@ -253,7 +252,7 @@ def _check_names(names: list[str], m: Model) -> None:
     valid = [n for n in point_names(m.config, optional=True) if n.split(".")[0] in ("embeddings", "layer", "final_norm")]
     for name in names:
         if name not in valid:
-            close = difflib.get_close_matches(str(name), valid, n=3, cutoff=0.5)
+            close = close_names(str(name), valid, m.config, cutoff=0.5)
             raise InputError(f"activation_means averages points of the embeddings and the layers, one vector per token, "
                              f"by full name (no patterns, no pooler or mlm.*); {name!r} is none of them"
                              + (f"; did you mean {', '.join(close)}?" if close else ""))

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, clipped
 from ..inspect.trace import Recording
 from ..model.recorder import Edit, Point
-from .points import axes, select
+from .points import axes, per_head, select
 
 Tensor = torch.Tensor
 
@@ -26,7 +26,9 @@ def patch(clean: Recording | Mapping[str, Tensor], name: str, *, positions: int 
           heads: int | Sequence[int] | None = None, neurons: int | Sequence[int] | None = None) -> dict[str, Edit]:
     """An edit putting the clean run's tensor at point ``name`` into the run it is passed to.
 
-    The corrupted input must have the clean one's number of tokens (and batch).
+    The corrupted input must have the clean one's number of tokens (and batch). A recording of several texts
+    (``bertfn.trace(texts, model)``) patches a pipeline's texts (``fill_mask``, ``embed``, ...) each with its own,
+    though the pipeline runs them in groups sorted by length (:attr:`~bertfn.model.recorder.Point.rows`).
 
     Args:
         clean: a :class:`~bertfn.inspect.trace.Recording` (``bertfn.trace(clean_text, model)``) or a dict of
@@ -50,15 +52,67 @@ def patch(clean: Recording | Mapping[str, Tensor], name: str, *, positions: int 
 
     def edit(x: Tensor, point: Point) -> Tensor:
         if point.name not in tensors:
-            raise InputError(f"the clean run holds no {point.name!r}; trace it with the same model (and eager "
-                             "attention for scores and probabilities, as bertfn.trace does)")
+            how = "bertfn.trace(..., head_outputs=True): a pass computes each head's output only when asked" \
+                if point.name.endswith(".head_outputs") else \
+                "(and eager attention for scores and probabilities, as bertfn.trace does)"
+            raise InputError(f"the clean run holds no {point.name!r}; trace it with the same model {how}")
         source = tensors[point.name]
+        if point.rows is not None and list(point.rows) != list(range(len(source))):
+            source = group_rows(source, clean, point, x)
         if source.shape != x.shape:
             raise InputError(_mismatch(point.name, source.shape, x.shape))
         keep = select(x, point.name, positions, heads, neurons, lengths=point.lengths)
         return torch.where(keep, source.to(x.device, x.dtype), x)
 
     return {name: edit}
+
+
+def group_rows(source: Tensor, clean: object, point: Point, x: Tensor) -> Tensor:
+    """The clean run's rows of the texts a pipeline's group runs (:attr:`~bertfn.model.recorder.Point.rows`), in the
+    group's order, cut to its padded length: ``fill_mask``, ``score`` and the other pipelines run their texts in groups
+    sorted by length, where ``bertfn.trace`` of the same texts records them as given.
+
+    Args:
+        source: the clean run's tensor at the point, (B, ...), the batch padded to its longest text.
+        clean: what :func:`patch` was given (a :class:`~bertfn.inspect.trace.Recordings` says each text's length).
+        point: where the edit runs, with the group's rows and their lengths.
+        x: the group's tensor there, (b, ...).
+
+    Returns:
+        (b, ...): the group's texts' rows (at ``mlm.*``, the rows of their [MASK]s), in its order.
+
+    Raises:
+        InputError: a clean run that does not say its texts' lengths (a dict), or that holds other texts than the
+            group's (fewer, of other lengths, with other [MASK]s).
+    """
+    tokens = getattr(clean, "tokens", None)  # a Recording's S tokens, a Recordings' B lists of them
+    lengths = None if tokens is None else [len(t) for t in tokens] if tokens and isinstance(tokens[0], list) else \
+        [len(tokens)]
+    rows = list(point.rows)
+    known = lengths is not None and max(rows) < len(lengths)
+    if point.name.startswith("mlm."):  # a row per [MASK]: rows says each one's text
+        masks = getattr(clean, "mask_rows", [(0, p) for p in getattr(clean, "mask_positions", [])])
+        picked = [n for r in dict.fromkeys(rows) for n, (t, _) in enumerate(masks) if t == r]
+        fits = known and len(picked) == len(rows)
+    else:
+        picked = rows
+        fits = known and (point.lengths is None or [lengths[r] for r in rows] == list(point.lengths))
+    if not fits:
+        inputs = list(dict.fromkeys(rows))  # a text with two [MASK]s owns two rows of mlm.*
+        shown = ", ".join(map(str, inputs[:8])) + (f", ... ({len(inputs) - 8} more)" if len(inputs) > 8 else "")
+        raise InputError(f"at {point.name} this pipeline runs its inputs {shown} as one batch (its texts sorted by "
+                         "length, or the rows it makes of them, as score's masked copies), which the clean run does not "
+                         "hold" + (f": it holds {len(lengths)} text(s) of {clipped(lengths, 60)} tokens"
+                                   if lengths is not None else " (a dict of tensors says no texts)")
+                         + "; patch a recording of the same texts (bertfn.trace(clean_texts, model)) into the pipeline's "
+                         "texts, or patch by hand with bertfn.trace(corrupted_texts, model, edits=...)")
+    source = source[picked]
+    where = axes(point.name)["positions"]
+    keys = per_head(point.name) and point.name.rpartition(".")[2] not in ("q", "k", "v", "q_rotated", "k_rotated",
+                                                                        "context", "head_outputs")
+    for d in (where, source.dim() - 1) if keys else (where,) if where is not None else ():  # past the group's longest
+        source = source.narrow(d, 0, min(source.shape[d], x.shape[d]))
+    return source
 
 
 def _mismatch(name: str, clean: torch.Size, this: torch.Size) -> str:

@@ -19,7 +19,6 @@ The result is ``metric`` of run 3's :class:`~bertfn.inspect.trace.Recording`, e.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from ..checkpoint.model import Model
 from ..errors import InputError, clipped
 from ..inspect.trace import trace
 from ..model.config import BertConfig
-from ..model.point_names import layer_of, point_names
+from ..model.point_names import close_names, layer_of, point_names
 from ..model.recorder import merge_edits
 from ..tasks.runner import loaded
 from .patching import Metric, patch
@@ -80,7 +79,7 @@ def check_receivers(receivers: Mapping[str, int | Sequence[int] | None], sender_
     out = {}
     for name, heads in receivers.items():
         if name not in valid:
-            close = difflib.get_close_matches(str(name), valid, n=3, cutoff=0.5)
+            close = close_names(str(name), valid, config, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}?" if close else "bertfn.model.point_names.point_names lists them"
             raise InputError(f"no point of this model is named {name!r}; {hint}")
         layer = layer_of(name)

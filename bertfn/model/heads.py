@@ -57,7 +57,9 @@ def mlm_head(params: Params, h: Tensor, trace: Trace = NO_TRACE, *, config: Bert
     Mirrors ``BertLMPredictionHead`` (used by BertForMaskedLM, BertForPreTraining, BertLMHeadModel).
     A family member's head is the same function on its own keys (RoBERTa's ``lm_head.*``, ...; :func:`head_act`).
     Pass only the positions you need (e.g. the [MASK]s): the head treats each position alone, and the
-    (V, H) decoder is most of its cost.
+    (V, H) decoder is most of its cost. ESM-2 and ModernBERT (pre-LN) read the last layer's output after
+    ``final_norm`` (:func:`~bertfn.model.members.prenorm.final_norm`): a logit lens there normalizes each layer's
+    output first.
 
     Args:
         params: a loaded ``Model``, its ``Params``, or a flat HF-keyed state_dict with ``config``. Reads

@@ -66,7 +66,10 @@ the heads read); their ``attention.output`` and ``ffn.output`` are the residual 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+import fnmatch
+import re
+from collections.abc import Callable, Iterable
 
 from .config import BertConfig
 
@@ -124,3 +127,68 @@ def layer_of(name: str) -> int | None:
     """
     parts = name.split(".")
     return int(parts[1]) if parts[0] == "layer" and len(parts) > 1 and parts[1].isdigit() else None
+
+
+TRANSFORMER_LENS = {"attn.hook_q": "attention.q", "attn.hook_k": "attention.k", "attn.hook_v": "attention.v",
+                    "attn.hook_attn_scores": "attention.masked_scores", "attn.hook_pattern": "attention.probs",
+                    "attn.hook_z": "attention.context", "attn.hook_result": "attention.head_outputs",
+                    "hook_attn_out": "attention.dense", "attn.o.hook_out": "attention.dense",
+                    "hook_resid_mid": "attention.output", "ln1.hook_normalized": "attention.output",
+                    "ln1.hook_out": "attention.output", "mlp.hook_post": "ffn.intermediate",
+                    "hook_mlp_out": "ffn.dense", "hook_resid_post": "output", "hook_normalized_resid_post": "output",
+                    "hook_out": "output"}
+"""TransformerLens' hooks of block i (``blocks.{i}.attn.hook_z``; ``HookedEncoder``'s and the ``TransformerBridge``'s)
+and bertfn's points of layer i (``layer.{i}.attention.context``), as the table of docs/guides/interventions.md gives
+them; ``blocks.{i}.hook_resid_pre`` is the layer before's output (:func:`transformer_lens_point`)."""
+
+TRANSFORMER_LENS_TOP = {"hook_embed": "embeddings.output", "embed.hook_out": "embeddings.word",
+                        "embed.hook_embed": "embeddings.word", "hook_pos_embed": "embeddings.position",
+                        "embed.hook_pos_embed": "embeddings.position", "pos_embed.hook_out": "embeddings.position",
+                        "embed.hook_token_type_embed": "embeddings.token_type",
+                        "token_type_embed.hook_out": "embeddings.token_type", "hook_full_embed": "embeddings.output",
+                        "embed_ln.hook_out": "embeddings.output", "ln_final.hook_out": "mlm.transform",
+                        "unembed.hook_in": "mlm.transform", "unembed.hook_out": "mlm.logits",
+                        "hook_unembed": "mlm.logits", "pooler.hook_pooler_out": "pooler"}
+"""TransformerLens' hooks outside the blocks and bertfn's points (the bridge's ``hook_embed`` is the embeddings after
+their LayerNorm, ``HookedEncoder``'s ``embed.hook_embed`` the word vectors)."""
+
+HEADS_FIRST = ("attention.q", "attention.k", "attention.v", "attention.context", "attention.head_outputs")
+"""bertfn's points that hold heads before positions, (B, nh, S, ...), where TransformerLens' hooks hold (B, S, nh, ...)."""
+
+
+def transformer_lens_point(name: str, config: BertConfig) -> str | None:
+    """bertfn's point for a TransformerLens hook name (``blocks.3.attn.hook_z`` -> ``layer.3.attention.context``), or
+    None where ``name`` is none of them (or has no point in bertfn).
+
+    Args:
+        name: a name as TransformerLens spells it; ``*`` may stand for the block.
+        config: the model's config (layer 0's input for ``blocks.0.hook_resid_pre``).
+    """
+    if name in TRANSFORMER_LENS_TOP:
+        return TRANSFORMER_LENS_TOP[name]
+    block = re.fullmatch(r"blocks\.(\d+|\*)\.(.+)", name)
+    if block is None:
+        return None
+    i, hook = block.groups()
+    if hook == "hook_resid_pre":
+        return None if i == "*" else layer_input(config) if i == "0" else f"layer.{int(i) - 1}.output"
+    return f"layer.{i}.{TRANSFORMER_LENS[hook]}" if hook in TRANSFORMER_LENS else None
+
+
+def close_names(name: str, names: Iterable[str], config: BertConfig, cutoff: float = 0.6) -> list[str]:
+    """Up to three of ``names`` that ``name`` was likely meant to be: bertfn's point for a TransformerLens hook name
+    (``blocks.3.attn.hook_z``: ``layer.3.attention.context``, said so), else those it begins (a name cut short,
+    ``layer.0.attention.c2p``), else difflib's closest.
+
+    Args:
+        name: the name asked for.
+        names: the names there are.
+        config: the model's config.
+        cutoff: difflib's least similarity, 0..1.
+    """
+    names = list(names)
+    ours = transformer_lens_point(name, config)
+    if ours is not None and any(fnmatch.fnmatchcase(n, ours) for n in names):
+        axes = "; its heads before its positions, (B, nh, S, ...)" if ours.endswith(HEADS_FIRST) else ""
+        return [f"{ours} (bertfn's name for TransformerLens' {name}{axes})"]
+    return [n for n in names if n.startswith(name)][:3] or difflib.get_close_matches(name, names, n=3, cutoff=cutoff)

@@ -34,7 +34,6 @@ write into the residual stream); they are computed only where a trace asks for t
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import copy
 import inspect
@@ -46,23 +45,28 @@ import torch
 from ..errors import InputError
 from .config import BertConfig
 from .layout import Segments
-from .point_names import layer_of, point_names
+from .point_names import close_names, layer_of, point_names
 
 
 class Point(NamedTuple):
     """Where an edit runs: the point's full name, its layer (None outside the layers) and, in a padded batch of
-    texts, where each text ends.
+    texts, where each text ends and which texts its rows are.
 
     Attributes:
         name: the full name, e.g. "layer.3.attention.probs".
         layer: its layer, 3 there; None outside the layers.
         lengths: (B,) each text's tokens where the point's tensor is a padded batch of B texts (a text's position
             -1 is its last token, ``lengths[b] - 1``, not the batch's); None where the pass does not say.
+        rows: (B,) which of the pass's inputs each row of the tensor is, where a pipeline runs them in groups sorted
+            by length (``fill_mask``, ``score``, ``embed``, the heads' pipelines: indices into its texts, or into
+            the rows it makes of them, such as ``score``'s masked copies); None where the rows are the batch as
+            given, in its order (``bertfn.trace``, ``bertfn.encoder``).
     """
 
     name: str  # e.g. "layer.3.attention.probs"
     layer: int | None  # 3
     lengths: tuple[int, ...] | None = None
+    rows: tuple[int, ...] | None = None
 
 
 Edit = Callable[[torch.Tensor, Point], torch.Tensor]
@@ -89,6 +93,8 @@ class Trace:
         layout: the pass's layout where it is texts laid end to end (:meth:`on`), else None.
         lengths: each text's tokens in the pass's batch (:meth:`counted`, :meth:`on`), which edits read from their
             :class:`Point`; None where the pass does not say (one text, or nothing edits).
+        rows: which of a pipeline's inputs the batch's rows are (:meth:`of_rows`, :attr:`Point.rows`); None where
+            the batch is the one given, in its order.
 
     Raises:
         InputError: an edit that is not a function of ``(tensor, point)``, or a name that is not a string.
@@ -96,7 +102,8 @@ class Trace:
 
     def __init__(self, store: dict[str, torch.Tensor] | None = None, prefix: str = "", *,
                  edits: Edits | None = None, keep: bool = True, optional: Iterable[str] = (),
-                 layout: Segments | None = None, lengths: tuple[int, ...] | None = None):
+                 layout: Segments | None = None, lengths: tuple[int, ...] | None = None,
+                 rows: tuple[int, ...] | None = None):
         self.store = {} if store is None else store
         self.prefix = prefix
         self.edits = {pattern: edit_list(pattern, edit) for pattern, edit in dict(edits or {}).items()}
@@ -104,10 +111,26 @@ class Trace:
         self.optional = tuple(optional)
         self.layout = layout
         self.lengths = lengths
+        self.rows = rows
 
     def scope(self, name: str) -> Trace:
         return Trace(self.store, f"{self.prefix}{name}.", edits=self.edits, keep=self.keep, optional=self.optional,
-                     layout=self.layout, lengths=self.lengths)
+                     layout=self.layout, lengths=self.lengths, rows=self.rows)
+
+    def of_rows(self, rows: Sequence[int]) -> Trace:
+        """This trace for a group of a pipeline's inputs run as one batch: its points tell their edits which input each
+        row is (:attr:`Point.rows`), so that an edit holding one row per input (a patch of a recording of those
+        texts) gives each its own.
+
+        Args:
+            rows: (b,) the group's inputs, by index in the pipeline's batch, in the order the group runs them.
+
+        Returns:
+            A copy that says the rows (sharing the store and the edits).
+        """
+        out = copy.copy(self)
+        out.rows = tuple(rows)
+        return out
 
     def counted(self, attention_mask: torch.Tensor) -> Trace:
         """This trace for a padded batch whose 0/1 ``attention_mask`` (B, S) says where each text's tokens are: its
@@ -162,7 +185,7 @@ class Trace:
             edits: the edits whose patterns match it, in order.
         """
         for edit in edits:
-            x = edited(edit, x, Point(full, layer_of(full), self.lengths))
+            x = edited(edit, x, Point(full, layer_of(full), self.lengths, self.rows))
         if self.keep:
             self.store[full] = x
         return x
@@ -208,6 +231,9 @@ class _NoTrace(Trace):
         return self
 
     def counted(self, attention_mask: torch.Tensor) -> Trace:
+        return self
+
+    def of_rows(self, rows: Sequence[int]) -> Trace:
         return self
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -310,19 +336,6 @@ OPTIONAL_POINTS = ("head_outputs",)
 WEIGHT_POINTS = ("scores", "scaled_scores", "masked_scores", "probs")
 """The attention points only the eager path forms (the fused SDPA kernel never does)."""
 
-def close_names(name: str, names: Iterable[str], cutoff: float = 0.6) -> list[str]:
-    """Up to three of ``names`` that ``name`` was likely meant to be: those it begins (a name cut short,
-    ``layer.0.attention.c2p``), else difflib's closest.
-
-    Args:
-        name: the name asked for.
-        names: the names there are.
-        cutoff: difflib's least similarity, 0..1.
-    """
-    names = list(names)
-    return [n for n in names if n.startswith(name)][:3] or difflib.get_close_matches(name, names, n=3, cutoff=cutoff)
-
-
 def check_edits(edits: Edits | None, config: BertConfig) -> dict[str, list[Edit]]:
     """``edits`` as a dict of lists, each name (or pattern) checked against :func:`~bertfn.model.point_names.point_names`.
 
@@ -344,7 +357,7 @@ def check_edits(edits: Edits | None, config: BertConfig) -> dict[str, list[Edit]
     valid = point_names(config, optional=True)
     for pattern in edits:
         if not isinstance(pattern, str) or not any(fnmatch.fnmatchcase(n, pattern) for n in valid):
-            close = close_names(str(pattern), valid, cutoff=0.5)
+            close = close_names(str(pattern), valid, config, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}?" if close else \
                 "the points are embeddings.*, layer.{i}.attention.{query,...,probs,context,...}, layer.{i}.ffn.*, " \
                 "layer.{i}.output, pooler, mlm.transform, mlm.logits (bertfn.model.point_names.point_names)"
@@ -370,4 +383,4 @@ def with_edits(trace: Trace, edits: Edits | None, config: BertConfig) -> Trace:
     if not edits:
         return trace
     return Trace(trace.store, trace.prefix, edits=merge_edits(trace.edits, edits), keep=trace.keep,
-                 optional=trace.optional, layout=trace.layout, lengths=trace.lengths)
+                 optional=trace.optional, layout=trace.layout, lengths=trace.lengths, rows=trace.rows)

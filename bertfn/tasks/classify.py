@@ -185,7 +185,7 @@ def pooled_linear_outputs(m: Model, enc: Encoding, lengths: list[int], head: str
         return torch.tensor([0, *[lengths[i] for i in rows[:-1]]], device=ids.device).cumsum(0)
 
     def step(rows: list[int], _, h: Tensor) -> Tensor:  # h: (b, H) at each [CLS] -> (b, n)
-        return linear(pooler(m.params, h[:, None], points), w, b)
+        return linear(pooler(m.params, h[:, None], points.of_rows(rows)), w, b)
 
     return per_text(m, enc, lengths, step, batch_size=batch_size, points=points, read=firsts)
 

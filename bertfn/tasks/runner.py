@@ -265,7 +265,7 @@ def attention_maps(m: Model, enc: Encoding, lengths: list[int], step: Callable[[
                 rows = by_length[start:start + batch_size]
                 S = max(lengths[i] for i in rows)
                 ids, mask = enc.input_ids[rows, :S].to(m.device), enc.attention_mask[rows, :S].to(m.device)  # (b, S)
-                out = encoder(m.params, ids, mask, output_attentions=True, trace=points)
+                out = encoder(m.params, ids, mask, output_attentions=True, trace=points.of_rows(rows))
                 parts.append(step(ids, torch.stack(out.attentions, dim=1), mask))  # attentions (b, L, nh, S, S)
                 order += rows
     return placed(order, parts)

@@ -181,7 +181,7 @@ def target_log_softmax(m: Model, copies: Copies, step: Callable[[list[int], torc
         return torch.tensor([s + copies.target[i] for s, i in zip(starts, rows)], device=ids.device)
 
     def scored(rows: list[int], where: torch.Tensor, h: torch.Tensor) -> torch.Tensor | Sequence:
-        logits = mlm_head(m.params, h, points)  # (n, V)
+        logits = mlm_head(m.params, h, points.of_rows(rows))  # (n, V): one target per copy
         return step(rows, logits.float().log_softmax(dim=-1))
 
     return per_text(m, copies.enc, copies.lengths, scored, batch_size=batch_size, points=points, read=targets)
