@@ -42,7 +42,8 @@ from bertfn.model.functional import ACTIVATIONS
 from bertfn.fast import choice, kernels
 from bertfn.fast.batching import end_to_end, text_groups
 from bertfn.fast.choice import linear, pack_state
-from bertfn.fast.kernels import KERNELS, ONEDNN, _copies, onednn_fits, packed, padded_rows, run
+from bertfn.fast.kernels import (KERNELS, ONEDNN, ONEDNN_DTYPES, _copies, onednn_fits, onednn_linear, packed,
+                                 padded_rows, run)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -52,6 +53,11 @@ needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this torch build has no on
 cpu_kernels = cpu_only("oneDNN's kernels, their packed weights and the kernel choice are the CPU's; off it every "
                        "product is F.linear (test_off_the_cpu_every_product_is_f_linear_and_nothing_is_measured_or_packed)")
 AVAILABLE = KERNELS if ONEDNN else ("F.linear",)
+
+
+def available(dtype: torch.dtype) -> tuple[str, ...]:
+    """The kernels the choice measures for ``dtype`` here: F.linear alone where oneDNN has no kernel of it."""
+    return AVAILABLE if dtype in ONEDNN_DTYPES else ("F.linear",)
 
 
 @contextmanager
@@ -91,15 +97,43 @@ def test_every_kernel_in_bf16_equals_f_linear_to_bf16_rounding():
     w, b = torch.randn(48, 64, generator=g).bfloat16(), torch.randn(48, generator=g).bfloat16()
     expected = F.linear(x, w, b)
     with torch.inference_mode():
-        for name in KERNELS:
+        for name in KERNELS if torch.bfloat16 in ONEDNN_DTYPES else ("F.linear",):
             for layout in (w, w.t().contiguous().t()):
                 torch.testing.assert_close(run(name, x, layout, b), expected)  # bf16's default tolerance: 1.6e-2
+        torch.testing.assert_close(linear(x, w, b), expected)  # whichever this machine chose
+
+
+@cpu_kernels
+@needs_onednn
+def test_bf16_is_left_to_f_linear_where_onednn_has_no_bf16_kernel():
+    """On a CPU without AVX-512 (AVX2 alone), oneDNN cannot make its bf16 kernel: measuring the kernels for bf16
+    raised torch's "could not create a primitive descriptor" at the first product, so ``dtype="bfloat16"`` (the
+    scoring guide's faster mode) failed in every call. There bf16 is not one of ONEDNN_DTYPES: F.linear runs it."""
+    x, w = torch.ones(3, 8, dtype=torch.bfloat16), torch.ones(4, 8, dtype=torch.bfloat16)
+    try:
+        with torch.inference_mode():
+            onednn_linear(x, w, None)
+        makes_bf16 = True
+    except RuntimeError:
+        makes_bf16 = False
+    assert (torch.bfloat16 in ONEDNN_DTYPES) == makes_bf16 and torch.float32 in ONEDNN_DTYPES
+    with pytest.MonkeyPatch.context() as mp:  # such a CPU, wherever the test runs
+        mp.delenv("BERTFN_KERNEL", raising=False)
+        mp.setenv("BERTFN_KERNEL_CACHE", "off")
+        for module in (kernels, choice):
+            mp.setattr(module, "ONEDNN_DTYPES", (torch.float32,))
+        choice.forget()
+        assert not onednn_fits(x, w, None) and choice.measure(torch.bfloat16, "few", reps=1).keys() == {"F.linear"}
+        assert not pack_state({"encoder.layer.0.output.dense.weight": torch.ones(4, 8, dtype=torch.bfloat16)})
+        with torch.inference_mode():
+            torch.testing.assert_close(linear(x, w), F.linear(x, w))
+    choice.forget()
 
 
 @cpu_kernels
 @needs_onednn
 def test_onednn_only_for_cpu_inference_in_fp32_and_bf16():
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in ONEDNN_DTYPES:
         w, b = torch.randn(6, 4, dtype=dtype), torch.randn(6, dtype=dtype)
         assert all(onednn_fits(torch.randn(r, 4, dtype=dtype), w, b) for r in (1, 12, 300))
         assert onednn_fits(torch.randn(1, 12, 4, dtype=dtype), w, None)
@@ -320,7 +354,7 @@ def cache(tmp_path, monkeypatch):
 
     def measure(dtype, band):
         calls.append((dtype, band))
-        return {k: 1.0 + i for i, k in enumerate(reversed(AVAILABLE))}  # the last kernel is the fastest
+        return {k: 1.0 + i for i, k in enumerate(reversed(available(dtype)))}  # the last kernel is the fastest
 
     monkeypatch.setattr(choice, "measure", measure)
     choice.forget()
@@ -385,7 +419,7 @@ def test_a_corrupt_cache_file_is_ignored_and_rewritten(cache, content):
 def test_cache_off_writes_no_file_and_a_forced_kernel_measures_nothing(cache, monkeypatch):
     path, calls = cache
     monkeypatch.setenv("BERTFN_KERNEL_CACHE", "off")
-    assert choice.kernel(torch.bfloat16, 1) == AVAILABLE[-1] and calls and not path.exists()
+    assert choice.kernel(torch.bfloat16, 1) == available(torch.bfloat16)[-1] and calls and not path.exists()
     calls.clear()
     monkeypatch.setenv("BERTFN_KERNEL", "F.linear")
     choice.forget()
@@ -412,10 +446,12 @@ def test_python_dash_m_bertfn_fast_prints_the_choice_and_its_times(cache, capsys
     main([])
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"machine: {choice.machine_key()}" and out[1] == f"cache: {path}"
+    dtypes = [d for d in (torch.bfloat16, torch.float32) for _ in choice.BANDS]
     bands = [f"{str(d).removeprefix('torch.')} {b}" for d in (torch.bfloat16, torch.float32) for b, _, _ in choice.BANDS]
     kernels = out[2:2 + len(bands)]
-    assert [line.split()[:3] for line in kernels] == [[*entry.split(), AVAILABLE[-1]] for entry in bands]
-    assert all(f"{AVAILABLE[0]} {1e3 * len(AVAILABLE):.1f} ms" in line for line in kernels) and len(calls) == len(bands)
+    assert [line.split()[:3] for line in kernels] == [[*entry.split(), available(d)[-1]] for entry, d in zip(bands, dtypes)]
+    assert all(f"{available(d)[0]} {1e3 * len(available(d)):.1f} ms" in line for line, d in zip(kernels, dtypes))
+    assert len(calls) == len(bands)
     assert sorted(out[2 + len(bands):]) == [f"attention cpu {d:<11} runs     (runs 1.0 ms, padded 2.0 ms)"
                                             for d in ("bfloat16", "float32")]
     choice.forget()

@@ -34,7 +34,7 @@ import torch
 from ..checkpoint.state import LINEAR_WEIGHT, in_out, release_memory
 from ..errors import InputError
 from ..model.functional import Products, use_products
-from .kernels import DTYPES, KERNELS, ONEDNN, joined, onednn_fits, onednn_linear, padded_rows, run
+from .kernels import KERNELS, ONEDNN, ONEDNN_DTYPES, joined, onednn_fits, onednn_linear, padded_rows, run
 
 Tensor = torch.Tensor
 
@@ -152,7 +152,7 @@ def pack_state(state: dict[str, Tensor]) -> bool:
     weights = [k for k, t in state.items()
                if LINEAR_WEIGHT.search(k) and LAYER_WEIGHT.search(k) and t.dim() == 2 and not t.is_mkldnn]
     dtypes = {state[k].dtype for k in weights}
-    if not (weights and ONEDNN and dtypes <= set(DTYPES) and all(state[k].device.type == "cpu" for k in weights)):
+    if not (weights and dtypes <= set(ONEDNN_DTYPES) and all(state[k].device.type == "cpu" for k in weights)):
         return False
     chosen = {kernel(d, rows) for d in dtypes for _, _, rows in BANDS}
     if "onednn-packed" not in chosen or not chosen <= {"onednn", "onednn-packed"}:
@@ -219,7 +219,8 @@ def _choose(dtype: torch.dtype, b: str) -> str:
     path, key = cache_path(), machine_key()
     entry = f"{str(dtype).removeprefix('torch.')} {b}"
     cached = read_cache(path).get(key, {}).get(entry) if path is not None else None
-    if isinstance(cached, dict) and cached.get("kernel") in KERNELS and (ONEDNN or cached["kernel"] == "F.linear"):
+    if isinstance(cached, dict) and cached.get("kernel") in KERNELS and (dtype in ONEDNN_DTYPES
+                                                                         or cached["kernel"] == "F.linear"):
         ms = cached.get("ms")
         _times[(dtype, b, torch.get_num_threads())] = ms if isinstance(ms, dict) else {}
         return cached["kernel"]
@@ -256,7 +257,7 @@ def measure(dtype: torch.dtype, b: str, reps: int = 5) -> dict[str, float]:
         weights = [in_out(torch.full(s, 0.01, dtype=dtype)) for _ in range(layers) for s in shapes]
         biases = [torch.full((w.shape[0],), 0.01, dtype=dtype) for w in weights]
         x = {n: torch.full((rows, n), 0.5, dtype=dtype) for n in (H, I)}
-    kernels = KERNELS if ONEDNN else ("F.linear",)
+    kernels = KERNELS if dtype in ONEDNN_DTYPES else ("F.linear",)
     times: dict[str, list[float]] = {k: [] for k in kernels}
     with torch.inference_mode():
         for rep in range(reps + 1):  # the first round warms up (and packs)

@@ -45,6 +45,12 @@ ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_li
 DTYPES = (torch.float32, torch.bfloat16)
 """The dtypes whose kernel is chosen by measurement; others (fp16, fp64) run ``F.linear``."""
 
+ONEDNN_DTYPES = tuple(d for d in DTYPES
+                      if ONEDNN and (d != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+"""Those of :data:`DTYPES` that oneDNN's kernels multiply on this CPU: bf16 needs AVX-512 (or AMX, or ARM's bf16),
+and on a CPU without (AVX2 alone) oneDNN cannot make the kernel (``could not create a primitive descriptor``), so
+bf16 runs ``F.linear`` there, measured against nothing."""
+
 _copies: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version when packed, packed copy)
 _joined: WeakIdKeyDictionary = WeakIdKeyDictionary()  # first weight -> ((weakref, version) of each, packed stack, joined bias)
 _lock = threading.Lock()
@@ -81,17 +87,18 @@ KERNELS = ("F.linear", "onednn", "onednn-packed")
 def onednn_fits(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
     """Whether ``x W^T + b`` may run on another kernel than ``F.linear``.
 
-    fp32 or bf16 on the CPU with oneDNN, one dtype throughout, no gradient to track, none of ``x``, ``w``, ``b``
-    seen through a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``, ``jacrev`` ...) or carrying a forward-mode
-    tangent, and not inside ``torch.compile``: oneDNN's ops have no derivative and no batching rule (a ``jvp``
-    through them would drop its tangent, silently), and the compiler makes its own kernels of ``F.linear``.
+    fp32 or bf16 on the CPU with oneDNN (:data:`ONEDNN_DTYPES`), one dtype throughout, no gradient to track, none of
+    ``x``, ``w``, ``b`` seen through a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``, ``jacrev`` ...) or
+    carrying a forward-mode tangent, and not inside ``torch.compile``: oneDNN's ops have no derivative and no batching
+    rule (a ``jvp`` through them would drop its tangent, silently), and the compiler makes its own kernels of
+    ``F.linear``.
 
     Args:
         x: (..., in).
         w: (out, in).
         b: (out,), or None.
     """
-    if not (x.dtype == w.dtype and w.dtype in DTYPES and ONEDNN and x.device.type == "cpu" and x.numel() > 0):
+    if not (x.dtype == w.dtype and w.dtype in ONEDNN_DTYPES and x.device.type == "cpu" and x.numel() > 0):
         return False
     if b is not None and b.dtype != w.dtype:
         return False

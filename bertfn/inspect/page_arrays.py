@@ -56,7 +56,7 @@ import torch
 
 from ..checkpoint.checks import count
 from ..errors import InputError
-from ..fast.kernels import ONEDNN, packed
+from ..fast.kernels import ONEDNN_DTYPES, packed
 from ..model.config import BertConfig
 from ..model.family import family_of
 from ..model.heads import mlm_head
@@ -282,8 +282,8 @@ class PageArrays(dict):
             root = self._root
             head = {root.key(n): root[n].to(torch.bfloat16) for n in HEAD if n in root}  # under the checkpoint's own names
             decoder = root.key("cls.predictions.decoder.weight")
-            if ONEDNN and head[decoder].device.type == "cpu":  # where mlm_head multiplies on oneDNN: keep that copy alone
-                head[decoder] = packed(head[decoder])
+            if torch.bfloat16 in ONEDNN_DTYPES and head[decoder].device.type == "cpu":  # where mlm_head multiplies on
+                head[decoder] = packed(head[decoder])  # oneDNN: keep that copy alone
             self.head = Params(head, self.config)
         probs, ids = [], []
         with torch.inference_mode():
