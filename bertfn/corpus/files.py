@@ -154,11 +154,9 @@ def _lines_named(message: str, runnable: list[tuple[int, object, dict]]) -> str:
 
 
 def _own_warning(result: object) -> str | None:
-    """The ``"warning"`` a task put in its result itself, as "text 0: ...", or None: score's of an [UNK] it scores in
-    a text not mostly [UNK] (:func:`~bertfn.tasks.scoring.scored_unknown`), which :meth:`Runner.read` does not see."""
+    """A result's own ``"warning"``, as "text 0: ...", or None (score's: :func:`~bertfn.tasks.scoring.scored_unknown`)."""
     first = result[0] if isinstance(result, list) and result else result
-    said = first.get("warning") if isinstance(first, dict) else None
-    return f"text 0: {said}" if said else None
+    return f"text 0: {first['warning']}" if isinstance(first, dict) and first.get("warning") else None
 
 
 def _without(result: object, keys: frozenset) -> object:
