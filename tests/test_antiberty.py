@@ -140,3 +140,25 @@ def test_fill_mask_is_the_transformers_pipeline(antiberty, hf):
             assert [a["sequence"] for a in o_answers] == [a["sequence"] for a in t_answers]
             for a, b in zip(o_answers, t_answers):
                 assert a["score"] == pytest.approx(b["score"], abs=1e-5)
+
+
+def test_pll_per_residue_is_antibertys_own_pseudo_log_likelihood(antiberty):
+    """``AntiBERTyRunner.pseudo_log_likelihood`` (AntiBERTy's own code) gives the *mean* log-probability per residue,
+    its special tokens' logits set to -inf first, of chains written without spaces: bertfn's ``pll / num_tokens`` of
+    the spaced chain (the special tokens hold next to nothing of the softmax). A residue the vocabulary lacks ('J') is
+    -inf there (log P of [UNK] with [UNK] ruled out); bertfn scores it and says so (docs/guides/scoring.md)."""
+    import warnings
+
+    from antiberty import AntiBERTyRunner
+
+    chains = [seq[:24] for _, chain, seq in CHAINS if chain == "heavy"]  # the start of each: seconds, not minutes
+    theirs = AntiBERTyRunner().pseudo_log_likelihood(chains + ["EVQLJESGGGLV"], batch_size=64)
+    ours = bertfn.score([spaced(c) for c in chains], antiberty)
+    assert [r["pll"] / r["num_tokens"] for r in ours] == pytest.approx(theirs[:-1].tolist(), abs=1e-5)
+    assert theirs[-1] == -float("inf")
+    with pytest.warns(bertfn.UnknownTokensWarning, match=r"1 of its 12 scored tokens read as \[UNK\] \(e.g. 'J'\)"):
+        assert bertfn.score(spaced("EVQLJESGGGLV"), antiberty)["pll"] > -float("inf")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        bertfn.score("EVQLVESGGG", antiberty)  # unspaced: one [UNK] word, and the fix said
+    assert "this vocabulary holds single characters, to be separated by spaces: write 'E V Q L'" in str(said[0].message)

@@ -846,6 +846,19 @@ def test_warnings_name_the_line_once_per_run_and_quiet(tiny_folder, tmp_path, ca
     assert "bertfn: warning:" not in capsys.readouterr().err
 
 
+def test_a_score_line_holding_an_unknown_token_it_scores_carries_the_warning(tiny_folder, tmp_path, capsys):
+    """score's own warning of an [UNK] among a text's scored tokens (a non-residue letter in a chain) reaches its
+    line, where the tokenizer's rule (mostly [UNK]) flags nothing, and is said once on stderr."""
+    src, out = tmp_path / "in.csv", tmp_path / "out.jsonl"
+    src.write_text("id,text\na,the cat sat\nb,the é sat\nc,é the cat ü\n", encoding="utf-8")
+    assert main(["score", "--input", str(src), "--output", str(out), "--model", str(tiny_folder), "--no-detail"]) == 0
+    rows, err = read_jsonl(out), capsys.readouterr().err
+    assert "warning" not in rows[0] and "result" in rows[1]
+    assert rows[1]["warning"].startswith("line 2 (id 'b'): 1 of its 3 scored tokens read as [UNK] (e.g. 'é')")
+    assert rows[2]["warning"].startswith("line 3 (id 'c'): 2 of its 4 scored tokens read as [UNK]")
+    assert err.count("bertfn: warning:") == 1 and "2 with warnings" in err
+
+
 def test_the_progress_bars_rate_is_the_steps_own():
     """The bar drawn at a step shows the tokens/s counted up to that step, not the step before's (its first was
     0 tokens/s, so a short run ended showing a rate far below its own)."""

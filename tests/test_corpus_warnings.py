@@ -37,6 +37,19 @@ def test_python_calls_name_the_text_once_and_flag_its_results(model):
     assert len(said) == 1 and said[0].startswith("text 0: 2 of its 2 tokens")
 
 
+def test_score_warns_of_an_unknown_token_it_scores_in_a_text_mostly_known(model):
+    """A PLL adds log P([UNK]) where a character is not in the vocabulary (a 'J' or '*' in a chain for AntiBERTy's
+    capitals moved a PLL by ~25 nats) and reads every other token beside it: said, where the tokenizer's rule of
+    mostly [UNK] is silent, and flagged in the text's dict; a text mostly [UNK] keeps the tokenizer's words alone."""
+    scores, said = caught(lambda: bertfn.score(["the cat sat", "the é sat", "é ü", "é the cat ü"], model))
+    assert said[0].startswith("text 2: 2 of its 2 tokens are [UNK]")  # the tokenizer's, as before
+    assert said[1].startswith("text 1 (and text 3 like it): 1 of its 3 scored tokens read as [UNK] (e.g. 'é'): its "
+                              "PLL adds the log-probability of [UNK] itself there") and len(said) == 2
+    assert "warning" not in scores[0] and scores[1]["warning"] == said[1].removeprefix("text 1 (and text 3 like it): ")
+    assert scores[3]["warning"].startswith("2 of its 4 scored tokens read as [UNK] (e.g. 'é', 'ü')")
+    assert scores[2]["warning"].startswith("2 of its 2 tokens are [UNK]")
+
+
 def test_stream_names_the_texts_by_their_place_in_the_stream(model):
     texts = ["the [MASK] sat"] * 5 + [UNK, "no mask", UNK]
     results, said = caught(lambda: list(stream(texts, model, top_k=1, chunk_size=4, errors="return")))

@@ -120,6 +120,7 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], in
                 record.pop(key, None)
         bad = bad and InputError(bad.replace(f"line {n}", label(n, carried), 1))  # named by its id too, if it has one
         result, tokens, unk = by_line[n] if bad is None else (bad, 0, None)
+        own = None if unk is not None else _own_warning(result)
         if isinstance(result, InputError):
             record["error"] = str(relabel(result, label(n, carried)))
             tally.errors += 1
@@ -128,10 +129,11 @@ def run_piece(runner: Runner, entries: list[tuple[int, bytes, bytes | None]], in
             record["result"] = jsonable(result)
             printed.add(n, raw)
             tally.tokens += tokens
-            if unk is not None:
-                record["warning"] = str(relabel(InputError(unk), label(n, carried)))
+            if unk is not None or own is not None:
+                record["warning"] = str(relabel(InputError(unk or own), label(n, carried)))
                 tally.warned += 1
-                tally.warn(record["warning"] + '; every line like it carries a "warning" in the output', "[UNK]")
+                tally.warn(record["warning"] + '; every line like it carries a "warning" in the output',
+                           "[UNK]" if unk is not None else "result")
         lines.append(json.dumps(record, ensure_ascii=False))
     return lines
 
@@ -149,6 +151,12 @@ def _lines_named(message: str, runnable: list[tuple[int, object, dict]]) -> str:
     message = re.sub(r"\(and text(s?) (\d+(?:, \d+)*)", lambda m: f"(and line{m.group(1)} " + ", ".join(
         str(lines[i][0]) if i in lines else i for i in m.group(2).split(", ")), message)
     return re.sub(r"\btext (\d+)\b", lambda m: label(*lines[m.group(1)]) if m.group(1) in lines else m.group(0), message)
+
+
+def _own_warning(result: object) -> str | None:
+    """A result's own ``"warning"``, as "text 0: ...", or None (score's: :func:`~bertfn.tasks.scoring.scored_unknown`)."""
+    first = result[0] if isinstance(result, list) and result else result
+    return f"text 0: {first['warning']}" if isinstance(first, dict) and first.get("warning") else None
 
 
 def _without(result: object, keys: frozenset) -> object:

@@ -37,8 +37,8 @@ import torch
 from ..checkpoint.checks import count, one_of, too_long
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import require_mlm_head
-from ..checkpoint.tokenizer import Encoding, Tokenizer
-from ..errors import InputError, clipped
+from ..checkpoint.tokenizer import Encoding, Tokenizer, warn_texts
+from ..errors import InputError, UnknownTokensWarning, clipped
 from ..model.encoder import encoder
 from ..model.heads import mlm_head
 from ..model.recorder import NO_TRACE, Edit, Trace
@@ -225,9 +225,9 @@ def score(
     ``pll`` is the sum of the tokens' ``log_prob`` (natural log), ``num_tokens`` how many were scored
     (every token but [CLS] and [SEP]), ``pseudo_perplexity`` = exp(-pll / num_tokens); ``word`` is the
     index of the word a token belongs to (word pieces of one word share it). Batching never changes a
-    score. A text whose tokens are mostly [UNK] is warned about (once per call, naming each by its
-    index), and its dict holds ``"warning": ...``. A text costs one encoder pass per token: n tokens read
-    n copies of n tokens.
+    score. A text whose tokens are mostly [UNK], or that holds any [UNK] among the tokens scored
+    (:func:`scored_unknown`), is warned about (once per call, naming each by its index), and its dict holds
+    ``"warning": ...``. A text costs one encoder pass per token: n tokens read n copies of n tokens.
 
     Args:
         texts: one text, or a list of texts.
@@ -259,6 +259,7 @@ def score(
     enc = tok(list(texts))
     lengths = enc.attention_mask.sum(dim=1).tolist()
     check_scorable(tok, enc, lengths, texts, longest_input(m.config))
+    unknown = {**scored_unknown(tok, enc, lengths, texts), **enc.unknown}
     copies, owner = masked_copies(enc, lengths, tok.mask_token_id, method, tok.pad_token_id)
     lp = log_probs(m, copies, batch_size, points).tolist()
 
@@ -270,7 +271,7 @@ def score(
         r["pll"] = math.fsum(t["log_prob"] for t in r["tokens"])
         r["num_tokens"] = len(r["tokens"])
         r["pseudo_perplexity"] = math.exp(-r["pll"] / r["num_tokens"])
-    return finished(results, enc.unknown, single)
+    return finished(results, unknown, single)
 
 
 TASK = Task("score", score, probe="a", fast=True)
@@ -300,6 +301,33 @@ def check_scorable(tok: Tokenizer, enc: Encoding, lengths: list[int], texts: lis
         if n > limit:
             raise too_long(f"text {i}", n, limit, "split it into shorter texts (a score of a cut text would not be "
                            "the text's score)")
+
+
+def scored_unknown(tok: Tokenizer, enc: Encoding, lengths: list[int], texts: list[str]) -> dict[int, str]:
+    """Warn about the texts that hold the unknown token where score scores one, though not mostly (the tokenizer
+    warns about those, :attr:`~bertfn.checkpoint.tokenizer.Encoding.unknown`): ``{text index: what to say of it}``.
+
+    A PLL adds log P([UNK]) there, and predicts every other token beside an [UNK]: a residue the vocabulary lacks
+    ('J', '*', a gap for AntiBERTy) would move a chain's PLL by tens of nats, unsaid.
+
+    Args:
+        tok: the tokenizer that made ``enc``.
+        enc: the texts as a padded batch.
+        lengths: real tokens per text.
+        texts: the texts, for the message.
+    """
+    said = {}
+    for i, n in enumerate(lengths):
+        ids, scored = enc.input_ids[i, :n].tolist(), [k for k, w in enumerate(enc.word_ids[i][:n]) if w is not None]
+        where = [k for k in scored if ids[k] == tok.unk_token_id]
+        if where and i not in enc.unknown:
+            seen = ", ".join(repr(texts[i][slice(*enc.offsets[i][k])]) for k in where[:3])
+            said[i] = (f"{len(where)} of its {len(scored)} scored tokens read as {tok.unk_token} (e.g. {seen}): its PLL "
+                       f"adds the log-probability of {tok.unk_token} itself there and predicts the others beside it, so "
+                       "it is not the score of the text as written; write those characters as tokens the vocabulary "
+                       "holds, or leave them out")
+    warn_texts(said, UnknownTokensWarning)
+    return said
 
 
 def word_log_probs(m: Model, enc: Encoding, lengths: list[int], where: list[tuple[int, int]],
