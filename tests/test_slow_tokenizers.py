@@ -322,3 +322,20 @@ def test_a_model_folder_with_a_slow_tokenizer_fills_masks_and_classifies_as_the_
     again = bertfn.load(saved)
     assert again.tokenizer.backend.to_str() == model.tokenizer.backend.to_str()
     assert torch.equal(again.tokenizer(plain).input_ids, fast_of(saved)(plain, padding=True, return_tensors="pt")["input_ids"])
+
+
+@pytest.mark.parametrize("kind", ["roberta", "albert"])
+def test_a_hub_model_with_a_slow_tokenizer_brings_its_files(trained, tmp_path, monkeypatch, kind):
+    """For a hub id whose repo has no tokenizer.json nor vocab.txt, load fetches its other vocabulary (RoBERTa's
+    vocab.json with merges.txt, ALBERT's spiece.model) and added_tokens.json, and reads them."""
+    import transformers
+    from conftest import cached_on_hub
+
+    folder = folder_of(kind, "old", trained[kind], tmp_path / "repo")  # with added_tokens.json's <ent> and <ent2>
+    config = member_config(kind, len(slow_tokenizer(kind, trained[kind])) + 2)
+    getattr(transformers, MODEL_CLASSES[kind])(config).save_pretrained(folder)
+    asked = cached_on_hub(folder, f"some-org/{kind}-slow", tmp_path, monkeypatch)
+    model = bertfn.load(f"some-org/{kind}-slow")
+    assert {*FILES[kind], "added_tokens.json"} <= set(asked) and "spm.model" in asked
+    assert pipeline_of(model.tokenizer.backend) == pipeline_of(fast_of(folder).backend_tokenizer)
+    assert model.tokenizer.token_to_id("<ent2>") == config.vocab_size - 1

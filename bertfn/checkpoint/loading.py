@@ -144,8 +144,11 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         if weights.name in SHARD_INDEXES:  # a sharded checkpoint: every shard its index names
             for shard in dict.fromkeys(shard_map(weights).values()):
                 fetch(inner + shard)
-        for name in TOKENIZER_FILES:
-            fetch(inner + name)
+        if [fetch(inner + name) for name in TOKENIZER_FILES][:2] == [None, None]:  # no tokenizer.json nor vocab.txt:
+            # the first other vocabulary the repo has (spm.model, a slow tokenizer's files) and its added tokens
+            first = next((n for n in VOCABULARY_FILES[2:] if fetch(inner + n) is not None), None)
+            for name in ("added_tokens.json", "merges.txt")[:1 + (first == "vocab.json")]:  # RoBERTa's: both files
+                fetch(inner + name)
         for entry in entries:
             path = entry.get("path") if isinstance(entry, dict) else None
             if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
