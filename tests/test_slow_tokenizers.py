@@ -244,6 +244,17 @@ def test_lowercase_sets_albert_do_lower_case_and_no_other(trained, tmp_path):
             bertfn.Tokenizer.from_path(folder, lowercase=False)
 
 
+def test_cased_on_the_command_line_is_named_so(trained, tiny_folder, tmp_path, capsys):
+    """The command line's --cased, given for a tokenizer it cannot change, is named as typed (not lowercase=)."""
+    from bertfn.cli import main
+
+    folder = folder_of("roberta", "bare", trained["roberta"], tmp_path / "roberta")
+    assert main(["fill-mask", "a <mask>", "--model", str(tiny_folder), "--tokenizer", str(folder), "--cased"]) \
+        == bertfn.InputError.exit_code
+    err = capsys.readouterr().err
+    assert "so --cased cannot change it; leave it out" in err and "lowercase=" not in err
+
+
 def test_read_model_reads_what_sentencepiece_reads(trained):
     for kind in ("xlm-roberta", "camembert", "albert"):
         path = trained[kind] / FILES[kind][0]

@@ -200,8 +200,9 @@ class Tokenizer:
             options["do_lower_case"] = lowercase
         if path.name in SLOW_FILES:  # a slow tokenizer's files, read as transformers converts them
             if lowercase is not None and path.name != "spiece.model":  # ALBERT's do_lower_case is what it sets
-                raise InputError(f"{path} is a tokenizer that keeps case as transformers reads it, so lowercase= "
-                                 "cannot change it; leave lowercase unset for this tokenizer")
+                raise InputError(f"{path} is a tokenizer that keeps case as transformers reads it, so "
+                                 f"{syntax(python='lowercase=', cli='--cased')} cannot change it; leave it out for "
+                                 "this tokenizer")
             (backend, names), wordpiece = from_slow_files(path, options), False
         elif path.suffix == ".json":
             try:
@@ -210,8 +211,9 @@ class Tokenizer:
                 raise CheckpointError(f"{path} cannot be read as a tokenizer.json ({e}); re-download it") from e
             if lowercase is not None:
                 if not isinstance(backend.normalizer, normalizers.BertNormalizer):
-                    raise InputError(f"{path} does not use BERT's normalizer, so lowercase= cannot change it; "
-                                     "leave lowercase unset for this tokenizer")
+                    raise InputError(f"{path} does not use BERT's normalizer, so "
+                                     f"{syntax(python='lowercase=', cli='--cased')} cannot change it; leave it out "
+                                     "for this tokenizer")
                 backend.normalizer.lowercase = lowercase
             wordpiece = False
         elif path.name == "spm.model":  # DeBERTa-v2/v3's, read as data (bertfn/checkpoint/sentencepiece.py)
