@@ -128,7 +128,7 @@ def added_tokens(folder: Path, options: dict, kind: str, present: set[str]) -> t
     """
     specials = {**DEFAULTS[kind], **{k: v for k, v in options.items() if k in SPECIAL_KEYS and v is not None}}
     listed = options.get("added_tokens_decoder")
-    if isinstance(listed, dict) and listed:
+    if isinstance(listed, dict):  # even empty: then neither special_tokens_map.json nor added_tokens.json is read
         try:
             tokens = [AddedToken(**{k: v for k, v in t.items() if k != "__type"})
                       for _, t in sorted(listed.items(), key=lambda it: int(it[0]))]
@@ -143,8 +143,7 @@ def added_tokens(folder: Path, options: dict, kind: str, present: set[str]) -> t
         extra = read_json(folder / "added_tokens.json")
         tokens = [AddedToken(t, lstrip=False, rstrip=False, normalized=t not in names, special=t in names)
                   for t, _ in sorted(extra.items(), key=lambda it: it[1] if isinstance(it[1], int) else 0)]
-        listed = None
-    by_name = {t.content: t for t in tokens} if listed else {}  # transformers maps the names to the listed tokens
+    by_name = {t.content: t for t in tokens} if isinstance(listed, dict) else {}  # the names go to the listed tokens
     have = present | {t.content for t in tokens}
     for key in SPECIAL_KEYS:
         values = specials.get(key) if key == "additional_special_tokens" else [specials.get(key)]
