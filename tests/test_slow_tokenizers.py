@@ -351,3 +351,33 @@ def test_a_hub_model_with_a_slow_tokenizer_brings_its_files(trained, tmp_path, m
     assert {*FILES[kind], "added_tokens.json"} <= set(asked) and "spm.model" in asked
     assert pipeline_of(model.tokenizer.backend) == pipeline_of(fast_of(folder).backend_tokenizer)
     assert model.tokenizer.token_to_id("<ent2>") == config.vocab_size - 1
+
+
+OTHER_TRAININGS = {
+    "albert-without-mask": ("albert", dict(model_type="unigram", pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+                                           pad_piece="<pad>", unk_piece="<unk>", bos_piece="[CLS]", eos_piece="[SEP]")),
+    "albert-bpe-casefolded": ("albert", dict(model_type="bpe", pad_id=0, unk_id=1, bos_id=2, eos_id=3, pad_piece="<pad>",
+                                             unk_piece="<unk>", bos_piece="[CLS]", eos_piece="[SEP]",
+                                             control_symbols=["[MASK]"], normalization_rule_name="nmt_nfkc_cf")),
+    "camembert-byte-fallback": ("camembert", dict(model_type="bpe", byte_fallback=True, user_defined_symbols=["<br>"])),
+    "xlm-roberta-identity": ("xlm-roberta", dict(model_type="unigram", normalization_rule_name="identity",
+                                                 control_symbols=["<ctl>"])),
+}
+"""SentencePiece models trained otherwise than :func:`trained`'s: ALBERT's without a ``[MASK]`` piece (the tokenizer adds
+it last), a BPE one case-folding; byte fallback (which the converters leave off) with a user-defined piece; no
+character map at all."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(OTHER_TRAININGS))
+def test_other_sentencepiece_trainings(lines, tmp_path, name):
+    kind, settings = OTHER_TRAININGS[name]
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines[0][:1500]), model_writer=out, vocab_size=600,
+                                   minloglevel=2, num_threads=1, **settings)
+    (tmp_path / "trained").mkdir()
+    (tmp_path / "trained" / FILES[kind][0]).write_bytes(out.getvalue())
+    folder = folder_of(kind, "saved", tmp_path / "trained", tmp_path / "hub")
+    ours, fast = bertfn.Tokenizer.from_path(folder), fast_of(folder)
+    assert pipeline_of(ours.backend) == pipeline_of(fast.backend_tokenizer)
+    assert_same(ours, fast, lines[1][:100] + HARD, HARD + lines[1][:100])
