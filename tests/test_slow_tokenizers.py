@@ -363,8 +363,8 @@ OTHER_TRAININGS = {
     "xlm-roberta-identity": ("xlm-roberta", dict(model_type="unigram", normalization_rule_name="identity",
                                                  control_symbols=["<ctl>"])),
 }
-"""SentencePiece models trained otherwise than :func:`trained`'s: ALBERT's without a ``[MASK]`` piece (the tokenizer adds
-it last), a BPE one case-folding; byte fallback (which the converters leave off) with a user-defined piece; no
+"""SentencePiece models trained otherwise than :func:`trained`'s: ALBERT's without a ``[MASK]`` piece (the tokenizer
+adds it last), a BPE one case-folding; byte fallback (which the converters leave off) with a user-defined piece; no
 character map at all."""
 
 

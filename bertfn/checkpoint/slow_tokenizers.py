@@ -28,7 +28,6 @@ class's: the mask token taking the space before it, ``lstrip``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
@@ -102,7 +101,8 @@ def added_token(value: object, key: str, kind: str) -> AddedToken:
         kind: the tokenizer's kind.
     """
     if isinstance(value, dict):
-        settings = {k: value[k] for k in ("single_word", "lstrip", "rstrip", "normalized") if isinstance(value.get(k), bool)}
+        settings = {k: value[k] for k in ("single_word", "lstrip", "rstrip", "normalized")
+                    if isinstance(value.get(k), bool)}
         return AddedToken(value["content"], special=True, **settings)
     if key == "mask_token":
         return AddedToken(value, lstrip=True, rstrip=False, normalized=False, special=True)
