@@ -316,7 +316,7 @@ def test_a_folder_with_only_spm_model_reads_it_as_transformers_converts_it(tmp_p
     spm_model(folder / "spm.model", hf / "tokenizer.json")
     from bertfn.checkpoint.sentencepiece import read_model
 
-    pieces, model_type, unk_id, charsmap = read_model(folder / "spm.model")
+    pieces, model_type, unk_id, _, charsmap = read_model(folder / "spm.model")
     vocab = json.loads((hf / "tokenizer.json").read_text())["model"]["vocab"]
     assert [p for p, _, _ in pieces] == [p for p, _ in vocab] and (model_type, unk_id, charsmap) == (1, 3, b"")
     torch.testing.assert_close(torch.tensor([s for _, s, _ in pieces]), torch.tensor([s for _, s in vocab]))

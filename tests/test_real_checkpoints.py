@@ -107,7 +107,7 @@ def test_strict_keeps_the_tokenizer_and_the_extra_heads(paths):
 
 def test_weights_without_a_tokenizer_say_where_the_vocabulary_is(paths):
     weights, vocab = paths
-    with pytest.warns(UserWarning, match="has no tokenizer.json, vocab.txt or spm.model") as caught:
+    with pytest.warns(UserWarning, match="has no tokenizer.json, vocab.txt, spm.model, ") as caught:
         model = load_quietly(weights)
     hint = next(str(w.message) for w in caught if "has no tokenizer" in str(w.message))
     assert "pass tokenizer=PATH" in hint and hint.endswith(f"e.g. {vocab} with lowercase=False")

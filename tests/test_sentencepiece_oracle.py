@@ -150,7 +150,7 @@ def assert_same(ours: bertfn.Tokenizer, fast, texts: list[str], pairs: list[str]
 @pytest.mark.parametrize("name", ["v3", "variant"])
 def test_bertfn_equals_the_converted_fast_tokenizer(spm_files, tmp_path, name, options):
     ours, fast, _ = three(hub_folder(tmp_path / "hub", spm_files[name], options))
-    pieces = read_model(spm_files[name])[0]
+    pieces = read_model(spm_files[name]).pieces
     assert ours.vocab_size == len(fast) and ours.mask_token_id == fast.mask_token_id == len(pieces)  # [MASK] after
     for text in HARD:  # one at a time: no padding
         assert_same(ours, fast, [text])
@@ -200,7 +200,7 @@ def test_read_model_reads_what_sentencepiece_reads(spm_files):
     """read_model's pieces, scores, kinds and unk id are those the sentencepiece library reads from the file."""
     for name in ("v3", "variant"):
         sp = spm.SentencePieceProcessor(model_file=str(spm_files[name]))
-        pieces, model_type, unk_id, charsmap = read_model(spm_files[name])
+        pieces, model_type, unk_id, unk_piece, charsmap = read_model(spm_files[name])
         assert [p for p, _, _ in pieces] == [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
         assert [s for _, s, _ in pieces] == [sp.get_score(i) for i in range(sp.get_piece_size())]  # both float32
         kinds = {i: k for i, (_, _, k) in enumerate(pieces)}
@@ -208,6 +208,7 @@ def test_read_model_reads_what_sentencepiece_reads(spm_files):
         assert [i for i, k in kinds.items() if k == 3] == [i for i in range(sp.get_piece_size()) if sp.is_control(i)]
         assert [i for i, k in kinds.items() if k == 6] == [i for i in range(sp.get_piece_size()) if sp.is_byte(i)]
         assert model_type == 1 and len(charsmap) > 1000  # nmt_nfkc's precompiled map
+        assert unk_piece == sp.id_to_piece(sp.unk_id()) == "[UNK]"
 
 
 def test_a_bpe_spm_model_is_refused(spm_files, tmp_path):

@@ -34,7 +34,7 @@ from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
 from .sentence_folder import TRANSFORMER_CONFIGS, first_module, not_run, transformer_path
-from .tokenizer_files import read_json, slow_files_advice
+from .tokenizer_files import VOCABULARY_FILES, VOCABULARY_NAMES, read_json
 from .weights import SHARD_INDEXES, read_weights, shard_map
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -47,10 +47,8 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spec
 MODULE_FILES = ("config.json", "sentence_bert_config.json")
 """The files of a sentence-transformers module's folder that bertfn.embed reads (a Pooling's or a Dense's config;
 a Dense's weights too), fetched with a hub model that lists the module in its modules.json."""
-VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "spm.model")
-"""The tokenizer files that hold a vocabulary: what ``tokenizer=`` (``--tokenizer``) reads, or a folder holding one."""
-TOKENIZER_SIDE_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json")
-"""A tokenizer's other files (its settings; RoBERTa's BPE vocabulary, which bertfn reads from tokenizer.json)."""
+TOKENIZER_SIDE_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+"""A tokenizer's other files: its settings."""
 
 
 # --- finding files --------------------------------------------------------------------------------
@@ -146,8 +144,11 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         if weights.name in SHARD_INDEXES:  # a sharded checkpoint: every shard its index names
             for shard in dict.fromkeys(shard_map(weights).values()):
                 fetch(inner + shard)
-        for name in TOKENIZER_FILES:
-            fetch(inner + name)
+        if [fetch(inner + name) for name in TOKENIZER_FILES][:2] == [None, None]:  # no tokenizer.json nor vocab.txt:
+            # the first other vocabulary the repo has (spm.model, a slow tokenizer's files) and its added tokens
+            first = next((n for n in VOCABULARY_FILES[2:] if fetch(inner + n) is not None), None)
+            for name in ("added_tokens.json", "merges.txt")[:1 + (first == "vocab.json")]:  # RoBERTa's: both files
+                fetch(inner + name)
         for entry in entries:
             path = entry.get("path") if isinstance(entry, dict) else None
             if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
@@ -370,8 +371,8 @@ def load_tokenizer(tokenizer: Tokenizer | str | Path | None, folder: Path, lower
                 cased = near.name == "vocab.txt" and _has_capitals(near)  # a bare vocab.txt would be lowercased
                 example = f", e.g. {near}{syntax(python=' with lowercase=False', cli=' with --cased') if cased else ''}"
             option = syntax(python='tokenizer=', cli='--tokenizer ')
-            warnings.warn(f"{folder} has no tokenizer.json, vocab.txt or spm.model, so the model can read ids but not "
-                          f"text{slow_files_advice(folder)}; pass {option}PATH (a vocab.txt, tokenizer.json or "
+            warnings.warn(f"{folder} has no {VOCABULARY_NAMES}, so the model can read ids but not "
+                          f"text; pass {option}PATH (a vocab.txt, tokenizer.json or "
                           f"folder){example}", stacklevel=3)
             return None
     if tok.vocab_size > config.vocab_size:

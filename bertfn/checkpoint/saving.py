@@ -39,6 +39,7 @@ from ..model.members.rotary import inverse_frequencies
 from ..model.task_heads import SUFFIXES, head_of
 from .loading import VOCABULARY_FILES
 from .model import Model
+from .slow_tokenizers import FILES as SLOW_FILES
 from .tokenizer import Tokenizer
 
 CLASS_PREFIXES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
@@ -74,8 +75,7 @@ BUFFERS = {"esm": esm_buffers}
 """``model_type`` -> ``config -> {key: tensor}``: the buffers a member's transformers class stores with its weights,
 which loading drops (bertfn computes them) and :func:`stored_state` writes back."""
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spm.model", "tokenizer_config.json", "special_tokens_map.json",
-                   "added_tokens.json")
+TOKENIZER_FILES = (*VOCABULARY_FILES, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 """The tokenizer's files that :func:`save` copies from beside the one it was read from, and removes from the folder
 where it writes none of that name (one left from another model would be read in place of the saved tokenizer)."""
 
@@ -189,13 +189,18 @@ def tokenizer_files(tokenizer: Tokenizer, config: BertConfig) -> dict[str, str |
             same = Tokenizer.from_path(source, tokenizer.max_length).backend.to_str() == tokenizer.backend.to_str()
         except (BertfnError, OSError):  # files that no longer read as they did: write the tokenizer instead
             same = False
-        if same:  # the source under the name it is read by, its settings, and (beside a tokenizer.json) the
-            # slow tokenizer's vocabulary; a tokenizer.json beside a vocab.txt or spm.model would be read in its place
-            own = "tokenizer.json" if source.suffix == ".json" else "spm.model" if source.name == "spm.model" \
-                else "vocab.txt"
+        if same:  # the source under the name it is read by (a slow tokenizer's: all its files), its settings, and
+            # (beside a tokenizer.json) the slow tokenizer's vocabulary; a tokenizer.json beside a vocab.txt or
+            # spm.model would be read in their place
+            if source.name in SLOW_FILES:
+                own = {n: source.parent / n for n, kinds in SLOW_FILES.items()
+                       if kinds == SLOW_FILES[source.name] and (source.parent / n).is_file()}
+            else:
+                own = {"tokenizer.json" if source.suffix == ".json" else "spm.model" if source.name == "spm.model"
+                       else "vocab.txt": source}
             beside = {name: source.parent / name for name in TOKENIZER_FILES if (source.parent / name).is_file()
-                      and (name not in VOCABULARY_FILES or own == "tokenizer.json")}
-            return {**beside, own: source}
+                      and (name not in VOCABULARY_FILES or "tokenizer.json" in own)}
+            return {**beside, **own}
     backend = _HFTokenizer.from_str(tokenizer.backend.to_str())
     backend.no_padding()
     backend.no_truncation()

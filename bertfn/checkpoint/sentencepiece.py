@@ -1,25 +1,29 @@
-"""DeBERTa-v2/v3's ``spm.model`` (a SentencePiece ``ModelProto``) read as data, without the sentencepiece library.
+"""A SentencePiece model (a ``ModelProto``: DeBERTa's ``spm.model``, XLM-R's and CamemBERT's
+``sentencepiece.bpe.model``, ALBERT's ``spiece.model``) read as data, without the sentencepiece library.
 
-The hub's DeBERTa-v3 folders ship ``spm.model``, often with no ``tokenizer.json``. transformers turns it into a fast
-tokenizer with ``DebertaV2Converter`` (``convert_slow_tokenizer.py``, through the sentencepiece and protobuf packages);
-:func:`deberta_from_spm` builds the same pipeline from the file's bytes: the protobuf wire format is read by
-:func:`fields` (varints, length-delimited and 32-bit fields: all a ModelProto's pieces and normalizer use), nothing in
-the file is run. What it reads of the proto (sentencepiece_model.proto):
+The hub's DeBERTa-v3 folders ship ``spm.model``, often with no ``tokenizer.json``; folders saved by older transformers
+or by the slow tokenizer classes ship the others. transformers turns each into a fast tokenizer with a converter of
+``convert_slow_tokenizer.py`` (through the sentencepiece and protobuf packages); here the protobuf wire format is read
+by :func:`fields` (varints, length-delimited and 32-bit fields: all a ModelProto's pieces and normalizer use), nothing
+in the file is run. What :func:`read_model` reads of the proto (sentencepiece_model.proto):
 
     ModelProto      1: pieces (repeated SentencePiece), 2: trainer_spec, 3: normalizer_spec
     SentencePiece   1: piece (string), 2: score (float), 3: type (1 normal, 2 unknown, 3 control, 4 user defined,
                     6 byte: ``<0x41>``, a piece like any other here)
-    TrainerSpec     3: model_type (1 unigram), 40: unk_id
+    TrainerSpec     3: model_type (1 unigram, 2 BPE), 40: unk_id, 45: unk_piece
     NormalizerSpec  2: precompiled_charsmap (bytes)
 
-The pipeline (``DebertaV2Converter``): a Unigram of the pieces and scores; normalizer [Lowercase where
+:func:`spm_backend` is what every converter shares (``SpmConverter.tokenizer``): a Unigram of the pieces and scores,
+or a BPE whose merges are found from the pieces as ``SentencePieceExtractor`` finds them, with the control and
+user-defined pieces as added tokens. :func:`deberta_from_spm` is ``DebertaV2Converter``: normalizer [Lowercase where
 ``do_lower_case``], Strip, the precompiled character map, runs of spaces to one; pre-tokenizer [Punctuation where
-``split_by_punct``], Metaspace ("▁", prepended always); ``[CLS] A [SEP]`` / ``[CLS] A [SEP] B:1 [SEP]:1``; control
-and user-defined pieces (and the unknown one, special and matched in normalized text as transformers makes it) as
-added tokens, and ``[MASK]`` (DebertaV2Tokenizer adds it after the pieces) at the end. No byte fallback, as the
-converter: a character no piece covers is the unknown piece even where the file's trainer_spec asks for bytes
-(the slow, sentencepiece tokenizer writes its bytes there; the fast one, which the pipelines use, is followed).
-tests/test_sentencepiece_oracle.py holds this to both on models trained by sentencepiece itself.
+``split_by_punct``], Metaspace ("▁", prepended always); ``[CLS] A [SEP]`` / ``[CLS] A [SEP] B:1 [SEP]:1``; the unknown
+piece an added token too (special and matched in normalized text as DebertaV2Tokenizer makes it), and ``[MASK]``
+(DebertaV2Tokenizer adds it after the pieces) at the end. The other members' converters are in
+bertfn/checkpoint/slow_tokenizers.py. No byte fallback, as the converters: a character no piece covers is the
+unknown piece even where the file's trainer_spec asks for bytes (the slow, sentencepiece tokenizer writes its bytes
+there; the fast one, which the pipelines use, is followed). tests/test_sentencepiece_oracle.py and
+tests/test_slow_tokenizers.py hold this to transformers on models trained by sentencepiece itself.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from tokenizers import (
     AddedToken,
@@ -39,7 +44,20 @@ from tokenizers import (
 )
 from tokenizers import Tokenizer as _HFTokenizer
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, unreadable
+
+NOT_SPM = "the file is cut short or not a SentencePiece model; re-download it"
+"""What :func:`read_model` says of bytes that are no ``ModelProto``."""
+
+
+class SpmModel(NamedTuple):
+    """What :func:`read_model` reads of a SentencePiece model."""
+
+    pieces: list[tuple[str, float, int]]  # (piece, score, type) in id order
+    model_type: int  # 1 unigram, 2 BPE
+    unk_id: int
+    unk_piece: str
+    charsmap: bytes  # the normalizer's precompiled character map; b"" for none
 
 
 def varint(data: bytes, i: int) -> tuple[int, int]:
@@ -52,7 +70,7 @@ def varint(data: bytes, i: int) -> tuple[int, int]:
     value, shift = 0, 0
     while True:
         if i >= len(data):
-            raise CheckpointError("spm.model ends inside a number: the file is cut short or not a SentencePiece model")
+            raise CheckpointError(f"it ends inside a number: {NOT_SPM}")
         b = data[i]
         value |= (b & 0x7F) << shift
         i, shift = i + 1, shift + 7
@@ -84,42 +102,101 @@ def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
         elif wire == 1:
             value, i = int.from_bytes(data[i:i + 8], "little"), i + 8
         else:
-            raise CheckpointError(f"spm.model holds a protobuf field of wire type {wire}, which a SentencePiece model "
-                                  "does not have: the file is not a SentencePiece model; re-download it")
+            raise CheckpointError(f"it holds a protobuf field of wire type {wire}, which a SentencePiece model does "
+                                  f"not have: {NOT_SPM}")
         if i > len(data):
-            raise CheckpointError("spm.model ends inside a field: the file is cut short; re-download it")
+            raise CheckpointError(f"it ends inside a field: {NOT_SPM}")
         yield number, value
 
 
-def read_model(path: Path) -> tuple[list[tuple[str, float, int]], int, int, bytes]:
-    """The pieces ``(piece, score, type)``, model type, unk id and precompiled character map of a ``spm.model``.
+def read_model(path: Path) -> SpmModel:
+    """The pieces, model type, unknown piece and precompiled character map of a SentencePiece model file.
 
     Args:
         path: the file.
+
+    Raises:
+        CheckpointError: a file that is not a SentencePiece model (another file under its name, cut short).
     """
-    pieces, model_type, unk_id, charsmap = [], 1, 0, b""
-    for number, value in fields(path.read_bytes()):
-        if number == 1:  # SentencePiece
-            piece, score, kind = "", 0.0, 1
-            for n, v in fields(value):
-                if n == 1:
-                    piece = v.decode("utf-8")
-                elif n == 2:
-                    score = struct.unpack("<f", v.to_bytes(4, "little"))[0]
-                elif n == 3:
-                    kind = v
-            pieces.append((piece, score, kind))
-        elif number == 2:  # TrainerSpec
-            for n, v in fields(value):
-                if n == 3:
-                    model_type = v
-                elif n == 40:
-                    unk_id = v
-        elif number == 3:  # NormalizerSpec
-            for n, v in fields(value):
-                if n == 2:
-                    charsmap = v
-    return pieces, model_type, unk_id, charsmap
+    try:
+        data = path.read_bytes()
+    except PermissionError:
+        raise unreadable(path) from None
+    pieces, model_type, unk_id, unk_piece, charsmap = [], 1, 0, "<unk>", b""
+    try:
+        for number, value in fields(data):
+            if number == 1:  # SentencePiece
+                piece, score, kind = "", 0.0, 1
+                for n, v in fields(value):
+                    if n == 1:
+                        piece = v.decode("utf-8")
+                    elif n == 2:
+                        score = struct.unpack("<f", v.to_bytes(4, "little"))[0]
+                    elif n == 3:
+                        kind = v
+                pieces.append((piece, score, kind))
+            elif number == 2:  # TrainerSpec
+                for n, v in fields(value):
+                    if n == 3:
+                        model_type = v
+                    elif n == 40:
+                        unk_id = v
+                    elif n == 45:
+                        unk_piece = v.decode("utf-8")
+            elif number == 3:  # NormalizerSpec
+                charsmap = next((v for n, v in fields(value) if n == 2), charsmap)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path} cannot be read as a SentencePiece model: {e}") from None
+    except (TypeError, AttributeError, UnicodeDecodeError, OverflowError, struct.error) as e:  # a field of another kind
+        raise CheckpointError(f"{path} cannot be read as a SentencePiece model ({type(e).__name__}: {e}): "
+                              f"{NOT_SPM}") from None
+    if not pieces or not isinstance(charsmap, bytes) or not 0 <= unk_id < len(pieces):
+        raise CheckpointError(f"{path} is not a SentencePiece model ({len(pieces)} pieces, unknown piece at "
+                              f"{unk_id}): {NOT_SPM}")
+    return SpmModel(pieces, model_type, unk_id, unk_piece, charsmap)
+
+
+def bpe_merges(pieces: dict[str, int], scored: list[tuple[str, float]]) -> list[tuple[str, str]]:
+    """The merges of a BPE SentencePiece model, as transformers' ``generate_merges`` finds them from the pieces
+    (``SentencePieceExtractor.extract(vocab_scores)``): every split of a piece into two pieces, ordered by the piece's
+    score (highest first), then by the lengths of the two parts, ties by the parts' ids.
+
+    Args:
+        pieces: the model's pieces by id, ``{piece: id}``.
+        scored: the converter's vocabulary: ``(piece, score)`` as the tokenizer numbers them.
+    """
+    merges = []
+    for merge, score in dict(scored).items():
+        local = [(merge[:i], merge[i:], score) for i in range(1, len(merge))
+                 if merge[:i] in pieces and merge[i:] in pieces]
+        merges.extend(sorted(local, key=lambda m: (pieces[m[0]], pieces[m[1]])))
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+    return [(a, b) for a, b, _ in merges]
+
+
+def spm_backend(path: Path, model: SpmModel, scored: list[tuple[str, float]], unk_id: int) -> _HFTokenizer:
+    """The model of a converted SentencePiece tokenizer (``SpmConverter.tokenizer``): a Unigram of ``scored`` (unigram
+    files) or a BPE over it with :func:`bpe_merges` (BPE files, CamemBERT's), with the control pieces as special added
+    tokens and the user-defined ones as added tokens, all matched in the raw text.
+
+    Args:
+        path: the file, for messages.
+        model: what :func:`read_model` read.
+        scored: the converter's vocabulary, ``(piece, score)`` by id (the file's pieces, renumbered by some members).
+        unk_id: the unknown piece's id in it.
+    """
+    if model.model_type == 1:
+        tok = _HFTokenizer(models.Unigram(scored, unk_id=unk_id, byte_fallback=False))
+    elif model.model_type == 2:
+        merges = bpe_merges({p: i for i, (p, _, _) in enumerate(model.pieces)}, scored)
+        vocab = {p: i for i, (p, _) in enumerate(scored)}
+        tok = _HFTokenizer(models.BPE(vocab, merges, unk_token=model.unk_piece, fuse_unk=True, byte_fallback=False))
+    else:
+        raise CheckpointError(f"{path} is a SentencePiece model of type {model.model_type}, neither unigram (1) nor "
+                              "BPE (2), which transformers does not convert either; re-download it")
+    tok.add_tokens([AddedToken(p, normalized=False, special=kind == 3) for p, _, kind in model.pieces
+                    if kind in (3, 4)])  # control, user-defined
+    return tok
 
 
 def deberta_from_spm(path: Path, options: dict) -> _HFTokenizer:
@@ -132,25 +209,24 @@ def deberta_from_spm(path: Path, options: dict) -> _HFTokenizer:
     Raises:
         CheckpointError: a file that is not a unigram SentencePiece model.
     """
-    pieces, model_type, unk_id, charsmap = read_model(path)
-    if model_type != 1 or not pieces:
-        raise CheckpointError(f"{path} is not a unigram SentencePiece model (model_type {model_type}, {len(pieces)} "
-                              "pieces); DeBERTa's spm.model is one: re-download it")
-    tok = _HFTokenizer(models.Unigram([(p, s) for p, s, _ in pieces], unk_id=unk_id, byte_fallback=False))
+    model = read_model(path)
+    if model.model_type != 1:
+        raise CheckpointError(f"{path} is not a unigram SentencePiece model (model_type {model.model_type}); "
+                              "DeBERTa's spm.model is one: re-download it")
+    tok = spm_backend(path, model, [(p, s) for p, s, _ in model.pieces], model.unk_id)
     steps = [normalizers.Lowercase()] if options.get("do_lower_case") else []
     steps.append(normalizers.Strip())
-    if charsmap:
-        steps.append(normalizers.Precompiled(charsmap))
+    if model.charsmap:
+        steps.append(normalizers.Precompiled(model.charsmap))
     tok.normalizer = normalizers.Sequence([*steps, normalizers.Replace(Regex(" {2,}"), " ")])
     split = [pre_tokenizers.Punctuation(behavior="isolated")] if options.get("split_by_punct") else []
     metaspace = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     tok.pre_tokenizer = pre_tokenizers.Sequence([*split, metaspace])
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    # control and user-defined pieces are matched in the raw text; the unknown one in the normalized text, as
-    # DebertaV2Tokenizer makes it (AddedToken(unk_token, normalized=True)): "[unk]" is it when lowercasing, and a
-    # space before it stays a "▁" of its own ("A [UNK]": ▁A ▁ [UNK], not ▁A [UNK])
-    tok.add_tokens([AddedToken(p, normalized=kind == 2, special=kind in (2, 3))
-                    for p, _, kind in pieces if kind in (2, 3, 4)])  # unknown, control, user-defined
+    # the unknown piece is matched in the normalized text, as DebertaV2Tokenizer makes it (AddedToken(unk_token,
+    # normalized=True)): "[unk]" is it when lowercasing, and a space before it stays a "▁" of its own ("A [UNK]":
+    # ▁A ▁ [UNK], not ▁A [UNK])
+    tok.add_tokens([AddedToken(model.pieces[model.unk_id][0], normalized=True, special=True)])
     mask = options.get("mask_token", "[MASK]")
     mask = mask.get("content", "[MASK]") if isinstance(mask, dict) else mask
     tok.add_special_tokens([AddedToken(mask, normalized=False, special=True)])

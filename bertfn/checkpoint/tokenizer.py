@@ -9,7 +9,10 @@ split on whitespace and punctuation, WordPiece with ``##`` continuations, then `
 ``[CLS] A [SEP] B [SEP]`` with token type ids 0 / 1. An ESM-2 ``vocab.txt`` (``tokenizer_class`` ``EsmTokenizer``
 in tokenizer_config.json, or a vocabulary of ``<cls>``, ``<eos>`` and residue letters) gets ``EsmTokenizer``'s pipeline
 instead: one token per residue of a sequence written without spaces (``"MKT<mask>A"``), ``<cls> A <eos>`` or
-``<cls> A <eos> B <eos>``, all of token type 0, decoded with a space between tokens.
+``<cls> A <eos> B <eos>``, all of token type 0, decoded with a space between tokens. DeBERTa's ``spm.model`` and the
+slow tokenizers' files of XLM-R, CamemBERT, ALBERT and RoBERTa (``sentencepiece.bpe.model``, ``spiece.model``,
+``vocab.json`` + ``merges.txt``) are read into the fast tokenizer transformers converts them to
+(bertfn/checkpoint/sentencepiece.py, bertfn/checkpoint/slow_tokenizers.py).
 
 The special tokens (start, separator, mask, padding, unknown) are those ``tokenizer_config.json`` or
 ``special_tokens_map.json`` names (``cls_token``, ``mask_token``, ...), else the usual ones (:data:`ROLES`).
@@ -28,8 +31,10 @@ from tokenizers import normalizers
 from ..errors import (CheckpointError, InputError, UnknownTokensWarning, clipped, outside_stacklevel, require_readable,
                       syntax, unreadable)
 from .sentencepiece import deberta_from_spm
-from .tokenizer_files import (ESM_NAMES, ROLES, SLOW_FILES, esm_from_vocab, find_special, is_esm_vocab, lowercases,
-                              read_json, slow_files_advice, word_marks, wordpiece_from_vocab, write_tokenizer_json)
+from .slow_tokenizers import FILES as SLOW_FILES
+from .slow_tokenizers import from_slow_files
+from .tokenizer_files import (ESM_NAMES, ROLES, VOCABULARY_FILES, VOCABULARY_NAMES, esm_from_vocab, find_special,
+                              is_esm_vocab, lowercases, read_json, word_marks, wordpiece_from_vocab)
 
 NO_FIX = ("its vocabulary has no pieces for them: a script or language the model was not trained on, or another "
           "model's tokenizer (use the one that came with the model)")
@@ -142,7 +147,8 @@ class Tokenizer:
     @classmethod
     def from_folder(cls, folder: str | Path, max_length: int | None = None,
                     lowercase: bool | None = None) -> Tokenizer | None:
-        """``tokenizer.json`` if present, else ``vocab.txt`` (+ ``tokenizer_config.json``); None if neither.
+        """The first of :data:`~bertfn.checkpoint.tokenizer_files.VOCABULARY_FILES` in ``folder`` (``tokenizer.json``,
+        else ``vocab.txt``, ..., with ``tokenizer_config.json``), read by :meth:`from_path`; None if there is none.
 
         Args:
             folder: the folder to look in.
@@ -150,14 +156,16 @@ class Tokenizer:
             lowercase: as in :meth:`from_path`.
         """
         folder = Path(folder)
-        for name in ("tokenizer.json", "vocab.txt", "spm.model"):  # spm.model: DeBERTa-v2/v3's SentencePiece model
+        for name in VOCABULARY_FILES:
             if (folder / name).is_file():
                 return cls.from_path(folder / name, max_length, lowercase)
         return None
 
     @classmethod
     def from_path(cls, path: str | Path, max_length: int | None = None, lowercase: bool | None = None) -> Tokenizer:
-        """Read a tokenizer from a ``tokenizer.json``, a WordPiece or ESM ``vocab.txt`` or a folder holding one. A
+        """Read a tokenizer from a ``tokenizer.json``, a WordPiece or ESM ``vocab.txt``, DeBERTa's ``spm.model``, a slow
+        tokenizer's ``sentencepiece.bpe.model`` (XLM-R, CamemBERT), ``spiece.model`` (ALBERT) or ``vocab.json`` (or
+        ``merges.txt``: RoBERTa), or a folder holding one (:data:`~bertfn.checkpoint.tokenizer_files.VOCABULARY_FILES`). A
         ``tokenizer_config.json`` beside the file sets lowercasing (``do_lower_case``, for a WordPiece vocab.txt),
         the kind of a vocab.txt (``tokenizer_class``: ``EsmTokenizer`` for ESM's, :func:`is_esm_vocab`),
         ``clean_up_tokenization_spaces`` and the special tokens' names (``mask_token``, ...; else those of
@@ -168,15 +176,16 @@ class Tokenizer:
             max_length: the model's max positions, if known.
             lowercase: True / False overrides the files (False keeps case, as ``BertTokenizer(vocab,
                 do_lower_case=False)``); None keeps what the files say (a bare WordPiece vocab.txt lowercases, as
-                transformers' default). ESM's vocab.txt keeps case and takes no True.
+                transformers' default; ALBERT's spiece.model sets ``do_lower_case``). ESM's vocab.txt keeps case and
+                takes no True; RoBERTa's, XLM-R's and CamemBERT's files (and a tokenizer.json without BERT's
+                normalizer) take neither.
         """
         path = Path(path).expanduser()
         try:
             if path.is_dir():
                 tok = cls.from_folder(path, max_length, lowercase)
                 if tok is None:
-                    raise CheckpointError(f"{path} has no tokenizer.json, vocab.txt or spm.model"
-                                          f"{slow_files_advice(path) or '; pass the tokenizer file itself'}")
+                    raise CheckpointError(f"{path} has no {VOCABULARY_NAMES}; pass the tokenizer file itself")
                 return tok
             exists = path.is_file()
         except PermissionError:  # the folder, or one above it, that this user may not search or list
@@ -185,23 +194,26 @@ class Tokenizer:
             raise InputError(f"there is no tokenizer file {str(path)!r}; pass a vocab.txt, a tokenizer.json or a "
                              "folder holding one")
         require_readable(path)  # the tokenizers library reports a denied file as a bare Exception
-        if path.name in SLOW_FILES:
-            raise CheckpointError(f"{path} is {SLOW_FILES[path.name]}, which bertfn does not read (it reads a "
-                                  "tokenizer.json, a WordPiece or ESM vocab.txt, or DeBERTa's spm.model): "
-                                  f"{write_tokenizer_json(path.parent)}, then pass that folder")
         options = read_json(path.parent / "tokenizer_config.json")
         names = {**read_json(path.parent / "special_tokens_map.json"), **options}
         if lowercase is not None:
             options["do_lower_case"] = lowercase
-        if path.suffix == ".json":
+        if path.name in SLOW_FILES:  # a slow tokenizer's files, read as transformers converts them
+            if lowercase is not None and path.name != "spiece.model":  # ALBERT's do_lower_case is what it sets
+                raise InputError(f"{path} is a tokenizer that keeps case as transformers reads it, so "
+                                 f"{syntax(python='lowercase=', cli='--cased')} cannot change it; leave it out for "
+                                 "this tokenizer")
+            (backend, names), wordpiece = from_slow_files(path, options), False
+        elif path.suffix == ".json":
             try:
                 backend = _HFTokenizer.from_file(str(path))
             except Exception as e:  # the Rust side raises plain Exceptions
                 raise CheckpointError(f"{path} cannot be read as a tokenizer.json ({e}); re-download it") from e
             if lowercase is not None:
                 if not isinstance(backend.normalizer, normalizers.BertNormalizer):
-                    raise InputError(f"{path} does not use BERT's normalizer, so lowercase= cannot change it; "
-                                     "leave lowercase unset for this tokenizer")
+                    raise InputError(f"{path} does not use BERT's normalizer, so "
+                                     f"{syntax(python='lowercase=', cli='--cased')} cannot change it; leave it out "
+                                     "for this tokenizer")
                 backend.normalizer.lowercase = lowercase
             wordpiece = False
         elif path.name == "spm.model":  # DeBERTa-v2/v3's, read as data (bertfn/checkpoint/sentencepiece.py)

@@ -43,39 +43,15 @@ PYTHON_WHITESPACE = Regex(r"[\s\x1c-\x1f]+")
 separators U+001C-U+001F, which ``str.isspace`` also counts."""
 
 
-SLOW_FILES = {
-    "sentencepiece.bpe.model": "XLM-R's or CamemBERT's SentencePiece model",
-    "spiece.model": "ALBERT's SentencePiece model",
-    "vocab.json": "RoBERTa's byte-level BPE vocabulary",
-    "merges.txt": "RoBERTa's byte-level BPE merges",
-}
-"""The files of a tokenizer saved by transformers' slow (Python) classes, which write no ``tokenizer.json``: bertfn
-reads none of them (DeBERTa's ``spm.model`` it does read: bertfn/checkpoint/sentencepiece.py)."""
+VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "spm.model", "sentencepiece.bpe.model", "spiece.model", "vocab.json",
+                    "merges.txt")
+"""The files a tokenizer is read from, in the order :meth:`~bertfn.checkpoint.tokenizer.Tokenizer.from_folder` looks
+for them: the fast tokenizer's ``tokenizer.json``; BERT's or ESM's ``vocab.txt``; DeBERTa's ``spm.model``
+(bertfn/checkpoint/sentencepiece.py); the slow tokenizers' files of XLM-R and CamemBERT, ALBERT and RoBERTa
+(``vocab.json`` with ``merges.txt``: bertfn/checkpoint/slow_tokenizers.py)."""
 
-
-def write_tokenizer_json(folder: Path) -> str:
-    """How to write the ``tokenizer.json`` that a slow tokenizer's files in ``folder`` (:data:`SLOW_FILES`) convert to.
-
-    Args:
-        folder: the folder holding them.
-    """
-    return (f"write the tokenizer.json they convert to with transformers.AutoTokenizer.from_pretrained("
-            f"{str(folder)!r}).save_pretrained({str(folder)!r}) (the fast tokenizer it returns saves one)")
-
-
-def slow_files_advice(folder: Path) -> str:
-    """What to say of the slow tokenizer's files in ``folder`` (:data:`SLOW_FILES`), which bertfn does not read:
-    ``"; it holds sentencepiece.bpe.model (XLM-R's ...), which bertfn does not read: write its tokenizer.json with
-    ..."``, or "" where there are none.
-
-    Args:
-        folder: the folder to look in.
-    """
-    found = [f"{name} ({what})" for name, what in SLOW_FILES.items() if (folder / name).is_file()]
-    if not found:
-        return ""
-    return f"; it holds {' and '.join(found)}, a slow tokenizer's files, which bertfn does not read: " \
-           f"{write_tokenizer_json(folder)}"
+VOCABULARY_NAMES = "tokenizer.json, vocab.txt, spm.model, sentencepiece.bpe.model, spiece.model or vocab.json"
+"""The files of :data:`VOCABULARY_FILES`, for messages."""
 
 
 MASK_SPELLINGS = {"[MASK]": "BERT's", "<mask>": "RoBERTa's and ESM-2's"}

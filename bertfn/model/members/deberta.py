@@ -18,7 +18,8 @@ DeBERTa is BERT except:
   ``classifier``; its tagger and reader are BERT's.
 
 No pooler in the base model. Its tokenizer (SentencePiece unigram, ``[CLS] A [SEP] B [SEP]``) is the tokenizer's
-business: a folder with ``tokenizer.json`` reads as any other; one with only ``spm.model`` is refused with what to do.
+business: a folder with ``tokenizer.json`` reads as any other; one with only ``spm.model`` is read as
+``DebertaV2TokenizerFast`` converts it (bertfn/checkpoint/sentencepiece.py).
 """
 
 from __future__ import annotations
