@@ -385,3 +385,26 @@ def ends(params, ids: torch.Tensor, types: torch.Tensor | None, lengths, rows: t
 
     segments = bertfn.Segments(tuple(lengths), read=rows)
     return bertfn.encoder(params, ids, segments, types, positions).last_hidden_state
+
+
+def assert_same_batch(ours, fast, texts: list[str], pairs: list[str] | None = None) -> None:
+    """bertfn's padded batch of ``texts`` (and ``pairs``) equals a transformers fast tokenizer's, field by field: ids,
+    token types, attention mask, offsets, tokens and word ids (the oracle tests of the tokenizers bertfn builds from a
+    checkpoint's files: DeBERTa's spm.model, the slow tokenizers' files).
+
+    Args:
+        ours: bertfn's tokenizer.
+        fast: transformers' fast tokenizer of the same files.
+        texts: the first segments.
+        pairs: the second segments, or None.
+    """
+    mine = ours(texts, pairs)
+    theirs = fast(texts, pairs, padding=True, return_offsets_mapping=True, return_token_type_ids=True)
+    for b, text in enumerate(texts):
+        what = repr(text) if pairs is None else f"{text!r} / {pairs[b]!r}"
+        assert mine.input_ids[b].tolist() == theirs["input_ids"][b], what
+        assert mine.token_type_ids[b].tolist() == theirs["token_type_ids"][b], what
+        assert mine.attention_mask[b].tolist() == theirs["attention_mask"][b], what
+        assert [tuple(o) for o in mine.offsets[b]] == [tuple(o) for o in theirs["offset_mapping"][b]], what
+        assert mine.tokens[b] == theirs.tokens(b), what
+        assert mine.word_ids[b] == theirs.word_ids(b), what

@@ -33,6 +33,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import assert_same_batch
+
 import bertfn
 from bertfn.checkpoint.sentencepiece import read_model
 
@@ -125,27 +127,6 @@ def three(folder: Path):
     return bertfn.Tokenizer.from_path(folder), fast, slow
 
 
-def assert_same(ours: bertfn.Tokenizer, fast, texts: list[str], pairs: list[str] | None = None) -> None:
-    """bertfn's padded batch of ``texts`` (and ``pairs``) equals the fast tokenizer's, field by field.
-
-    Args:
-        ours: bertfn's tokenizer.
-        fast: transformers' DebertaV2TokenizerFast.
-        texts: the first segments.
-        pairs: the second segments, or None.
-    """
-    mine = ours(texts, pairs)
-    theirs = fast(texts, pairs, padding=True, return_offsets_mapping=True)
-    for b, text in enumerate(texts):
-        what = repr(text) if pairs is None else f"{text!r} / {pairs[b]!r}"
-        assert mine.input_ids[b].tolist() == theirs["input_ids"][b], what
-        assert mine.token_type_ids[b].tolist() == theirs["token_type_ids"][b], what
-        assert mine.attention_mask[b].tolist() == theirs["attention_mask"][b], what
-        assert [tuple(o) for o in mine.offsets[b]] == [tuple(o) for o in theirs["offset_mapping"][b]], what
-        assert mine.tokens[b] == theirs.tokens(b), what
-        assert mine.word_ids[b] == theirs.word_ids(b), what
-
-
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(o) or "hub")
 @pytest.mark.parametrize("name", ["v3", "variant"])
 def test_bertfn_equals_the_converted_fast_tokenizer(spm_files, tmp_path, name, options):
@@ -153,9 +134,9 @@ def test_bertfn_equals_the_converted_fast_tokenizer(spm_files, tmp_path, name, o
     pieces = read_model(spm_files[name]).pieces
     assert ours.vocab_size == len(fast) and ours.mask_token_id == fast.mask_token_id == len(pieces)  # [MASK] after
     for text in HARD:  # one at a time: no padding
-        assert_same(ours, fast, [text])
-    assert_same(ours, fast, HARD)  # a padded batch
-    assert_same(ours, fast, HARD, HARD[::-1])  # pairs: [CLS] A [SEP] B [SEP], token types 0 then 1
+        assert_same_batch(ours, fast, [text])
+    assert_same_batch(ours, fast, HARD)  # a padded batch
+    assert_same_batch(ours, fast, HARD, HARD[::-1])  # pairs: [CLS] A [SEP] B [SEP], token types 0 then 1
     for text in HARD:
         ids = fast(text)["input_ids"]
         for skip in (False, True):
@@ -187,13 +168,13 @@ def test_bertfn_equals_sentencepiece_itself_on_deberta_v3s_kind(spm_files, tmp_p
 def test_where_the_slow_tokenizer_differs_bertfn_follows_the_fast_one(spm_files, tmp_path, name, options, text, why):
     ours, fast, slow = three(hub_folder(tmp_path / "hub", spm_files[name], options))
     assert slow(text)["input_ids"] != fast(text)["input_ids"], why
-    assert_same(ours, fast, [text])
+    assert_same_batch(ours, fast, [text])
 
 
 def test_lowercase_given_to_from_path_equals_do_lower_case(spm_files, tmp_path):
     ours = bertfn.Tokenizer.from_path(hub_folder(tmp_path / "cased", spm_files["v3"], {}), lowercase=True)
     _, fast, _ = three(hub_folder(tmp_path / "lower", spm_files["v3"], {"do_lower_case": True}))
-    assert_same(ours, fast, HARD)
+    assert_same_batch(ours, fast, HARD)
 
 
 def test_read_model_reads_what_sentencepiece_reads(spm_files):

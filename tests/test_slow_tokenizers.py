@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import assert_same_batch
+
 import bertfn
 from bertfn.checkpoint.sentencepiece import read_model
 from family_checkpoints import MODEL_CLASSES, PREFIXES, member_config
@@ -159,20 +161,6 @@ def pipeline_of(backend) -> dict:
     return {k: v for k, v in spec.items() if k not in ("padding", "truncation")}
 
 
-def assert_same(ours: bertfn.Tokenizer, fast, texts: list[str], pairs: list[str] | None = None) -> None:
-    """bertfn's padded batch of ``texts`` (and ``pairs``) equals the fast tokenizer's, field by field."""
-    mine = ours(texts, pairs)
-    theirs = fast(texts, pairs, padding=True, return_offsets_mapping=True, return_token_type_ids=True)
-    for b, text in enumerate(texts):
-        what = repr(text) if pairs is None else f"{text!r} / {pairs[b]!r}"
-        assert mine.input_ids[b].tolist() == theirs["input_ids"][b], what
-        assert mine.token_type_ids[b].tolist() == theirs["token_type_ids"][b], what
-        assert mine.attention_mask[b].tolist() == theirs["attention_mask"][b], what
-        assert [tuple(o) for o in mine.offsets[b]] == [tuple(o) for o in theirs["offset_mapping"][b]], what
-        assert mine.tokens[b] == theirs.tokens(b), what
-        assert mine.word_ids[b] == theirs.word_ids(b), what
-
-
 @pytest.mark.parametrize("style", [STYLES[0], *(pytest.param(s, marks=pytest.mark.slow) for s in STYLES[1:])])
 @pytest.mark.parametrize("kind", list(FILES))
 def test_bertfn_equals_the_converted_fast_tokenizer(trained, lines, tmp_path, kind, style):
@@ -184,10 +172,10 @@ def test_bertfn_equals_the_converted_fast_tokenizer(trained, lines, tmp_path, ki
     assert (ours.cls_token_id, ours.sep_token_id, ours.pad_token_id) == (fast.cls_token_id, fast.sep_token_id,
                                                                         fast.pad_token_id)
     texts = lines[1] + HARD
-    assert_same(ours, fast, texts)
-    assert_same(ours, fast, texts, texts[::-1])
+    assert_same_batch(ours, fast, texts)
+    assert_same_batch(ours, fast, texts, texts[::-1])
     for text in HARD:
-        assert_same(ours, fast, [text])  # alone: no padding
+        assert_same_batch(ours, fast, [text])  # alone: no padding
     for ids in fast(texts[::7] + HARD)["input_ids"]:
         for skip in (False, True):
             assert ours.decode(ids, skip_special_tokens=skip) == fast.decode(ids, skip_special_tokens=skip), ids
@@ -209,7 +197,7 @@ def test_the_settings_the_converters_read(trained, lines, tmp_path, kind, option
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, **options}))
     ours, fast = bertfn.Tokenizer.from_path(folder), fast_of(folder)
     assert pipeline_of(ours.backend) == pipeline_of(fast.backend_tokenizer)
-    assert_same(ours, fast, lines[1][:50] + HARD, HARD + lines[1][:50])
+    assert_same_batch(ours, fast, lines[1][:50] + HARD, HARD + lines[1][:50])
 
 
 def test_which_sentencepiece_bpe_model_is_whose(trained, tmp_path):
@@ -380,4 +368,4 @@ def test_other_sentencepiece_trainings(lines, tmp_path, name):
     folder = folder_of(kind, "saved", tmp_path / "trained", tmp_path / "hub")
     ours, fast = bertfn.Tokenizer.from_path(folder), fast_of(folder)
     assert pipeline_of(ours.backend) == pipeline_of(fast.backend_tokenizer)
-    assert_same(ours, fast, lines[1][:100] + HARD, HARD + lines[1][:100])
+    assert_same_batch(ours, fast, lines[1][:100] + HARD, HARD + lines[1][:100])
