@@ -474,7 +474,8 @@ def test_off_the_cpu_every_product_is_f_linear_and_nothing_is_measured_or_packed
 def test_a_cpu_without_onednn_bf16_runs_bf16_on_f_linear(cache, monkeypatch, tmp_path):
     """Where oneDNN makes no bf16 product (AVX2 alone), bf16 runs F.linear: nothing measured (measuring oneDNN failed
     there, and with it every bf16 call: "could not create a primitive descriptor"), even with a oneDNN kernel forced,
-    no state packed, and a bf16 model gives its answers; fp32 is chosen as ever."""
+    no state packed, and a bf16 model gives its answers; fp32 is chosen as ever. Its bf16 products are widened to fp32
+    (kernels.widened_linear: torch's emulated bf16 product took 150x fp32's time on (in, out) weights there)."""
     onednn_bf16(monkeypatch, False)
     path, calls = cache
     g = torch.Generator().manual_seed(0)
@@ -482,8 +483,10 @@ def test_a_cpu_without_onednn_bf16_runs_bf16_on_f_linear(cache, monkeypatch, tmp
     for kernel in (None, "onednn-packed"):
         with forced(kernel) if kernel else nullcontext(), torch.inference_mode():
             assert not onednn_fits(x, w, b) and choice.kernel(torch.bfloat16, 5) == "F.linear"
-            assert torch.equal(linear(x, w, b, "gelu"), F.gelu(F.linear(x, w, b)))
-            assert all(torch.equal(y, F.linear(x, w, b)) for y in choice.linears(x, (w, w), (b, b)))
+            wide = F.linear(x.float(), w.float(), b.float()).bfloat16()  # bf16 inputs, an fp32 sum, as a bf16 kernel
+            assert torch.equal(linear(x, w, b, "gelu"), F.gelu(wide))
+            assert torch.equal(linear(x, w.t().contiguous().t(), b), wide)  # bertfn.load's (in, out) layout alike
+            assert all(torch.equal(y, wide) for y in choice.linears(x, (w, w), (b, b)))
             assert choice.run_rows(x, w, b) == 5
             state = {"bert.encoder.layer.0.attention.self.query.weight": w}
             assert not pack_state(state) and not state["bert.encoder.layer.0.attention.self.query.weight"].is_mkldnn

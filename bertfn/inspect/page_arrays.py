@@ -89,8 +89,8 @@ ModernBERT's head has no biases but the decoder's)."""
 def lens_dtype(device: torch.device) -> torch.dtype:
     """The dtype the per-layer predictions run the MLM head in: bf16, which takes a third of fp32's time on a CPU
     with AVX-512-bf16, wherever it is fast (an accelerator, a CPU whose oneDNN makes bf16 products:
-    :data:`~bertfn.fast.kernels.ONEDNN_DTYPES`); fp32 on a CPU without (AVX2 alone), where torch's bf16 products take
-    about 6x fp32's time (2048 x 512 x 512 on an AMD EPYC of the Zen 3 generation).
+    :data:`~bertfn.fast.kernels.ONEDNN_DTYPES`); fp32 on a CPU without (AVX2 alone), where a bf16 product is an fp32 one
+    with its inputs widened first (:func:`~bertfn.fast.kernels.widened_linear`): slower than fp32 itself.
 
     Args:
         device: where the head's weights are.
