@@ -358,7 +358,7 @@ def test_antiberty_heads_equal_its_own_runner(antiberty):
         ours = bertfn.classify(spaced, antiberty, head=head, labels=names, function_to_apply="none", top_k=None)
         assert [r[0]["label"] for r in ours] == theirs
         got = torch.tensor([[{d["label"]: d["score"] for d in r}[n] for n in names] for r in ours])  # (10, L)
-        assert (got - logits).abs().max() < 1e-5
+        torch.testing.assert_close(got, logits, atol=1e-5, rtol=1e-6)  # logits up to 23: fp32 kernels that sum in other orders
     expected = {"rituximab": "Mouse", "adalimumab": "Human", "nivolumab": "Human", "pembrolizumab": "Human"}
     assert all(s == expected[name] for (name, _, _), s in zip(rows, species) if name in expected)
     assert chains == [chain.capitalize() for _, chain, _ in rows]
