@@ -238,7 +238,8 @@ class PageArrays(dict):
         self._root = model.params if model is not None else None  # read by BERT's names, whatever the family's
         self.lens = self._root is not None and "cls.predictions.decoder.weight" in self._root
         self.final_norm = family_of(config).final_norm  # a pre-LN member's LayerNorm after the last layer, or None
-        self.head = None  # the MLM head's weights in lens_dtype, made when the first hidden state comes
+        self.head = None  # the MLM head's weights in self.dtype (lens_dtype), made when the first hidden state comes
+        self.dtype = torch.float32
         self.arrays: dict[str, np.ndarray] = {}
         self.seen: set[str] = set()
 
@@ -294,7 +295,7 @@ class PageArrays(dict):
         if self.head is None:
             root = self._root
             decoder = root.key("cls.predictions.decoder.weight")
-            dtype = lens_dtype(root.state[decoder].device)
+            self.dtype = dtype = lens_dtype(root.state[decoder].device)
             head = {root.key(n): root[n].to(dtype) for n in HEAD if n in root}  # under the checkpoint's own names
             if dtype in ONEDNN_DTYPES and head[decoder].device.type == "cpu":  # where mlm_head multiplies on oneDNN: keep that copy alone
                 head[decoder] = packed(head[decoder])
@@ -303,7 +304,7 @@ class PageArrays(dict):
         with torch.inference_mode():
             if self.final_norm is not None:
                 h = self.final_norm(self._root.scope("bert"), h.float())  # (S, H)
-            h = h.to(next(iter(self.head.state.values())).dtype)
+            h = h.to(self.dtype)
             rows = _chunk_rows(self.config.vocab_size)
             for s in range(0, h.shape[0], rows):
                 p, i = top_k(mlm_head(self.head, h[s:s + rows]), self.top_k)

@@ -207,9 +207,11 @@ def fill_mask(
         return (ids[0] == tok.mask_token_id).nonzero()[:, 0]
 
     def step(rows: list[int], where: torch.Tensor, h: torch.Tensor) -> list:  # per text, its masks' candidates
-        ends = torch.tensor([lengths[i] for i in rows]).cumsum(0)  # where each text of the group ends, end to end
-        owners = [rows[j] for j in torch.searchsorted(ends, where.cpu(), right=True).tolist()]  # (N,): each mask's text
-        logits = mlm_head(m.params, h, points.of_rows(owners))  # (N, V): at the masks only
+        at = points
+        if points.edits:  # an edit may hold a row per text (a patch of a recording): say each mask's text
+            ends = torch.tensor([lengths[i] for i in rows]).cumsum(0)  # where each text of the group ends, end to end
+            at = points.of_rows([rows[j] for j in torch.searchsorted(ends, where.cpu(), right=True).tolist()])  # (N,)
+        logits = mlm_head(m.params, h, at)  # (N, V): at the masks only
         probs = logits.float().softmax(dim=-1)
         if wanted is not None:
             probs = probs[:, wanted]  # (N, len(single-piece targets))
