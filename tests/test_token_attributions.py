@@ -28,6 +28,11 @@ SCALE = dict(initializer_range=0.1)
 """Weights five times the usual init's spread, so that the outputs move with the tokens (at 0.02 every attribution is
 about 1e-5) and the path bends, where 50 steps still integrate it within 1% (at 0.2 DistilBERT's and ESM-2's are
 about 4% off: the tokens' parts there are ten times their sum)."""
+NORMED_WORDS = ("deberta-v2", "modernbert")
+"""Members whose embeddings are LayerNorm(word vector) alone (v3 has no absolute positions; ModernBERT turns by RoPE),
+which scaling the word vector leaves as it is but for LayerNorm's eps: their gradient . x cancels over the width to
+about eps / variance of its terms, and what is left differs from captum's by the order fp32 sums in (1e-7 of the terms;
+1e-3 of the largest attribution held on an AVX-512 CPU, 2.2e-3 on an AVX2 EPYC)."""
 
 
 def captum_ig(forward, layer, ids, base, args, steps: int = 50) -> torch.Tensor:
@@ -80,8 +85,10 @@ def test_sequence_classifiers_equal_captum(kind, tmp_path, device):
 
     g = iv.token_attributions(text, m, 1, method="gradient_x_input")
     theirs = captum_attr.LayerGradientXActivation(forward, layer).attribute(ids, additional_forward_args=(mask,))
-    if kind == "deberta-v2":  # v3's embeddings are LayerNorm(word vector): scale-invariant, so gradient . x = 0
-        assert g.attributions.abs().max() < 1e-5 and (g.attributions - theirs.sum(-1)[0].cpu()).abs().max() < 1e-6
+    if kind in NORMED_WORDS:  # each token's gradient . x cancels over the width to what LayerNorm's eps leaves
+        terms = theirs.abs().sum(-1)[0].cpu()  # (S,): the size of what each token's sum adds up
+        assert (theirs.sum(-1)[0].cpu().abs() / terms).max() < 1e-3  # eps / variance: 6e-4 ModernBERT, 8e-6 v3
+        assert (g.attributions - theirs.sum(-1)[0].cpu()).abs().max() <= 1e-6 * terms.max()  # fp32's order of sums
     else:
         assert_close(g, theirs.sum(-1)[0].cpu())
     assert g.baseline_value is None and g.delta is None and abs(g.value - a.value) < 1e-6
