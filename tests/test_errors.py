@@ -318,6 +318,14 @@ def test_bad_device_or_dtype(model, kwargs, message):
         model.to(**kwargs)
 
 
+@pytest.mark.parametrize("call", [lambda m: bertfn.fill_mask("the [MASK] sat .", m, device="gpu"),
+                                  lambda m: bertfn.embed("the cat sat .", m, device="gpu")], ids=["fill_mask", "embed"])
+def test_a_loaded_model_sent_to_a_device_torch_does_not_know(model, call):
+    """A task given a loaded Model and device="gpu" says so as Model.to does (it was a RuntimeError from torch.device)."""
+    with pytest.raises(bertfn.InputError, match=r"device 'gpu' cannot be used here \(no device torch knows: cpu, cuda"):
+        call(model)
+
+
 @pytest.mark.needs_transformers
 def test_relative_positions_past_the_table(tmp_path):
     """Relative-position models look up distances up to P - 1: a longer input is refused, not an IndexError."""
