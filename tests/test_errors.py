@@ -326,6 +326,19 @@ def test_a_loaded_model_sent_to_a_device_torch_does_not_know(model, call):
         call(model)
 
 
+@pytest.mark.parametrize("head, message", [
+    (lambda p, h: bertfn.sequence_classification(p, h[:, 0]),
+     r"no 'classifier.weight'; .* a \*ForSequenceClassification, \*ForTokenClassification or \*ForMultipleChoice checkpoint\)"),
+    (lambda p, h: bertfn.question_answering(p, h), r"no 'qa_outputs.weight'; .* a \*ForQuestionAnswering checkpoint\)"),
+    (lambda p, h: bertfn.nsp_head(p, h[:, 0]),
+     r"no 'cls.seq_relationship.weight'; .* a BertForPreTraining or BertForNextSentencePrediction checkpoint\)"),
+], ids=["classifier", "reader", "next-sentence"])
+def test_a_head_the_checkpoint_lacks_names_the_checkpoints_that_hold_it(model, head, message):
+    """A masked LM asked for another head's output: the message named a *ForMaskedLM checkpoint whatever was missing."""
+    with pytest.raises(bertfn.CheckpointError, match=message):
+        head(model.params, torch.zeros(1, 4, 48))
+
+
 @pytest.mark.needs_transformers
 def test_relative_positions_past_the_table(tmp_path):
     """Relative-position models look up distances up to P - 1: a longer input is refused, not an IndexError."""
