@@ -19,7 +19,7 @@ contents and the 404 page (docs/development.md, "These pages").
 - **Notebooks' links to the pages.** A notebook links a page as GitHub and Jupyter find it from notebooks/
   (``../docs/guides/interventions.md``); mkdocs-jupyter writes the link as it is, which on the site points
   nowhere. It is made the page's address here, and a link to a page that does not exist fails the build.
-- **Wide tables.** A table inside ``<div class="wide-table" markdown>`` (docs/stylesheets/extra.css lays it
+- **Wide tables.** Each table inside ``<div class="wide-table" markdown>`` (docs/stylesheets/extra.css lays it
   out row by row) gets its column's name on each cell, as ``data-label``, which the styles show above the cell.
 - **The 404 page.** Its links are absolute, made from ``site_url``'s path (``/bertfn/``), which works where
   the site is served under that path but not from a server's root (``python -m http.server`` in site/).
@@ -57,7 +57,8 @@ NBCONVERT_MERMAID = re.compile(r'<script type="module">(?:(?!</script>).)*?jp-Me
                                re.S)
 HEADING = re.compile(r"h[1-6]")
 PAGE_LINK = re.compile(r'href="(?![a-z][\w+.-]*:|#|/)([^"#]*\.md)(#[^"]*)?"')  # a relative link to a Markdown file
-WIDE_TABLE = re.compile(r'(<div class="wide-table">\s*<table>)(.*?)(</table>)', re.S)
+WIDE_DIV = re.compile(r'(<div class="wide-table">)(.*?)(</div>)', re.S)  # no div inside: Markdown writes none
+TABLE = re.compile(r"(<table>)(.*?)(</table>)", re.S)
 
 
 def antiberty_folder() -> Path:
@@ -126,7 +127,8 @@ class Headings(HTMLParser):
 
 
 def label_wide_tables(content: str, page) -> str:
-    """Each body cell of a table in ``<div class="wide-table" markdown>`` with its column's name as ``data-label``."""
+    """Each body cell of each table in ``<div class="wide-table" markdown>`` with its column's name as ``data-label``
+    (one table, or several with what comes between them: speed.md's copy of bench/RESULTS.md)."""
     def label(m: re.Match) -> str:
         head, _, body = m.group(2).partition("</thead>")
         names = [html.unescape(re.sub(r"<[^>]+>", "", th)).strip() for th in re.findall(r"<th[^>]*>(.*?)</th>", head, re.S)]
@@ -140,11 +142,14 @@ def label_wide_tables(content: str, page) -> str:
             return re.sub(r"<td(?=[\s>])", cell, r.group(0))
         return m.group(1) + head + "</thead>" + re.sub(r"<tr>.*?</tr>", row, body, flags=re.S) + m.group(3)
 
-    content, tables = WIDE_TABLE.subn(label, content)
-    if tables != content.count('class="wide-table"'):
-        raise PluginError(f'{page.file.src_uri}: a <div class="wide-table" markdown> holds no table (a blank line must '
-                          "come before the table and after it)")
-    return content
+    def labelled(m: re.Match) -> str:
+        inside, tables = TABLE.subn(label, m.group(2))
+        if not tables:
+            raise PluginError(f'{page.file.src_uri}: a <div class="wide-table" markdown> holds no table (a blank line '
+                              "must come before a table and after it)")
+        return m.group(1) + inside + m.group(3)
+
+    return WIDE_DIV.sub(labelled, content)
 
 
 def notebook_links(content: str, page, files) -> str:

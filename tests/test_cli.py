@@ -142,6 +142,15 @@ def test_each_subcommands_help_has_a_description_an_example_and_only_its_own_opt
     assert not undescribed, f"bertfn {command}: options with no description: {undescribed}"
 
 
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c not in ("view", "attention")])
+def test_the_help_of_input_and_field_says_a_table_is_read_too(command, capsys):
+    """docs/guides/corpora.md's tables (--input probes.csv --field sequence): the help said lines or JSON Lines only."""
+    text = " ".join(help_of(command, capsys).split())
+    assert "--input FILE read the texts from FILE: one a line, JSON Lines with --field, or a table (FILE.csv, FILE.tsv: " \
+           "the column --field names, default text)" in text
+    assert "--input is JSON Lines (or a table's column) whose field NAME holds the text" in text
+
+
 def test_fill_masks_help_names_the_models_own_mask_token_and_shows_it(capsys):
     """Issue 57: a RoBERTa user reads that <mask> is the mask token there, and sees a line that uses it."""
     text = " ".join(help_of("fill-mask", capsys).split())  # argparse wraps the argument's help

@@ -318,6 +318,27 @@ def test_bad_device_or_dtype(model, kwargs, message):
         model.to(**kwargs)
 
 
+@pytest.mark.parametrize("call", [lambda m: bertfn.fill_mask("the [MASK] sat .", m, device="gpu"),
+                                  lambda m: bertfn.embed("the cat sat .", m, device="gpu")], ids=["fill_mask", "embed"])
+def test_a_loaded_model_sent_to_a_device_torch_does_not_know(model, call):
+    """A task given a loaded Model and device="gpu" says so as Model.to does (it was a RuntimeError from torch.device)."""
+    with pytest.raises(bertfn.InputError, match=r"device 'gpu' cannot be used here \(no device torch knows: cpu, cuda"):
+        call(model)
+
+
+@pytest.mark.parametrize("head, message", [
+    (lambda p, h: bertfn.sequence_classification(p, h[:, 0]),
+     r"no 'classifier.weight'; .* a \*ForSequenceClassification, \*ForTokenClassification or \*ForMultipleChoice checkpoint\)"),
+    (lambda p, h: bertfn.question_answering(p, h), r"no 'qa_outputs.weight'; .* a \*ForQuestionAnswering checkpoint\)"),
+    (lambda p, h: bertfn.nsp_head(p, h[:, 0]),
+     r"no 'cls.seq_relationship.weight'; .* a BertForPreTraining or BertForNextSentencePrediction checkpoint\)"),
+], ids=["classifier", "reader", "next-sentence"])
+def test_a_head_the_checkpoint_lacks_names_the_checkpoints_that_hold_it(model, head, message):
+    """A masked LM asked for another head's output: the message named a *ForMaskedLM checkpoint whatever was missing."""
+    with pytest.raises(bertfn.CheckpointError, match=message):
+        head(model.params, torch.zeros(1, 4, 48))
+
+
 @pytest.mark.needs_transformers
 def test_relative_positions_past_the_table(tmp_path):
     """Relative-position models look up distances up to P - 1: a longer input is refused, not an IndexError."""

@@ -165,17 +165,7 @@ class Model:
             device, dtype = None, device
         dtype = resolve_dtype(dtype)
         if device is not None:
-            usable = f"pass 'cpu'{' or cuda' if torch.cuda.is_available() else ''}"
-            try:
-                kind = torch.device(device).type
-            except (RuntimeError, TypeError):
-                raise InputError(f"device {str(device)!r} cannot be used here (no device torch knows: cpu, cuda, "
-                                 f"cuda:1, mps, ...); {usable}") from None
-            try:
-                torch.empty(0, device=device)
-            except (RuntimeError, AssertionError) as e:  # a backend this torch lacks, or a GPU it cannot reach
-                why = str(e).splitlines()[0] if kind == "cuda" else f"this torch, {torch.__version__}, has no {kind} backend"
-                raise InputError(f"device {str(device)!r} cannot be used here ({why}); {usable}") from None
+            device = usable_device(device)
         moved: dict[int, torch.Tensor] = {}
         state = {}
         for k, t in self.state.items():
@@ -183,3 +173,26 @@ class Model:
                 moved[id(t)] = t.to(device=device, dtype=dtype if t.is_floating_point() else None)
             state[k] = moved[id(t)]
         return replace(self, state=state)
+
+
+def usable_device(device: str | torch.device | int) -> torch.device:
+    """``device`` as the ``torch.device`` it names, once this torch has been seen to place a tensor there.
+
+    Args:
+        device: what ``torch.device`` takes: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``, ...
+
+    Raises:
+        InputError: a name torch does not know (``"gpu"``), a backend this torch lacks, or a GPU it cannot reach.
+    """
+    usable = f"pass 'cpu'{' or cuda' if torch.cuda.is_available() else ''}"
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InputError(f"device {str(device)!r} cannot be used here (no device torch knows: cpu, cuda, "
+                         f"cuda:1, mps, ...); {usable}") from None
+    try:
+        torch.empty(0, device=d)
+    except (RuntimeError, AssertionError) as e:  # a backend this torch lacks, or a GPU it cannot reach
+        why = str(e).splitlines()[0] if d.type == "cuda" else f"this torch, {torch.__version__}, has no {d.type} backend"
+        raise InputError(f"device {str(device)!r} cannot be used here ({why}); {usable}") from None
+    return d

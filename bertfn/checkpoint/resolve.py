@@ -21,7 +21,7 @@ from ..errors import InputError, MissingPartError, clipped, syntax
 from ..model.params import Params
 from .dtypes import resolve_dtype
 from .loading import load
-from .model import Model
+from .model import Model, usable_device
 from .tokenizer import Tokenizer, check_text
 
 DEFAULT_MODEL = "google-bert/bert-base-uncased"
@@ -49,11 +49,12 @@ def get_model(model: Model | str | Path | None, device: str | torch.device | Non
             layout the fast path reads (``load``'s ``prepare``).
 
     Raises:
-        InputError: ``Params`` or a state_dict (no tokenizer), or anything else that is no model.
+        InputError: ``Params`` or a state_dict (no tokenizer), anything else that is no model, or a device that
+            cannot be used (:func:`~bertfn.checkpoint.model.usable_device`).
     """
     dtype = resolve_dtype(dtype)
     if isinstance(model, Model):
-        want = None if device is None else torch.device(device)
+        want = None if device is None else usable_device(device)
         if want is not None and want.type == "cuda" and want.index is None and torch.cuda.is_available():
             want = torch.device("cuda", torch.cuda.current_device())  # "cuda" is the current GPU: cuda:0 is already there
         same_device = want is None or model.device == want

@@ -222,16 +222,17 @@ def add_file_options(parser: argparse.ArgumentParser, *, detail: bool = False, v
     """
     group = parser.add_argument_group("files (instead of texts on the command line)")
     group.add_argument("--input", metavar="FILE",
-                       help="read the texts from FILE: one a line, or JSON Lines with --field; - for stdin")
+                       help="read the texts from FILE: one a line, JSON Lines with --field, or a table (FILE.csv, "
+                            "FILE.tsv: the column --field names, default text); - for stdin (lines)")
     npy = "FILE.npy (the vectors, float32) or " if vectors else ""
     actions = [
         group.add_argument("--output", metavar="FILE", default="-",
                            help=f"write one JSON line per input line to FILE (default -: stdout); "
                                 f"{npy}FILE.parquet writes that format instead, and the JSON Lines (the run's log) "
                                 "beside it as FILE.jsonl"),
-        group.add_argument("--field", metavar="NAME", nargs="+", help="--input is JSON Lines whose field NAME holds "
-                           "the text (a task of several inputs reads the fields named as its inputs: INPUT=NAME "
-                           "renames one)"),
+        group.add_argument("--field", metavar="NAME", nargs="+", help="--input is JSON Lines (or a table's column) "
+                           "whose field NAME holds the text (a task of several inputs reads the fields named as its "
+                           "inputs: INPUT=NAME renames one)"),
         group.add_argument("--resume", action="store_true",
                            help="continue an interrupted run after the last complete line of --output (of its log "
                                 "FILE.jsonl, for FILE.npy or FILE.parquet), once the run record beside that "

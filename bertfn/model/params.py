@@ -23,6 +23,15 @@ from ..errors import CheckpointError, InputError
 from .config import BertConfig, as_config
 from .naming import names_of
 
+HOLDERS = {  # BERT's name of a head's weights -> the checkpoints saved with that head, for a missing key's message
+    "cls.predictions.": "the MLM head: a *ForMaskedLM or BertForPreTraining checkpoint",
+    "cls.seq_relationship.": "the next-sentence head: a BertForPreTraining or BertForNextSentencePrediction checkpoint",
+    "classifier.": "a fine-tuned head: a *ForSequenceClassification, *ForTokenClassification or *ForMultipleChoice "
+                   "checkpoint",
+    "qa_outputs.": "the question-answering head: a *ForQuestionAnswering checkpoint",
+    "bert.pooler.": "the pooler: a checkpoint saved with it, e.g. BertModel's or BertForPreTraining's",
+}
+
 
 class Params(Mapping):
     """``params["a.b"]`` reads ``state[prefix + "a.b"]``; ``params.scope("a")`` narrows the prefix.
@@ -102,10 +111,9 @@ class Params(Mapping):
                 raise InputError(f"the weights have no {named}: this view is scoped to {self.prefix!r}, and {name!r} "
                                  f"sits under {around!r}; pass that part's view, model.params.at({around!r}) (a "
                                  f"layer's: model.params.layer(i))") from None
-            raise CheckpointError(
-                f"the weights have no {named}; this step of the model needs it "
-                "(load a checkpoint that contains this part, e.g. a *ForMaskedLM one for the MLM head)"
-            ) from None
+            holder = next((h for prefix, h in HOLDERS.items() if full.startswith(prefix)), "this part")
+            raise CheckpointError(f"the weights have no {named}; this step of the model needs it (load a checkpoint "
+                                  f"that contains {holder})") from None
 
     def get(self, name: str, default: torch.Tensor | None = None) -> torch.Tensor | None:
         """``self[name]`` where the weights hold it, else ``default``: for the parts a model may lack (ModernBERT's
