@@ -218,11 +218,12 @@ def sentence_gflop(config, n: int) -> float:
     return 2 * macs / 1e9
 
 
-def peak_gflops(device: str, dtype, sync=lambda: None, reps: int = 5) -> float:
-    """The best GFLOP/s of :func:`matmul`'s workloads in ``dtype`` over ``reps`` alternating rounds: what the
-    best kernel does when arithmetic, not memory, bounds it."""
+def peak_gflops(device: str, dtype, sync=lambda: None, quick: bool = False) -> float:
+    """The best GFLOP/s of :func:`matmul`'s workloads in ``dtype`` over 5 alternating rounds after a warm-up: what the
+    best kernel does when arithmetic, not memory, bounds it. ``quick`` (--quick): one round, not warmed up, the
+    rows' form and not a number to trust."""
     mm, gflop = matmul(device, dtype)
-    return max(gflop / min(times) for times in alternate(mm, reps, sync).values())
+    return max(gflop / min(times) for times in alternate(mm, 1 if quick else 5, sync, warm_up=not quick).values())
 
 
 def matmul(device: str, dtype=None) -> tuple[dict[str, Callable[[], object]], float]:
@@ -231,12 +232,15 @@ def matmul(device: str, dtype=None) -> tuple[dict[str, Callable[[], object]], fl
     The shape of BERT's FFN with many rows (the FLOP rate levels off from about 1024 rows on), by
     ``torch.mm`` and by the fast path's kernel for many rows (on the weight laid out as bertfn.load
     lays it); the best kernel's peak is the faster of the two. They run alternately with the batch
-    workload, so all see the same load.
+    workload, so all see the same load. A bf16 product on a CPU without a bf16 kernel (AVX2 alone:
+    bertfn.fast.kernels.ONEDNN_DTYPES) is the fast path's widened one alone: there ``torch.mm`` is
+    emulated, about 150x fp32's time, a peak no kernel of any side has (and 15 minutes of --quick).
     """
     import torch
 
     from bertfn.checkpoint.state import in_out
     from bertfn.fast.choice import linear
+    from bertfn.fast.kernels import ONEDNN_DTYPES
 
     a, b = torch.randn(2048, 768, device=device, dtype=dtype), torch.randn(768, 3072, device=device, dtype=dtype)
     w = in_out(b.t().contiguous())  # (3072, 768) as a linear weight
@@ -246,7 +250,9 @@ def matmul(device: str, dtype=None) -> tuple[dict[str, Callable[[], object]], fl
             for _ in range(8):
                 linear(a, w)
 
-    return {"torch.mm": lambda: [torch.mm(a, b) for _ in range(8)], "kernel": fast}, 8 * 2 * 2048 * 768 * 3072 / 1e9
+    emulated = dtype == torch.bfloat16 and torch.device(device).type == "cpu" and dtype not in ONEDNN_DTYPES
+    return ({} if emulated else {"torch.mm": lambda: [torch.mm(a, b) for _ in range(8)]}) | {"kernel": fast}, \
+        8 * 2 * 2048 * 768 * 3072 / 1e9
 
 
 # --- the machine's floor, and faster-clip -----------------------------------------------------------
@@ -429,10 +435,10 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
     n = enc.input_ids.shape[1]
     # its floor: its weights read once at stream bandwidth, or its FLOPs at the best kernel's peak,
     # whichever takes longer (on this AMD EPYC at 12 rows the two are close: 24 FLOPs per fp32 weight read)
-    gbs_before = stream_gbs(device)
+    gbs_before = stream_gbs(device, reps=0 if quick else 5)
     bytes32, bytes16 = read_bytes(model), read_bytes(bf16)
     flops = sentence_gflop(model.config, n)
-    peak32, peak16 = peak_gflops(device, torch.float32, sync), peak_gflops(device, torch.bfloat16, sync)
+    peak32, peak16 = (peak_gflops(device, dtype, sync, quick) for dtype in (torch.float32, torch.bfloat16))
     floor32 = max(bytes32 / gbs_before / 1e9, flops / peak32)  # seconds
     floor16 = max(bytes16 / gbs_before / 1e9, flops / peak16)
     rows: list[Row] = []
@@ -533,7 +539,7 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
              Row("peak RSS of that process", "MB", [f["bertfn_rss_mb"]], "pipeline over KeyDataset",
                  [f["pipeline_rss_mb"]], "<= 1.0")]
 
-    gbs = max(gbs_before, stream_gbs(device))  # again after the run: the better of the two
+    gbs = max(gbs_before, stream_gbs(device, reps=0 if quick else 5))  # again after the run: the better of the two
     kernels = "; ".join(f"{name}: {c['kernel']}" + (" (" + ", ".join(f"{k} {v:.1f}" for k, v in c["ms"].items())
                                                      + " ms)" if c["ms"] else " (forced)")
                         for name, c in choice.chosen().items())

@@ -66,7 +66,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench import (Row, alternate, load_average, machine, matmul, peak_gflops, stream_gbs, table,  # noqa: E402
+from bench import (Row, alternate, load_average, machine, peak_gflops, stream_gbs, table,  # noqa: E402
                    write_section)
 from family_modern import gflop, special_ids  # noqa: E402
 from family_tokenizers import modernbert_tokenizer, unigram_tokenizer, unigram_size  # noqa: E402
@@ -424,14 +424,8 @@ def floors(device: str, sync: Callable[[], None], quick: bool) -> dict[str, floa
     up, and one sum: the rows' form, not numbers to trust."""
     import torch
 
-    def peak(dtype) -> float:
-        if not quick:
-            return peak_gflops(device, dtype, sync)
-        products, work = matmul(device, dtype)
-        return max(work / min(t) for t in alternate(products, 1, sync, warm_up=False).values())
-
-    return dict(peak=peak(torch.float32), peak_bf16=peak(torch.bfloat16),
-                gbs=stream_gbs(device, reps=0 if quick else 5))
+    peak, peak_bf16 = (peak_gflops(device, dtype, sync, quick) for dtype in (torch.float32, torch.bfloat16))
+    return dict(peak=peak, peak_bf16=peak_bf16, gbs=stream_gbs(device, reps=0 if quick else 5))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -337,7 +337,7 @@ def encoder_bytes(model) -> int:
 
 
 def sentence_bounds(name: str, n: int, folder: Path, model, pipe, ours: list[float], reps: int,
-                    notes: list[str]) -> list[Row]:
+                    notes: list[str], quick: bool) -> list[Row]:
     """What bounds the one-sentence row: the pipeline's model alone (the tokenized sentence through
     ``pipe.model``, no pipeline around it: the same F.linear products); bertfn's call without its encoder's matrix
     products (:func:`without_products`: what it costs besides them, so the rest of its time is theirs); the machine's
@@ -355,7 +355,7 @@ def sentence_bounds(name: str, n: int, folder: Path, model, pipe, ours: list[flo
         with without_products():
             t |= alternate({"own": lambda: bertfn.classify(SENTENCE, model)}, reps)
         t |= alternate({"bf16": lambda: bertfn.classify(SENTENCE, bf16), "pipeline": lambda: pipe(SENTENCE)}, reps)
-    gbs, peak = stream_gbs("cpu"), peak_gflops("cpu", torch.float32)
+    gbs, peak = stream_gbs("cpu", reps=0 if quick else 5), peak_gflops("cpu", torch.float32, quick=quick)
     weights, flop = encoder_bytes(model), classifier_gflop(model.config, [n])
     floor = max(weights / gbs / 1e9, flop / peak)
     notes.append(f"{name}, 1 sentence: the floor reads {weights / 1e6:.0f} MB of weights at {gbs:.1f} GB/s "
@@ -401,7 +401,7 @@ def batch_bounds(name: str, texts: list[str], lengths: list[int], folder: Path, 
     bf16 = bertfn.load(folder, dtype=torch.bfloat16)
     b = max(batch_sizes)  # bertfn's best in every run so far
     t = alternate({"bf16": lambda: bertfn.classify(texts, bf16, batch_size=b)}, reps, warm_up=not quick)
-    floor = classifier_gflop(model.config, lengths) / peak_gflops("cpu", torch.float32)
+    floor = classifier_gflop(model.config, lengths) / peak_gflops("cpu", torch.float32, quick=quick)
     return [Row(f"{name}: {len(texts)} mixed sentences, bertfn's best vs the FLOPs of their real tokens at the fp32 "
                 "peak", "s", best, "floor, fp32", [floor]),
             Row(f"bf16 mode: {name}: {len(texts)} mixed sentences, batch size {b}, vs the pipeline's best", "s",
@@ -441,7 +441,7 @@ def run(folders: dict[str, Path], quick: bool) -> tuple[list[Row], list[str]]:
                   reps["single"])
     rows.append(Row(f"{name}: 1 sentence ({n} tokens), text to label", "ms", t["bertfn"], "transformers pipeline",
                     t["pipeline"], "<= 0.5"))
-    rows += sentence_bounds(name, n, folder, model, pipe, t["bertfn"], reps["single"], notes)
+    rows += sentence_bounds(name, n, folder, model, pipe, t["bertfn"], reps["single"], notes, quick)
     texts = sentences(vocabulary(30522, cased=False))
     lengths = model.tokenizer(texts).attention_mask.sum(dim=1).tolist()
     sorted_texts, back = by_length(texts, lengths)
