@@ -3,7 +3,7 @@ CamemBERT, MPNet, DeBERTa-v3.
 
     python bench/family.py                          # every member; builds each checkpoint in bench/.work/family once
     python bench/family.py --members roberta,albert # some of them
-    python bench/family.py --quick                  # few repetitions, batch sizes 8 and 64, two members: checks the script
+    python bench/family.py --quick                  # two members, 16 sentences, few repetitions: checks the script
 
 Per member, in one process, bertfn and ``transformers.pipeline("fill-mask")`` on the same checkpoint, one call
 of each in turn (bench.py's ``alternate``), with the same targets as BERT's rows of bench.py:
@@ -112,6 +112,9 @@ MEMBERS = {
 }
 """The members by the name ``--members`` takes, each with its real model's configuration (the hub's config.json)."""
 
+QUICK_BATCH_SIZES = (4, 16)
+"""``--quick``'s batch sizes, on every fourth of the 64 sentences (all: bench.py's 1, 8, 16 and 64 on the 64)."""
+
 QUICK_MEMBERS = ("electra", "albert")
 """``--quick``'s members unless ``--members`` names others: the two quickest to build and run, one WordPiece and
 one unigram tokenizer, both with an embedding size unlike the hidden size."""
@@ -158,6 +161,13 @@ def member_texts(mask_token: str) -> list[str]:
     return [t.replace("[MASK]", mask_token) for t in texts]
 
 
+def bert_tokens(quick: bool) -> str:
+    """The tokens of the sentences run (--quick's every fourth, or all 64) in bert-base's vocabulary, and their range."""
+    lengths = [len(t.split()) + 2 for t in member_texts("[MASK]")]  # each word one token, and [CLS], [SEP]
+    lengths = lengths[::4] if quick else lengths
+    return f"{sum(lengths)}, {min(lengths)} to {max(lengths)}"
+
+
 def gflop(config, lengths: list[int], head_rows: int) -> float:
     """FLOPs of a fill-mask's products over texts of ``lengths`` tokens: every layer's matmuls at each token,
     attention's Q K^T and P V per text, the embeddings' projection where the member has one (ELECTRA, ALBERT),
@@ -199,7 +209,7 @@ def run_member(member: Member, folder: Path, quick: bool) -> tuple[list[Row], li
     import bertfn
 
     reps = dict(single=5, batch=1) if quick else dict(single=30, batch=3)
-    batch_sizes = (8, 64) if quick else BATCH_SIZES
+    batch_sizes = QUICK_BATCH_SIZES if quick else BATCH_SIZES
     fastest = lambda runs: min(runs, key=statistics.median)  # noqa: E731
 
     model = bertfn.load(folder)
@@ -208,7 +218,7 @@ def run_member(member: Member, folder: Path, quick: bool) -> tuple[list[Row], li
     if pipe.tokenizer.mask_token != mask:
         raise SystemExit(f"{member.model}: bertfn reads the mask token {mask!r}, transformers {pipe.tokenizer.mask_token!r}")
     sentence = SENTENCE.format(mask=mask)
-    texts = member_texts(mask)
+    texts = member_texts(mask)[::4] if quick else member_texts(mask)  # --quick: every fourth, still 8 to 128 tokens
     enc = model.tokenizer(texts)
     lengths = enc.attention_mask.sum(dim=1).tolist()
     if sum((enc.input_ids == model.tokenizer.mask_token_id).sum(dim=1).eq(1).tolist()) != len(texts):
@@ -252,8 +262,8 @@ def run_member(member: Member, folder: Path, quick: bool) -> tuple[list[Row], li
     entries = f", {len(pipe.tokenizer)} entries" if len(pipe.tokenizer) != c.vocab_size else ""  # DeBERTa-v3's 128001
     left_out = " (the c2p and p2c position terms not counted)" if member.model_class.startswith("Deberta") else ""
     notes = [f"{name}: {shapes}; tokenizer {member.tokenizer} ({type(pipe.tokenizer).__name__}{entries}, mask {mask} "
-             f"{model.tokenizer.mask_token_id}); the 64 sentences are {sum(lengths)} tokens ({min(lengths)} to "
-             f"{max(lengths)} each; BERT's: 4352, 8 to 128); the sentence's top 5 equal the pipeline's, scores at most "
+             f"{model.tokenizer.mask_token_id}); the {len(texts)} sentences are {sum(lengths)} tokens ({min(lengths)} to "
+             f"{max(lengths)} each; BERT's: {bert_tokens(quick)}); the sentence's top 5 equal the pipeline's, scores at most "
              f"{gap:.1e} apart; on the batch the top-1 token agrees for {top1} of {len(texts)} sentences, scores at "
              f"most {apart:.1e} apart; the batch's products{left_out} are {useful:.0f} GFLOP for bertfn "
              f"({useful / statistics.median(best):.0f} GFLOP/s at its best) and {done:.0f} for the pipeline at its "
