@@ -264,7 +264,8 @@ class Tokenizer:
             unknown=unknown,
         )
 
-    def unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> dict[int, str]:
+    def unknown(self, texts: list[str], pairs: list[str] | None, batch: list,
+                offsets: list[list[tuple[int, int]]] | None = None) -> dict[int, str]:
         """The texts whose tokens are mostly the unknown token (the model would answer, confidently, about nothing):
         ``{index: what to say of it}``, e.g. ``"2 of its 2 tokens are [UNK] (e.g. 'é'), so the results say little
         about it; <the likely fix>"`` (``<unk>`` for RoBERTa's kind: the tokenizer's own name). The fix named: keeping
@@ -278,13 +279,16 @@ class Tokenizer:
             texts: the texts.
             pairs: their second segments, or None.
             batch: the ``tokenizers`` encodings of ``texts`` (and their second segments ``pairs``).
+            offsets: each encoding's tokens' spans in its text, where they are not the encoding's own (a text given as
+                its words, whose encoding spans each token within its word).
         """
         specials = {self.cls_token_id, self.sep_token_id, self.mask_token_id, self.pad_token_id,
                     *(self.backend.token_to_id(m) for m in self.word_marks)}  # and a lone "▁": a space, not text
         flagged = {}
         for i, e in enumerate(batch):
             segments = (texts[i], pairs[i] if pairs is not None else "")
-            pieces = [(t, s, o) for t, s, o in zip(e.ids, e.sequence_ids, e.offsets) if t not in specials]
+            spans = e.offsets if offsets is None else offsets[i]
+            pieces = [(t, s, o) for t, s, o in zip(e.ids, e.sequence_ids, spans) if t not in specials]
             unknown = [segments[s][a:b] for t, s, (a, b) in pieces if t == self.unk_token_id]
             if unknown and 2 * len(unknown) > len(pieces):
                 flagged[i] = (len(unknown), len(pieces), unknown)
@@ -330,7 +334,8 @@ class Tokenizer:
             words.add(w[len(mark):])
         return words
 
-    def warn_unknown(self, texts: list[str], pairs: list[str] | None, batch: list) -> dict[int, str]:
+    def warn_unknown(self, texts: list[str], pairs: list[str] | None, batch: list,
+                     offsets: list[list[tuple[int, int]]] | None = None) -> dict[int, str]:
         """Warn, once for the batch, about the texts that are mostly ``[UNK]`` (:meth:`unknown`), naming them by
         index. ``text 3 (and texts 7, 9, +12 more like it): 2 of its 2 tokens are [UNK] ...``; returns
         :meth:`unknown`.
@@ -339,8 +344,9 @@ class Tokenizer:
             texts: the texts.
             pairs: their second segments, or None.
             batch: the ``tokenizers`` encodings.
+            offsets: as in :meth:`unknown`.
         """
-        said = self.unknown(texts, pairs, batch)
+        said = self.unknown(texts, pairs, batch, offsets)
         warn_texts(said, UnknownTokensWarning)
         return said
 

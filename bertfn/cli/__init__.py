@@ -15,6 +15,7 @@
     bertfn zero-shot "The match ended 2-1." --labels sports politics [--multi-label] --model ./nli-model
     bertfn rerank "a query" "passage one" "passage two" ... [--top-k N] --model ./cross-encoder
     bertfn tag "Ada Lovelace lived in London." [--aggregation simple|first|average|max|none] [--stride N]
+               [--split-into-words [--delimiter STR]]
     bertfn answer "Where did the cat sit?" --context "The cat sat on the mat." [--top-k N]
     bertfn choose "The cat sat on the" --choices mat moon --model ./swag-model
     bertfn contacts MKTAYIAKQRQISFVK... --model ./esm2 [--top L/5] [--out map.png|map.npy]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..errors import InputError
 from ..tasks.entities import STRATEGIES
 from ..tasks.runner import packing
 from ..tasks.tag import DEFAULT_TAGGER
@@ -31,6 +32,13 @@ def add(sub) -> None:
     tg.add_argument("--stride", type=int, default=None, metavar="N",
                     help="tag a text longer than the model reads in windows overlapping by N tokens (not with "
                          "--aggregation none); without it such a text is tagged on its first window")
+    tg.add_argument("--split-into-words", action="store_true",
+                    help="each text is its words: a text on the command line is cut at --delimiter, a file's --field "
+                         "holds a JSON list of them (a dataset's tokens); start and end index the words joined with "
+                         "the delimiter")
+    tg.add_argument("--delimiter", default=" ", metavar="STR",
+                    help="what cuts a text on the command line into words and joins the words into the text the "
+                         "spans index (default: a space)")
     tg.add_argument("--ignore-labels", default="O", metavar="LABELS",
                     help="leave out the entities of these labels, comma-separated (default: O; '': keep every label)")
     tg.add_argument("--batch-size", type=int, default=32, metavar="N",
@@ -56,12 +64,17 @@ def run(args: argparse.Namespace) -> int:
     from ..tasks.tag import TASK, tag
 
     options = {"aggregation_strategy": args.aggregation, "stride": args.stride, "batch_size": args.batch_size,
-               "ignore_labels": tuple(x for x in args.ignore_labels.split(",") if x)}
+               "ignore_labels": tuple(x for x in args.ignore_labels.split(",") if x),
+               "is_split_into_words": args.split_into_words, "delimiter": args.delimiter}
     if args.input is not None:
         return run_file_command(args, "tag", **options)
     if not args.text:
         raise no_texts(args, "pass at least one text, or --input FILE; see 'bertfn tag --help'")
-    results = tag(list(args.text), model_from_args(args, packing(TASK)), **options)
+    if args.split_into_words and not args.delimiter:
+        raise InputError("--delimiter cuts each text into its words with --split-into-words, so it cannot be empty; "
+                         "pass --delimiter ' ' (the default) or another string")
+    texts = [t.split(args.delimiter) for t in args.text] if args.split_into_words else list(args.text)
+    results = tag(texts, model_from_args(args, packing(TASK)), **options)
     if args.json:
         emit(json.dumps(results[0] if len(results) == 1 else results, indent=2, ensure_ascii=False))
     else:

@@ -242,16 +242,18 @@ class Runner:
         return out
 
 
-def text_of(item: str | dict) -> str:
-    """The text of an item, for counting its tokens: the item, or its inputs' texts joined (a reader's question and
-    context, a reranker's query and passages).
+def text_of(item: str | list[str] | dict) -> str:
+    """The text of an item, for counting its tokens: the item, its strings joined (a JSON field's list: a text's words
+    given split, ``tag``'s ``is_split_into_words``), or its inputs' texts joined (a reader's question and context, a
+    reranker's query and passages).
 
     Args:
-        item: a text, or a dict of a task's inputs (each a text or a list of texts).
+        item: a text, a list of strings, or a dict of a task's inputs (each a text or a list of texts).
     """
-    if not isinstance(item, dict):
+    if isinstance(item, str):
         return item
-    return " ".join(v if isinstance(v, str) else " ".join(v) for v in item.values())
+    parts = item.values() if isinstance(item, dict) else item
+    return " ".join(v if isinstance(v, str) else " ".join(v) for v in parts)
 
 
 def chunks(items: Iterable, size: int = CHUNK) -> Iterator[list]:

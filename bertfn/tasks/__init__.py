@@ -18,6 +18,7 @@ With the head of a fine-tuned checkpoint (bertfn/model/task_heads.py), each shap
     rerank.py       rerank(): passages ranked for a query by a cross-encoder (sentence-transformers' CrossEncoder)
     tag.py          tag(): entities, token by token or grouped (token-classification); long texts in windows
     entities.py     the tagger's grouping of tokens into words and entities (aggregation strategies)
+    words.py        texts given as their words (is_split_into_words): each word cut alone, the spans moved
     answer.py       answer(): the answer's span in a context (question-answering)
     answer_windows.py  a long context cut into overlapping windows with the question
     answer_spans.py    the best spans from the start and end logits of every window

@@ -15,6 +15,9 @@ ESM-2's 1026 positions) is tagged, as the pipeline tags it, on its first window 
 it is read in overlapping windows (:func:`window_spans`, the ``tokenizers`` library's overflowing tokens) whose
 entities :func:`merge_windows` joins.
 
+A text may come as its words (``is_split_into_words``, :mod:`bertfn.tasks.words`): each word is cut by the tokenizer
+alone and its tokens' spans moved into the words joined with ``delimiter``; the rest is the same.
+
 Where bertfn differs from the pipeline: ESM-2's tokenizer is slow in transformers, with no character offsets, so
 there the pipeline gives ``start``/``end`` None and refuses ``stride`` and the word strategies; bertfn gives every
 residue's span, counts each residue a word, and takes them all. And where the pipeline's window merging repeats a
@@ -34,7 +37,7 @@ from typing import NamedTuple
 import tokenizers
 import torch
 
-from ..checkpoint.checks import count, one_of
+from ..checkpoint.checks import count, flag, one_of
 from ..checkpoint.model import Model
 from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import InputError, syntax
@@ -43,6 +46,7 @@ from .entities import STRATEGIES, PreEntity, aggregate, merge_windows
 from .pairs import longest_pair
 from .runner import finished, head_logits, loaded, texts_in
 from .task import Task
+from .words import split_texts, splits_words, word_offsets
 
 Tensor = torch.Tensor
 
@@ -91,7 +95,8 @@ class Window(NamedTuple):
     special: list[int]
 
 
-def text_windows(e: tokenizers.Encoding, limit: int, stride: int | None) -> list[Window]:
+def text_windows(e: tokenizers.Encoding, limit: int, stride: int | None,
+                 offsets: list[tuple[int, int]] | None = None) -> list[Window]:
     """The windows that read one text: the whole text when it fits in ``limit`` tokens, else the text's tokens cut
     by :func:`window_spans`, each between the template's first and last tokens, as the ``tokenizers`` library cuts
     overflowing tokens (offsets stay those of the whole text).
@@ -100,9 +105,12 @@ def text_windows(e: tokenizers.Encoding, limit: int, stride: int | None) -> list
         e: the text's encoding by the model's tokenizer, template included (padding after it is left out).
         limit: the tokens of a window, at most (:func:`~bertfn.tasks.pairs.longest_pair`).
         stride: as in :func:`window_spans`.
+        offsets: each token's span in the text where it is not ``e.offsets`` (words given split:
+            :func:`~bertfn.tasks.words.word_offsets`).
     """
     n = sum(e.attention_mask)
-    rows = (e.ids[:n], e.type_ids[:n], e.tokens[:n], e.offsets[:n], e.special_tokens_mask[:n])
+    rows = (e.ids[:n], e.type_ids[:n], e.tokens[:n], (e.offsets if offsets is None else offsets)[:n],
+            e.special_tokens_mask[:n])
     text = [j for j, s in enumerate(e.sequence_ids[:n]) if s is not None]  # the text's tokens, not the template's
     if n <= limit or not text:
         return [Window(*rows)]
@@ -250,6 +258,8 @@ def tag(
     aggregation_strategy: str = "none",
     ignore_labels: str | Sequence[str] = ("O",),
     stride: int | None = None,
+    is_split_into_words: bool = False,
+    delimiter: str = " ",
     batch_size: int = 32,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
@@ -261,7 +271,8 @@ def tag(
     entities, words and character spans, scores within float32 rounding.
 
     Args:
-        texts: one text, or a list of N texts.
+        texts: one text, or a list of N texts; with ``is_split_into_words``, a list of N texts, each the list of its
+            words (one text: ``[words]``).
         model: a token-classification checkpoint (``*ForTokenClassification``): a loaded :class:`Model`, a local
             folder or a hub id (e.g. dslim/bert-base-NER; default: :data:`DEFAULT_TAGGER`, CoNLL-03's entities).
         aggregation_strategy: "none": one entity per token; "simple": neighbouring tokens of one entity type
@@ -272,6 +283,10 @@ def tag(
             keeps them all).
         stride: read a text longer than the model does in windows that overlap by ``stride`` tokens, and merge
             their entities (not with "none"). Without it such a text is tagged on its first window, with a warning.
+        is_split_into_words: each text comes as its words (a dataset's ``tokens``, CoNLL's): the tokenizer cuts each
+            word alone, and ``start`` and ``end`` index the words joined with ``delimiter``, as the pipeline's do.
+            Not on a byte-level BPE that adds no space before a word (RoBERTa's as saved), as transformers refuses.
+        delimiter: what joins the words into the text the spans index (default a space).
         batch_size: windows per encoder pass, at most.
         device: where the model runs (:func:`~bertfn.checkpoint.resolve.get_model`).
         dtype: the precision it runs in (``"bfloat16"``: the faster bf16 mode); scores are softmax in float32.
@@ -282,17 +297,24 @@ def tag(
         For one text, a list of its entities in order: with "none",
             ``{"entity": "B-PER", "score", "index": token position, "word": "##ing", "start", "end"}``; else
             ``{"entity_group": "PER", "score", "word": "Jean Dupont", "start", "end"}`` (``text[start:end]`` is the
-            entity, ``word`` its tokens decoded); for a list of texts, one such list per text.
+            entity, ``word`` its tokens decoded); for a list of texts, one such list per text. With
+            ``is_split_into_words``, ``text`` is the text's words joined with ``delimiter``.
 
     Raises:
-        InputError: an empty text or list, unknown options, a stride the window cannot hold.
+        InputError: an empty text or list, unknown options, a stride the window cannot hold; with
+            ``is_split_into_words``, a text that is no list of words, or a tokenizer that cannot read them.
         MissingPartError: a model without a tokenizer, or whose head is not a token classifier.
 
     Warns:
         UserWarning: texts longer than the model reads, without a stride.
         UnknownTokensWarning: texts whose tokens are mostly [UNK] (their entities hold ``"warning"``).
     """
-    batch, single, model = texts_in(texts, model, TASK, blank=True)  # "" and "   ": no entities, as the pipeline says
+    flag("is_split_into_words", is_split_into_words)
+    if is_split_into_words:
+        (words, model), single = split_texts(texts, model, delimiter), False
+        batch = [delimiter.join(w) for w in words]  # the texts the spans index
+    else:
+        batch, single, model = texts_in(texts, model, TASK, blank=True)  # "" and "   ": no entities, as the pipeline
     strategy, ignored = check_options(aggregation_strategy, ignore_labels, stride, batch_size)
 
     m, tok, points = loaded(TASK, model, device, dtype, edits, head="token-classification")
@@ -302,9 +324,14 @@ def tag(
         raise InputError(f"stride must be less than the {width} tokens of the text a window holds (the model reads "
                          f"{limit} at once, {tok.cls_token} and {tok.sep_token} included), got {stride}")
 
-    encodings = tok.backend.encode_batch(batch)
-    unknown = tok.warn_unknown(batch, None, encodings)
-    windows = [text_windows(e, limit, stride) for e in encodings]
+    if is_split_into_words:
+        splits_words(tok)
+        encodings = tok.backend.encode_batch(words, is_pretokenized=True)
+        offsets = [word_offsets(e, w, delimiter) for e, w in zip(encodings, words)]
+    else:
+        encodings, offsets = tok.backend.encode_batch(batch), None
+    unknown = tok.warn_unknown(batch, None, encodings, offsets)
+    windows = [text_windows(e, limit, stride, None if offsets is None else offsets[i]) for i, e in enumerate(encodings)]
     cut = [i for i, e in enumerate(encodings) if stride is None and sum(e.attention_mask) > limit]
     if cut:
         warnings.warn(f"{len(cut)} text(s) longer than the {limit} tokens the model reads (text {cut[0]}: "
@@ -324,6 +351,6 @@ def tag(
     return finished(results, unknown, single)
 
 
-TASK = Task("tag", tag, probe="a", max_tokens=lambda m, options: tokens_read(m, options.get("stride")), fast=True,
-            model=DEFAULT_TAGGER)
+TASK = Task("tag", tag, probe=lambda m, options: ["a"] if options.get("is_split_into_words") else "a",
+            max_tokens=lambda m, options: tokens_read(m, options.get("stride")), fast=True, model=DEFAULT_TAGGER)
 """The task (:mod:`bertfn.tasks.task`) :func:`tag` is: ``bertfn tag``, the corpus's ``Tag``."""
