@@ -34,7 +34,7 @@ from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
 from .sentence_folder import TRANSFORMER_CONFIGS, first_module, not_run, transformer_path
-from .tokenizer_files import VOCABULARY_FILES, VOCABULARY_NAMES, read_json
+from .tokenizer_files import VOCABULARY_FILES, VOCABULARY_NAMES, read_json, stays_inside
 from .weights import SHARD_INDEXES, read_weights, shard_map
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -143,7 +143,8 @@ def download(repo_id: str, revision: str | None = None) -> Path:
             raise ModelLoadError(f"{repo_id!r} has no {' or '.join(CHECKPOINT_FILES)} available here; {how}")
         if weights.name in SHARD_INDEXES:  # a sharded checkpoint: every shard its index names
             for shard in dict.fromkeys(shard_map(weights).values()):
-                fetch(inner + shard)
+                if stays_inside(shard):  # else read_shards refuses the index, in bertfn's words
+                    fetch(inner + shard)
         if [fetch(inner + name) for name in TOKENIZER_FILES][:2] == [None, None]:  # no tokenizer.json nor vocab.txt:
             # the first other vocabulary the repo has (spm.model, a slow tokenizer's files) and its added tokens
             first = next((n for n in VOCABULARY_FILES[2:] if fetch(inner + n) is not None), None)
@@ -151,7 +152,7 @@ def download(repo_id: str, revision: str | None = None) -> Path:
                 fetch(inner + name)
         for entry in entries:
             path = entry.get("path") if isinstance(entry, dict) else None
-            if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
+            if not isinstance(path, str) or not stays_inside(path):
                 continue
             if str(entry.get("type", "")).endswith("Transformer"):  # its config under the older names too
                 for name in TRANSFORMER_CONFIGS[1:]:

@@ -72,6 +72,17 @@ def other_spelling(mask: str, text: str) -> str:
     return f"{other} is {MASK_SPELLINGS[other]} spelling and this model's is {mask}; " if other else ""
 
 
+def stays_inside(name: str) -> bool:
+    """Whether ``name``, a path a checkpoint's own file gives (a shard in an index, a module in ``modules.json``), names
+    something inside the folder that file lies in: relative, with no ``..`` in it. A file downloaded with the model
+    says where its parts are; it may not send bertfn to read another folder's files (``"../../etc"``, ``"/home"``).
+
+    Args:
+        name: the path as the file gives it.
+    """
+    return not (Path(name).is_absolute() or ".." in Path(name).parts)
+
+
 def read_json(path: Path) -> dict:
     if not path.is_file():
         return {}

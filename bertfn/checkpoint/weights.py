@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, require_readable
-from .tokenizer_files import read_json
+from .tokenizer_files import read_json, stays_inside
 
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 """The index of a sharded checkpoint (``{"weight_map": {key: shard file}}``), as ``save_pretrained`` names it."""
@@ -117,7 +117,7 @@ def read_shards(index: Path, mapped: bool = False) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for name in dict.fromkeys(weight_map.values()):
         shard = index.parent / name
-        if Path(name).is_absolute() or ".." in Path(name).parts or name in SHARD_INDEXES or not shard.is_file():
+        if not stays_inside(name) or name in SHARD_INDEXES or not shard.is_file():
             raise CheckpointError(f"{index} names the shard {name!r}, which is not a file beside it; download every "
                                   "shard the index lists into that folder")
         tensors = read_weights(shard, mapped)
