@@ -8,7 +8,9 @@ tiny folder (conftest, written without transformers) and breaks it in one way a 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import threading
 
 import pytest
 import torch
@@ -64,3 +66,59 @@ def test_a_hub_shard_index_naming_a_file_outside_the_snapshot_is_refused(tiny_fo
     with pytest.raises(bertfn.CheckpointError, match=rf"names the shard '{evil}', which is not a file beside it"):
         bertfn.load("org/evil")
     assert evil not in asked
+
+
+# --- settings files: read whole only when they are small regular files of JSON objects -------------------------
+
+
+def test_a_fifo_in_place_of_config_json_is_refused_at_once(tiny_folder, tmp_path):
+    """config.json a FIFO: the load blocked forever in its open (no writer ever comes); now refused unopened."""
+    folder = copy(tiny_folder, tmp_path)
+    (folder / "config.json").unlink()
+    os.mkfifo(folder / "config.json")
+    outcome = []
+
+    def load():
+        try:
+            bertfn.load(folder)
+        except bertfn.BertfnError as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(10)  # refused in milliseconds; a blocked open waits for a writer
+    if thread.is_alive():  # unblock it: a writer that opens and closes gives the reader an end of file
+        os.close(os.open(folder / "config.json", os.O_WRONLY | os.O_NONBLOCK))
+        thread.join()
+        pytest.fail("bertfn.load blocked on a FIFO named config.json")
+    assert isinstance(outcome[0], bertfn.ConfigError) and "is not a regular file" in str(outcome[0])
+
+
+def test_a_settings_file_over_the_limit_is_refused_unread(tiny_folder, tmp_path):
+    """A config.json of SETTINGS_LIMIT + 1 bytes (sparse: it costs no disk): refused by its size before it is read,
+    as one of gigabytes (or /dev/zero behind a link, which filled the memory) is."""
+    from bertfn.errors import SETTINGS_LIMIT
+
+    folder = copy(tiny_folder, tmp_path)
+    with open(folder / "config.json", "r+b") as f:
+        f.truncate(SETTINGS_LIMIT + 1)
+    with pytest.raises(bertfn.ConfigError, match=rf"holds {SETTINGS_LIMIT + 1:,} bytes or more, and no settings file"):
+        bertfn.load(folder)
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json"])
+def test_json_nested_deeper_than_python_reads_is_refused(tiny_folder, tmp_path, name):
+    """A hundred thousand nested arrays: Python's RecursionError came out of json.loads raw."""
+    folder = copy(tiny_folder, tmp_path)
+    (folder / name).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(bertfn.BertfnError, match=rf"{name} nests its JSON deeper than Python reads"):
+        bertfn.load(folder)
+
+
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json", "sentence_bert_config.json"])
+def test_a_settings_file_holding_a_list_is_refused_by_name(tiny_folder, tmp_path, name):
+    """A list where the settings' object goes: ``{**[1]}`` and ``[1].get`` were raw TypeError / AttributeError."""
+    folder = copy(tiny_folder, tmp_path)
+    (folder / name).write_text("[1]")
+    with pytest.raises(bertfn.CheckpointError, match=rf"{name} should hold a JSON object of settings.*got a list"):
+        bertfn.embed("a cat", bertfn.load(folder))

@@ -125,7 +125,7 @@ def download(repo_id: str, revision: str | None = None) -> Path:
 
     try:
         modules = fetch("modules.json")  # a sentence-transformers folder: its modules' files, as bertfn.embed reads them
-        entries = read_json(modules) if modules is not None else []
+        entries = read_json(modules, object) if modules is not None else []
         config = fetch("config.json")
         path = transformer_path(entries) if config is None else None
         inner = f"{path}/" if path else ""
@@ -187,7 +187,7 @@ def transformer_folder(folder: Path) -> Path:
     """
     if not (folder / "modules.json").is_file():
         return folder
-    entries = read_json(folder / "modules.json")
+    entries = read_json(folder / "modules.json", object)
     first = first_module(entries)
     if first and not str(first.get("type", "")).endswith("Transformer") and not (folder / "config.json").is_file():
         raise not_run(folder / "modules.json", 0, first)

@@ -149,7 +149,7 @@ def sentence_folder(folders: Iterable[Path]) -> SentenceFolder:
 
 def _listed(path: Path) -> list:
     """``modules.json``'s entries, checked to be a list."""
-    entries = read_json(path)
+    entries = read_json(path, object)
     if not isinstance(entries, list):
         raise ConfigError(f"{path} should hold a list of modules (as sentence-transformers writes it), got "
                           f"{type(entries).__name__}; re-download the folder or remove the file")

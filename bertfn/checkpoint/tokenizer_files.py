@@ -18,7 +18,7 @@ from tokenizers import AddedToken, Regex
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from ..errors import CheckpointError, unreadable
+from ..errors import CheckpointError, read_settings, unreadable
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """BERT's special tokens, those a ``vocab.txt`` holds."""
@@ -83,15 +83,30 @@ def stays_inside(name: str) -> bool:
     return not (Path(name).is_absolute() or ".." in Path(name).parts)
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path, kind: type = dict) -> dict:
+    """The JSON of a checkpoint's settings file (:func:`~bertfn.errors.read_settings`), ``{}`` where there is none.
+
+    Args:
+        path: the file.
+        kind: what it must hold: a JSON object (``dict``) as every such file does but modules.json (a list; ``object``:
+            its caller checks it).
+
+    Raises:
+        CheckpointError: a file that is unreadable, not JSON, or holds another kind (a list where a config's object
+            goes, which ``.get`` met as a raw AttributeError).
+    """
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        content = read_settings(path, fix="re-download or remove it")
     except PermissionError:
         raise unreadable(path) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path} is not readable JSON ({e}); re-download or remove it") from e
+    except OSError as e:
+        raise CheckpointError(f"{path} cannot be read ({e}); re-download or remove it") from e
+    if not isinstance(content, kind):
+        raise CheckpointError(f"{path} should hold a JSON object of settings, as transformers and sentence-transformers "
+                              f"write it, got a {type(content).__name__}; re-download or remove it")
+    return content
 
 
 def token_name(value: object) -> str | None:

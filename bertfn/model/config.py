@@ -11,12 +11,11 @@ member's class, so ``BertConfig.from_file("config.json")`` reads a RoBERTa folde
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import CheckpointError, ConfigError, InputError, clipped, unreadable
+from ..errors import CheckpointError, ConfigError, InputError, clipped, read_settings, unreadable
 from .functional import ACTIVATIONS
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
@@ -275,7 +274,7 @@ class BertConfig:
         """
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            d = read_settings(path, ConfigError)
         except FileNotFoundError:
             raise ConfigError(
                 f"no {path.name} in {path.absolute().parent}; a BERT checkpoint folder needs a "
@@ -283,12 +282,10 @@ class BertConfig:
             ) from None
         except PermissionError:
             raise unreadable(path, ConfigError) from None
-        except (OSError, UnicodeDecodeError) as e:  # a folder, binary garbage
-            raise ConfigError(f"cannot read {path} as a JSON text file ({e}); re-download or fix it") from e
+        except OSError as e:  # a name too long, a loop of links
+            raise ConfigError(f"cannot read {path} ({e}); re-download or fix it") from e
         try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path} is not valid JSON ({e}); re-download or fix the file") from e
+            return cls.from_dict(d)
         except ConfigError as e:  # a value the model cannot be built from: say which file holds it
             raise ConfigError(f"{path}: {e}") from None
         except CheckpointError as e:  # a model of another architecture
