@@ -88,8 +88,8 @@ def read_json(path: Path, kind: type = dict) -> dict:
 
     Args:
         path: the file.
-        kind: what it must hold: a JSON object (``dict``) as every such file does but modules.json (a list; ``object``:
-            its caller checks it).
+        kind: what it must hold: a JSON object (``dict``), as every such file does; ``object`` for a caller that checks
+            what it holds itself (modules.json's list, a shard index's ``weight_map``).
 
     Raises:
         CheckpointError: a file that is unreadable, not JSON, or holds another kind (a list where a config's object

@@ -94,8 +94,8 @@ def shard_map(index: Path) -> dict[str, str]:
     Raises:
         CheckpointError: a file that is not JSON or has no such map.
     """
-    content = read_json(index)
-    weight_map = content.get("weight_map")
+    content = read_json(index, object)
+    weight_map = content.get("weight_map") if isinstance(content, dict) else None
     if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(f, str) for f in weight_map.values()):
         raise CheckpointError(f"{index} has no weight_map of keys to shard files, as save_pretrained writes a "
                               "sharded checkpoint's index; download it again")
