@@ -122,3 +122,18 @@ def test_a_settings_file_holding_a_list_is_refused_by_name(tiny_folder, tmp_path
     (folder / name).write_text("[1]")
     with pytest.raises(bertfn.CheckpointError, match=rf"{name} should hold a JSON object of settings.*got a list"):
         bertfn.embed("a cat", bertfn.load(folder))
+
+
+# --- config.json: absurd values are refused before anything is built from them --------------------------------
+
+
+def test_a_config_of_a_billion_layers_is_refused_before_its_table_of_keys_is_built(tiny_folder, tmp_path):
+    """num_hidden_layers 10**9: the table of the keys such a model reads took 7 GB and 100 s before a raw MemoryError
+    (or the kernel's OOM killer); each layer holds keys of its own, so a file of fewer tensors than layers is refused
+    at once."""
+    folder = copy(tiny_folder, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10**9}))
+    with pytest.raises(bertfn.CheckpointError, match=r"config.json contradicts the weights in .*: it gives the model "
+                                                     r"1000000000 layers of weights, and the file holds \d+ tensors"):
+        bertfn.load(folder)

@@ -262,6 +262,12 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
     Raises:
         CheckpointError: missing, unexpected or mis-shaped keys.
     """
+    weights = f"the weights in {weights_file}" if weights_file else "the weights"
+    config_name = config_file or "the config"
+    if config.stored_layers > len(state):  # each layer its own keys: before a table of them fills the memory (10**9)
+        raise CheckpointError(f"{config_name} contradicts {weights}: it gives the model {config.stored_layers} layers of "
+                              f"weights, and the file holds {len(state)} tensors in all, fewer than one a layer; use the "
+                              "config.json that came with these weights, or correct num_hidden_layers in it")
     present = set(state)
     shapes = checkpoint_shapes(config, state)
     unused = set(unused_keys(state, config))
@@ -278,8 +284,6 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
                          f"{' ...' if len(unexpected) > 8 else ''}")
         if wrong:
             parts.append(f"wrong shape: {'; '.join(wrong[:8])}{' ...' if len(wrong) > 8 else ''}")
-        weights = f"the weights in {weights_file}" if weights_file else "the weights"
-        config_name = config_file or "the config"
         if not missing and not wrong and set(unexpected) <= unused:  # strict=True refused other heads
             raise CheckpointError(f"{weights} have {parts[0]}, which no BERT part reads ({', '.join(group_keys(unexpected))}) "
                                   "and strict=True refuses; load with strict=False (the default) to keep them in "

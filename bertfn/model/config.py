@@ -187,6 +187,12 @@ class BertConfig:
         return self.classifier_dropout if self.classifier_dropout is not None else self.hidden_dropout_prob
 
     @property
+    def stored_layers(self) -> int:
+        """The layers whose weights a checkpoint holds, each under keys of its own: ``num_hidden_layers`` (a member whose
+        layers share weights says how many sets it stores: ALBERT's ``num_hidden_groups``)."""
+        return self.num_hidden_layers
+
+    @property
     def head_dim(self) -> int:
         """Width of one attention head, ``hidden_size / num_attention_heads`` (64 for bert-base)."""
         return self.hidden_size // self.num_attention_heads
