@@ -137,3 +137,60 @@ def test_a_config_of_a_billion_layers_is_refused_before_its_table_of_keys_is_bui
     with pytest.raises(bertfn.CheckpointError, match=r"config.json contradicts the weights in .*: it gives the model "
                                                      r"1000000000 layers of weights, and the file holds \d+ tensors"):
         bertfn.load(folder)
+
+
+# --- weights: what the model reads must be numbers it computes in --------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64, torch.float8_e4m3fn])
+def test_a_weight_of_a_type_bertfn_does_not_compute_in_is_refused_at_load(tiny_folder, tmp_path, dtype):
+    """A LayerNorm weight stored as int64, bool, complex or float8 loaded, and the first pass met torch's raw
+    "expected scalar type Float" / "not implemented for 'Float8_e4m3fn'"; now the load names the key and its type."""
+    from safetensors.torch import load_file, save_file
+
+    folder = copy(tiny_folder, tmp_path)
+    state = load_file(folder / "model.safetensors")
+    key = "bert.embeddings.LayerNorm.weight"
+    state[key] = state[key].to(dtype)
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(bertfn.CheckpointError, match=rf"hold 1 weight\(s\) in a type bertfn does not compute in: "
+                                                     rf"{key} \({str(dtype).removeprefix('torch.')}\)"):
+        bertfn.load(folder)
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"label2id": {"POSITIVE": "x"}}, r"config label2id must map label names to ids"),  # was int()'s ValueError
+    ({"model_type": ["bert"]}, r"model_type \['bert'\] is not a model bertfn reads"),  # was 'unhashable type: list'
+    ({"is_decoder": "false"}, r"config is_decoder must be true or false, got 'false'"),  # silently causal: "false" is truthy
+    ({"layer_norm_eps": True}, r"config layer_norm_eps must be a positive number, got True"),  # silently eps 1.0
+])
+def test_config_values_of_the_wrong_kind_are_refused_by_name(tiny_folder, tmp_path, changes, match):
+    folder = copy(tiny_folder, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    with pytest.raises(bertfn.BertfnError, match=match):
+        bertfn.load(folder)
+
+
+def test_a_bin_keyed_by_numbers_is_refused(tiny_folder, tmp_path):
+    """A pytorch_model.bin of {1: tensor}: normalize met 1.startswith, a raw AttributeError."""
+    folder = copy(tiny_folder, tmp_path)
+    (folder / "model.safetensors").unlink()
+    torch.save({1: torch.zeros(1)}, folder / "pytorch_model.bin")
+    with pytest.raises(bertfn.CheckpointError, match="does not hold a flat state_dict of tensors by name"):
+        bertfn.load(folder)
+
+
+def test_a_name_longer_than_the_file_system_takes_is_refused_by_load():
+    """os.stat's raw 'File name too long' (OSError) came out of bertfn.load('aaaa...')."""
+    with pytest.raises(bertfn.ModelLoadError, match=r"cannot be looked up here \(File name too long\)"):
+        bertfn.load("a" * 500)
+
+
+def test_a_tokenizer_config_setting_that_is_no_bool_is_refused(tiny_folder, tmp_path):
+    """do_lower_case "no" reached the tokenizers library: its raw TypeError "'str' object cannot be converted"."""
+    folder = copy(tiny_folder, tmp_path)
+    (folder / "tokenizer_config.json").write_text('{"do_lower_case": "no"}')
+    with pytest.raises(bertfn.CheckpointError, match=r"tokenizer_config.json: do_lower_case must be true or false, "
+                                                     r"got 'no'"):
+        bertfn.load(folder)

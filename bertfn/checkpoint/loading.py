@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from ..errors import (CheckpointError, InputError, ModelLoadError, UnusedWeightsWarning,
-                      syntax, unreadable)
+                      clipped, syntax, unreadable)
 from ..model.config import BertConfig
 from ..model.naming import names_of
 from .model import Model
@@ -254,6 +254,9 @@ def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path,
             return path.parent, path
     except PermissionError:  # the folder, or one above it, that this user may not search or list
         raise unreadable(path, ModelLoadError) from None
+    except OSError as e:  # a name longer than the file system takes, a loop of links
+        raise ModelLoadError(f"{clipped(str(name_or_path), 80)} cannot be looked up here ({e.strerror}); pass an existing "
+                             "folder, file or a hub id") from None
     if _looks_like_path(str(name_or_path)):
         raise ModelLoadError(f"{str(name_or_path)!r} does not exist (no such folder or file here); pass an existing "
                              "folder, file or a hub id")

@@ -31,6 +31,11 @@ ELECTRA's and ALBERT's embedding projection, which the embeddings step multiplie
 cannot read a packed weight)."""
 
 
+COMPUTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+"""The types a weight the model reads may have: those torch's kernels compute a forward pass in. An integer, bool,
+complex or float8 weight passed the load and met a raw torch error in the first pass ("expected scalar type Float")."""
+
+
 def matmul_layout(state: dict[str, torch.Tensor]) -> None:
     """Store every linear layer's weight (in, out) in memory, in place; names, shapes and values stay HF's.
 
@@ -270,6 +275,13 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
                               "config.json that came with these weights, or correct num_hidden_layers in it")
     present = set(state)
     shapes = checkpoint_shapes(config, state)
+    odd = [f"{k} ({str(state[k].dtype).removeprefix('torch.')})" for k in sorted(present & set(shapes))
+           if state[k].dtype not in COMPUTED_DTYPES]
+    if odd:
+        raise CheckpointError(f"{weights} hold {len(odd)} weight(s) in a type bertfn does not compute in: "
+                              f"{', '.join(odd[:4])}{' ...' if len(odd) > 4 else ''}; its functions compute in "
+                              f"{', '.join(str(d).removeprefix('torch.') for d in COMPUTED_DTYPES)}, as transformers' "
+                              "models do: re-download the file, or convert it (a quantized checkpoint: dequantize it)")
     unused = set(unused_keys(state, config))
     missing = sorted(set(shapes) - present)
     unexpected = sorted(present - set(shapes) - (set() if strict else unused))

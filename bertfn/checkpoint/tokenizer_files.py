@@ -159,7 +159,17 @@ def find_special(backend: _HFTokenizer, names: dict, role: str) -> tuple[str | N
 
 
 def wordpiece_from_vocab(vocab: Path, options: dict) -> _HFTokenizer:
-    """The BERT tokenizer pipeline built from ``vocab.txt`` (what ``BertTokenizerFast`` converts to)."""
+    """The BERT tokenizer pipeline built from ``vocab.txt`` (what ``BertTokenizerFast`` converts to).
+
+    Raises:
+        CheckpointError: a file that is no WordPiece vocabulary, or tokenizer_config.json's settings of it that are not
+            true, false (or, for ``strip_accents``, null).
+    """
+    for key in ("do_lower_case", "tokenize_chinese_chars", "strip_accents"):
+        if key in options and not isinstance(options[key], bool) and not (key == "strip_accents" and options[key] is None):
+            raise CheckpointError(f"{vocab.parent / 'tokenizer_config.json'}: {key} must be true or false"
+                                  f"{' or null' if key == 'strip_accents' else ''}, got {options[key]!r}; fix the file or "
+                                  "remove it")
     try:
         wordpiece = models.WordPiece.from_file(str(vocab), unk_token="[UNK]", max_input_chars_per_word=100)
     except Exception as e:  # the Rust side raises plain Exceptions

@@ -60,8 +60,8 @@ def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tens
             f"{path} is not a PyTorch checkpoint bertfn can read ({reason}); it may be truncated or corrupt "
             "(download it again) or not written by torch.save"
         ) from e
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path} does not hold a flat state_dict of tensors")
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise CheckpointError(f"{path} does not hold a flat state_dict of tensors by name")
     return one_tensor_per_view(state)
 
 

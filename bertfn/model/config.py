@@ -123,6 +123,9 @@ class BertConfig:
                     isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1):
                 raise ConfigError(f"config {f.name} is a dropout probability, which lies in [0, 1] (as torch's "
                                   f"Dropout takes it), got {value!r}; fix config.json")
+            if f.type in ("bool", "bool | None") and not isinstance(value, bool) and value is not None:
+                raise ConfigError(f"config {f.name} must be true or false, got {value!r}; fix config.json (the string "
+                                  f"\"false\" would read as true)")
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(
                 f"config hidden_act {self.hidden_act!r} is not an activation bertfn knows; "
@@ -139,7 +142,8 @@ class BertConfig:
         if pad is not None and (not isinstance(pad, int) or isinstance(pad, bool) or not -self.vocab_size <= pad < self.vocab_size):
             raise ConfigError(f"config pad_token_id must be a row of the word embeddings (0..{self.vocab_size - 1}) "
                               f"or null, got {pad!r}; fix config.json")
-        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+        if not (isinstance(self.layer_norm_eps, (int, float)) and not isinstance(self.layer_norm_eps, bool)
+                and self.layer_norm_eps > 0):
             raise ConfigError(f"config layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
         if self.problem_type not in PROBLEM_TYPES:
             raise ConfigError(f"config problem_type must be one of {', '.join(map(repr, PROBLEM_TYPES[1:]))} or null, "
@@ -222,7 +226,7 @@ class BertConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"a config must be a JSON object, got {type(d).__name__}")
         model_type = d.get("model_type", cls.model_type)
-        if model_type not in CONFIGS:
+        if not isinstance(model_type, str) or model_type not in CONFIGS:
             raise CheckpointError(f"model_type {model_type!r} is not a model bertfn reads; it reads BERT and its "
                                   f"family: {', '.join(sorted(CONFIGS))}")
         if CONFIGS[model_type] is not cls:
@@ -244,7 +248,11 @@ class BertConfig:
             except (AttributeError, TypeError, ValueError) as e:
                 raise ConfigError(f"config id2label must map label ids to names, got {clipped(labels, 80)}; fix config.json") from e
         if isinstance(kwargs.get("label2id"), dict):
-            kwargs["label2id"] = {str(k): int(v) for k, v in kwargs["label2id"].items()}
+            try:
+                kwargs["label2id"] = {str(k): int(v) for k, v in kwargs["label2id"].items()}
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"config label2id must map label names to ids, got {clipped(kwargs['label2id'], 80)}; "
+                                  "fix config.json") from e
         kwargs["architectures"] = tuple(kwargs.get("architectures") or ())
         pruned = kwargs.pop("pruned_heads", None) or {}
         try:
