@@ -194,3 +194,18 @@ def test_a_tokenizer_config_setting_that_is_no_bool_is_refused(tiny_folder, tmp_
     with pytest.raises(bertfn.CheckpointError, match=r"tokenizer_config.json: do_lower_case must be true or false, "
                                                      r"got 'no'"):
         bertfn.load(folder)
+
+
+def test_albert_key_table_holds_a_rule_per_name_whatever_its_layers():
+    """ALBERT's table held a rule per layer and name, each rename reading all of them (recompiled past re's cache of
+    512): a config.json of 300 layers (one shared group, as every ALBERT) took minutes to load. Now a rule per name,
+    the group found from the layer's number."""
+    from bertfn.checkpoint.names.albert import ALBERT
+
+    small, deep = (bertfn.BertConfig.from_dict({"model_type": "albert", "num_hidden_layers": n, "num_hidden_groups": 2})
+                   for n in (12, 3000))
+    assert len(ALBERT.table_of(deep)) == len(ALBERT.table_of(small))
+    rename = ALBERT.renamer(deep)
+    group = "albert.encoder.albert_layer_groups.{}.albert_layers.0."
+    assert rename("bert.encoder.layer.2999.attention.self.query.weight") == group.format(1) + "attention.query.weight"
+    assert rename("bert.encoder.layer.1499.output.LayerNorm.bias") == group.format(0) + "full_layer_layer_norm.bias"
