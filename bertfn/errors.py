@@ -25,11 +25,14 @@ and bertfn's own warnings, each of a class of its own so that a warnings filter 
 
 Messages that tell the user what to pass spell it the way the caller writes it: :func:`syntax` gives
 the Python spelling (``lowercase=False``) or, inside the ``bertfn`` command, the CLI one (``--cased``).
-:func:`unreadable` is the one message for a file or folder this user may not read.
+:func:`unreadable` is the one message for a file or folder this user may not read; :func:`read_settings` reads a
+checkpoint's settings file (config.json, tokenizer_config.json, modules.json, ...) or refuses it in bertfn's words.
 """
 
 from __future__ import annotations
 
+import json
+import stat
 import sys
 from contextvars import ContextVar
 from pathlib import Path
@@ -207,3 +210,42 @@ def require_readable(path: Path, error: type[BertfnError] | None = None) -> None
         path.open("rb").close()
     except PermissionError:
         raise unreadable(path, error) from None
+
+
+SETTINGS_LIMIT = 64 * 2**20
+"""The most bytes of a checkpoint's settings file that bertfn reads (:func:`read_settings`). The largest such files on
+the hub are a few MB (a slow tokenizer's vocab.json of 250,000 tokens, a tokenizer_config.json listing its added
+tokens): one over 64 MiB is no settings file, and reading it whole would only fill the memory of whoever loads it."""
+
+
+def read_settings(path: Path, error: type[BertfnError] | None = None, fix: str = "re-download or fix the file") -> object:
+    """The JSON of a checkpoint's settings file, read only where it is a regular file of at most
+    :data:`SETTINGS_LIMIT` bytes: a FIFO put in its place blocked the load forever, ``/dev/zero`` (or a file of
+    gigabytes) filled the memory, a JSON nested a hundred thousand deep raised Python's RecursionError.
+
+    Args:
+        path: the file. A missing one (FileNotFoundError) or one this user may not read (PermissionError) is the
+            caller's to say.
+        error: the class to raise (default :class:`CheckpointError`).
+        fix: what to do about a file that is not JSON, said last.
+
+    Raises:
+        CheckpointError: (or ``error``) not a regular file, larger than the limit, not UTF-8, not JSON, or too deep.
+    """
+    error = error or CheckpointError
+    mode, size = (st := path.stat()).st_mode, st.st_size
+    if not stat.S_ISREG(mode):
+        raise error(f"{path} is not a regular file (it is a {'folder' if stat.S_ISDIR(mode) else 'device, FIFO or socket'}), "
+                    "so bertfn does not read it as JSON; put the file itself there (re-download the folder)")
+    with path.open("rb") as f:
+        data = f.read(SETTINGS_LIMIT + 1)  # a size the file system reports as 0 (/proc) is read up to the limit too
+    if max(size, len(data)) > SETTINGS_LIMIT:
+        raise error(f"{path} holds {max(size, len(data)):,} bytes or more, and no settings file of a checkpoint "
+                    f"holds over {SETTINGS_LIMIT >> 20} MiB; bertfn does not read it: re-download the folder")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"{path} is not valid JSON ({e}); {fix}") from e
+    except RecursionError:
+        raise error(f"{path} nests its JSON deeper than Python reads, as no settings file of a checkpoint does; "
+                    f"{fix}") from None

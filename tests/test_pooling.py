@@ -98,7 +98,7 @@ def test_sentence_settings_are_only_the_models_own(tiny, tiny_folder, tmp_path, 
         bertfn.embed(TEXTS[0], dataclasses.replace(tiny, name="bert-base-uncased"))
     folder = shutil.copytree(tiny_folder, tmp_path / "broken")
     (folder / "sentence_bert_config.json").write_text("{not json")
-    with pytest.raises(bertfn.CheckpointError, match=r"sentence_bert_config.json is not readable JSON \(.*\); "
+    with pytest.raises(bertfn.CheckpointError, match=r"sentence_bert_config.json is not valid JSON \(.*\); "
                                                      r"re-download or remove it"):  # it says how the vectors are made
         bertfn.embed(TEXTS[0], bertfn.load(folder))
 

@@ -27,14 +27,14 @@ from pathlib import Path
 import torch
 
 from ..errors import (CheckpointError, InputError, ModelLoadError, UnusedWeightsWarning,
-                      syntax, unreadable)
+                      clipped, syntax, unreadable)
 from ..model.config import BertConfig
 from ..model.naming import names_of
 from .model import Model
 from .state import as_stored, check_state, group_keys, matmul_layout, unused_keys
 from .tokenizer import Tokenizer
 from .sentence_folder import TRANSFORMER_CONFIGS, first_module, not_run, transformer_path
-from .tokenizer_files import VOCABULARY_FILES, VOCABULARY_NAMES, read_json
+from .tokenizer_files import VOCABULARY_FILES, VOCABULARY_NAMES, read_json, stays_inside
 from .weights import SHARD_INDEXES, read_weights, shard_map
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -125,7 +125,7 @@ def download(repo_id: str, revision: str | None = None) -> Path:
 
     try:
         modules = fetch("modules.json")  # a sentence-transformers folder: its modules' files, as bertfn.embed reads them
-        entries = read_json(modules) if modules is not None else []
+        entries = read_json(modules, object) if modules is not None else []
         config = fetch("config.json")
         path = transformer_path(entries) if config is None else None
         inner = f"{path}/" if path else ""
@@ -143,7 +143,8 @@ def download(repo_id: str, revision: str | None = None) -> Path:
             raise ModelLoadError(f"{repo_id!r} has no {' or '.join(CHECKPOINT_FILES)} available here; {how}")
         if weights.name in SHARD_INDEXES:  # a sharded checkpoint: every shard its index names
             for shard in dict.fromkeys(shard_map(weights).values()):
-                fetch(inner + shard)
+                if stays_inside(shard):  # else read_shards refuses the index, in bertfn's words
+                    fetch(inner + shard)
         if [fetch(inner + name) for name in TOKENIZER_FILES][:2] == [None, None]:  # no tokenizer.json nor vocab.txt:
             # the first other vocabulary the repo has (spm.model, a slow tokenizer's files) and its added tokens
             first = next((n for n in VOCABULARY_FILES[2:] if fetch(inner + n) is not None), None)
@@ -151,7 +152,7 @@ def download(repo_id: str, revision: str | None = None) -> Path:
                 fetch(inner + name)
         for entry in entries:
             path = entry.get("path") if isinstance(entry, dict) else None
-            if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
+            if not isinstance(path, str) or not stays_inside(path):
                 continue
             if str(entry.get("type", "")).endswith("Transformer"):  # its config under the older names too
                 for name in TRANSFORMER_CONFIGS[1:]:
@@ -186,7 +187,7 @@ def transformer_folder(folder: Path) -> Path:
     """
     if not (folder / "modules.json").is_file():
         return folder
-    entries = read_json(folder / "modules.json")
+    entries = read_json(folder / "modules.json", object)
     first = first_module(entries)
     if first and not str(first.get("type", "")).endswith("Transformer") and not (folder / "config.json").is_file():
         raise not_run(folder / "modules.json", 0, first)
@@ -253,6 +254,9 @@ def locate(name_or_path: str | Path, revision: str | None = None) -> tuple[Path,
             return path.parent, path
     except PermissionError:  # the folder, or one above it, that this user may not search or list
         raise unreadable(path, ModelLoadError) from None
+    except OSError as e:  # a name longer than the file system takes, a loop of links
+        raise ModelLoadError(f"{clipped(str(name_or_path), 80)} cannot be looked up here ({e.strerror}); pass an existing "
+                             "folder, file or a hub id") from None
     if _looks_like_path(str(name_or_path)):
         raise ModelLoadError(f"{str(name_or_path)!r} does not exist (no such folder or file here); pass an existing "
                              "folder, file or a hub id")

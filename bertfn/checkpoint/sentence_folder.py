@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, ConfigError
-from .tokenizer_files import read_json
+from .tokenizer_files import read_json, stays_inside
 from .weights import read_weights
 
 POOLINGS = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
@@ -149,7 +149,7 @@ def sentence_folder(folders: Iterable[Path]) -> SentenceFolder:
 
 def _listed(path: Path) -> list:
     """``modules.json``'s entries, checked to be a list."""
-    entries = read_json(path)
+    entries = read_json(path, object)
     if not isinstance(entries, list):
         raise ConfigError(f"{path} should hold a list of modules (as sentence-transformers writes it), got "
                           f"{type(entries).__name__}; re-download the folder or remove the file")
@@ -176,7 +176,7 @@ def transformer_path(entries: object) -> str | None:
     path = first.get("path")
     if not str(first.get("type", "")).endswith("Transformer") or not isinstance(path, str) or not path:
         return None
-    return path if not (Path(path).is_absolute() or ".." in Path(path).parts) else None
+    return path if stays_inside(path) else None
 
 
 def not_run(modules: Path, i: int, entry: object) -> ConfigError:
@@ -222,6 +222,10 @@ def _read(folder: Path) -> SentenceFolder:
         path = str(entry.get("path", "")) if isinstance(entry, dict) else ""
         if kind not in MODULES or not str(entry.get("type")).startswith("sentence_transformers."):
             raise not_run(folder / "modules.json", i, entry)
+        if not stays_inside(path):
+            raise ConfigError(f"{folder / 'modules.json'} puts module {i} ({kind}) in {path!r}, outside the folder; "
+                              "bertfn reads a module's files from inside its folder only (sentence-transformers saves "
+                              "each in a sub-folder such as 1_Pooling): re-download the folder, or correct the path")
         if (kind == "Transformer") != (i == 0) or (kind == "Pooling" and (pooling or i != 1)):
             order = " -> ".join(str(e.get("type", "?")).rsplit(".", 1)[-1] for e in _listed(folder / "modules.json"))
             raise ConfigError(f"{folder / 'modules.json'} lists its modules as {order}; bertfn runs a Transformer, then "

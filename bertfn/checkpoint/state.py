@@ -31,6 +31,11 @@ ELECTRA's and ALBERT's embedding projection, which the embeddings step multiplie
 cannot read a packed weight)."""
 
 
+COMPUTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+"""The types a weight the model reads may have: those torch's kernels compute a forward pass in. An integer, bool,
+complex or float8 weight passed the load and met a raw torch error in the first pass ("expected scalar type Float")."""
+
+
 def matmul_layout(state: dict[str, torch.Tensor]) -> None:
     """Store every linear layer's weight (in, out) in memory, in place; names, shapes and values stay HF's.
 
@@ -262,8 +267,21 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
     Raises:
         CheckpointError: missing, unexpected or mis-shaped keys.
     """
+    weights = f"the weights in {weights_file}" if weights_file else "the weights"
+    config_name = config_file or "the config"
+    if config.stored_layers > len(state):  # each layer its own keys: before a table of them fills the memory (10**9)
+        raise CheckpointError(f"{config_name} contradicts {weights}: it gives the model {config.stored_layers} layers of "
+                              f"weights, and the file holds {len(state)} tensors in all, fewer than one a layer; use the "
+                              "config.json that came with these weights, or correct num_hidden_layers in it")
     present = set(state)
     shapes = checkpoint_shapes(config, state)
+    odd = [f"{k} ({str(state[k].dtype).removeprefix('torch.')})" for k in sorted(present & set(shapes))
+           if state[k].dtype not in COMPUTED_DTYPES]
+    if odd:
+        raise CheckpointError(f"{weights} hold {len(odd)} weight(s) in a type bertfn does not compute in: "
+                              f"{', '.join(odd[:4])}{' ...' if len(odd) > 4 else ''}; its functions compute in "
+                              f"{', '.join(str(d).removeprefix('torch.') for d in COMPUTED_DTYPES)}, as transformers' "
+                              "models do: re-download the file, or convert it (a quantized checkpoint: dequantize it)")
     unused = set(unused_keys(state, config))
     missing = sorted(set(shapes) - present)
     unexpected = sorted(present - set(shapes) - (set() if strict else unused))
@@ -278,8 +296,6 @@ def check_state(state: dict[str, torch.Tensor], config: BertConfig, strict: bool
                          f"{' ...' if len(unexpected) > 8 else ''}")
         if wrong:
             parts.append(f"wrong shape: {'; '.join(wrong[:8])}{' ...' if len(wrong) > 8 else ''}")
-        weights = f"the weights in {weights_file}" if weights_file else "the weights"
-        config_name = config_file or "the config"
         if not missing and not wrong and set(unexpected) <= unused:  # strict=True refused other heads
             raise CheckpointError(f"{weights} have {parts[0]}, which no BERT part reads ({', '.join(group_keys(unexpected))}) "
                                   "and strict=True refuses; load with strict=False (the default) to keep them in "

@@ -18,7 +18,7 @@ from tokenizers import AddedToken, Regex
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from ..errors import CheckpointError, unreadable
+from ..errors import CheckpointError, read_settings, unreadable
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """BERT's special tokens, those a ``vocab.txt`` holds."""
@@ -72,15 +72,41 @@ def other_spelling(mask: str, text: str) -> str:
     return f"{other} is {MASK_SPELLINGS[other]} spelling and this model's is {mask}; " if other else ""
 
 
-def read_json(path: Path) -> dict:
+def stays_inside(name: str) -> bool:
+    """Whether ``name``, a path a checkpoint's own file gives (a shard in an index, a module in ``modules.json``), names
+    something inside the folder that file lies in: relative, with no ``..`` in it. A file downloaded with the model
+    says where its parts are; it may not send bertfn to read another folder's files (``"../../etc"``, ``"/home"``).
+
+    Args:
+        name: the path as the file gives it.
+    """
+    return not (Path(name).is_absolute() or ".." in Path(name).parts)
+
+
+def read_json(path: Path, kind: type = dict) -> dict:
+    """The JSON of a checkpoint's settings file (:func:`~bertfn.errors.read_settings`), ``{}`` where there is none.
+
+    Args:
+        path: the file.
+        kind: what it must hold: a JSON object (``dict``), as every such file does; ``object`` for a caller that checks
+            what it holds itself (modules.json's list, a shard index's ``weight_map``).
+
+    Raises:
+        CheckpointError: a file that is unreadable, not JSON, or holds another kind (a list where a config's object
+            goes, which ``.get`` met as a raw AttributeError).
+    """
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        content = read_settings(path, fix="re-download or remove it")
     except PermissionError:
         raise unreadable(path) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path} is not readable JSON ({e}); re-download or remove it") from e
+    except OSError as e:
+        raise CheckpointError(f"{path} cannot be read ({e}); re-download or remove it") from e
+    if not isinstance(content, kind):
+        raise CheckpointError(f"{path} should hold a JSON object of settings, as transformers and sentence-transformers "
+                              f"write it, got a {type(content).__name__}; re-download or remove it")
+    return content
 
 
 def token_name(value: object) -> str | None:
@@ -133,7 +159,17 @@ def find_special(backend: _HFTokenizer, names: dict, role: str) -> tuple[str | N
 
 
 def wordpiece_from_vocab(vocab: Path, options: dict) -> _HFTokenizer:
-    """The BERT tokenizer pipeline built from ``vocab.txt`` (what ``BertTokenizerFast`` converts to)."""
+    """The BERT tokenizer pipeline built from ``vocab.txt`` (what ``BertTokenizerFast`` converts to).
+
+    Raises:
+        CheckpointError: a file that is no WordPiece vocabulary, or tokenizer_config.json's settings of it that are not
+            true, false (or, for ``strip_accents``, null).
+    """
+    for key in ("do_lower_case", "tokenize_chinese_chars", "strip_accents"):
+        if key in options and not isinstance(options[key], bool) and not (key == "strip_accents" and options[key] is None):
+            raise CheckpointError(f"{vocab.parent / 'tokenizer_config.json'}: {key} must be true or false"
+                                  f"{' or null' if key == 'strip_accents' else ''}, got {options[key]!r}; fix the file or "
+                                  "remove it")
     try:
         wordpiece = models.WordPiece.from_file(str(vocab), unk_token="[UNK]", max_input_chars_per_word=100)
     except Exception as e:  # the Rust side raises plain Exceptions

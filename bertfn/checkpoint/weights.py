@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, require_readable
-from .tokenizer_files import read_json
+from .tokenizer_files import read_json, stays_inside
 
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 """The index of a sharded checkpoint (``{"weight_map": {key: shard file}}``), as ``save_pretrained`` names it."""
@@ -60,8 +60,8 @@ def read_weights(path: str | Path, mapped: bool = False) -> dict[str, torch.Tens
             f"{path} is not a PyTorch checkpoint bertfn can read ({reason}); it may be truncated or corrupt "
             "(download it again) or not written by torch.save"
         ) from e
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path} does not hold a flat state_dict of tensors")
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise CheckpointError(f"{path} does not hold a flat state_dict of tensors by name")
     return one_tensor_per_view(state)
 
 
@@ -94,7 +94,7 @@ def shard_map(index: Path) -> dict[str, str]:
     Raises:
         CheckpointError: a file that is not JSON or has no such map.
     """
-    content = read_json(index)
+    content = read_json(index, object)
     weight_map = content.get("weight_map") if isinstance(content, dict) else None
     if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(f, str) for f in weight_map.values()):
         raise CheckpointError(f"{index} has no weight_map of keys to shard files, as save_pretrained writes a "
@@ -117,7 +117,7 @@ def read_shards(index: Path, mapped: bool = False) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for name in dict.fromkeys(weight_map.values()):
         shard = index.parent / name
-        if Path(name).is_absolute() or ".." in Path(name).parts or name in SHARD_INDEXES or not shard.is_file():
+        if not stays_inside(name) or name in SHARD_INDEXES or not shard.is_file():
             raise CheckpointError(f"{index} names the shard {name!r}, which is not a file beside it; download every "
                                   "shard the index lists into that folder")
         tensors = read_weights(shard, mapped)

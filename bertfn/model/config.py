@@ -11,12 +11,11 @@ member's class, so ``BertConfig.from_file("config.json")`` reads a RoBERTa folde
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import CheckpointError, ConfigError, InputError, clipped, unreadable
+from ..errors import CheckpointError, ConfigError, InputError, clipped, read_settings, unreadable
 from .functional import ACTIVATIONS
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
@@ -124,6 +123,9 @@ class BertConfig:
                     isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1):
                 raise ConfigError(f"config {f.name} is a dropout probability, which lies in [0, 1] (as torch's "
                                   f"Dropout takes it), got {value!r}; fix config.json")
+            if f.type in ("bool", "bool | None") and not isinstance(value, bool) and value is not None:
+                raise ConfigError(f"config {f.name} must be true or false, got {value!r}; fix config.json (the string "
+                                  f"\"false\" would read as true)")
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(
                 f"config hidden_act {self.hidden_act!r} is not an activation bertfn knows; "
@@ -140,7 +142,8 @@ class BertConfig:
         if pad is not None and (not isinstance(pad, int) or isinstance(pad, bool) or not -self.vocab_size <= pad < self.vocab_size):
             raise ConfigError(f"config pad_token_id must be a row of the word embeddings (0..{self.vocab_size - 1}) "
                               f"or null, got {pad!r}; fix config.json")
-        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+        if not (isinstance(self.layer_norm_eps, (int, float)) and not isinstance(self.layer_norm_eps, bool)
+                and self.layer_norm_eps > 0):
             raise ConfigError(f"config layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
         if self.problem_type not in PROBLEM_TYPES:
             raise ConfigError(f"config problem_type must be one of {', '.join(map(repr, PROBLEM_TYPES[1:]))} or null, "
@@ -188,6 +191,12 @@ class BertConfig:
         return self.classifier_dropout if self.classifier_dropout is not None else self.hidden_dropout_prob
 
     @property
+    def stored_layers(self) -> int:
+        """The layers whose weights a checkpoint holds, each under keys of its own: ``num_hidden_layers`` (a member whose
+        layers share weights says how many sets it stores: ALBERT's ``num_hidden_groups``)."""
+        return self.num_hidden_layers
+
+    @property
     def head_dim(self) -> int:
         """Width of one attention head, ``hidden_size / num_attention_heads`` (64 for bert-base)."""
         return self.hidden_size // self.num_attention_heads
@@ -217,7 +226,7 @@ class BertConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"a config must be a JSON object, got {type(d).__name__}")
         model_type = d.get("model_type", cls.model_type)
-        if model_type not in CONFIGS:
+        if not isinstance(model_type, str) or model_type not in CONFIGS:
             raise CheckpointError(f"model_type {model_type!r} is not a model bertfn reads; it reads BERT and its "
                                   f"family: {', '.join(sorted(CONFIGS))}")
         if CONFIGS[model_type] is not cls:
@@ -239,7 +248,11 @@ class BertConfig:
             except (AttributeError, TypeError, ValueError) as e:
                 raise ConfigError(f"config id2label must map label ids to names, got {clipped(labels, 80)}; fix config.json") from e
         if isinstance(kwargs.get("label2id"), dict):
-            kwargs["label2id"] = {str(k): int(v) for k, v in kwargs["label2id"].items()}
+            try:
+                kwargs["label2id"] = {str(k): int(v) for k, v in kwargs["label2id"].items()}
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"config label2id must map label names to ids, got {clipped(kwargs['label2id'], 80)}; "
+                                  "fix config.json") from e
         kwargs["architectures"] = tuple(kwargs.get("architectures") or ())
         pruned = kwargs.pop("pruned_heads", None) or {}
         try:
@@ -275,7 +288,7 @@ class BertConfig:
         """
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            d = read_settings(path, ConfigError)
         except FileNotFoundError:
             raise ConfigError(
                 f"no {path.name} in {path.absolute().parent}; a BERT checkpoint folder needs a "
@@ -283,12 +296,10 @@ class BertConfig:
             ) from None
         except PermissionError:
             raise unreadable(path, ConfigError) from None
-        except (OSError, UnicodeDecodeError) as e:  # a folder, binary garbage
-            raise ConfigError(f"cannot read {path} as a JSON text file ({e}); re-download or fix it") from e
+        except OSError as e:  # a name too long, a loop of links
+            raise ConfigError(f"cannot read {path} ({e}); re-download or fix it") from e
         try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path} is not valid JSON ({e}); re-download or fix the file") from e
+            return cls.from_dict(d)
         except ConfigError as e:  # a value the model cannot be built from: say which file holds it
             raise ConfigError(f"{path}: {e}") from None
         except CheckpointError as e:  # a model of another architecture

@@ -19,8 +19,9 @@ from ...model.naming import CheckpointNames
 from ...model.shapes import expected_shapes
 
 Tensor = torch.Tensor
-Table = tuple[tuple[str, str], ...]
-"""A table of checkpoint names: ``(regex of BERT's name, the member's)`` rules, read by :func:`renamed`."""
+Table = tuple[tuple[str, "str | Callable[[re.Match], str]"], ...]
+r"""A table of checkpoint names: ``(regex of BERT's name, the member's)`` rules, read by :func:`renamed`; the member's
+name a template (``\1`` for a group) or a function of the match, as :func:`re.sub` takes either."""
 
 
 def renamed(name: str, table: Table) -> str:
@@ -30,7 +31,7 @@ def renamed(name: str, table: Table) -> str:
 
     Args:
         name: a BERT name.
-        table: ``(regex, template)`` rules as :func:`re.sub` takes them (``\1`` for a group).
+        table: ``(regex, template)`` rules as :func:`re.sub` takes them (``\1`` for a group, or a function).
     """
     for pattern, template in table:
         new, n = re.subn(f"^{pattern}", template, name, count=1)

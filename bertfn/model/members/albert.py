@@ -84,6 +84,11 @@ class AlbertConfig(BertConfig):
         return {("classifier_dropout" if k == "classifier_dropout_prob" else k): v for k, v in d.items()
                 if k != "classifier_dropout"}
 
+    @property
+    def stored_layers(self) -> int:
+        """The layer groups the checkpoint holds (``num_hidden_groups``): every layer reads one of them."""
+        return self.num_hidden_groups
+
     def __post_init__(self) -> None:
         super().__post_init__()
         L, G = self.num_hidden_layers, self.num_hidden_groups
