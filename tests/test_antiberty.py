@@ -4,8 +4,9 @@ AntiBERTy is a BERT masked LM trained on antibody sequences: 25 tokens (BERT's f
 amino acids as capital letters), sequences written one residue per word. transformers reads the same
 weights with ``BertForMaskedLM.from_pretrained`` (which leaves AntiBERTy's extra heads aside) and
 ``BertTokenizer(vocab, do_lower_case=False)``, as AntiBERTy's own code does. On the ten antibody chains
-of ``tests/data/antibodies.tsv`` both must tokenize alike, give the same logits at every masked
-position, the same fill-mask answers, and recover the same residues when each is masked alone.
+of ``tests/data/antibodies.tsv`` both must tokenize alike and give the same fill-mask answers; on a heavy and a light
+chain, each residue masked alone, the same logits at the mask; over the ten, bertfn recovers the README's share of
+the residues.
 """
 
 from __future__ import annotations
@@ -72,17 +73,25 @@ def test_tokenization_is_transformers(antiberty, hf):
     assert antiberty.tokenizer.unk_token_id not in ours.input_ids
 
 
+ORACLE_CHAINS = 2
+"""The chains (the first heavy and the first light) whose every masked residue transformers computes too: the other
+eight, bertfn alone, for the recovery the README gives (transformers on all ten doubled the file's three minutes)."""
+
+
 @pytest.fixture(scope="module")
 def each_residue_masked(antiberty, hf):
-    """For every chain, every residue masked alone: bertfn's and transformers' logits at the mask.
+    """For every chain, every residue masked alone: bertfn's logits at the mask, and transformers' on the first heavy
+    and the first light chain (None on the others).
 
     All masked copies of one chain run as one batch (L copies of L + 2 tokens, [MASK] on the diagonal).
-    Returns a list of (name, chain, residue ids (L,), bertfn logits (L, V), transformers logits (L, V)).
+    Returns a list of (name, chain, residue ids (L,), bertfn logits (L, V), transformers logits (L, V) or None).
     """
     model, _ = hf
+    checked = {next(i for i, c in enumerate(CHAINS) if c[1] == kind) for kind in ("heavy", "light")}
+    assert len(checked) == ORACLE_CHAINS
     out = []
     with torch.inference_mode():
-        for name, chain, seq in CHAINS:
+        for i, (name, chain, seq) in enumerate(CHAINS):
             ids = antiberty.tokenizer(spaced(seq)).input_ids  # (1, L + 2): [CLS] residues [SEP]
             L = len(seq)
             copies = ids.repeat(L, 1)  # (L, L + 2)
@@ -90,29 +99,27 @@ def each_residue_masked(antiberty, hf):
             copies[rows, at] = antiberty.tokenizer.mask_token_id
             h = bertfn.encoder(antiberty, copies).last_hidden_state  # (L, L + 2, H)
             ours = bertfn.mlm_head(antiberty, h[rows, at])  # (L, V)
-            theirs = model(input_ids=copies).logits[rows, at]  # (L, V)
+            theirs = model(input_ids=copies).logits[rows, at] if i in checked else None  # (L, V)
             out.append((name, chain, ids[0, at], ours, theirs))
     return out
 
 
 def test_logits_at_every_masked_residue_match_transformers(each_residue_masked):
-    for name, chain, _, ours, theirs in each_residue_masked:
+    checked = [r for r in each_residue_masked if r[4] is not None]
+    assert {chain for _, chain, *_ in checked} == {"heavy", "light"}
+    for name, chain, _, ours, theirs in checked:
         torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0, msg=lambda m: f"{name} {chain}: {m}")
 
 
-def recovery(each_residue_masked, which: int) -> float:
-    """Share of residues that are the top prediction when masked alone (which: 3 bertfn, 4 transformers)."""
-    right = sum((r[which].argmax(-1) == r[2]).sum().item() for r in each_residue_masked)
-    return right / sum(len(r[2]) for r in each_residue_masked)
-
-
 def test_masked_residue_recovery_is_transformers_and_far_above_chance(each_residue_masked):
+    """Where transformers ran, it picks the residue bertfn picks at every mask; over the ten chains bertfn recovers
+    what the README says, far above chance."""
     for name, chain, _, ours, theirs in each_residue_masked:
-        assert torch.equal(ours.argmax(-1), theirs.argmax(-1)), f"{name} {chain}: a different residue predicted"
-    accuracy = recovery(each_residue_masked, 3)
-    assert accuracy == recovery(each_residue_masked, 4)
-    assert 0.7 < accuracy < 1.0  # chance is 1/20: the weights are read right, not merely run
+        if theirs is not None:
+            assert torch.equal(ours.argmax(-1), theirs.argmax(-1)), f"{name} {chain}: a different residue predicted"
     n = sum(len(r[2]) for r in each_residue_masked)
+    accuracy = sum((r[3].argmax(-1) == r[2]).sum().item() for r in each_residue_masked) / n
+    assert 0.7 < accuracy < 1.0  # chance is 1/20: the weights are read right, not merely run
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"{accuracy:.3f} of the {n} residues" in readme, f"README should report {accuracy:.3f} of the {n} residues"
 
