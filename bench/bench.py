@@ -258,14 +258,15 @@ def matmul(device: str, dtype=None) -> tuple[dict[str, Callable[[], object]], fl
 # --- the machine's floor, and faster-clip -----------------------------------------------------------
 
 
-def stream_gbs(device: str, reps: int = 5) -> float:
-    """The machine's read bandwidth in GB/s: the best of ``reps`` sums over 440 MB of fp32 (more than
-    any cache holds, about what one bert-base forward pass reads), on torch's threads."""
+def stream_gbs(device: str, quick: bool = False) -> float:
+    """The machine's read bandwidth in GB/s: the best of 5 sums over 440 MB of fp32 after a warm-up (more than
+    any cache holds, about what one bert-base forward pass reads), on torch's threads; ``quick`` (--quick): one
+    sum, the rows' form and not a number to trust."""
     import torch
 
     x = torch.ones(110_000_000, device=device)
     best = float("inf")
-    for _ in range(reps + 1):
+    for _ in range(1 if quick else 6):
         start = time.perf_counter()
         x.sum().item()
         best = min(best, time.perf_counter() - start)
@@ -435,7 +436,7 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
     n = enc.input_ids.shape[1]
     # its floor: its weights read once at stream bandwidth, or its FLOPs at the best kernel's peak,
     # whichever takes longer (on this AMD EPYC at 12 rows the two are close: 24 FLOPs per fp32 weight read)
-    gbs_before = stream_gbs(device, reps=0 if quick else 5)
+    gbs_before = stream_gbs(device, quick)
     bytes32, bytes16 = read_bytes(model), read_bytes(bf16)
     flops = sentence_gflop(model.config, n)
     peak32, peak16 = (peak_gflops(device, dtype, sync, quick) for dtype in (torch.float32, torch.bfloat16))
@@ -539,7 +540,7 @@ def run(model_dir: Path, quick: bool, device: str, threads: int, workdir: Path,
              Row("peak RSS of that process", "MB", [f["bertfn_rss_mb"]], "pipeline over KeyDataset",
                  [f["pipeline_rss_mb"]], "<= 1.0")]
 
-    gbs = max(gbs_before, stream_gbs(device, reps=0 if quick else 5))  # again after the run: the better of the two
+    gbs = max(gbs_before, stream_gbs(device, quick))  # again after the run: the better of the two
     kernels = "; ".join(f"{name}: {c['kernel']}" + (" (" + ", ".join(f"{k} {v:.1f}" for k, v in c["ms"].items())
                                                      + " ms)" if c["ms"] else " (forced)")
                         for name, c in choice.chosen().items())

@@ -425,7 +425,7 @@ def floors(device: str, sync: Callable[[], None], quick: bool) -> dict[str, floa
     import torch
 
     peak, peak_bf16 = (peak_gflops(device, dtype, sync, quick) for dtype in (torch.float32, torch.bfloat16))
-    return dict(peak=peak, peak_bf16=peak_bf16, gbs=stream_gbs(device, reps=0 if quick else 5))
+    return dict(peak=peak, peak_bf16=peak_bf16, gbs=stream_gbs(device, quick))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -355,7 +355,7 @@ def sentence_bounds(name: str, n: int, folder: Path, model, pipe, ours: list[flo
         with without_products():
             t |= alternate({"own": lambda: bertfn.classify(SENTENCE, model)}, reps)
         t |= alternate({"bf16": lambda: bertfn.classify(SENTENCE, bf16), "pipeline": lambda: pipe(SENTENCE)}, reps)
-    gbs, peak = stream_gbs("cpu", reps=0 if quick else 5), peak_gflops("cpu", torch.float32, quick=quick)
+    gbs, peak = stream_gbs("cpu", quick), peak_gflops("cpu", torch.float32, quick=quick)
     weights, flop = encoder_bytes(model), classifier_gflop(model.config, [n])
     floor = max(weights / gbs / 1e9, flop / peak)
     notes.append(f"{name}, 1 sentence: the floor reads {weights / 1e6:.0f} MB of weights at {gbs:.1f} GB/s "

@@ -5,12 +5,11 @@ delimiter, the text the results index.
 
 from __future__ import annotations
 
-import json
-
 import tokenizers
 
 from ..checkpoint.resolve import listed, texts_and_model
 from ..checkpoint.tokenizer import Tokenizer
+from ..checkpoint.tokenizer_files import steps
 from ..errors import InputError, clipped, syntax
 
 
@@ -76,10 +75,7 @@ def splits_words(tok: Tokenizer) -> None:
     Raises:
         InputError: such a tokenizer.
     """
-    pre = tok.backend.pre_tokenizer
-    state = json.loads(pre.__getstate__()) if pre is not None else {}
-    parts = state.get("pretokenizers", [state])
-    if any(p.get("type") == "ByteLevel" and not p.get("add_prefix_space") for p in parts):
+    if any(p["type"] == "ByteLevel" and not p.get("add_prefix_space") for p in steps(tok.backend.pre_tokenizer)):
         raise InputError("this model's tokenizer (byte-level BPE without add_prefix_space, as RoBERTa's is saved) "
                          "cannot read words given split: each would lose the space before it, as transformers' "
                          "tokenizer says too; tag the text as one string (the words joined with spaces), or set "
