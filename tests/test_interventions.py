@@ -134,6 +134,23 @@ def test_a_negative_position_counts_from_each_texts_own_end_in_a_batch(tiny):
         bertfn.trace(texts, tiny, edits=iv.zero_heads({1: [0]}, positions=-10))
 
 
+def test_a_position_past_a_shorter_texts_end_is_refused_in_a_batch(tiny):
+    """In a padded batch, a position within the longest text but past a shorter one's last token is that text's
+    padding: the edit would change nothing of it, in silence. It is refused, naming the text and its length, on the
+    reference's padded batch and in a pipeline's groups; each text alone takes the positions it has."""
+    texts = ["when in rome do as the romans do , they say [MASK] .", "the cat sat on the [MASK] ."]  # 14 and 9 tokens
+    edits = iv.zero_heads({0: [0]}, positions=[2, 11])
+    message = (r"position 11 is past the last token of text 1 at layer\.0\.attention\.context, which has 9 tokens "
+               r"\(in a padded batch the positions after a text's end are padding\)")
+    with pytest.raises(bertfn.InputError, match=message):
+        bertfn.trace(texts, tiny, edits=edits)
+    with pytest.raises(bertfn.InputError, match="position 11 is past the last token of text"):
+        bertfn.fill_mask(texts, tiny, edits=edits)
+    alone = bertfn.trace(texts[0], tiny, edits=edits)["mlm.logits"]
+    assert not torch.equal(alone, bertfn.trace(texts[0], tiny)["mlm.logits"])  # the long text alone takes both
+    bertfn.trace(texts, tiny, edits=iv.zero_heads({0: [0]}, positions=[2, 8]))  # within both texts
+
+
 SEVERAL = (["when in rome do as the [MASK] do", "the cat sat on the [MASK] .", "a big [MASK] dog [MASK]"],
            ["when in paris do as the [MASK] do", "the dog sat on the [MASK] .", "a red [MASK] cat [MASK]"])
 """Clean and corrupted texts of 10, 9 and 7 tokens, in no order of length (a pipeline runs them as 2, 1; 0)."""

@@ -118,14 +118,36 @@ def select(x: torch.Tensor, name: str, positions: int | Sequence[int] | None = N
             raise InputError(f"{what} {bad} out of range at {name}, which has {n} {what} (0 to {n - 1})")
         shape = [1] * x.dim()
         shape[axis] = n
-        if what == "positions" and min(values) < 0 and lengths is not None and axis > 0 and len(lengths) == len(x):
-            shape[0] = len(x)
-            keep = keep & from_each_end(values, lengths, n, name, x.device).view(shape)
-            continue
+        if what == "positions" and lengths is not None and axis > 0 and len(lengths) == len(x):
+            past_an_end(values, lengths, name)
+            if min(values) < 0:
+                shape[0] = len(x)
+                keep = keep & from_each_end(values, lengths, n, name, x.device).view(shape)
+                continue
         picked = torch.zeros(n, dtype=torch.bool, device=x.device)
         picked[values] = True
         keep = keep & picked.view(shape)
     return keep
+
+
+def past_an_end(positions: list[int], lengths: Sequence[int], name: str) -> None:
+    """Refuse a position that is padding in a text of a padded batch: past that text's last token, though within
+    the longest text's (editing it would change nothing of that text, in silence).
+
+    Args:
+        positions: the positions, each in -n .. n-1 (n: the batch's positions); negative ones are not checked here.
+        lengths: (B,) each text's tokens.
+        name: the point's full name, for the message.
+
+    Raises:
+        InputError: naming the first such position, the text and its length.
+    """
+    for b, length in enumerate(lengths):
+        past = [p for p in positions if p >= length]
+        if past:
+            raise InputError(f"position {past[0]} is past the last token of text {b} at {name}, which has {length} "
+                             f"tokens (in a padded batch the positions after a text's end are padding): pick "
+                             f"positions below each text's length, or negative ones, which count from each text's end")
 
 
 def from_each_end(positions: list[int], lengths: Sequence[int], n: int, name: str, device: torch.device) -> torch.Tensor:
