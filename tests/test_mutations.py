@@ -13,7 +13,7 @@ from conftest import DEVICE, antiberty_paths, fp32_atol, on_device
 
 import bertfn
 from bertfn.cli import main
-from bertfn.tasks.mutations import score_mutations, substitution_matrix
+from bertfn.tasks.mutations import Substitutions, score_mutations, substitution_matrix
 
 HEAVY = "E V Q L V E S G G G L V Q P G G S L R L S C A A S G F T F S S Y A M S W V R Q A P G K G L E W V S"
 VARIANTS = [HEAVY.replace("S W V R", "S W P R"),  # V37P
@@ -100,9 +100,17 @@ def test_mutation_errors(antiberty):
         score_mutations(HEAVY, antiberty, reference=HEAVY, method="ppl")
 
 
-def test_a_residue_outside_the_vocabulary_is_refused(antiberty):
+def test_a_residue_outside_the_vocabulary_is_refused(antiberty, monkeypatch):
     """A variant that reads as [UNK] where it differs from the reference (a small letter, '*', 'B' for AntiBERTy's
-    capitals) would score a mutation to [UNK] ("Q3[UNK]", -22.6): refused, naming the position and what it wrote."""
+    capitals) would score a mutation to [UNK] ("Q3[UNK]", -22.6): refused, naming the position and what it wrote,
+    before any pass runs (a file's bad variant costs no matrix)."""
+    from bertfn.tasks import mutations
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("a pass ran before the variants were checked")
+
+    monkeypatch.setattr(mutations, "_substitutions", no_pass)
+    monkeypatch.setattr(mutations, "_last", None)
     residues = HEAVY.split()
     for odd in ("q", "*", "B"):
         variant = " ".join(residues[:2] + [odd] + residues[3:])
@@ -112,6 +120,9 @@ def test_a_residue_outside_the_vocabulary_is_refused(antiberty):
                 score_mutations([VARIANTS[0], variant], antiberty, reference=HEAVY, method=method)
     with pytest.raises(bertfn.InputError, match="where the reference's token reads as \\[UNK\\]"):
         score_mutations(HEAVY, antiberty, reference=HEAVY.replace("E V Q", "E V q"))
+    with pytest.raises(bertfn.InputError, match="text 0 has 48 tokens to score and the reference 49"):
+        score_mutations(HEAVY[2:], antiberty, reference=HEAVY)
+    monkeypatch.undo()
     assert score_mutations(HEAVY.replace("E V Q", "E V q"), antiberty, reference=HEAVY.replace("E V Q", "E V q"),
                            method="wt_marginal")["score"] == 0.0  # an [UNK] where nothing changed: no mutation of it
 
@@ -158,17 +169,27 @@ def test_the_matrix_is_made_anew_after_a_weight_is_replaced(tiny_folder):
     torch.testing.assert_close(changed.log_probs, fresh, atol=1e-5, rtol=1e-5)
 
 
-def test_the_matrix_to_a_folder_that_does_not_exist(antiberty, tmp_path, capsys):
-    """save() where it cannot write is an InputError (was a FileNotFoundError, which the CLI called a bug)."""
-    subs = substitution_matrix(HEAVY, antiberty)
+def test_the_matrix_to_a_folder_that_does_not_exist(tmp_path, capsys, monkeypatch):
+    """save() where it cannot write is an InputError (was a FileNotFoundError, which the CLI called a bug); the CLI's
+    --matrix with a folder that does not exist or an ending it cannot write is refused before the model loads."""
+    from bertfn.cli import score as score_command
+
+    subs = Substitutions("A C", ["A", "C"], [5, 6], torch.randn(2, 8).log_softmax(-1), [f"t{k}" for k in range(8)])
     for name in ("subs.npy", "subs.csv", "subs.tsv", "subs.parquet"):
         with pytest.raises(bertfn.InputError, match=re.escape(f"cannot write {tmp_path / 'none' / name} (")):
             subs.save(tmp_path / "none" / name)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded before --matrix was checked")
+
+    monkeypatch.setattr(score_command, "model_from_args", no_model)
     weights, vocab = antiberty_paths()
     model = ["--model", str(weights), "--tokenizer", str(vocab), "--cased", "--quiet"]
-    assert main(["score", "--reference", HEAVY, "--matrix", str(tmp_path / "none" / "m.csv"), *model]) == 2
-    err = capsys.readouterr().err
-    assert "cannot write" in err and "a bug in bertfn" not in err and err.count("\n") == 1
+    for path, said in ((tmp_path / "none" / "m.csv", f"--matrix {tmp_path / 'none' / 'm.csv'}: its folder "),
+                       (tmp_path / "m.txt", "cannot write the substitution matrix as m.txt: its name must end in .npy")):
+        assert main(["score", "--reference", HEAVY, "--matrix", str(path), *model]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "a bug in bertfn" not in err and err.count("\n") == 1
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import InputError
+from ..errors import InputError, require_folder
 from ..tasks.runner import packing
 from ..tasks.scoring import BATCH_SIZE
 from .options import (add_file_options, add_model_options, emit, model_from_args, no_texts, one_line,
@@ -70,11 +70,13 @@ def run_mutations(args: argparse.Namespace) -> int:
     """``bertfn score --reference TEXT [variants | --input FILE] [--matrix FILE]``: :func:`bertfn.score_mutations`
     (and :func:`bertfn.substitution_matrix`'s ``save``)."""
     from ..tasks.mutations import TASK as MUTATIONS
-    from ..tasks.mutations import score_mutations, substitution_matrix
+    from ..tasks.mutations import check_matrix_name, score_mutations, substitution_matrix
 
     if args.method != "original" or args.per_token or args.batch_size is not None or not (args.text or args.input or args.matrix):
         raise InputError("with --reference pass its variants (texts, or --input FILE) or --matrix FILE; --method, "
                          "--per-token and --batch-size are options of the PLL (for a variant's PLL change pass --pll-change)")
+    if args.matrix:  # its name and folder, before the model loads and the matrix is made
+        require_folder(check_matrix_name(args.matrix), "--matrix")
     model = model_from_args(args, packing(MUTATIONS)) if args.text or args.matrix else None  # a file run's too
     if args.matrix:
         wrote = f"wrote {substitution_matrix(args.reference, model).save(args.matrix)}"

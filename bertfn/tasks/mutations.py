@@ -33,6 +33,7 @@ import torch
 from ..checkpoint.checks import count, one_of
 from ..checkpoint.model import Model
 from ..checkpoint.resolve import get_model, require_mlm_head, require_tokenizer, text_list, texts_and_model
+from ..checkpoint.tokenizer import Encoding, Tokenizer
 from ..errors import DependencyError, InputError, clipped, syntax
 from ..fast.kernels import Stamp, made_from, stamp, versioned
 from ..model.encoder import encoder
@@ -101,10 +102,7 @@ class Substitutions:
                 permission).
             DependencyError: ``.parquet`` without pandas or pyarrow.
         """
-        path = Path(path)
-        if path.suffix not in (".npy", ".csv", ".tsv", ".parquet"):
-            raise InputError(f"cannot write the substitution matrix as {path.name}: its name must end in .npy, .csv, "
-                             ".tsv or .parquet")
+        path = check_matrix_name(path)
         try:
             self._write(path)
         except OSError as e:
@@ -136,6 +134,20 @@ class Substitutions:
             writer = csv.writer(f, delimiter="\t" if path.suffix == ".tsv" else ",")
             writer.writerow(header)
             writer.writerows([*r[:2], *(f"{x:.7g}" for x in r[2:])] for r in rows)
+
+
+def check_matrix_name(path: str | Path) -> Path:
+    """``path`` as a Path, if its ending names a format :meth:`Substitutions.save` writes (checked before a matrix is
+    made: ``bertfn score --matrix`` says so before the model loads).
+
+    Raises:
+        InputError: another ending.
+    """
+    path = Path(path)
+    if path.suffix not in (".npy", ".csv", ".tsv", ".parquet"):
+        raise InputError(f"cannot write the substitution matrix as {path.name}: its name must end in .npy, .csv, "
+                         ".tsv or .parquet")
+    return path
 
 
 def substitution_matrix(
@@ -175,8 +187,13 @@ def substitution_matrix(
     return _cached_substitutions(m, reference, batch_size)  # score_mutations of its variants then reads it again
 
 
-def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = True) -> Substitutions:
-    """The :class:`Substitutions` of ``reference``: masked marginals, or with ``masked`` False the wild-type ones."""
+def _checked_reference(m: Model, reference: str) -> tuple[Encoding, int]:
+    """The reference's encoding (one row) and its number of tokens, checked as :func:`score` checks a text.
+
+    Raises:
+        InputError: a reference that cannot be scored (named "the reference").
+        MissingPartError: a model without a tokenizer or without the masked-LM head.
+    """
     tok = require_tokenizer(m, "substitution_matrix")
     require_mlm_head(m, syntax("substitution_matrix", "score --reference"))
     enc = tok([reference])
@@ -185,6 +202,13 @@ def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = Tru
         check_scorable(tok, enc, [n], [reference], longest_input(m.config))
     except InputError as e:
         raise InputError(re.sub(r"\btext 0\b", "the reference", str(e), count=1)) from None
+    return enc, n
+
+
+def _substitutions(m: Model, reference: str, batch_size: int, masked: bool = True) -> Substitutions:
+    """The :class:`Substitutions` of ``reference``: masked marginals, or with ``masked`` False the wild-type ones."""
+    enc, n = _checked_reference(m, reference)
+    tok = m.tokenizer
     copies, _ = masked_copies(enc, [n], tok.mask_token_id, "original", tok.pad_token_id)
     if masked:
         out = target_log_softmax(m, copies, lambda rows, lp: lp.cpu(), batch_size)  # (L, V)
@@ -280,38 +304,23 @@ def score_mutations(
     one_of("method", method, MUTATION_METHODS)
     count("batch_size", batch_size)
     m = get_model(model, device, dtype)
-    subs = _cached_substitutions(m, text_list(reference, "score")[0][0], batch_size, masked=method != "wt_marginal")
+    reference = text_list(reference, "score")[0][0]
+    ref, n_ref = _checked_reference(m, reference)
     tok = m.tokenizer
     enc = tok(variants)
     lengths = enc.attention_mask.sum(dim=1).tolist()
     check_scorable(tok, enc, lengths, variants, longest_input(m.config))
+    reference_ids = _scored_ids(ref, 0, n_ref)[1]
+    changes = [_changes(tok, enc, i, n, variants[i], reference_ids) for i, n in enumerate(lengths)]  # before any pass
+    subs = _cached_substitutions(m, reference, batch_size, masked=method != "wt_marginal")
     results = []
-    for i, (text, n) in enumerate(zip(variants, lengths)):
-        scored = [k for k, w in enumerate(enc.word_ids[i][:n]) if w is not None]  # (L,) positions in the row
-        row = enc.input_ids[i, :n].tolist()  # one copy to Python, not an element at a time
-        ids = [row[k] for k in scored]
-        if len(ids) != len(subs.ids):
-            hint = (f"; {clipped(text, 40)} looks like mutation codes, and "
-                    f"{syntax(python='score_mutations', cli='score --reference')} reads each variant's whole text "
-                    "(the reference with its substitutions made)" if CODES.fullmatch(text.strip()) else "")
-            raise InputError(f"text {i} has {len(ids)} tokens to score and the reference {len(subs.ids)}; "
-                             f"{syntax(python='score_mutations', cli='score --reference')} scores substitutions only, "
-                             "whatever its method (for insertions or deletions compare PLLs: "
-                             f"{syntax(python='bertfn.score of each text', cli='bertfn score TEXT ... alone')}){hint}")
+    for text, changed in zip(variants, changes):
         mutations = []
-        for j, (old, new) in enumerate(zip(subs.ids, ids)):
-            if old != new:
-                if tok.unk_token_id in (old, new):
-                    start, end = enc.offsets[i][scored[j]]
-                    which = f"its {text[start:end]!r}" if new == tok.unk_token_id else "the reference's token"
-                    raise InputError(f"text {i} differs from the reference at position {j + 1}, where {which} reads as "
-                                     f"{tok.unk_token} (not in the model's vocabulary), so its score would mean "
-                                     "nothing; write it in tokens the vocabulary holds (a protein model's: capital "
-                                     "one-letter residues)")
-                delta = float(subs.log_probs[j, new] - subs.log_probs[j, old])
-                source, target = subs.vocabulary[old], subs.vocabulary[new]
-                mutations.append({"code": f"{source}{j + 1}{target}", "position": j + 1, "from": source, "to": target,
-                                  "delta": delta})
+        for j, old, new in changed:
+            delta = float(subs.log_probs[j, new] - subs.log_probs[j, old])
+            source, target = subs.vocabulary[old], subs.vocabulary[new]
+            mutations.append({"code": f"{source}{j + 1}{target}", "position": j + 1, "from": source, "to": target,
+                              "delta": delta})
         results.append({"text": text, "method": method, "score": math.fsum(x["delta"] for x in mutations),
                         "mutations": mutations})
     if method == "pll":
@@ -319,6 +328,43 @@ def score_mutations(
         for r, s in zip(results, score(variants, m, batch_size=batch_size)):
             r["score"] = s["pll"] - base
     return finished(results, enc.unknown, single)
+
+
+def _scored_ids(enc: Encoding, i: int, n: int) -> tuple[list[int], list[int]]:
+    """Row ``i``'s scored positions (its words' tokens: not [CLS], [SEP]) among its ``n`` tokens, and their ids."""
+    scored = [k for k, w in enumerate(enc.word_ids[i][:n]) if w is not None]
+    row = enc.input_ids[i, :n].tolist()  # one copy to Python, not an element at a time
+    return scored, [row[k] for k in scored]
+
+
+def _changes(tok: Tokenizer, enc: Encoding, i: int, n: int, text: str, reference: list[int]) -> list[tuple[int, int, int]]:
+    """Where variant ``i`` (``text``, ``n`` tokens) differs from the reference's scored ids: ``(j, old id, new id)``.
+
+    Raises:
+        InputError: another number of scored tokens than the reference's, or a difference where either reads as the
+            unknown token.
+    """
+    scored, ids = _scored_ids(enc, i, n)
+    if len(ids) != len(reference):
+        hint = (f"; {clipped(text, 40)} looks like mutation codes, and "
+                f"{syntax(python='score_mutations', cli='score --reference')} reads each variant's whole text "
+                "(the reference with its substitutions made)" if CODES.fullmatch(text.strip()) else "")
+        raise InputError(f"text {i} has {len(ids)} tokens to score and the reference {len(reference)}; "
+                         f"{syntax(python='score_mutations', cli='score --reference')} scores substitutions only, "
+                         "whatever its method (for insertions or deletions compare PLLs: "
+                         f"{syntax(python='bertfn.score of each text', cli='bertfn score TEXT ... alone')}){hint}")
+    changed = []
+    for j, (old, new) in enumerate(zip(reference, ids)):
+        if old != new:
+            if tok.unk_token_id in (old, new):
+                start, end = enc.offsets[i][scored[j]]
+                which = f"its {text[start:end]!r}" if new == tok.unk_token_id else "the reference's token"
+                raise InputError(f"text {i} differs from the reference at position {j + 1}, where {which} reads as "
+                                 f"{tok.unk_token} (not in the model's vocabulary), so its score would mean "
+                                 "nothing; write it in tokens the vocabulary holds (a protein model's: capital "
+                                 "one-letter residues)")
+            changed.append((j, old, new))
+    return changed
 
 
 TASK = Task("score-mutations", score_mutations, probe=lambda m, options: options.get("reference") or "a",
