@@ -171,23 +171,30 @@ def test_the_matrix_is_made_anew_after_a_weight_is_replaced(tiny_folder):
 
 def test_the_matrix_to_a_folder_that_does_not_exist(tmp_path, capsys, monkeypatch):
     """save() where it cannot write is an InputError (was a FileNotFoundError, which the CLI called a bug); the CLI's
-    --matrix with a folder that does not exist or an ending it cannot write is refused before the model loads."""
+    --matrix with a folder that does not exist, an ending it cannot write or a .parquet without pandas and pyarrow is
+    refused before the model loads."""
+    from importlib.util import find_spec
+
     from bertfn.cli import score as score_command
 
+    parquet = all(find_spec(name) for name in ("pandas", "pyarrow"))  # the plain install has neither
     subs = Substitutions("A C", ["A", "C"], [5, 6], torch.randn(2, 8).log_softmax(-1), [f"t{k}" for k in range(8)])
     for name in ("subs.npy", "subs.csv", "subs.tsv", "subs.parquet"):
-        with pytest.raises(bertfn.InputError, match=re.escape(f"cannot write {tmp_path / 'none' / name} (")):
+        error, said = (bertfn.InputError, f"cannot write {tmp_path / 'none' / name} (") if name != "subs.parquet" or \
+            parquet else (bertfn.DependencyError, "writing .parquet needs pandas and pyarrow")
+        with pytest.raises(error, match=re.escape(said)):
             subs.save(tmp_path / "none" / name)
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model loaded before --matrix was checked")
 
     monkeypatch.setattr(score_command, "model_from_args", no_model)
-    weights, vocab = antiberty_paths()
-    model = ["--model", str(weights), "--tokenizer", str(vocab), "--cased", "--quiet"]
-    for path, said in ((tmp_path / "none" / "m.csv", f"--matrix {tmp_path / 'none' / 'm.csv'}: its folder "),
-                       (tmp_path / "m.txt", "cannot write the substitution matrix as m.txt: its name must end in .npy")):
-        assert main(["score", "--reference", HEAVY, "--matrix", str(path), *model]) == 2
+    refused = [(tmp_path / "none" / "m.csv", f"--matrix {tmp_path / 'none' / 'm.csv'}: its folder "),
+               (tmp_path / "m.txt", "cannot write the substitution matrix as m.txt: its name must end in .npy")]
+    if not parquet:
+        refused.append((tmp_path / "m.parquet", "writing .parquet needs pandas and pyarrow: pip install pandas pyarrow"))
+    for path, said in refused:
+        assert main(["score", "--reference", HEAVY, "--matrix", str(path), "--model", str(tmp_path), "--quiet"]) != 0
         err = capsys.readouterr().err
         assert said in err and "a bug in bertfn" not in err and err.count("\n") == 1
 

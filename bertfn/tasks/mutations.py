@@ -26,6 +26,7 @@ import math
 import re
 import weakref
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 
 import torch
@@ -119,14 +120,10 @@ class Substitutions:
             return
         rows = [[j + 1, t, *row] for j, (t, row) in enumerate(zip(self.tokens, self.log_probs.tolist()))]
         header = ["position", "token", *self.vocabulary]
-        if path.suffix == ".parquet":
-            try:
-                import pandas as pd
+        if path.suffix == ".parquet":  # pandas and pyarrow found by check_matrix_name
+            import pandas as pd
 
-                pd.DataFrame(rows, columns=header).to_parquet(path, index=False)
-            except ImportError:  # pandas, or the parquet engine pandas looks for (pyarrow)
-                raise DependencyError("writing .parquet needs pandas and pyarrow: pip install pandas pyarrow, "
-                                      "or write .npy or .csv") from None
+            pd.DataFrame(rows, columns=header).to_parquet(path, index=False)
             return
         import csv
 
@@ -137,16 +134,20 @@ class Substitutions:
 
 
 def check_matrix_name(path: str | Path) -> Path:
-    """``path`` as a Path, if its ending names a format :meth:`Substitutions.save` writes (checked before a matrix is
-    made: ``bertfn score --matrix`` says so before the model loads).
+    """``path`` as a Path, if its ending names a format :meth:`Substitutions.save` writes and the packages it needs are
+    installed (checked before a matrix is made: ``bertfn score --matrix`` says so before the model loads).
 
     Raises:
         InputError: another ending.
+        DependencyError: ``.parquet`` without pandas or pyarrow (the parquet engine pandas looks for).
     """
     path = Path(path)
     if path.suffix not in (".npy", ".csv", ".tsv", ".parquet"):
         raise InputError(f"cannot write the substitution matrix as {path.name}: its name must end in .npy, .csv, "
                          ".tsv or .parquet")
+    if path.suffix == ".parquet" and not all(find_spec(name) for name in ("pandas", "pyarrow")):
+        raise DependencyError("writing .parquet needs pandas and pyarrow: pip install pandas pyarrow, or write .npy "
+                              "or .csv")
     return path
 
 
