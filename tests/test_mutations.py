@@ -180,8 +180,10 @@ def test_the_matrix_to_a_folder_that_does_not_exist(tmp_path, capsys, monkeypatc
     parquet = all(find_spec(name) for name in ("pandas", "pyarrow"))  # the plain install has neither
     subs = Substitutions("A C", ["A", "C"], [5, 6], torch.randn(2, 8).log_softmax(-1), [f"t{k}" for k in range(8)])
     for name in ("subs.npy", "subs.csv", "subs.tsv", "subs.parquet"):
-        error, said = (bertfn.InputError, f"cannot write {tmp_path / 'none' / name} (") if name != "subs.parquet" or \
-            parquet else (bertfn.DependencyError, "writing .parquet needs pandas and pyarrow")
+        if name == "subs.parquet" and not parquet:
+            error, said = bertfn.DependencyError, "writing .parquet needs pandas and pyarrow"
+        else:
+            error, said = bertfn.InputError, f"cannot write {tmp_path / 'none' / name} ("
         with pytest.raises(error, match=re.escape(said)):
             subs.save(tmp_path / "none" / name)
 
@@ -189,12 +191,15 @@ def test_the_matrix_to_a_folder_that_does_not_exist(tmp_path, capsys, monkeypatc
         raise AssertionError("the model loaded before --matrix was checked")
 
     monkeypatch.setattr(score_command, "model_from_args", no_model)
-    refused = [(tmp_path / "none" / "m.csv", f"--matrix {tmp_path / 'none' / 'm.csv'}: its folder "),
-               (tmp_path / "m.txt", "cannot write the substitution matrix as m.txt: its name must end in .npy")]
+    refused = [(tmp_path / "none" / "m.csv", bertfn.InputError, f"--matrix {tmp_path / 'none' / 'm.csv'}: its folder "),
+               (tmp_path / "m.txt", bertfn.InputError,
+                "cannot write the substitution matrix as m.txt: its name must end in .npy")]
     if not parquet:
-        refused.append((tmp_path / "m.parquet", "writing .parquet needs pandas and pyarrow: pip install pandas pyarrow"))
-    for path, said in refused:
-        assert main(["score", "--reference", HEAVY, "--matrix", str(path), "--model", str(tmp_path), "--quiet"]) != 0
+        refused.append((tmp_path / "m.parquet", bertfn.DependencyError,
+                        "writing .parquet needs pandas and pyarrow: pip install pandas pyarrow"))
+    for path, error, said in refused:
+        code = main(["score", "--reference", HEAVY, "--matrix", str(path), "--model", str(tmp_path), "--quiet"])
+        assert code == error.exit_code
         err = capsys.readouterr().err
         assert said in err and "a bug in bertfn" not in err and err.count("\n") == 1
 
